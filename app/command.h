@@ -1,0 +1,27 @@
+// How the `tessel` CLI is put together: global options, then one subcommand per pipeline call.
+// Each app/cmd_*.cpp registers its subcommand; main.cpp lists them. No training logic here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace tessel::app {
+
+struct GlobalOptions {
+  std::string log_level = "info";
+  std::string log_file;
+  int threads = 0;  // 0: all hardware threads
+};
+
+// A registered subcommand sets its callback through CLI11; the callback returns the exit code.
+using CommandRunner = std::function<int()>;
+
+struct CommandRegistry {
+  CommandRunner selected;  // set by the subcommand CLI11 chose
+};
+
+void register_doctor(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+
+}  // namespace tessel::app

@@ -1,0 +1,66 @@
+// Runs the built `tessel` program as a user would, and reads what it prints and returns.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "core/version.h"
+
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+CliRun run_cli(const std::string& args) {
+  const std::string command = std::string(TESSEL_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST(Cli, VersionPrintsTheVersionAndExitsZero) {
+  const CliRun run = run_cli("--version");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.output, std::string("tessel ") + tessel::kVersion + "\n");
+}
+
+TEST(Cli, HelpListsTheSubcommands) {
+  const CliRun run = run_cli("--help");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("doctor"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--threads"), std::string::npos) << run.output;
+}
+
+TEST(Cli, DoctorPrintsEveryLibraryAndExitsZero) {
+  const CliRun run = run_cli("doctor --threads 2");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* name : {"libtorch", "openslide", "libvips", "hdf5", "qt", "threads", "cuda"}) {
+    EXPECT_NE(run.output.find(std::string("\n") + name + " "), std::string::npos)
+        << name << " missing in:\n"
+        << run.output;
+  }
+  EXPECT_NE(run.output.find("2 intra-op"), std::string::npos) << run.output;
+}
+
+TEST(Cli, UnknownFlagIsAOneLineErrorWithExitCodeTwo) {
+  const CliRun run = run_cli("doctor --no-such-flag");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  EXPECT_NE(run.output.find("--no-such-flag"), std::string::npos) << run.output;
+}
+
+TEST(Cli, MissingSubcommandIsAUsageError) {
+  const CliRun run = run_cli("");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+}
+
+}  // namespace
