@@ -1,0 +1,365 @@
+#include "core/executor.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <chrono>
+#include <limits>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/tile_ops.h"
+
+namespace tessel::core {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+at::ScalarType param_dtype(Graph& graph) {
+  for (const auto& p : graph.module().parameters()) return p.scalar_type();
+  return at::kFloat;
+}
+
+Region whole(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
+
+// One step of a tiled plan. Holds the checkpoints between segments.
+class TiledStep {
+ public:
+  TiledStep(Graph& graph, const Plan& plan, TileSource& source, const StepOptions& options)
+      : graph_(graph),
+        plan_(plan),
+        source_(source),
+        options_(options),
+        dtype_(param_dtype(graph)),
+        checkpoints_(static_cast<size_t>(graph.size())) {}
+
+  // Forward of every segment without autograd; returns the head's input (the last checkpoint
+  // or the streaming reduction's result).
+  at::Tensor forward() {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < plan_.segments.size(); ++i) forward_segment(static_cast<int>(i));
+    const Segment& last = plan_.segments.back();
+    return last.reduction >= 0 ? reduced_ : checkpoints_[static_cast<size_t>(last.output)];
+  }
+
+  // Backward of every segment in reverse, from the gradient of the head's input. Returns the
+  // gradient of the image when asked for.
+  at::Tensor backward(at::Tensor grad) {
+    for (int i = static_cast<int>(plan_.segments.size()) - 1; i >= 0; --i) {
+      grad = backward_segment(i, grad);
+      checkpoints_[static_cast<size_t>(plan_.segments[static_cast<size_t>(i)].output)] =
+          at::Tensor();
+    }
+    return grad;
+  }
+
+  int64_t forward_tiles = 0, backward_tiles = 0;
+
+ private:
+  const Shape& shape(NodeId v) const { return plan_.shapes[static_cast<size_t>(v)]; }
+
+  std::vector<Region> needs(const Segment& s, const Region& tile) const {
+    return segment_needs(graph_, plan_.shapes, s.input, s.output, tile);
+  }
+
+  TileTensor read_input(const Segment& s, const Region& r) {
+    if (s.input == 0) {
+      if (r.empty()) {
+        return {at::empty({1, source_.channels(), 0, 0}, at::TensorOptions().dtype(dtype_)), r};
+      }
+      at::Tensor t = source_.read(r);
+      if (t.scalar_type() != dtype_) t = t.to(dtype_);
+      return {t, r};
+    }
+    const at::Tensor& ckpt = checkpoints_[static_cast<size_t>(s.input)];
+    return {crop({ckpt, whole(shape(s.input))}, r), r};
+  }
+
+  // Runs nodes (input, output] of `s` over `need`, from the input tile; frees each activation
+  // after its last consumer in the segment.
+  at::Tensor run_tile(const Segment& s, const std::vector<Region>& need, TileTensor input) {
+    std::vector<TileTensor> acts(static_cast<size_t>(s.output) + 1);
+    std::vector<int> uses(static_cast<size_t>(s.output) + 1, 0);
+    for (NodeId v = s.input + 1; v <= s.output; ++v) {
+      for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
+    }
+    acts[static_cast<size_t>(s.input)] = std::move(input);
+    const at::TensorOptions options = acts[static_cast<size_t>(s.input)].tensor.options();
+    for (NodeId v = s.input + 1; v <= s.output; ++v) {
+      const Node& node = graph_.node(v);
+      const Region& r = need[static_cast<size_t>(v)];
+      if (r.empty()) {
+        acts[static_cast<size_t>(v)] = {at::empty({1, node.channels, 0, 0}, options), r};
+      } else {
+        std::vector<TileTensor> ins;
+        std::vector<Shape> in_shapes;
+        for (NodeId p : node.inputs) {
+          ins.push_back(acts[static_cast<size_t>(p)]);
+          in_shapes.push_back(shape(p));
+        }
+        acts[static_cast<size_t>(v)] = {forward_tile(node, r, ins, in_shapes), r};
+      }
+      for (NodeId p : node.inputs) {
+        if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
+      }
+    }
+    return acts[static_cast<size_t>(s.output)].tensor;
+  }
+
+  void emit(int segment, const Partition& part, int64_t index, TileEvent::Pass pass, bool done) {
+    if (options_.observer == nullptr) return;
+    TileEvent e;
+    e.segment = segment;
+    e.tile = index;
+    e.tiles = part.tiles();
+    e.row = index / part.cols();
+    e.col = index % part.cols();
+    e.out = part.tile(index);
+    e.pass = pass;
+    e.done = done;
+    options_.observer->on_tile(e);
+    if (done && MemoryTracker::installed()) {
+      MemorySample m;
+      m.live = MemoryTracker::live_bytes();
+      m.peak = MemoryTracker::peak_bytes();
+      m.budget = plan_.budget_bytes;
+      options_.observer->on_memory(m);
+    }
+  }
+
+  void forward_segment(int index) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    const Shape& out_shape = shape(s.output);
+    const Node& reduction = graph_.node(s.reduction >= 0 ? s.reduction : 0);
+    const bool is_max = s.reduction >= 0 && reduction.kind == OpKind::kGlobalMaxPool;
+    at::Tensor out, best_value, best_index;
+    const auto options = at::TensorOptions().dtype(dtype_);
+    if (s.reduction < 0) {
+      out = at::empty({1, out_shape.channels, out_shape.height, out_shape.width}, options);
+    } else if (is_max) {
+      best_value =
+          at::full({1, out_shape.channels}, -std::numeric_limits<double>::infinity(), options);
+      best_index = at::full({1, out_shape.channels}, std::numeric_limits<int64_t>::max(),
+                            at::TensorOptions().dtype(at::kLong));
+    } else {
+      out = at::zeros({1, out_shape.channels}, options);
+    }
+    std::vector<Region> schedule;
+    if (s.input == 0) {
+      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+        schedule.push_back(needs(s, s.forward.tile(t))[0]);
+      }
+      source_.will_read(schedule);
+    }
+    for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+      emit(index, s.forward, t, TileEvent::kForward, false);
+      const Region tile = s.forward.tile(t);
+      const std::vector<Region> need = needs(s, tile);
+      const at::Tensor y = run_tile(s, need, read_input(s, need[static_cast<size_t>(s.input)]));
+      if (s.reduction < 0) {
+        crop({out, whole(out_shape)}, tile).copy_(y);
+      } else if (!is_max) {
+        out += y.sum({2, 3});
+      } else {
+        // Streaming global max: the first maximum in row-major order of the whole activation,
+        // as plain LibTorch. Within a tile row-major order agrees with the global one.
+        const auto [value, local] = y.flatten(2).max(2);
+        const int64_t w = tile.x.size();
+        const at::Tensor global = (at::div(local, w, "floor") + tile.y.begin) * out_shape.width +
+                                  at::remainder(local, w) + tile.x.begin;
+        const at::Tensor better =
+            (value > best_value).logical_or((value == best_value).logical_and(global < best_index));
+        best_value = at::where(better, value, best_value);
+        best_index = at::where(better, global, best_index);
+      }
+      ++forward_tiles;
+      emit(index, s.forward, t, TileEvent::kForward, true);
+    }
+    if (s.reduction < 0) {
+      checkpoints_[static_cast<size_t>(s.output)] = out;
+    } else if (is_max) {
+      reduced_ = best_value;
+      reduced_index_ = best_index;
+    } else {
+      reduced_ = out / static_cast<double>(out_shape.height * out_shape.width);
+    }
+  }
+
+  at::Tensor backward_segment(int index, const at::Tensor& grad_out) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    const Shape& out_shape = shape(s.output);
+    const Shape& in_shape = shape(s.input);
+    const bool want_input_grad = s.input != 0 || options_.input_gradient;
+    const bool is_max = s.reduction >= 0 && graph_.node(s.reduction).kind == OpKind::kGlobalMaxPool;
+    at::Tensor grad_in;
+    if (want_input_grad) {
+      grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width},
+                          at::TensorOptions().dtype(dtype_));
+    }
+    for (int64_t t = 0; t < s.backward.tiles(); ++t) {
+      emit(index, s.backward, t, TileEvent::kBackward, false);
+      const Region tile = s.backward.tile(t);
+      const std::vector<Region> need = needs(s, tile);
+      const Region& in_region = need[static_cast<size_t>(s.input)];
+      at::Tensor x = read_input(s, in_region).tensor.detach();
+      if (want_input_grad) x.requires_grad_(true);
+      {
+        at::AutoGradMode grad_mode(true);
+        const at::Tensor y = run_tile(s, need, {x, in_region});
+        at::Tensor surrogate, seed;
+        if (s.reduction < 0) {
+          surrogate = y;
+          seed = crop({grad_out, whole(out_shape)}, tile);
+        } else if (!is_max) {
+          surrogate = y.sum({2, 3});
+          seed = grad_out / static_cast<double>(out_shape.height * out_shape.width);
+        } else {
+          // Route each channel's gradient to its maximum, if that lies in this tile.
+          const int64_t w = tile.x.size();
+          const at::Tensor gy = at::div(reduced_index_, out_shape.width, "floor");
+          const at::Tensor gx = at::remainder(reduced_index_, out_shape.width);
+          const at::Tensor inside = (gy >= tile.y.begin)
+                                        .logical_and(gy < tile.y.end)
+                                        .logical_and(gx >= tile.x.begin)
+                                        .logical_and(gx < tile.x.end);
+          const at::Tensor local =
+              at::where(inside, (gy - tile.y.begin) * w + (gx - tile.x.begin), at::zeros_like(gy));
+          surrogate = y.flatten(2).gather(2, local.unsqueeze(2)).squeeze(2);
+          seed = at::where(inside, grad_out, at::zeros_like(grad_out));
+        }
+        if (surrogate.requires_grad()) {
+          torch::autograd::backward({surrogate}, {seed.to(surrogate.scalar_type())});
+        }
+      }
+      if (want_input_grad && x.grad().defined() && !in_region.empty()) {
+        crop({grad_in, whole(in_shape)}, in_region).add_(x.grad());
+      }
+      ++backward_tiles;
+      emit(index, s.backward, t, TileEvent::kBackward, true);
+    }
+    return grad_in;
+  }
+
+  Graph& graph_;
+  const Plan& plan_;
+  TileSource& source_;
+  const StepOptions& options_;
+  at::ScalarType dtype_;
+  std::vector<at::Tensor> checkpoints_;  // whole activations, by node
+  at::Tensor reduced_, reduced_index_;   // streaming reduction result (and argmax for max)
+};
+
+// The head: nodes after `plan.tail_input`, plain autograd on small activations.
+at::Tensor run_tail(Graph& graph, const Plan& plan, const at::Tensor& tail_input) {
+  std::vector<at::Tensor> values(static_cast<size_t>(graph.size()));
+  values[static_cast<size_t>(plan.tail_input)] = tail_input;
+  for (NodeId v = plan.tail_input + 1; v < graph.size(); ++v) {
+    const Node& node = graph.node(v);
+    std::vector<at::Tensor> ins;
+    for (NodeId p : node.inputs) {
+      if (p < plan.tail_input) {
+        throw Error(node.name + ": the head reads " + graph.node(p).name +
+                    ", which lies before the last checkpoint");
+      }
+      ins.push_back(values[static_cast<size_t>(p)]);
+    }
+    values[static_cast<size_t>(v)] = forward_plain(node, ins);
+  }
+  return values.back();
+}
+
+std::vector<at::Tensor> run_plain(Graph& graph, const at::Tensor& image) {
+  std::vector<at::Tensor> values(static_cast<size_t>(graph.size()));
+  values[0] = image;
+  for (NodeId v = 1; v < graph.size(); ++v) {
+    const Node& node = graph.node(v);
+    std::vector<at::Tensor> ins;
+    for (NodeId p : node.inputs) ins.push_back(values[static_cast<size_t>(p)]);
+    values[static_cast<size_t>(v)] = forward_plain(node, ins);
+  }
+  return values;
+}
+
+at::Tensor read_whole(TileSource& source, at::ScalarType dtype) {
+  at::Tensor image = source.read({{0, source.height()}, {0, source.width()}});
+  return image.scalar_type() == dtype ? image : image.to(dtype);
+}
+
+void check_plan(const Graph& graph, const Plan& plan, const TileSource& source) {
+  if (plan.input.channels != source.channels() || plan.input.height != source.height() ||
+      plan.input.width != source.width()) {
+    throw Error("the plan was made for a " + to_string(plan.input) + " input, the image is " +
+                std::to_string(source.channels()) + "×" + std::to_string(source.height()) + "×" +
+                std::to_string(source.width()));
+  }
+  if (static_cast<int>(plan.shapes.size()) != graph.size()) {
+    throw Error("the plan was made for another network (" + std::to_string(plan.shapes.size()) +
+                " nodes, this one has " + std::to_string(graph.size()) + ")");
+  }
+}
+
+}  // namespace
+
+StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const at::Tensor& target,
+                      const LossFn& loss_fn, const StepOptions& options) {
+  check_plan(graph, plan, source);
+  StepResult result;
+  result.predicted = plan.predicted;
+  const int64_t live_at_start = MemoryTracker::live_bytes();
+  MemoryTracker::reset_peak();
+  const auto t0 = Clock::now();
+
+  if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
+    at::Tensor image = read_whole(source, param_dtype(graph));
+    if (options.input_gradient) image = image.detach().requires_grad_(true);
+    const at::Tensor logits = run_plain(graph, image).back();
+    const at::Tensor loss = loss_fn(logits, target);
+    result.forward_ms = ms_since(t0);
+    const auto t1 = Clock::now();
+    loss.backward();
+    result.backward_ms = ms_since(t1);
+    result.loss = loss.detach();
+    result.logits = logits.detach();
+    if (options.input_gradient) result.input_grad = image.grad();
+  } else {
+    TiledStep step(graph, plan, source, options);
+    const at::Tensor head_in = step.forward().detach().requires_grad_(true);
+    const at::Tensor logits = run_tail(graph, plan, head_in);
+    const at::Tensor loss = loss_fn(logits, target);
+    result.forward_ms = ms_since(t0);
+    const auto t1 = Clock::now();
+    loss.backward();
+    at::Tensor grad = head_in.grad();
+    if (!grad.defined()) grad = at::zeros_like(head_in);
+    result.input_grad = step.backward(grad);
+    if (!options.input_gradient) result.input_grad = at::Tensor();
+    result.backward_ms = ms_since(t1);
+    result.loss = loss.detach();
+    result.logits = logits.detach();
+    result.forward_tiles = step.forward_tiles;
+    result.backward_tiles = step.backward_tiles;
+  }
+  if (MemoryTracker::installed()) {
+    result.measured_peak_bytes = MemoryTracker::peak_bytes() - live_at_start;
+  }
+  return result;
+}
+
+at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, Observer* observer) {
+  check_plan(graph, plan, source);
+  at::NoGradGuard no_grad;
+  if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
+    return run_plain(graph, read_whole(source, param_dtype(graph))).back();
+  }
+  StepOptions options;
+  options.observer = observer;
+  TiledStep step(graph, plan, source, options);
+  return run_tail(graph, plan, step.forward());
+}
+
+}  // namespace tessel::core

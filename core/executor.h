@@ -1,0 +1,44 @@
+// The executor: one training step of a graph under a plan (DESIGN.md "Exact tiled forward and
+// backward"). Gradients land in the parameters' .grad (accumulating, like loss.backward()), so
+// pipelines zero them and step the optimizer around this call.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+
+#include "core/graph.h"
+#include "core/observer.h"
+#include "core/plan.h"
+#include "core/tile_source.h"
+
+namespace tessel::core {
+
+// loss(logits, target) → scalar.
+using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& target)>;
+
+struct StepOptions {
+  bool input_gradient = false;  // also return d loss / d image (saliency)
+  Observer* observer = nullptr;
+};
+
+struct StepResult {
+  at::Tensor loss;        // scalar, detached
+  at::Tensor logits;      // detached
+  at::Tensor input_grad;  // 1×C×H×W, when asked for
+  MemoryBreakdown predicted;
+  int64_t measured_peak_bytes = -1;  // above the live bytes at the start; -1 without tracker
+  double forward_ms = 0, backward_ms = 0;
+  int64_t forward_tiles = 0, backward_tiles = 0;
+};
+
+// Runs forward, loss and backward of `graph` on the image `source` serves, as `plan` says
+// (Strategy::kNone: plain autograd on the whole image). The computation's dtype is the
+// parameters'; the image is converted to it.
+StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const at::Tensor& target,
+                      const LossFn& loss, const StepOptions& options = {});
+
+// Forward only, without autograd (evaluation, heatmaps): the network's output for the image.
+at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, Observer* observer = nullptr);
+
+}  // namespace tessel::core

@@ -1,0 +1,445 @@
+#include "core/graph.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace tessel::core {
+
+AxisOp Node::axis_op(int axis) const {
+  const auto a = static_cast<size_t>(axis);
+  switch (kind) {
+    case OpKind::kConv:
+      return {conv->kernel_size[a], conv->stride_[a], conv->padding_[a], conv->dilation_[a], false};
+    case OpKind::kMaxPool:
+    case OpKind::kAvgPool:
+      return {pool->kernel_size[a], pool->stride_[a], pool->padding_[a], pool->dilation_[a],
+              pool->ceil_mode_};
+    default:
+      return {};
+  }
+}
+
+double Node::pad_value() const {
+  return kind == OpKind::kMaxPool ? -std::numeric_limits<double>::infinity() : 0.0;
+}
+
+std::string to_string(const Shape& s) {
+  return std::to_string(s.channels) + "×" + std::to_string(s.height) + "×" +
+         std::to_string(s.width);
+}
+
+Graph::Graph(int64_t in_channels) : module_(std::make_shared<torch::nn::Module>("Graph")) {
+  if (in_channels <= 0) throw Error("a network needs at least one input channel");
+  Node in;
+  in.kind = OpKind::kInput;
+  in.name = "input";
+  in.channels = in_channels;
+  add_node(std::move(in));
+}
+
+const Node& Graph::checked(NodeId id, const char* op) const {
+  if (id < 0 || id >= size()) {
+    throw Error(std::string(op) + ": input node " + std::to_string(id) + " does not exist");
+  }
+  return nodes_[static_cast<size_t>(id)];
+}
+
+std::string Graph::layer_name(const std::string& requested, const char* kind) {
+  if (!requested.empty()) {
+    for (const Node& n : nodes_) {
+      if (n.name == requested) throw Error("two layers are named '" + requested + "'");
+    }
+    return requested;
+  }
+  // Default names follow the op kind and the order of that kind: conv1, conv2, ..., linear1.
+  for (int n = 1;; ++n) {
+    std::string candidate = std::string(kind) + std::to_string(n);
+    bool taken = false;
+    for (const Node& node : nodes_) taken = taken || node.name == candidate;
+    if (!taken) return candidate;
+  }
+}
+
+NodeId Graph::add_node(Node node) {
+  node.id = size();
+  for (NodeId in : node.inputs) consumers_[static_cast<size_t>(in)].push_back(node.id);
+  nodes_.push_back(std::move(node));
+  consumers_.emplace_back();
+  return nodes_.back().id;
+}
+
+NodeId Graph::conv(NodeId x, const ConvSpec& spec, const std::string& name) {
+  const Node& in = checked(x, "conv");
+  Node n;
+  n.kind = OpKind::kConv;
+  n.name = layer_name(name, "conv");
+  if (!in.spatial()) throw Error(n.name + ": a convolution needs a spatial input");
+  if (spec.in_channels != in.channels) {
+    throw Error(n.name + ": expects " + std::to_string(spec.in_channels) +
+                " input channels but its input has " + std::to_string(in.channels));
+  }
+  for (size_t a = 0; a < 2; ++a) {
+    if (spec.kernel_size[a] < 1 || spec.stride_[a] < 1 || spec.dilation_[a] < 1 ||
+        spec.padding_[a] < 0) {
+      throw Error(n.name + ": kernel, stride and dilation must be >= 1 and padding >= 0");
+    }
+  }
+  if (spec.groups_ < 1 || spec.in_channels % spec.groups_ != 0 ||
+      spec.out_channels % spec.groups_ != 0 || spec.out_channels < 1) {
+    throw Error(n.name + ": groups must divide the input and output channels");
+  }
+  n.inputs = {x};
+  n.conv = std::make_shared<ConvSpec>(spec);
+  n.channels = spec.out_channels;
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  n.layer->register_parameter(
+      "weight", at::empty({spec.out_channels, spec.in_channels / spec.groups_, spec.kernel_size[0],
+                           spec.kernel_size[1]}));
+  if (spec.bias_) n.layer->register_parameter("bias", at::zeros({spec.out_channels}));
+  module_->register_module(n.name, n.layer);
+  return add_node(std::move(n));
+}
+
+NodeId Graph::max_pool(NodeId x, const PoolSpec& spec) {
+  const Node& in = checked(x, "max_pool");
+  Node n;
+  n.kind = OpKind::kMaxPool;
+  n.name = layer_name("", "maxpool");
+  if (!in.spatial()) throw Error(n.name + ": pooling needs a spatial input");
+  for (size_t a = 0; a < 2; ++a) {
+    if (spec.kernel_size[a] < 1 || spec.stride_[a] < 1 || spec.dilation_[a] < 1) {
+      throw Error(n.name + ": kernel, stride and dilation must be >= 1");
+    }
+    // LibTorch's own rule; it also keeps -inf padding from ever reaching an output.
+    if (spec.padding_[a] < 0 || spec.padding_[a] * 2 > spec.kernel_size[a]) {
+      throw Error(n.name + ": padding must be at most half the kernel size");
+    }
+  }
+  n.inputs = {x};
+  n.pool = std::make_shared<PoolSpec>(spec);
+  n.channels = in.channels;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::avg_pool(NodeId x, const PoolSpec& spec) {
+  const Node& in = checked(x, "avg_pool");
+  Node n;
+  n.kind = OpKind::kAvgPool;
+  n.name = layer_name("", "avgpool");
+  if (!in.spatial()) throw Error(n.name + ": pooling needs a spatial input");
+  for (size_t a = 0; a < 2; ++a) {
+    if (spec.kernel_size[a] < 1 || spec.stride_[a] < 1) {
+      throw Error(n.name + ": kernel and stride must be >= 1");
+    }
+    if (spec.dilation_[a] != 1) throw Error(n.name + ": average pooling has no dilation");
+    if (spec.padding_[a] < 0 || spec.padding_[a] * 2 > spec.kernel_size[a]) {
+      throw Error(n.name + ": padding must be at most half the kernel size");
+    }
+  }
+  if (spec.divisor_override_ < 0) throw Error(n.name + ": divisor_override must be positive");
+  n.inputs = {x};
+  n.pool = std::make_shared<PoolSpec>(spec);
+  n.channels = in.channels;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::pointwise(NodeId x, Pointwise op) {
+  const Node& in = checked(x, "pointwise");
+  Node n;
+  n.kind = OpKind::kPointwise;
+  n.pointwise = op;
+  n.name = layer_name("", "act");
+  if (!in.spatial()) throw Error(n.name + ": pointwise ops here act on spatial activations");
+  n.inputs = {x};
+  n.channels = in.channels;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::leaky_relu(NodeId x, double slope) {
+  const NodeId id = pointwise(x, Pointwise::kLeakyRelu);
+  nodes_.back().slope = slope;
+  return id;
+}
+
+NodeId Graph::frozen_batch_norm(NodeId x, const std::string& name, double eps) {
+  const Node& in = checked(x, "frozen_batch_norm");
+  Node n;
+  n.kind = OpKind::kPointwise;
+  n.pointwise = Pointwise::kAffine;
+  n.name = layer_name(name, "bn");
+  if (!in.spatial()) throw Error(n.name + ": batch norm here acts on spatial activations");
+  n.inputs = {x};
+  n.channels = in.channels;
+  n.slope = eps;  // eps of the normalisation
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  n.layer->register_parameter("weight", at::ones({in.channels}));
+  n.layer->register_parameter("bias", at::zeros({in.channels}));
+  n.layer->register_buffer("running_mean", at::zeros({in.channels}));
+  n.layer->register_buffer("running_var", at::ones({in.channels}));
+  module_->register_module(n.name, n.layer);
+  return add_node(std::move(n));
+}
+
+NodeId Graph::add(NodeId a, NodeId b) {
+  const Node& na = checked(a, "add");
+  const Node& nb = checked(b, "add");
+  Node n;
+  n.kind = OpKind::kAdd;
+  n.name = layer_name("", "add");
+  if (!na.spatial() || !nb.spatial()) throw Error(n.name + ": add joins spatial activations");
+  if (na.channels != nb.channels) {
+    throw Error(n.name + ": adds " + na.name + " (" + std::to_string(na.channels) +
+                " channels) and " + nb.name + " (" + std::to_string(nb.channels) + " channels)");
+  }
+  n.inputs = {a, b};
+  n.channels = na.channels;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::concat(const std::vector<NodeId>& xs) {
+  Node n;
+  n.kind = OpKind::kConcat;
+  n.name = layer_name("", "concat");
+  if (xs.size() < 2) throw Error(n.name + ": concat needs at least two inputs");
+  for (NodeId x : xs) {
+    const Node& in = checked(x, "concat");
+    if (!in.spatial()) throw Error(n.name + ": concat joins spatial activations");
+    n.channels += in.channels;
+  }
+  n.inputs = xs;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::global_avg_pool(NodeId x) {
+  const Node& in = checked(x, "global_avg_pool");
+  Node n;
+  n.kind = OpKind::kGlobalAvgPool;
+  n.name = layer_name("", "gap");
+  if (!in.spatial()) throw Error(n.name + ": global pooling needs a spatial input");
+  n.inputs = {x};
+  n.channels = in.channels;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::global_max_pool(NodeId x) {
+  const Node& in = checked(x, "global_max_pool");
+  Node n;
+  n.kind = OpKind::kGlobalMaxPool;
+  n.name = layer_name("", "gmp");
+  if (!in.spatial()) throw Error(n.name + ": global pooling needs a spatial input");
+  n.inputs = {x};
+  n.channels = in.channels;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::flatten(NodeId x) {
+  const Node& in = checked(x, "flatten");
+  Node n;
+  n.kind = OpKind::kFlatten;
+  n.name = layer_name("", "flatten");
+  if (in.spatial()) {
+    throw Error(n.name +
+                ": flatten of a whole-slide activation has no fixed size; use a global "
+                "pool before it");
+  }
+  n.inputs = {x};
+  n.channels = in.channels;
+  return add_node(std::move(n));
+}
+
+NodeId Graph::linear(NodeId x, int64_t out_features, const std::string& name) {
+  const Node& in = checked(x, "linear");
+  Node n;
+  n.kind = OpKind::kLinear;
+  n.name = layer_name(name, "linear");
+  if (in.spatial()) throw Error(n.name + ": linear needs a pooled input (add a global pool)");
+  if (out_features < 1) throw Error(n.name + ": needs at least one output feature");
+  n.inputs = {x};
+  n.channels = out_features;
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  n.layer->register_parameter("weight", at::empty({out_features, in.channels}));
+  n.layer->register_parameter("bias", at::zeros({out_features}));
+  module_->register_module(n.name, n.layer);
+  return add_node(std::move(n));
+}
+
+NodeId Graph::dropout(NodeId x, double p) {
+  const Node& in = checked(x, "dropout");
+  Node n;
+  n.kind = OpKind::kDropout;
+  n.name = layer_name("", "dropout");
+  if (in.spatial()) {
+    throw Error(n.name +
+                ": dropout inside tiled segments is not supported yet; place it after "
+                "the global pool");
+  }
+  if (p < 0.0 || p >= 1.0) throw Error(n.name + ": dropout probability must be in [0, 1)");
+  n.inputs = {x};
+  n.channels = in.channels;
+  n.dropout_p = p;
+  return add_node(std::move(n));
+}
+
+std::vector<Shape> Graph::shapes(const Shape& input) const {
+  if (input.channels != nodes_[0].channels) {
+    throw Error("the network expects " + std::to_string(nodes_[0].channels) +
+                " input channels, the image has " + std::to_string(input.channels));
+  }
+  if (input.height <= 0 || input.width <= 0) {
+    throw Error("the input image is empty (" + to_string(input) + ")");
+  }
+  std::vector<Shape> out(nodes_.size());
+  out[0] = input;
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    const Shape& in = out[static_cast<size_t>(n.inputs[0])];
+    Shape s{n.channels, in.height, in.width};
+    switch (n.kind) {
+      case OpKind::kConv:
+      case OpKind::kMaxPool:
+      case OpKind::kAvgPool: {
+        s.height = output_size(n.axis_op(0), in.height);
+        s.width = output_size(n.axis_op(1), in.width);
+        if (s.height <= 0 || s.width <= 0) {
+          throw Error(n.name + " (" + describe(n) + "): the kernel is larger than its padded " +
+                      to_string(in) + " input");
+        }
+        break;
+      }
+      case OpKind::kAdd:
+      case OpKind::kConcat:
+        for (NodeId other : n.inputs) {
+          const Shape& o = out[static_cast<size_t>(other)];
+          if (o.height != in.height || o.width != in.width) {
+            throw Error(n.name + ": joins " + to_string(in) + " and " + to_string(o) +
+                        " activations of different sizes");
+          }
+        }
+        break;
+      case OpKind::kGlobalAvgPool:
+      case OpKind::kGlobalMaxPool:
+      case OpKind::kFlatten:
+      case OpKind::kLinear:
+      case OpKind::kDropout:
+        s.height = s.width = 1;
+        break;
+      default:
+        break;
+    }
+    out[i] = s;
+  }
+  return out;
+}
+
+void Graph::init_parameters(uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::NoGradGuard no_grad;
+  for (const Node& n : nodes_) {
+    if (!n.layer || n.kind == OpKind::kPointwise) continue;
+    auto weight = n.layer->named_parameters(false)["weight"];
+    const int64_t fan_in = weight.numel() / weight.size(0);
+    const double std = std::sqrt(2.0 / static_cast<double>(fan_in));  // Kaiming, ReLU gain
+    weight.normal_(0.0, std, gen);
+    if (auto* bias = n.layer->named_parameters(false).find("bias")) bias->zero_();
+  }
+}
+
+std::string to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::kInput:
+      return "input";
+    case OpKind::kConv:
+      return "conv";
+    case OpKind::kMaxPool:
+      return "maxpool";
+    case OpKind::kAvgPool:
+      return "avgpool";
+    case OpKind::kPointwise:
+      return "pointwise";
+    case OpKind::kAdd:
+      return "add";
+    case OpKind::kConcat:
+      return "concat";
+    case OpKind::kGlobalAvgPool:
+      return "global-avgpool";
+    case OpKind::kGlobalMaxPool:
+      return "global-maxpool";
+    case OpKind::kFlatten:
+      return "flatten";
+    case OpKind::kLinear:
+      return "linear";
+    case OpKind::kDropout:
+      return "dropout";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string pair_str(const std::array<int64_t, 2>& v) {
+  return v[0] == v[1] ? std::to_string(v[0]) : std::to_string(v[0]) + "x" + std::to_string(v[1]);
+}
+
+std::string window_str(const std::array<int64_t, 2>& k, const std::array<int64_t, 2>& s,
+                       const std::array<int64_t, 2>& p, const std::array<int64_t, 2>& d) {
+  std::string out = std::to_string(k[0]) + "x" + std::to_string(k[1]);
+  if (s != std::array<int64_t, 2>{1, 1}) out += "/s" + pair_str(s);
+  if (p != std::array<int64_t, 2>{0, 0}) out += "/p" + pair_str(p);
+  if (d != std::array<int64_t, 2>{1, 1}) out += "/d" + pair_str(d);
+  return out;
+}
+
+}  // namespace
+
+std::string describe(const Node& n) {
+  switch (n.kind) {
+    case OpKind::kConv: {
+      const ConvSpec& c = *n.conv;
+      std::string out = "conv" + window_str(c.kernel_size, c.stride_, c.padding_, c.dilation_) +
+                        " " + std::to_string(c.in_channels) + "→" + std::to_string(c.out_channels);
+      if (c.groups_ != 1) out += " g" + std::to_string(c.groups_);
+      if (!c.bias_) out += " nobias";
+      return out;
+    }
+    case OpKind::kMaxPool:
+    case OpKind::kAvgPool: {
+      const PoolSpec& p = *n.pool;
+      std::string out =
+          to_string(n.kind) + window_str(p.kernel_size, p.stride_, p.padding_, p.dilation_);
+      if (p.ceil_mode_) out += " ceil";
+      if (n.kind == OpKind::kAvgPool && !p.count_include_pad_) out += " excl-pad";
+      return out;
+    }
+    case OpKind::kPointwise:
+      switch (n.pointwise) {
+        case Pointwise::kIdentity:
+          return "identity";
+        case Pointwise::kRelu:
+          return "relu";
+        case Pointwise::kLeakyRelu:
+          return "leaky-relu";
+        case Pointwise::kGelu:
+          return "gelu";
+        case Pointwise::kSigmoid:
+          return "sigmoid";
+        case Pointwise::kTanh:
+          return "tanh";
+        case Pointwise::kAffine:
+          return "frozen-bn";
+      }
+      return "pointwise";
+    case OpKind::kLinear:
+      return "linear →" + std::to_string(n.channels);
+    case OpKind::kDropout:
+      return "dropout p=" + std::to_string(n.dropout_p).substr(0, 4);
+    default:
+      return to_string(n.kind);
+  }
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,202 @@
+// A network as a DAG of nodes in execution order (DESIGN.md "Graph"). Nodes are added in
+// topological order by the builder methods; parameters live in a torch::nn::Module so optimizers,
+// named_parameters() and checkpoints see them ("<layer>.weight", "<layer>.bias").
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/window.h"
+
+namespace tessel::core {
+
+using NodeId = int;
+
+// Op descriptors: required arguments in the constructor, chained setters for the rest.
+struct ConvSpec {
+  ConvSpec(int64_t in_channels, int64_t out_channels, int64_t kernel)
+      : in_channels(in_channels), out_channels(out_channels), kernel_size{kernel, kernel} {}
+  ConvSpec& kernel(int64_t ky, int64_t kx) {
+    kernel_size = {ky, kx};
+    return *this;
+  }
+  ConvSpec& stride(int64_t s) { return stride(s, s); }
+  ConvSpec& stride(int64_t sy, int64_t sx) {
+    stride_ = {sy, sx};
+    return *this;
+  }
+  ConvSpec& padding(int64_t p) { return padding(p, p); }
+  ConvSpec& padding(int64_t py, int64_t px) {
+    padding_ = {py, px};
+    return *this;
+  }
+  ConvSpec& dilation(int64_t d) { return dilation(d, d); }
+  ConvSpec& dilation(int64_t dy, int64_t dx) {
+    dilation_ = {dy, dx};
+    return *this;
+  }
+  ConvSpec& groups(int64_t g) {
+    groups_ = g;
+    return *this;
+  }
+  ConvSpec& bias(bool b) {
+    bias_ = b;
+    return *this;
+  }
+
+  int64_t in_channels, out_channels;
+  std::array<int64_t, 2> kernel_size;
+  std::array<int64_t, 2> stride_{1, 1}, padding_{0, 0}, dilation_{1, 1};
+  int64_t groups_ = 1;
+  bool bias_ = true;
+};
+
+struct PoolSpec {
+  explicit PoolSpec(int64_t kernel) : kernel_size{kernel, kernel}, stride_{kernel, kernel} {}
+  PoolSpec& kernel(int64_t ky, int64_t kx) {
+    kernel_size = {ky, kx};
+    return *this;
+  }
+  PoolSpec& stride(int64_t s) { return stride(s, s); }
+  PoolSpec& stride(int64_t sy, int64_t sx) {
+    stride_ = {sy, sx};
+    return *this;
+  }
+  PoolSpec& padding(int64_t p) { return padding(p, p); }
+  PoolSpec& padding(int64_t py, int64_t px) {
+    padding_ = {py, px};
+    return *this;
+  }
+  PoolSpec& dilation(int64_t d) {
+    dilation_ = {d, d};
+    return *this;
+  }  // max pool only
+  PoolSpec& ceil_mode(bool c) {
+    ceil_mode_ = c;
+    return *this;
+  }
+  PoolSpec& count_include_pad(bool c) {
+    count_include_pad_ = c;
+    return *this;
+  }  // avg only
+  PoolSpec& divisor_override(int64_t d) {
+    divisor_override_ = d;
+    return *this;
+  }  // avg only
+
+  std::array<int64_t, 2> kernel_size;
+  std::array<int64_t, 2> stride_, padding_{0, 0}, dilation_{1, 1};
+  bool ceil_mode_ = false;
+  bool count_include_pad_ = true;
+  int64_t divisor_override_ = 0;  // 0: none
+};
+
+enum class OpKind {
+  kInput,
+  // tileable
+  kConv,
+  kMaxPool,
+  kAvgPool,
+  kPointwise,
+  kAdd,
+  kConcat,
+  // tail (whole, small activation)
+  kGlobalAvgPool,
+  kGlobalMaxPool,
+  kFlatten,
+  kLinear,
+  kDropout,
+};
+
+enum class Pointwise { kIdentity, kRelu, kLeakyRelu, kGelu, kSigmoid, kTanh, kAffine };
+
+struct Node {
+  NodeId id = 0;
+  OpKind kind = OpKind::kInput;
+  std::string name;  // layer name: parameters are "<name>.weight" etc.
+  std::vector<NodeId> inputs;
+  std::shared_ptr<ConvSpec> conv;  // kConv
+  std::shared_ptr<PoolSpec> pool;  // kMaxPool, kAvgPool
+  Pointwise pointwise = Pointwise::kIdentity;
+  double slope = 0.01;                       // leaky relu
+  double dropout_p = 0.0;                    // kDropout
+  int64_t channels = 0;                      // output channels (features for tail ops)
+  std::shared_ptr<torch::nn::Module> layer;  // parameters, when the op has any
+
+  bool tileable() const { return kind != OpKind::kInput && kind < OpKind::kGlobalAvgPool; }
+  bool spatial() const { return kind == OpKind::kInput || tileable(); }
+  // The per-axis sliding window (identity for pointwise, add and concat).
+  AxisOp axis_op(int axis) const;
+  // The value an op's explicit padding holds: 0 for conv and avg pool, -inf for max pool.
+  double pad_value() const;
+};
+
+struct Shape {
+  int64_t channels = 0, height = 0, width = 0;  // spatial nodes; tail nodes use channels only
+  bool operator==(const Shape&) const = default;
+};
+std::string to_string(const Shape& s);
+
+class Graph {
+ public:
+  explicit Graph(int64_t in_channels);
+
+  NodeId input() const { return 0; }
+  NodeId conv(NodeId x, const ConvSpec& spec, const std::string& name = "");
+  NodeId max_pool(NodeId x, const PoolSpec& spec);
+  NodeId avg_pool(NodeId x, const PoolSpec& spec);
+  NodeId relu(NodeId x) { return pointwise(x, Pointwise::kRelu); }
+  NodeId leaky_relu(NodeId x, double slope);
+  NodeId gelu(NodeId x) { return pointwise(x, Pointwise::kGelu); }
+  NodeId sigmoid(NodeId x) { return pointwise(x, Pointwise::kSigmoid); }
+  NodeId tanh(NodeId x) { return pointwise(x, Pointwise::kTanh); }
+  NodeId identity(NodeId x) { return pointwise(x, Pointwise::kIdentity); }
+  // Batch norm with frozen statistics: a per-channel affine y = x * scale + shift, where scale
+  // and shift come from weight, bias, running mean and var (buffers) and eps.
+  NodeId frozen_batch_norm(NodeId x, const std::string& name = "", double eps = 1e-5);
+  NodeId add(NodeId a, NodeId b);
+  NodeId concat(const std::vector<NodeId>& xs);
+  NodeId global_avg_pool(NodeId x);
+  NodeId global_max_pool(NodeId x);
+  NodeId flatten(NodeId x);
+  NodeId linear(NodeId x, int64_t out_features, const std::string& name = "");
+  NodeId dropout(NodeId x, double p);
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
+  NodeId output() const { return static_cast<NodeId>(nodes_.size()) - 1; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  // Consumers of each node, in execution order.
+  const std::vector<std::vector<NodeId>>& consumers() const { return consumers_; }
+  torch::nn::Module& module() { return *module_; }
+  std::shared_ptr<torch::nn::Module> module_ptr() { return module_; }
+
+  // Output shape of every node for an input of `input` (C×H×W). Throws tessel::Error naming the
+  // node when a shape does not fit (channel mismatch, kernel larger than the padded input, ...).
+  std::vector<Shape> shapes(const Shape& input) const;
+
+  // Kaiming-normal conv/linear weights, zero biases; frozen batch norm: weight 1, bias 0,
+  // running mean 0, var 1 (callers may overwrite). Deterministic for a seed.
+  void init_parameters(uint64_t seed);
+
+ private:
+  NodeId add_node(Node node);
+  NodeId pointwise(NodeId x, Pointwise op);
+  std::string layer_name(const std::string& requested, const char* kind);
+  const Node& checked(NodeId id, const char* op) const;
+
+  std::vector<Node> nodes_;
+  std::vector<std::vector<NodeId>> consumers_;
+  std::shared_ptr<torch::nn::Module> module_;
+};
+
+std::string to_string(OpKind kind);
+// "conv3x3/s2/p1", "maxpool2x2/s2", "relu", ... for plans and errors.
+std::string describe(const Node& node);
+
+}  // namespace tessel::core

@@ -1,0 +1,165 @@
+#include "core/plan.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tessel::core {
+
+std::string to_string(Strategy s) {
+  switch (s) {
+    case Strategy::kNone:
+      return "none";
+    case Strategy::kGrid:
+      return "grid";
+    case Strategy::kRows:
+      return "rows";
+    case Strategy::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+Strategy parse_strategy(const std::string& s) {
+  for (Strategy v : {Strategy::kNone, Strategy::kGrid, Strategy::kRows, Strategy::kAuto}) {
+    if (s == to_string(v)) return v;
+  }
+  throw Error("unknown strategy '" + s + "': use none, grid, rows or auto");
+}
+
+Region Partition::tile(int64_t index) const {
+  const int64_t r = index / cols(), c = index % cols();
+  return {{y_edges[static_cast<size_t>(r)], y_edges[static_cast<size_t>(r) + 1]},
+          {x_edges[static_cast<size_t>(c)], x_edges[static_cast<size_t>(c) + 1]}};
+}
+
+Partition Partition::whole(int64_t height, int64_t width) { return even(height, width, 1, 1); }
+
+namespace {
+std::vector<int64_t> even_edges(int64_t size, int64_t parts) {
+  parts = std::clamp<int64_t>(parts, 1, std::max<int64_t>(1, size));
+  std::vector<int64_t> edges;
+  for (int64_t i = 0; i <= parts; ++i) edges.push_back(size * i / parts);
+  return edges;
+}
+}  // namespace
+
+Partition Partition::even(int64_t height, int64_t width, int64_t rows, int64_t cols) {
+  Partition p;
+  p.y_edges = even_edges(height, rows);
+  p.x_edges = even_edges(width, cols);
+  return p;
+}
+
+std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
+                                  NodeId input, NodeId output, const Region& tile) {
+  std::vector<Region> need(static_cast<size_t>(output) + 1);
+  need[static_cast<size_t>(output)] = tile;
+  for (NodeId v = output - 1; v >= input; --v) {
+    const Shape& s = shapes[static_cast<size_t>(v)];
+    const Region bounds{{0, s.height}, {0, s.width}};
+    Region r;
+    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+      if (c > output) continue;
+      const Node& node = graph.node(c);
+      const Region& out = need[static_cast<size_t>(c)];
+      if (out.empty()) continue;
+      const Region window{input_window(node.axis_op(0), out.y),
+                          input_window(node.axis_op(1), out.x)};
+      r = hull(r, intersect(window, bounds));
+    }
+    need[static_cast<size_t>(v)] = r;
+  }
+  return need;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (std::abs(v) >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw Error("'" + text + "' is not a size: write e.g. 2GiB, 512MiB or 3000000");
+  }
+  std::string unit = text.substr(pos);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "k" || unit == "kib" || unit == "kb")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "mib" || unit == "mb")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib" || unit == "gb")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib" || unit == "tb")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  if (scale == 0 || value < 0) {
+    throw Error("'" + text + "' is not a size: write e.g. 2GiB, 512MiB or 3000000");
+  }
+  return static_cast<int64_t>(value * scale);
+}
+
+std::string to_string(const Plan& plan, const Graph& graph) {
+  std::ostringstream os;
+  os << "plan: strategy " << to_string(plan.strategy) << ", input " << to_string(plan.input);
+  if (plan.budget_bytes > 0) os << ", budget " << format_bytes(plan.budget_bytes);
+  os << "\n";
+  if (plan.segments.empty()) {
+    os << "  one plain pass over the whole image (no tiling)\n";
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-4s %-34s %-18s %-14s %-14s %s\n", "seg", "ops", "output",
+                "fwd tiles", "bwd tiles", "checkpoint");
+  if (!plan.segments.empty()) os << line;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    std::string ops = graph.node(s.input + 1).name + " … " + graph.node(s.output).name + " (" +
+                      std::to_string(s.output - s.input) + " ops)";
+    if (s.reduction >= 0) ops += " + " + describe(graph.node(s.reduction));
+    const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+    const std::string fwd =
+        std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols());
+    const std::string bwd =
+        std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols());
+    const std::string ckpt =
+        s.reduction >= 0 ? "streamed"
+                         : format_bytes(out.channels * out.height * out.width * plan.element_bytes);
+    std::snprintf(line, sizeof line, "  %-4zu %-34s %-18s %-14s %-14s %s\n", i,
+                  ops.substr(0, 34).c_str(), to_string(out).c_str(), fwd.c_str(), bwd.c_str(),
+                  ckpt.c_str());
+    os << line;
+  }
+  const MemoryBreakdown& m = plan.predicted;
+  os << "predicted peak " << format_bytes(m.total()) << ": parameters "
+     << format_bytes(m.parameters) << ", gradients " << format_bytes(m.gradients) << ", optimizer "
+     << format_bytes(m.optimizer) << ", checkpoints " << format_bytes(m.checkpoints)
+     << ", tile working set " << format_bytes(m.working_set) << ", head " << format_bytes(m.tail)
+     << "\n";
+  if (plan.plain_flops > 0 && plan.tiled_flops > 0) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "forward FLOPs %.3g (halo recompute ×%.2f)\n",
+                  static_cast<double>(plan.tiled_flops),
+                  static_cast<double>(plan.tiled_flops) / static_cast<double>(plan.plain_flops));
+    os << buf;
+  }
+  return os.str();
+}
+
+}  // namespace tessel::core

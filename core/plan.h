@@ -1,0 +1,88 @@
+// A plan: how one training step runs under a memory budget (DESIGN.md "Segments and the plan").
+// Segments between checkpoints, the tile partition of each, and the predicted peak by category.
+// Plain data that prints itself; made by the planner (core/planner.h), run by the executor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "core/window.h"
+
+namespace tessel::core {
+
+enum class Strategy {
+  kNone,  // plain LibTorch autograd on the whole image: the reference
+  kGrid,  // SFT: tiles over rows and columns
+  kRows,  // LR-CNN OverL: full-width rows, balanced, separate forward/backward counts
+  kAuto,  // the cheapest of grid and rows that fits
+};
+std::string to_string(Strategy s);
+Strategy parse_strategy(const std::string& s);  // throws tessel::Error
+
+// A partition of one activation into tiles: edges per axis, tiles in row-major order.
+struct Partition {
+  std::vector<int64_t> y_edges{0, 0}, x_edges{0, 0};  // {0, ..., H}, {0, ..., W}
+
+  int64_t rows() const { return static_cast<int64_t>(y_edges.size()) - 1; }
+  int64_t cols() const { return static_cast<int64_t>(x_edges.size()) - 1; }
+  int64_t tiles() const { return rows() * cols(); }
+  Region tile(int64_t index) const;
+  static Partition whole(int64_t height, int64_t width);
+  static Partition even(int64_t height, int64_t width, int64_t rows, int64_t cols);
+};
+
+// Bytes a step holds, by what holds them.
+struct MemoryBreakdown {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;
+  int64_t checkpoints = 0;  // whole activations kept between segments (+ their gradients)
+  int64_t working_set = 0;  // one tile's inputs, activations kept for backward, gradients
+  int64_t tail = 0;         // the head's activations and gradients
+  int64_t total() const {
+    return parameters + gradients + optimizer + checkpoints + working_set + tail;
+  }
+};
+
+// Nodes (input, output] run fused and tiled; `input` and `output` are checkpoints (node 0, the
+// image, is read from the TileSource). `reduction`, when set, is a global pool that closes the
+// segment as a streaming reduction: the output activation is never held whole.
+struct Segment {
+  NodeId input = 0;
+  NodeId output = 0;
+  NodeId reduction = -1;
+  Partition forward, backward;         // over the output activation
+  int64_t forward_working_bytes = 0;   // predicted, largest tile
+  int64_t backward_working_bytes = 0;  // predicted, largest tile
+  int64_t halo_flops = 0;              // predicted forward FLOPs with halo recompute, all tiles
+};
+
+struct Plan {
+  Strategy strategy = Strategy::kNone;
+  Shape input;
+  int64_t element_bytes = 4;
+  std::vector<Shape> shapes;      // per node
+  std::vector<Segment> segments;  // empty for kNone
+  NodeId tail_input = 0;          // the last checkpoint or reduction: the head starts here
+  std::vector<NodeId> checkpoints;
+  MemoryBreakdown predicted;
+  int64_t budget_bytes = 0;  // 0: unlimited
+  int64_t plain_flops = 0;   // forward FLOPs of the whole network on the whole image
+  int64_t tiled_flops = 0;   // the same with halo recompute (forward pass), for cost comparisons
+};
+
+// The region of every node of a segment (input..output) that output tile `tile` needs: clipped
+// at every activation (DESIGN.md rule 1), the hull over consumers inside the segment. Indexed by
+// node id; nodes outside the segment are left empty. Pure: shared by planner and executor.
+std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
+                                  NodeId input, NodeId output, const Region& tile);
+
+// A readable table: segments, ops, output shapes, tiles, bytes.
+std::string to_string(const Plan& plan, const Graph& graph);
+std::string format_bytes(int64_t bytes);
+// "2GiB", "512MiB", "1.5G", "3000000" → bytes; throws tessel::Error on anything else.
+int64_t parse_bytes(const std::string& text);
+
+}  // namespace tessel::core

@@ -1,0 +1,409 @@
+#include "core/planner.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "core/error.h"
+
+namespace tessel::core {
+
+namespace {
+
+constexpr int64_t kUnfit = std::numeric_limits<int64_t>::max() / 4;
+
+int64_t elements(const Shape& s) { return s.channels * s.height * s.width; }
+int64_t elements(const Node& n, const Region& r) { return n.channels * r.area(); }
+
+// Forward multiply-adds ×2 of node `n` producing region `r`.
+int64_t flops(const Node& n, const Region& r) {
+  if (n.kind == OpKind::kConv) {
+    const ConvSpec& c = *n.conv;
+    return 2 * (c.in_channels / c.groups_) * c.kernel_size[0] * c.kernel_size[1] * c.out_channels *
+           r.area();
+  }
+  if (n.kind == OpKind::kMaxPool || n.kind == OpKind::kAvgPool) {
+    return n.pool->kernel_size[0] * n.pool->kernel_size[1] * elements(n, r);
+  }
+  return elements(n, r);
+}
+
+struct Analysis {
+  const Graph& graph;
+  std::vector<Shape> shapes;
+  PlanOptions options;
+  int64_t eb;
+
+  int64_t bytes(NodeId v) const { return elements(shapes[static_cast<size_t>(v)]) * eb; }
+
+  // Working set of one tile of segment (input, output]: forward (no autograd: activations
+  // freed after their last consumer) and backward (recompute with autograd keeps every
+  // activation, max pool indices, plus the gradients in flight and the input tile's gradient).
+  struct TileCost {
+    int64_t forward_bytes = 0, backward_bytes = 0, flops = 0;
+  };
+  TileCost tile_cost(NodeId input, NodeId output, const Region& tile) const {
+    const std::vector<Region> need = segment_needs(graph, shapes, input, output, tile);
+    TileCost cost;
+    std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
+    for (NodeId v = input + 1; v <= output; ++v) {
+      for (NodeId p : graph.node(v).inputs) ++uses[static_cast<size_t>(p)];
+    }
+    const int64_t in_bytes = elements(graph.node(input), need[static_cast<size_t>(input)]) * eb;
+    int64_t live = in_bytes, peak = live, saved = in_bytes, largest = in_bytes;
+    std::vector<int64_t> held(static_cast<size_t>(output) + 1, 0);
+    held[static_cast<size_t>(input)] = in_bytes;
+    for (NodeId v = input + 1; v <= output; ++v) {
+      const Node& n = graph.node(v);
+      const Region& r = need[static_cast<size_t>(v)];
+      const int64_t b = elements(n, r) * eb;
+      // A padded copy of the input window, for ops that pad explicitly at the border.
+      int64_t pad_copy = 0;
+      if (n.kind == OpKind::kConv || n.kind == OpKind::kMaxPool || n.kind == OpKind::kAvgPool) {
+        const Region window{input_window(n.axis_op(0), r.y), input_window(n.axis_op(1), r.x)};
+        pad_copy = graph.node(n.inputs[0]).channels * window.area() * eb;
+      }
+      peak = std::max(peak, live + b + pad_copy);
+      live += b;
+      held[static_cast<size_t>(v)] = b;
+      saved += b + pad_copy / 2;
+      if (n.kind == OpKind::kMaxPool) saved += elements(n, r) * 8;  // int64 indices
+      largest = std::max(largest, b);
+      cost.flops += flops(n, r);
+      for (NodeId p : n.inputs) {
+        if (--uses[static_cast<size_t>(p)] == 0) live -= held[static_cast<size_t>(p)];
+      }
+    }
+    cost.forward_bytes = peak;
+    cost.backward_bytes = saved + 3 * largest + in_bytes;
+    return cost;
+  }
+};
+
+// The tile that holds most: the middle one (border tiles lose their halo to clipping).
+Region middle_tile(const Partition& p) { return p.tile((p.rows() / 2) * p.cols() + p.cols() / 2); }
+
+Partition partition_for(Strategy s, const Shape& out, int64_t n) {
+  if (s == Strategy::kRows) return Partition::even(out.height, out.width, n, 1);
+  return Partition::even(out.height, out.width, n, n);
+}
+
+int64_t max_count(Strategy s, const Shape& out) {
+  return s == Strategy::kRows ? out.height : std::max(out.height, out.width);
+}
+
+// LR-CNN OverL: rows balanced so that each row with its overlap reads the same number of input
+// rows (border rows have a one-sided halo, so they get more output rows).
+std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId output, int64_t rows) {
+  const Shape& out = a.shapes[static_cast<size_t>(output)];
+  rows = std::clamp<int64_t>(rows, 1, out.height);
+  auto in_rows = [&](int64_t begin, int64_t end) {
+    const Region tile{{begin, end}, {0, 1}};
+    return segment_needs(a.graph, a.shapes, input, output, tile)[static_cast<size_t>(input)]
+        .y.size();
+  };
+  auto greedy = [&](int64_t limit, std::vector<int64_t>* edges) {
+    int64_t begin = 0, count = 0;
+    if (edges) edges->assign(1, 0);
+    while (begin < out.height) {
+      int64_t lo = begin + 1, hi = out.height;  // largest end with in_rows <= limit
+      if (in_rows(begin, lo) > limit) return kUnfit;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (in_rows(begin, mid) <= limit)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      begin = lo;
+      ++count;
+      if (edges) edges->push_back(begin);
+    }
+    return count;
+  };
+  int64_t lo = 1, hi = a.shapes[static_cast<size_t>(input)].height;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (greedy(mid, nullptr) <= rows)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  std::vector<int64_t> edges;
+  greedy(lo, &edges);
+  return edges;
+}
+
+struct Candidate {
+  Plan plan;
+  int64_t cost = kUnfit;    // FLOPs of forward + recompute + backward, halo included
+  int64_t needed = kUnfit;  // smallest budget this segmentation could ever fit
+  std::string dominant;
+};
+
+Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>& checkpoints,
+                NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t budget) {
+  Candidate c;
+  Plan& plan = c.plan;
+  plan.strategy = strategy;
+  std::vector<NodeId> bounds{0};
+  for (NodeId v : checkpoints) bounds.push_back(v);
+  bounds.push_back(last);
+  const int64_t base = fixed.parameters + fixed.gradients + fixed.optimizer + fixed.tail;
+  int64_t held = 0;  // checkpoints alive while this segment runs (forward)
+  int64_t peak = base, finest_peak = base;
+  MemoryBreakdown at_peak = fixed;
+  int64_t cost = 0;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    Segment s;
+    s.input = bounds[i];
+    s.output = bounds[i + 1];
+    const bool last_segment = i + 2 == bounds.size();
+    if (last_segment) s.reduction = reduction;
+    const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+    const int64_t out_bytes = s.reduction >= 0 ? 0 : a.bytes(s.output);
+    const int64_t in_grad = (s.input != 0 || a.options.input_gradient) ? a.bytes(s.input) : 0;
+    // Forward: earlier checkpoints + this output; backward: the same + the output's gradient
+    // and the input's gradient.
+    const int64_t fwd_fixed = base + held + out_bytes;
+    const int64_t bwd_fixed = base + held + 2 * out_bytes + in_grad;
+
+    auto fits = [&](int64_t n, bool backward, int64_t avail) {
+      const Region tile = middle_tile(partition_for(strategy, out, n));
+      const auto tc = a.tile_cost(s.input, s.output, tile);
+      return (backward ? tc.backward_bytes : tc.forward_bytes) <= avail;
+    };
+    auto choose = [&](bool backward) -> int64_t {
+      const int64_t fixed_bytes = backward ? bwd_fixed : fwd_fixed;
+      if (a.options.tiles_y || a.options.tile_size) return 0;  // fixed partition below
+      if (budget <= 0) return 1;
+      const int64_t avail = budget - fixed_bytes;
+      if (avail <= 0) return -1;
+      int64_t hi = max_count(strategy, out);
+      if (!fits(hi, backward, avail)) return -1;
+      int64_t lo = 1;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (fits(mid, backward, avail))
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      return lo;
+    };
+    auto fixed_partition = [&]() {
+      if (a.options.tiles_y) {
+        return Partition::even(
+            out.height, out.width, *a.options.tiles_y,
+            strategy == Strategy::kRows ? 1 : a.options.tiles_x.value_or(*a.options.tiles_y));
+      }
+      const int64_t t = std::max<int64_t>(1, *a.options.tile_size);
+      return Partition::even(out.height, out.width, (out.height + t - 1) / t,
+                             strategy == Strategy::kRows ? 1 : (out.width + t - 1) / t);
+    };
+    const int64_t nf = choose(false), nb = choose(true);
+    // The smallest working set this segmentation can reach: the finest partition.
+    const auto finest = a.tile_cost(
+        s.input, s.output, middle_tile(partition_for(strategy, out, max_count(strategy, out))));
+    finest_peak = std::max(
+        {finest_peak, fwd_fixed + finest.forward_bytes, bwd_fixed + finest.backward_bytes});
+    if (nf < 0 || nb < 0) {
+      cost = kUnfit;
+    }
+    if (nf == 0) {
+      s.forward = s.backward = fixed_partition();
+    } else if (nf > 0 && nb > 0) {
+      s.forward = partition_for(strategy, out, nf);
+      s.backward = partition_for(strategy, out, nb);
+    } else {
+      s.forward = s.backward = Partition::whole(out.height, out.width);
+    }
+    if (strategy == Strategy::kRows) {
+      s.forward.y_edges = balanced_rows(a, s.input, s.output, s.forward.rows());
+      s.backward.y_edges = balanced_rows(a, s.input, s.output, s.backward.rows());
+    }
+    const auto fc = a.tile_cost(s.input, s.output, middle_tile(s.forward));
+    const auto bc = a.tile_cost(s.input, s.output, middle_tile(s.backward));
+    s.forward_working_bytes = fc.forward_bytes;
+    s.backward_working_bytes = bc.backward_bytes;
+    s.halo_flops = fc.flops * s.forward.tiles();
+    if (cost < kUnfit) cost += s.halo_flops + 3 * bc.flops * s.backward.tiles();
+    plan.tiled_flops += s.halo_flops;
+    const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
+    const int64_t bwd_peak = bwd_fixed + bc.backward_bytes;
+    if (std::max(fwd_peak, bwd_peak) > peak) {
+      peak = std::max(fwd_peak, bwd_peak);
+      at_peak = fixed;
+      if (bwd_peak >= fwd_peak) {
+        at_peak.checkpoints = held + 2 * out_bytes + in_grad;
+        at_peak.working_set = bc.backward_bytes;
+      } else {
+        at_peak.checkpoints = held + out_bytes;
+        at_peak.working_set = fc.forward_bytes;
+      }
+    }
+    held += out_bytes;
+    plan.checkpoints.push_back(s.output);
+    plan.segments.push_back(std::move(s));
+  }
+  if (reduction >= 0) plan.checkpoints.pop_back();
+  plan.tail_input = reduction >= 0 ? reduction : last;
+  plan.predicted = at_peak;
+  c.needed = finest_peak;
+  c.cost = (budget > 0 && peak > budget) ? kUnfit : cost;
+  const MemoryBreakdown& m = at_peak;
+  const std::pair<int64_t, const char*> parts[] = {
+      {m.parameters + m.gradients + m.optimizer, "parameters, gradients and optimizer state"},
+      {m.checkpoints, "checkpoints"},
+      {m.working_set, "the working set of one tile"}};
+  c.dominant = std::max_element(std::begin(parts), std::end(parts))->second;
+  return c;
+}
+
+}  // namespace
+
+std::vector<NodeId> checkpoint_candidates(const Graph& graph) {
+  // reach[v]: the furthest node any edge from a node <= v goes to.
+  std::vector<NodeId> result;
+  NodeId reach = 0;
+  for (NodeId v = 0; v < graph.size(); ++v) {
+    const Node& n = graph.node(v);
+    const auto& consumers = graph.consumers()[static_cast<size_t>(v)];
+    if (v > 0 && n.spatial() && reach <= v) {
+      const bool only_pointwise =
+          consumers.size() == 1 && graph.node(consumers[0]).kind == OpKind::kPointwise;
+      const bool feeds_tail = std::any_of(consumers.begin(), consumers.end(),
+                                          [&](NodeId c) { return !graph.node(c).spatial(); });
+      if (!only_pointwise && !feeds_tail && !consumers.empty()) result.push_back(v);
+    }
+    for (NodeId c : consumers) reach = std::max(reach, c);
+  }
+  return result;
+}
+
+Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
+  if (budget < 0) throw Error("the memory budget must be positive");
+  Analysis a{graph, graph.shapes(input), options, options.element_bytes};
+
+  // The last spatial node; everything after it is the head and must not reach back past it.
+  NodeId last = 0;
+  for (NodeId v = 0; v < graph.size(); ++v) {
+    if (graph.node(v).spatial()) last = v;
+  }
+  for (NodeId v = last + 1; v < graph.size(); ++v) {
+    for (NodeId p : graph.node(v).inputs) {
+      if (p < last) {
+        throw Error(graph.node(v).name + " reads " + graph.node(p).name +
+                    ", an activation before the last tiled layer " + graph.node(last).name +
+                    "; the head may only read the last tiled layer");
+      }
+    }
+  }
+  NodeId reduction = -1;
+  const auto& last_consumers = graph.consumers()[static_cast<size_t>(last)];
+  if (options.streaming_reduction && last_consumers.size() == 1) {
+    const OpKind k = graph.node(last_consumers[0]).kind;
+    if (k == OpKind::kGlobalAvgPool || k == OpKind::kGlobalMaxPool) reduction = last_consumers[0];
+  }
+
+  MemoryBreakdown fixed;
+  int64_t params = 0;
+  for (const Node& n : graph.nodes()) {
+    if (!n.layer) continue;
+    for (const auto& p : n.layer->parameters(false)) params += p.numel();
+  }
+  fixed.parameters = params * a.eb;
+  fixed.gradients = params * a.eb;
+  fixed.optimizer =
+      static_cast<int64_t>(options.optimizer_state_per_param * static_cast<double>(params * a.eb));
+  for (NodeId v = last + 1; v < graph.size(); ++v) fixed.tail += 3 * a.bytes(v);
+
+  int64_t plain_flops = 0;
+  for (NodeId v = 1; v <= last; ++v) {
+    const Shape& s = a.shapes[static_cast<size_t>(v)];
+    plain_flops += flops(graph.node(v), Region{{0, s.height}, {0, s.width}});
+  }
+
+  if (options.strategy == Strategy::kNone) {
+    Plan plan;
+    plan.strategy = Strategy::kNone;
+    plan.input = input;
+    plan.shapes = a.shapes;
+    plan.element_bytes = a.eb;
+    plan.budget_bytes = budget;
+    plan.tail_input = last;
+    plan.plain_flops = plan.tiled_flops = plain_flops;
+    // Autograd keeps every activation (and max pool indices) of the whole image.
+    const auto whole = a.tile_cost(0, last,
+                                   Region{{0, a.shapes[static_cast<size_t>(last)].height},
+                                          {0, a.shapes[static_cast<size_t>(last)].width}});
+    plan.predicted = fixed;
+    plan.predicted.working_set = whole.backward_bytes;
+    if (budget > 0 && plan.predicted.total() > budget) {
+      throw Error("plain training needs " + format_bytes(plan.predicted.total()) + " for a " +
+                  to_string(input) + " image, over the budget of " + format_bytes(budget) +
+                  "; use --strategy auto (tiled) or a larger budget");
+    }
+    return plan;
+  }
+
+  std::vector<Strategy> strategies;
+  if (options.strategy == Strategy::kAuto) {
+    strategies = {Strategy::kRows, Strategy::kGrid};
+  } else {
+    strategies = {options.strategy};
+  }
+
+  // Checkpoint sets to try: all candidates under a size threshold, for every threshold.
+  std::vector<NodeId> candidates;
+  for (NodeId v : checkpoint_candidates(graph)) {
+    if (v < last) candidates.push_back(v);
+  }
+  std::vector<std::vector<NodeId>> sets;
+  if (options.checkpoints) {
+    for (NodeId v : *options.checkpoints) {
+      if (std::find(candidates.begin(), candidates.end(), v) == candidates.end()) {
+        throw Error("node " + std::to_string(v) + " (" +
+                    (v >= 0 && v < graph.size() ? graph.node(v).name : std::string("?")) +
+                    ") cannot be a checkpoint: it must be a tiled layer that no residual edge "
+                    "skips over, before the last tiled layer");
+      }
+    }
+    std::vector<NodeId> sorted = *options.checkpoints;
+    std::sort(sorted.begin(), sorted.end());
+    sets.push_back(sorted);
+  } else {
+    std::set<int64_t> thresholds{0};
+    for (NodeId v : candidates) thresholds.insert(a.bytes(v));
+    for (int64_t t : thresholds) {
+      std::vector<NodeId> set;
+      for (NodeId v : candidates) {
+        if (a.bytes(v) <= t) set.push_back(v);
+      }
+      sets.push_back(set);
+    }
+  }
+
+  Candidate best, smallest;
+  for (Strategy s : strategies) {
+    for (const auto& set : sets) {
+      Candidate c = build(a, s, set, last, reduction, fixed, budget);
+      if (c.cost < best.cost) best = c;
+      if (c.needed < smallest.needed) smallest = c;
+    }
+  }
+  if (best.cost >= kUnfit) {
+    throw Error("no plan fits a " + to_string(input) + " image in " + format_bytes(budget) +
+                ": the smallest budget that fits is about " + format_bytes(smallest.needed) +
+                ", dominated by " + smallest.dominant);
+  }
+  Plan plan = std::move(best.plan);
+  plan.input = input;
+  plan.shapes = a.shapes;
+  plan.element_bytes = a.eb;
+  plan.budget_bytes = budget;
+  plan.plain_flops = plain_flops;
+  return plan;
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,38 @@
+// The planner: segments, checkpoints and tile partitions under a memory budget, with a predicted
+// peak by category (SFT §4.2 Listing 3 for segments; LR-CNN §III-C for separate forward and
+// backward tile counts). Pure and fast: no tensors are allocated.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/graph.h"
+#include "core/plan.h"
+
+namespace tessel::core {
+
+struct PlanOptions {
+  Strategy strategy = Strategy::kAuto;
+  int64_t element_bytes = 4;             // float32; 8 for float64
+  double optimizer_state_per_param = 1;  // SGD with momentum 1, Adam 2, plain SGD 0
+  bool input_gradient = false;           // a gradient for the image is kept (saliency)
+  bool streaming_reduction = true;       // a global pool after the last tiled op closes it
+  // Fixed partitions instead of the budget search (tests, benchmarks). A tile size in output
+  // pixels of each segment, or a count of tiles per axis.
+  std::optional<int64_t> tile_size;
+  std::optional<int64_t> tiles_y, tiles_x;
+  // Checkpoints at these nodes instead of the search (each must be a valid cut point).
+  std::optional<std::vector<NodeId>> checkpoints;
+};
+
+// Makes a plan for `graph` on an input of `input` (C×H×W) within `budget_bytes` (0: no limit).
+// Throws tessel::Error naming the node for an invalid graph or input, and, when no plan fits,
+// one that states the smallest budget that would fit and what dominates it.
+Plan make_plan(const Graph& graph, const Shape& input, int64_t budget_bytes,
+               const PlanOptions& options = {});
+
+// Nodes where a segment may end: spatial nodes that no edge skips over (so a residual block
+// stays inside one segment), excluding nodes whose only consumer is pointwise.
+std::vector<NodeId> checkpoint_candidates(const Graph& graph);
+
+}  // namespace tessel::core

@@ -1,0 +1,186 @@
+#include "core/tile_ops.h"
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+
+namespace tessel::core {
+
+namespace {
+
+at::IntArrayRef ref(const std::array<int64_t, 2>& a) { return {a.data(), a.size()}; }
+
+at::Tensor param(const Node& n, const char* name) {
+  auto* p = n.layer->named_parameters(false).find(name);
+  return p ? *p : at::Tensor();
+}
+
+at::Tensor buffer(const Node& n, const char* name) { return n.layer->named_buffers(false)[name]; }
+
+// Frozen batch norm as a per-channel affine (DESIGN.md "Batch norm").
+at::Tensor affine(const Node& n, const at::Tensor& x) {
+  const double eps = n.slope;
+  const at::Tensor scale = param(n, "weight") * at::rsqrt(buffer(n, "running_var") + eps);
+  const at::Tensor shift = param(n, "bias") - buffer(n, "running_mean") * scale;
+  return x * scale.view({1, -1, 1, 1}) + shift.view({1, -1, 1, 1});
+}
+
+at::Tensor pointwise(const Node& n, const at::Tensor& x) {
+  switch (n.pointwise) {
+    case Pointwise::kIdentity:
+      return x;
+    case Pointwise::kRelu:
+      return at::relu(x);
+    case Pointwise::kLeakyRelu:
+      return at::leaky_relu(x, n.slope);
+    case Pointwise::kGelu:
+      return at::gelu(x);
+    case Pointwise::kSigmoid:
+      return at::sigmoid(x);
+    case Pointwise::kTanh:
+      return at::tanh(x);
+    case Pointwise::kAffine:
+      return affine(n, x);
+  }
+  throw Error(n.name + ": unknown pointwise op");
+}
+
+// Per axis, the divisor of each global output index of an avg pool over an input of `in`
+// positions (DESIGN.md rule 3): the whole image's count, never the tile's.
+at::Tensor avg_counts(const AxisOp& op, const PoolSpec& spec, Window out, int64_t in,
+                      const at::TensorOptions& options) {
+  std::vector<double> counts;
+  counts.reserve(static_cast<size_t>(out.size()));
+  for (int64_t o = out.begin; o < out.end; ++o) {
+    const int64_t start = o * op.stride - op.padding;
+    const int64_t end = std::min(start + op.kernel, in + op.padding);
+    counts.push_back(static_cast<double>(
+        spec.count_include_pad_ ? end - start : std::min(end, in) - std::max<int64_t>(start, 0)));
+  }
+  return at::tensor(counts, at::TensorOptions().dtype(at::kDouble)).to(options);
+}
+
+}  // namespace
+
+at::Tensor crop(const TileTensor& t, const Region& want) {
+  if (want.empty()) {
+    return t.tensor.slice(2, 0, 0).slice(3, 0, 0);
+  }
+  if (want.y.begin < t.region.y.begin || want.y.end > t.region.y.end ||
+      want.x.begin < t.region.x.begin || want.x.end > t.region.x.end) {
+    throw Error("internal: crop " + to_string(want) + " outside the tile " + to_string(t.region));
+  }
+  return t.tensor.slice(2, want.y.begin - t.region.y.begin, want.y.end - t.region.y.begin)
+      .slice(3, want.x.begin - t.region.x.begin, want.x.end - t.region.x.begin);
+}
+
+Region needed_input(const Node& node, const Region& out, const Shape& in) {
+  if (out.empty()) return {};
+  const Region window{input_window(node.axis_op(0), out.y), input_window(node.axis_op(1), out.x)};
+  return intersect(window, Region{{0, in.height}, {0, in.width}});
+}
+
+at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in) {
+  switch (n.kind) {
+    case OpKind::kInput:
+      return in.at(0);
+    case OpKind::kConv: {
+      const ConvSpec& c = *n.conv;
+      return at::conv2d(in[0], param(n, "weight"), param(n, "bias"), ref(c.stride_),
+                        ref(c.padding_), ref(c.dilation_), c.groups_);
+    }
+    case OpKind::kMaxPool: {
+      const PoolSpec& p = *n.pool;
+      return at::max_pool2d(in[0], ref(p.kernel_size), ref(p.stride_), ref(p.padding_),
+                            ref(p.dilation_), p.ceil_mode_);
+    }
+    case OpKind::kAvgPool: {
+      const PoolSpec& p = *n.pool;
+      return at::avg_pool2d(
+          in[0], ref(p.kernel_size), ref(p.stride_), ref(p.padding_), p.ceil_mode_,
+          p.count_include_pad_,
+          p.divisor_override_ > 0 ? c10::optional<int64_t>(p.divisor_override_) : c10::nullopt);
+    }
+    case OpKind::kPointwise:
+      return pointwise(n, in[0]);
+    case OpKind::kAdd:
+      return in[0] + in[1];
+    case OpKind::kConcat:
+      return at::cat(in, 1);
+    case OpKind::kGlobalAvgPool:
+      return in[0].mean({2, 3});
+    case OpKind::kGlobalMaxPool:
+      // First maximum in row-major order gets the gradient, as nn.AdaptiveMaxPool2d(1).
+      return std::get<0>(at::adaptive_max_pool2d(in[0], {1, 1})).flatten(1);
+    case OpKind::kFlatten:
+      return in[0].flatten(1);
+    case OpKind::kLinear:
+      return at::linear(in[0], param(n, "weight"), param(n, "bias"));
+    case OpKind::kDropout:
+      return at::dropout(in[0], n.dropout_p, at::GradMode::is_enabled());
+  }
+  throw Error(n.name + ": unknown op");
+}
+
+at::Tensor forward_tile(const Node& n, const Region& out, const std::vector<TileTensor>& in,
+                        const std::vector<Shape>& shapes) {
+  switch (n.kind) {
+    case OpKind::kPointwise:
+      return pointwise(n, crop(in[0], out));
+    case OpKind::kAdd:
+      return crop(in[0], out) + crop(in[1], out);
+    case OpKind::kConcat: {
+      std::vector<at::Tensor> parts;
+      parts.reserve(in.size());
+      for (const TileTensor& t : in) parts.push_back(crop(t, out));
+      return at::cat(parts, 1);
+    }
+    case OpKind::kConv:
+    case OpKind::kMaxPool:
+    case OpKind::kAvgPool:
+      break;
+    default:
+      throw Error(n.name + ": " + to_string(n.kind) + " cannot run on a tile");
+  }
+
+  // Sliding-window ops: the unclipped window, what of it exists, and explicit border padding.
+  const Shape& shape = shapes.at(0);
+  const AxisOp ay = n.axis_op(0), ax = n.axis_op(1);
+  const Region window{input_window(ay, out.y), input_window(ax, out.x)};
+  const Region inside = intersect(window, Region{{0, shape.height}, {0, shape.width}});
+  at::Tensor x;
+  if (inside.empty()) {
+    // Rule 4: pure padding. The consumer sees its pad value.
+    const at::Tensor& like = in[0].tensor;
+    x = at::full({like.size(0), like.size(1), window.y.size(), window.x.size()}, n.pad_value(),
+                 like.options());
+  } else {
+    x = crop(in[0], inside);
+    const int64_t top = inside.y.begin - window.y.begin, bottom = window.y.end - inside.y.end;
+    const int64_t left = inside.x.begin - window.x.begin, right = window.x.end - inside.x.end;
+    if (top || bottom || left || right) {
+      x = at::constant_pad_nd(x, {left, right, top, bottom}, n.pad_value());
+    }
+  }
+
+  const std::array<int64_t, 2> zero{0, 0};
+  if (n.kind == OpKind::kConv) {
+    const ConvSpec& c = *n.conv;
+    return at::conv2d(x, param(n, "weight"), param(n, "bias"), ref(c.stride_), ref(zero),
+                      ref(c.dilation_), c.groups_);
+  }
+  const PoolSpec& p = *n.pool;
+  if (n.kind == OpKind::kMaxPool) {
+    return at::max_pool2d(x, ref(p.kernel_size), ref(p.stride_), ref(zero), ref(p.dilation_),
+                          false);
+  }
+  // Rule 3: window sums on the zero-padded tile, divided by the whole image's divisors.
+  const at::Tensor sums = at::avg_pool2d(x, ref(p.kernel_size), ref(p.stride_), ref(zero), false,
+                                         true, c10::optional<int64_t>(1));
+  if (p.divisor_override_ > 0) return sums / static_cast<double>(p.divisor_override_);
+  const at::Tensor cy = avg_counts(ay, p, out.y, shape.height, sums.options());
+  const at::Tensor cx = avg_counts(ax, p, out.x, shape.width, sums.options());
+  return sums / (cy.view({-1, 1}) * cx.view({1, -1}));
+}
+
+}  // namespace tessel::core

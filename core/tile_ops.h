@@ -1,0 +1,36 @@
+// The tensor layer under the executor: one node on a whole activation (the plain reference and
+// the head), or on one tile with explicit border padding (DESIGN.md rules 1-4).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "core/graph.h"
+#include "core/window.h"
+
+namespace tessel::core {
+
+// A piece of one activation: `tensor` (N×C×h×w) holds `region` (global coordinates).
+struct TileTensor {
+  at::Tensor tensor;
+  Region region;
+};
+
+// Node `node` on whole activations, with the op's own padding and ceil mode.
+at::Tensor forward_plain(const Node& node, const std::vector<at::Tensor>& inputs);
+
+// Node `node` over output region `out` (non-empty, inside its activation), from producers' tiles
+// that cover at least the clipped windows `out` needs. `input_shapes[i]` is producer i's whole
+// activation. Pads only where a window crosses the true border; the op runs with padding 0.
+at::Tensor forward_tile(const Node& node, const Region& out, const std::vector<TileTensor>& inputs,
+                        const std::vector<Shape>& input_shapes);
+
+// The region of node `node`'s input `input_shape` that output region `out` reads, clipped to
+// the activation (DESIGN.md rule 1). Empty when the window is pure padding.
+Region needed_input(const Node& node, const Region& out, const Shape& input_shape);
+
+// `t` restricted to `want` (which must lie inside t.region). A view, no copy.
+at::Tensor crop(const TileTensor& t, const Region& want);
+
+}  // namespace tessel::core

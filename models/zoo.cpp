@@ -1,0 +1,172 @@
+#include "models/zoo.h"
+
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+
+namespace tessel::models {
+
+using core::ConvSpec;
+using core::Graph;
+using core::NodeId;
+using core::PoolSpec;
+
+namespace {
+
+NodeId head(Graph& g, NodeId x, const ModelOptions& o) {
+  x = o.global_max_pool ? g.global_max_pool(x) : g.global_avg_pool(x);
+  if (o.dropout > 0) x = g.dropout(x, o.dropout);
+  return g.linear(x, o.classes, "classifier");
+}
+
+// VGG (Simonyan & Zisserman): 3×3/p1 convs + ReLU, 2×2/s2 max pools; `cfg` 0 marks a pool.
+Graph vgg(const std::vector<int64_t>& cfg, int64_t width_divisor, const ModelOptions& o) {
+  Graph g(o.in_channels);
+  NodeId x = g.input();
+  int64_t channels = o.in_channels;
+  int block = 1, layer = 1;
+  for (int64_t c : cfg) {
+    if (c == 0) {
+      x = g.max_pool(x, PoolSpec(2));
+      ++block;
+      layer = 1;
+      continue;
+    }
+    const int64_t out = c / width_divisor;
+    x = g.conv(x, ConvSpec(channels, out, 3).padding(1),
+               "conv" + std::to_string(block) + "_" + std::to_string(layer++));
+    x = g.relu(x);
+    channels = out;
+  }
+  head(g, x, o);
+  return g;
+}
+
+const std::vector<int64_t> kVgg16 = {64, 64,  0,   128, 128, 0,   256, 256, 256,
+                                     0,  512, 512, 512, 0,   512, 512, 512, 0};
+const std::vector<int64_t> kVgg19 = {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
+                                     512, 512, 512, 512, 0,   512, 512, 512, 512, 0};
+
+// Darknet-19 (Redmon & Farhadi, YOLO9000): 3×3 and 1×1 convs with batch norm (frozen in tiled
+// segments) and leaky ReLU 0.1, five 2×2 max pools.
+Graph darknet19(const ModelOptions& o) {
+  Graph g(o.in_channels);
+  NodeId x = g.input();
+  int64_t channels = o.in_channels;
+  int n = 1;
+  auto conv = [&](int64_t out, int64_t k) {
+    x = g.conv(x, ConvSpec(channels, out, k).padding(k / 2).bias(false),
+               "conv" + std::to_string(n));
+    x = g.frozen_batch_norm(x, "bn" + std::to_string(n++));
+    x = g.leaky_relu(x, 0.1);
+    channels = out;
+  };
+  auto pool = [&] { x = g.max_pool(x, PoolSpec(2)); };
+  conv(32, 3);
+  pool();
+  conv(64, 3);
+  pool();
+  conv(128, 3);
+  conv(64, 1);
+  conv(128, 3);
+  pool();
+  conv(256, 3);
+  conv(128, 1);
+  conv(256, 3);
+  pool();
+  conv(512, 3);
+  conv(256, 1);
+  conv(512, 3);
+  conv(256, 1);
+  conv(512, 3);
+  pool();
+  conv(1024, 3);
+  conv(512, 1);
+  conv(1024, 3);
+  conv(512, 1);
+  conv(1024, 3);
+  head(g, x, o);
+  return g;
+}
+
+// ResNet-18/34 (He et al.) with basic blocks; batch norm frozen (per-channel affine).
+Graph resnet(const std::vector<int>& blocks, const ModelOptions& o) {
+  Graph g(o.in_channels);
+  NodeId x =
+      g.conv(g.input(), ConvSpec(o.in_channels, 64, 7).stride(2).padding(3).bias(false), "conv1");
+  x = g.relu(g.frozen_batch_norm(x, "bn1"));
+  x = g.max_pool(x, PoolSpec(3).stride(2).padding(1));
+  int64_t channels = 64;
+  for (size_t stage = 0; stage < blocks.size(); ++stage) {
+    const int64_t out = 64 << stage;
+    for (int b = 0; b < blocks[stage]; ++b) {
+      const int64_t stride = (b == 0 && stage > 0) ? 2 : 1;
+      const std::string name = "layer" + std::to_string(stage + 1) + "_" + std::to_string(b);
+      NodeId y = g.conv(x, ConvSpec(channels, out, 3).stride(stride).padding(1).bias(false),
+                        name + "_conv1");
+      y = g.relu(g.frozen_batch_norm(y, name + "_bn1"));
+      y = g.conv(y, ConvSpec(out, out, 3).padding(1).bias(false), name + "_conv2");
+      y = g.frozen_batch_norm(y, name + "_bn2");
+      NodeId shortcut = x;
+      if (stride != 1 || channels != out) {
+        shortcut = g.conv(x, ConvSpec(channels, out, 1).stride(stride).bias(false), name + "_down");
+        shortcut = g.frozen_batch_norm(shortcut, name + "_down_bn");
+      }
+      x = g.relu(g.add(y, shortcut));
+      channels = out;
+    }
+  }
+  head(g, x, o);
+  return g;
+}
+
+// A few layers for tests and smoke runs.
+Graph tiny(const ModelOptions& o) {
+  Graph g(o.in_channels);
+  NodeId x = g.relu(g.conv(g.input(), ConvSpec(o.in_channels, 8, 3).padding(1), "conv1"));
+  x = g.max_pool(x, PoolSpec(2));
+  x = g.relu(g.conv(x, ConvSpec(8, 16, 3).padding(1), "conv2"));
+  x = g.max_pool(x, PoolSpec(2));
+  x = g.relu(g.conv(x, ConvSpec(16, 16, 3).padding(1), "conv3"));
+  head(g, x, o);
+  return g;
+}
+
+const std::map<std::string, std::function<Graph(const ModelOptions&)>>& registry() {
+  static const std::map<std::string, std::function<Graph(const ModelOptions&)>> models = {
+      {"tiny", tiny},
+      {"vgg-mini", [](const ModelOptions& o) { return vgg(kVgg16, 4, o); }},
+      {"vgg16", [](const ModelOptions& o) { return vgg(kVgg16, 1, o); }},
+      {"vgg19", [](const ModelOptions& o) { return vgg(kVgg19, 1, o); }},
+      {"darknet19", darknet19},
+      {"resnet18",
+       [](const ModelOptions& o) {
+         return resnet({2, 2, 2, 2}, o);
+       }},
+      {"resnet34",
+       [](const ModelOptions& o) {
+         return resnet({3, 4, 6, 3}, o);
+       }},
+  };
+  return models;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  return {"tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34"};
+}
+
+Graph build_model(const std::string& name, const ModelOptions& options) {
+  const auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error("unknown model '" + name + "': choose one of " + known);
+  }
+  if (options.classes < 1) throw Error("a model needs at least one class");
+  return it->second(options);
+}
+
+}  // namespace tessel::models

@@ -1,0 +1,31 @@
+// The networks Tessel ships, declared on core's graph, each with a slide-level head: a global
+// pool (a streaming reduction, so memory does not grow with the slide) and a linear classifier.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+
+namespace tessel::models {
+
+struct ModelOptions {
+  int64_t classes = 2;
+  int64_t in_channels = 3;
+  bool global_max_pool = false;  // default: global average pool
+  double dropout = 0.0;          // before the classifier
+};
+
+// "tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34".
+std::vector<std::string> model_names();
+// Throws tessel::Error listing the known names for an unknown one.
+core::Graph build_model(const std::string& name, const ModelOptions& options = {});
+
+// A random network for exactness tests (`tessel gradcheck --model random`): convs with random
+// kernel, stride, padding, dilation, groups and bias; max and avg pools with ceil mode and
+// padding; pointwise ops; residual adds and concats; and a random head (global avg or max pool
+// + linear, or none). Valid for inputs of at least `min_size` pixels per side. Deterministic.
+core::Graph random_network(uint64_t seed, int64_t min_size = 16, int64_t in_channels = 3);
+
+}  // namespace tessel::models

@@ -1,0 +1,34 @@
+// Shared helpers for the engine's exactness tests: run one step tiled and plain on the same
+// image and weights, and compare every output and gradient by relative error.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "core/executor.h"
+#include "core/graph.h"
+#include "core/planner.h"
+
+namespace tessel::testing {
+
+struct Comparison {
+  double loss = 0, logits = 0, input_grad = 0, worst_param = 0;
+  std::string worst_param_name;
+  double worst() const { return std::max({loss, logits, input_grad, worst_param}); }
+  std::string to_string() const;
+};
+
+// max |a - b| / max(max |b|, 1e-30).
+double relative_error(const at::Tensor& a, const at::Tensor& b);
+
+// Random float64 weights (frozen batch norm statistics too) from `seed`.
+void randomise(core::Graph& graph, uint64_t seed);
+
+// One step of `plan` and one plain step on `image` (1×C×H×W, float64), same weights; loss is
+// cross-entropy against a fixed target for a classifier head, else a fixed random projection.
+Comparison compare_with_plain(core::Graph& graph, const core::Plan& plan, const at::Tensor& image,
+                              uint64_t seed);
+
+}  // namespace tessel::testing

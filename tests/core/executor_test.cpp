@@ -1,0 +1,239 @@
+// The engine's first law: every strategy gives the gradients of plain LibTorch autograd on the
+// whole image (DESIGN.md). Float64, random weights, sizes that do not divide the tiles.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <random>
+
+#include "core/error.h"
+#include "core/planner.h"
+#include "exactness.h"
+#include "models/zoo.h"
+
+namespace tessel::core {
+namespace {
+
+using testing::compare_with_plain;
+using testing::randomise;
+
+constexpr double kTolerance = 1e-10;
+
+at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({1, channels, h, w}, gen, at::kDouble);
+}
+
+PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
+  PlanOptions o;
+  o.strategy = s;
+  o.element_bytes = 8;
+  o.tiles_y = ty;
+  o.tiles_x = tx;
+  return o;
+}
+
+TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
+  for (uint64_t seed = 1; seed <= 80; ++seed) {
+    std::mt19937_64 rng(seed * 7919);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    Graph g = models::random_network(seed, 17, 2);
+    randomise(g, seed);
+    const Shape in{2, pick(17, 45), pick(17, 45)};
+    PlanOptions o =
+        fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 5), pick(1, 4));
+    o.streaming_reduction = pick(0, 3) != 0;
+    std::vector<NodeId> ckpts;
+    for (NodeId v : checkpoint_candidates(g)) {
+      if (pick(0, 2) == 0) ckpts.push_back(v);
+    }
+    o.checkpoints = ckpts;
+    Plan plan;
+    try {
+      plan = make_plan(g, in, 0, o);
+    } catch (const tessel::Error&) {
+      // A checkpoint after the last tiled layer is not a candidate: plan without them.
+      o.checkpoints.reset();
+      plan = make_plan(g, in, 0, o);
+    }
+    const auto c = compare_with_plain(g, plan, random_image(2, in.height, in.width, seed), seed);
+    EXPECT_LT(c.worst(), kTolerance) << "seed " << seed << " input " << to_string(in) << "\n"
+                                     << to_string(plan, g) << c.to_string();
+  }
+}
+
+// One op between two 3×3 convs (so padding meets computed halos), on a prime-sized image cut
+// into uneven tiles.
+void expect_exact(Graph& g, const std::string& what, int64_t h = 23, int64_t w = 19) {
+  randomise(g, 11);
+  for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {4, 1}, {2, 5}}) {
+    const Plan plan = make_plan(g, {2, h, w}, 0, fixed_tiles(Strategy::kGrid, ty, tx));
+    const auto c = compare_with_plain(g, plan, random_image(2, h, w, 5), 5);
+    EXPECT_LT(c.worst(), kTolerance) << what << " tiles " << ty << "×" << tx << "\n"
+                                     << c.to_string();
+  }
+}
+
+TEST(TiledStep, ConvolutionsMatchForEveryKernelStridePaddingDilation) {
+  for (int64_t k = 1; k <= 4; ++k) {
+    for (int64_t s = 1; s <= 3; ++s) {
+      for (int64_t p = 0; p <= 3; ++p) {
+        for (int64_t d = 1; d <= 2; ++d) {
+          for (bool bias : {true, false}) {
+            Graph g(2);
+            NodeId x = g.conv(g.input(), ConvSpec(2, 4, 3).padding(1));
+            x = g.conv(x, ConvSpec(4, 4, k).stride(s).padding(p).dilation(d).bias(bias).groups(
+                              k % 2 ? 1 : 2));
+            x = g.conv(g.relu(x), ConvSpec(4, 3, 3).padding(1));
+            expect_exact(g, describe(g.node(2)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TiledStep, AsymmetricConvolutionsMatch) {
+  Graph g(2);
+  NodeId x =
+      g.conv(g.input(), ConvSpec(2, 3, 1).kernel(3, 1).stride(2, 1).padding(2, 0).dilation(1, 3));
+  x = g.conv(x, ConvSpec(3, 3, 1).kernel(1, 4).stride(1, 3).padding(0, 3));
+  expect_exact(g, "asymmetric", 29, 31);
+}
+
+TEST(TiledStep, PoolsMatchForEveryKernelStridePaddingAndCeilMode) {
+  for (int64_t k = 1; k <= 3; ++k) {
+    for (int64_t s = 1; s <= 3; ++s) {
+      for (int64_t p = 0; p <= k / 2; ++p) {
+        for (bool ceil : {false, true}) {
+          for (int kind = 0; kind < 4; ++kind) {
+            Graph g(2);
+            NodeId x = g.conv(g.input(), ConvSpec(2, 3, 3).padding(1));
+            PoolSpec spec = PoolSpec(k).stride(s).padding(p).ceil_mode(ceil);
+            if (kind == 0) x = g.max_pool(x, spec);
+            if (kind == 1) x = g.max_pool(x, spec.dilation(2));
+            if (kind == 2) x = g.avg_pool(x, spec.count_include_pad(true));
+            if (kind == 3) x = g.avg_pool(x, spec.count_include_pad(false));
+            x = g.conv(x, ConvSpec(3, 2, 3).padding(1));
+            try {
+              (void)g.shapes({2, 23, 19});
+            } catch (const tessel::Error&) {
+              continue;  // dilated kernel larger than the input
+            }
+            expect_exact(g, describe(g.node(2)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TiledStep, AvgPoolDivisorOverrideMatches) {
+  Graph g(2);
+  NodeId x = g.conv(g.input(), ConvSpec(2, 3, 3).padding(1));
+  x = g.avg_pool(x, PoolSpec(3).stride(2).padding(1).ceil_mode(true).divisor_override(4));
+  expect_exact(g, "divisor_override");
+}
+
+TEST(TiledStep, PointwiseOpsMatch) {
+  for (int op = 0; op < 7; ++op) {
+    Graph g(2);
+    NodeId x = g.conv(g.input(), ConvSpec(2, 3, 3).padding(1));
+    switch (op) {
+      case 0:
+        x = g.relu(x);
+        break;
+      case 1:
+        x = g.leaky_relu(x, 0.2);
+        break;
+      case 2:
+        x = g.gelu(x);
+        break;
+      case 3:
+        x = g.sigmoid(x);
+        break;
+      case 4:
+        x = g.tanh(x);
+        break;
+      case 5:
+        x = g.identity(x);
+        break;
+      default:
+        x = g.frozen_batch_norm(x);
+        break;
+    }
+    x = g.conv(x, ConvSpec(3, 2, 3).padding(1));
+    expect_exact(g, describe(g.node(2)));
+  }
+}
+
+TEST(TiledStep, ResidualAndConcatJoinsMatch) {
+  Graph g(2);
+  NodeId x = g.relu(g.conv(g.input(), ConvSpec(2, 4, 3).padding(1)));
+  NodeId y = g.conv(g.relu(g.conv(x, ConvSpec(4, 4, 3).padding(2).dilation(2))),
+                    ConvSpec(4, 4, 3).padding(1));
+  x = g.add(y, x);
+  NodeId a = g.conv(x, ConvSpec(4, 2, 5).padding(2));
+  NodeId b = g.max_pool(x, PoolSpec(3).stride(1).padding(1));
+  x = g.concat({a, b});
+  x = g.conv(x, ConvSpec(6, 3, 3).stride(2).padding(1));
+  expect_exact(g, "residual+concat", 31, 26);
+}
+
+TEST(TiledStep, StreamingGlobalPoolsMatchWithAndWithoutCheckpoints) {
+  for (bool max : {false, true}) {
+    models::ModelOptions mo;
+    mo.in_channels = 2;
+    mo.classes = 3;
+    mo.global_max_pool = max;
+    Graph g = models::build_model("tiny", mo);
+    randomise(g, 3);
+    for (bool streaming : {true, false}) {
+      for (int64_t tiles : {1, 3, 4}) {
+        PlanOptions o = fixed_tiles(Strategy::kGrid, tiles, tiles + 1);
+        o.streaming_reduction = streaming;
+        const Plan plan = make_plan(g, {2, 37, 41}, 0, o);
+        EXPECT_EQ(plan.segments.back().reduction >= 0, streaming);
+        const auto c = compare_with_plain(g, plan, random_image(2, 37, 41, 9), 9);
+        EXPECT_LT(c.worst(), kTolerance)
+            << (max ? "max" : "avg") << " streaming " << streaming << " tiles " << tiles << "\n"
+            << c.to_string();
+      }
+    }
+  }
+}
+
+TEST(TiledStep, ImagesSmallerThanOneTileMatch) {
+  Graph g = models::random_network(42, 8, 2);
+  randomise(g, 42);
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
+  o.tile_size = 64;
+  o.tiles_y.reset();
+  const Plan plan = make_plan(g, {2, 9, 11}, 0, o);
+  const auto c = compare_with_plain(g, plan, random_image(2, 9, 11, 4), 4);
+  EXPECT_LT(c.worst(), kTolerance) << c.to_string();
+}
+
+TEST(TiledStep, BudgetedPlansOfTheShippedModelsMatch) {
+  for (const std::string name : {"tiny", "resnet18"}) {
+    models::ModelOptions mo;
+    mo.in_channels = 3;
+    Graph g = models::build_model(name, mo);
+    randomise(g, 8);
+    for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
+      PlanOptions o;
+      o.strategy = s;
+      o.element_bytes = 8;
+      o.tile_size = 5;
+      const Plan plan = make_plan(g, {3, 67, 53}, 0, o);
+      const auto c = compare_with_plain(g, plan, random_image(3, 67, 53, 8), 8);
+      EXPECT_LT(c.worst(), kTolerance) << name << " " << to_string(s) << "\n"
+                                       << to_string(plan, g) << c.to_string();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessel::core
