@@ -11,6 +11,7 @@ namespace tessel::core {
 namespace {
 
 constexpr int64_t kUnfit = std::numeric_limits<int64_t>::max() / 4;
+constexpr double kNever = std::numeric_limits<double>::infinity();
 
 int64_t elements(const Shape& s) { return s.channels * s.height * s.width; }
 int64_t elements(const Node& n, const Region& r) { return n.channels * r.area(); }
@@ -36,46 +37,102 @@ struct Analysis {
 
   int64_t bytes(NodeId v) const { return elements(shapes[static_cast<size_t>(v)]) * eb; }
 
-  // Working set of one tile of segment (input, output]: forward (no autograd: activations
-  // freed after their last consumer) and backward (recompute with autograd keeps every
-  // activation, max pool indices, plus the gradients in flight and the input tile's gradient).
+  // Working set of one tile of segment (input, output]. Forward without autograd: each
+  // activation lives until its last consumer. Backward: the recompute keeps what autograd saves
+  // (conv and max pool inputs, max pool indices, relu/sigmoid/tanh outputs, gelu/leaky/affine
+  // inputs), then gradients flow down, freeing each node's saved tensors as it passes.
   struct TileCost {
     int64_t forward_bytes = 0, backward_bytes = 0, flops = 0;
   };
   TileCost tile_cost(NodeId input, NodeId output, const Region& tile) const {
     const std::vector<Region> need = segment_needs(graph, shapes, input, output, tile);
+    const size_t count = static_cast<size_t>(output) + 1;
     TileCost cost;
-    std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
+    std::vector<int> uses(count, 0);
     for (NodeId v = input + 1; v <= output; ++v) {
       for (NodeId p : graph.node(v).inputs) ++uses[static_cast<size_t>(p)];
     }
-    const int64_t in_bytes = elements(graph.node(input), need[static_cast<size_t>(input)]) * eb;
-    int64_t live = in_bytes, peak = live, saved = in_bytes, largest = in_bytes;
-    std::vector<int64_t> held(static_cast<size_t>(output) + 1, 0);
-    held[static_cast<size_t>(input)] = in_bytes;
+    std::vector<int64_t> out_bytes(count, 0), own(count, 0);
+    // kept_until[v]: the lowest node whose backward still needs v's output (v's output is kept
+    // by autograd until then); -1 when nobody saves it.
+    std::vector<NodeId> kept_until(count, -1);
+    auto keep = [&](NodeId v, NodeId by) {
+      NodeId& k = kept_until[static_cast<size_t>(v)];
+      k = k < 0 ? by : std::min(k, by);
+    };
+    out_bytes[static_cast<size_t>(input)] =
+        elements(graph.node(input), need[static_cast<size_t>(input)]) * eb;
+    int64_t live = out_bytes[static_cast<size_t>(input)], peak = live;
+    std::vector<int> left = uses;
     for (NodeId v = input + 1; v <= output; ++v) {
       const Node& n = graph.node(v);
       const Region& r = need[static_cast<size_t>(v)];
       const int64_t b = elements(n, r) * eb;
-      // A padded copy of the input window, for ops that pad explicitly at the border.
+      out_bytes[static_cast<size_t>(v)] = b;
       int64_t pad_copy = 0;
       if (n.kind == OpKind::kConv || n.kind == OpKind::kMaxPool || n.kind == OpKind::kAvgPool) {
         const Region window{input_window(n.axis_op(0), r.y), input_window(n.axis_op(1), r.x)};
-        pad_copy = graph.node(n.inputs[0]).channels * window.area() * eb;
+        const Region& have = need[static_cast<size_t>(n.inputs[0])];
+        if (!r.empty() && window != intersect(window, have)) {
+          pad_copy = graph.node(n.inputs[0]).channels * window.area() * eb;
+        }
       }
       peak = std::max(peak, live + b + pad_copy);
       live += b;
-      held[static_cast<size_t>(v)] = b;
-      saved += b + pad_copy / 2;
-      if (n.kind == OpKind::kMaxPool) saved += elements(n, r) * 8;  // int64 indices
-      largest = std::max(largest, b);
       cost.flops += flops(n, r);
       for (NodeId p : n.inputs) {
-        if (--uses[static_cast<size_t>(p)] == 0) live -= held[static_cast<size_t>(p)];
+        if (--left[static_cast<size_t>(p)] == 0) live -= out_bytes[static_cast<size_t>(p)];
+      }
+      // What this node's backward keeps.
+      switch (n.kind) {
+        case OpKind::kConv:
+        case OpKind::kMaxPool:
+          if (pad_copy > 0) {
+            own[static_cast<size_t>(v)] += pad_copy;
+          } else {
+            keep(n.inputs[0], v);
+          }
+          if (n.kind == OpKind::kMaxPool) own[static_cast<size_t>(v)] += elements(n, r) * 8;
+          break;
+        case OpKind::kPointwise:
+          if (n.pointwise == Pointwise::kRelu || n.pointwise == Pointwise::kSigmoid ||
+              n.pointwise == Pointwise::kTanh) {
+            keep(v, v);
+          } else if (n.pointwise != Pointwise::kIdentity) {
+            keep(n.inputs[0], v);
+          }
+          break;
+        default:
+          break;
       }
     }
     cost.forward_bytes = peak;
-    cost.backward_bytes = saved + 3 * largest + in_bytes;
+
+    // Backward of the tile: recompute (everything kept, plus transients), then gradients.
+    int64_t kept = 0;
+    std::vector<int64_t> freed_at(count, 0);  // bytes released when node v's backward ran
+    for (NodeId v = input; v <= output; ++v) {
+      const size_t i = static_cast<size_t>(v);
+      kept += own[i];
+      freed_at[i] += own[i];
+      if (kept_until[i] >= 0) {
+        kept += out_bytes[i];
+        freed_at[static_cast<size_t>(kept_until[i])] += out_bytes[i];
+      }
+    }
+    int64_t largest = 0;
+    for (NodeId v = input; v <= output; ++v)
+      largest = std::max(largest, out_bytes[static_cast<size_t>(v)]);
+    int64_t bwd_peak = kept + largest;  // recompute: the last unkept activation in flight
+    int64_t held = kept;
+    for (NodeId v = output; v > input; --v) {
+      const Node& n = graph.node(v);
+      int64_t grad_in = 0;
+      for (NodeId p : n.inputs) grad_in += out_bytes[static_cast<size_t>(p)];
+      bwd_peak = std::max(bwd_peak, held + out_bytes[static_cast<size_t>(v)] + grad_in);
+      held -= freed_at[static_cast<size_t>(v)];
+    }
+    cost.backward_bytes = bwd_peak;
     return cost;
   }
 };
@@ -134,9 +191,37 @@ std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId outpu
   return edges;
 }
 
+// The largest working set over the tiles of a partition: every row or column when there are
+// few, else the first, middle and last of each axis (interior tiles of an even partition are
+// alike).
+Analysis::TileCost worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
+  auto picks = [](int64_t n) {
+    std::vector<int64_t> out;
+    if (n <= 8) {
+      for (int64_t i = 0; i < n; ++i) out.push_back(i);
+    } else {
+      out = {0, 1, n / 2, n - 2, n - 1};
+    }
+    return out;
+  };
+  Analysis::TileCost worst;
+  int64_t flops = 0;
+  for (int64_t r : picks(p.rows())) {
+    for (int64_t c : picks(p.cols())) {
+      const auto tc = a.tile_cost(s.input, s.output, p.tile(r * p.cols() + c));
+      worst.forward_bytes = std::max(worst.forward_bytes, tc.forward_bytes);
+      worst.backward_bytes = std::max(worst.backward_bytes, tc.backward_bytes);
+      flops = std::max(flops, tc.flops);
+    }
+  }
+  worst.flops = a.tile_cost(s.input, s.output, middle_tile(p)).flops;
+  (void)flops;
+  return worst;
+}
+
 struct Candidate {
   Plan plan;
-  int64_t cost = kUnfit;    // FLOPs of forward + recompute + backward, halo included
+  double cost = kNever;     // FLOPs of forward + recompute + backward, halo included
   int64_t needed = kUnfit;  // smallest budget this segmentation could ever fit
   std::string dominant;
 };
@@ -153,7 +238,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   int64_t held = 0;  // checkpoints alive while this segment runs (forward)
   int64_t peak = base, finest_peak = base;
   MemoryBreakdown at_peak = fixed;
-  int64_t cost = 0;
+  double cost = 0;
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     Segment s;
     s.input = bounds[i];
@@ -169,8 +254,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t bwd_fixed = base + held + 2 * out_bytes + in_grad;
 
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
-      const Region tile = middle_tile(partition_for(strategy, out, n));
-      const auto tc = a.tile_cost(s.input, s.output, tile);
+      const auto tc = worst_tile(a, s, partition_for(strategy, out, n));
       return (backward ? tc.backward_bytes : tc.forward_bytes) <= avail;
     };
     auto choose = [&](bool backward) -> int64_t {
@@ -207,9 +291,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
         s.input, s.output, middle_tile(partition_for(strategy, out, max_count(strategy, out))));
     finest_peak = std::max(
         {finest_peak, fwd_fixed + finest.forward_bytes, bwd_fixed + finest.backward_bytes});
-    if (nf < 0 || nb < 0) {
-      cost = kUnfit;
-    }
+    if (nf < 0 || nb < 0) cost = kNever;
     if (nf == 0) {
       s.forward = s.backward = fixed_partition();
     } else if (nf > 0 && nb > 0) {
@@ -219,15 +301,24 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       s.forward = s.backward = Partition::whole(out.height, out.width);
     }
     if (strategy == Strategy::kRows) {
-      s.forward.y_edges = balanced_rows(a, s.input, s.output, s.forward.rows());
-      s.backward.y_edges = balanced_rows(a, s.input, s.output, s.backward.rows());
+      // Balanced rows, unless balancing by input rows makes the heaviest row heavier.
+      Partition f = s.forward, b = s.backward;
+      f.y_edges = balanced_rows(a, s.input, s.output, s.forward.rows());
+      b.y_edges = balanced_rows(a, s.input, s.output, s.backward.rows());
+      if (worst_tile(a, s, f).forward_bytes <= worst_tile(a, s, s.forward).forward_bytes) {
+        s.forward = f;
+      }
+      if (worst_tile(a, s, b).backward_bytes <= worst_tile(a, s, s.backward).backward_bytes) {
+        s.backward = b;
+      }
     }
-    const auto fc = a.tile_cost(s.input, s.output, middle_tile(s.forward));
-    const auto bc = a.tile_cost(s.input, s.output, middle_tile(s.backward));
+    const auto fc = worst_tile(a, s, s.forward);
+    const auto bc = worst_tile(a, s, s.backward);
     s.forward_working_bytes = fc.forward_bytes;
     s.backward_working_bytes = bc.backward_bytes;
     s.halo_flops = fc.flops * s.forward.tiles();
-    if (cost < kUnfit) cost += s.halo_flops + 3 * bc.flops * s.backward.tiles();
+    cost += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
+            3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles());
     plan.tiled_flops += s.halo_flops;
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
     const int64_t bwd_peak = bwd_fixed + bc.backward_bytes;
@@ -250,13 +341,13 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   plan.tail_input = reduction >= 0 ? reduction : last;
   plan.predicted = at_peak;
   c.needed = finest_peak;
-  c.cost = (budget > 0 && peak > budget) ? kUnfit : cost;
-  const MemoryBreakdown& m = at_peak;
-  const std::pair<int64_t, const char*> parts[] = {
-      {m.parameters + m.gradients + m.optimizer, "parameters, gradients and optimizer state"},
-      {m.checkpoints, "checkpoints"},
-      {m.working_set, "the working set of one tile"}};
-  c.dominant = std::max_element(std::begin(parts), std::end(parts))->second;
+  c.cost = (budget > 0 && peak > budget) ? kNever : cost;
+  // What dominates the smallest budget this segmentation could reach.
+  const int64_t model_state = fixed.parameters + fixed.gradients + fixed.optimizer;
+  c.dominant = model_state * 2 >= c.needed
+                   ? "parameters, gradients and optimizer state (" + format_bytes(model_state) + ")"
+                   : "checkpoints and the working set of the smallest tile (" +
+                         format_bytes(c.needed - model_state) + ")";
   return c;
 }
 
@@ -392,7 +483,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       if (c.needed < smallest.needed) smallest = c;
     }
   }
-  if (best.cost >= kUnfit) {
+  if (best.cost == kNever) {
     throw Error("no plan fits a " + to_string(input) + " image in " + format_bytes(budget) +
                 ": the smallest budget that fits is about " + format_bytes(smallest.needed) +
                 ", dominated by " + smallest.dominant);

@@ -9,12 +9,15 @@ Window input_window(const AxisOp& op, Window out) {
 }
 
 int64_t output_size(const AxisOp& op, int64_t in) {
-  const int64_t span = in + 2 * op.padding - op.dilation * (op.kernel - 1) - 1;
-  if (span < 0) return 0;
-  int64_t out = (op.ceil_mode ? (span + op.stride - 1) / op.stride : span / op.stride) + 1;
-  // ATen pooling_output_shape: the last window must start inside the input or left padding.
+  // ATen's pooling_output_shape (conv is the same without ceil mode), with floor division: in
+  // ceil mode the last window may reach past the padded input.
+  const int64_t span =
+      in + 2 * op.padding - op.dilation * (op.kernel - 1) - 1 + (op.ceil_mode ? op.stride - 1 : 0);
+  const int64_t floor_div = span >= 0 ? span / op.stride : -((-span + op.stride - 1) / op.stride);
+  int64_t out = floor_div + 1;
+  // The last window must start inside the input or left padding.
   if (op.ceil_mode && (out - 1) * op.stride >= in + op.padding) --out;
-  return out;
+  return std::max<int64_t>(out, 0);
 }
 
 Window intersect(Window a, Window b) {

@@ -1,0 +1,171 @@
+#include "core/planner.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/executor.h"
+#include "core/memory.h"
+#include "models/zoo.h"
+
+namespace tessel::core {
+namespace {
+
+TEST(Window, OutputSizesAgreeWithLibTorchForEveryOption) {
+  for (int64_t n = 1; n <= 12; ++n) {
+    for (int64_t k = 1; k <= 4; ++k) {
+      for (int64_t s = 1; s <= 3; ++s) {
+        for (int64_t p = 0; p <= k / 2; ++p) {
+          for (int64_t d = 1; d <= 2; ++d) {
+            for (bool ceil : {false, true}) {
+              const AxisOp op{k, s, p, d, ceil};
+              const at::Tensor x = at::zeros({1, 1, n, 1});
+              int64_t expected = 0;
+              try {
+                expected = at::max_pool2d(x, {k, 1}, {s, 1}, {p, 0}, {d, 1}, ceil).size(2);
+              } catch (const std::exception&) {
+                expected = 0;  // LibTorch rejects an output smaller than 1
+              }
+              EXPECT_EQ(std::max<int64_t>(0, output_size(op, n)), expected)
+                  << "n " << n << " k " << k << " s " << s << " p " << p << " d " << d << " ceil "
+                  << ceil;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Window, InputWindowIsExactlyWhatTheOutputsRead) {
+  for (int64_t k = 1; k <= 4; ++k) {
+    for (int64_t s = 1; s <= 3; ++s) {
+      for (int64_t p = 0; p <= 3; ++p) {
+        for (int64_t d = 1; d <= 3; ++d) {
+          const AxisOp op{k, s, p, d, false};
+          for (int64_t a = 0; a < 5; ++a) {
+            for (int64_t b = a + 1; b <= 6; ++b) {
+              int64_t lo = INT64_MAX, hi = INT64_MIN;
+              for (int64_t o = a; o < b; ++o) {
+                for (int64_t j = 0; j < k; ++j) {
+                  lo = std::min(lo, o * s - p + d * j);
+                  hi = std::max(hi, o * s - p + d * j + 1);
+                }
+              }
+              EXPECT_EQ(input_window(op, {a, b}), (Window{lo, hi}));
+            }
+          }
+          EXPECT_TRUE(input_window(op, {3, 3}).empty());
+        }
+      }
+    }
+  }
+}
+
+TEST(Planner, FitsTheBudgetAndTilesMoreWhenItShrinks) {
+  Graph g = models::build_model("vgg-mini");
+  const Shape in{3, 4096, 4096};
+  int64_t previous_tiles = 0;
+  for (int64_t budget : {int64_t{2} << 30, int64_t{512} << 20, int64_t{128} << 20}) {
+    for (Strategy s : {Strategy::kGrid, Strategy::kRows, Strategy::kAuto}) {
+      // Full-width rows of a 4096-px image cannot go below ~270 MiB (their halo is 4096 wide).
+      if (s == Strategy::kRows && budget < (int64_t{256} << 20)) continue;
+      PlanOptions o;
+      o.strategy = s;
+      const Plan plan = make_plan(g, in, budget, o);
+      EXPECT_LE(plan.predicted.total(), budget) << to_string(plan, g);
+      EXPECT_FALSE(plan.segments.empty());
+      for (const Segment& seg : plan.segments) {
+        EXPECT_GE(seg.backward.tiles(), seg.forward.tiles()) << to_string(plan, g);
+        if (s == Strategy::kRows) {
+          EXPECT_EQ(seg.forward.cols(), 1);
+        }
+      }
+      if (s == Strategy::kGrid) {
+        EXPECT_GE(plan.segments[0].backward.tiles(), previous_tiles);
+        previous_tiles = plan.segments[0].backward.tiles();
+      }
+    }
+  }
+}
+
+TEST(Planner, RowsAreBalancedByTheirInputWindow) {
+  Graph g = models::build_model("vgg-mini");
+  PlanOptions o;
+  o.strategy = Strategy::kRows;
+  o.tiles_y = 7;
+  const Plan plan = make_plan(g, {3, 1000, 300}, 0, o);
+  const Segment& s = plan.segments[0];
+  int64_t lo = INT64_MAX, hi = 0;
+  for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+    const auto need = segment_needs(g, plan.shapes, s.input, s.output, s.forward.tile(t));
+    lo = std::min(lo, need[0].y.size());
+    hi = std::max(hi, need[0].y.size());
+  }
+  EXPECT_LE(hi - lo, 32) << "rows read between " << lo << " and " << hi << " input rows";
+}
+
+TEST(Planner, NamesTheSmallestBudgetWhenNothingFits) {
+  Graph g = models::build_model("vgg16");
+  try {
+    (void)make_plan(g, {3, 20000, 20000}, int64_t{64} << 20);
+    FAIL() << "a 64 MiB budget cannot hold VGG-16's parameters (59 MiB) and their gradients";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("smallest budget that fits is about"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("parameters"), std::string::npos) << msg;
+  }
+}
+
+TEST(Planner, PlansVgg16OnA200kSlide) {
+  Graph g = models::build_model("vgg16");
+  const Plan plan = make_plan(g, {3, 200000, 200000}, int64_t{8} << 30);
+  EXPECT_LE(plan.predicted.total(), int64_t{8} << 30);
+  EXPECT_GT(plan.segments[0].forward.tiles(), 100);
+}
+
+TEST(Planner, RejectsInvalidInputNamingTheNode) {
+  Graph g(3);
+  NodeId x = g.conv(g.input(), ConvSpec(3, 4, 7), "big");
+  (void)x;
+  try {
+    (void)make_plan(g, {3, 5, 5}, 0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("big"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)make_plan(g, {3, 0, 10}, 0), Error);
+  EXPECT_THROW((void)make_plan(g, {2, 10, 10}, 0), Error);
+  EXPECT_THROW(g.conv(x, ConvSpec(5, 4, 3)), Error);  // channel mismatch
+}
+
+// Predicted peak vs the tracking allocator's measured peak, float32, three sizes.
+TEST(Memory, PredictedPeakIsWithin15PercentOfMeasured) {
+  MemoryTracker::install();
+  for (const std::string name : {"tiny", "vgg-mini"}) {
+    Graph g = models::build_model(name);
+    for (int64_t size : {384, 640, 1024}) {
+      PlanOptions o;
+      o.strategy = Strategy::kGrid;
+      o.tiles_y = 3;
+      o.tiles_x = 2;
+      const Plan plan = make_plan(g, {3, size, size}, 0, o);
+      at::Tensor image = at::rand({1, 3, size, size});
+      TensorTileSource source(image);
+      for (auto& p : g.module().parameters()) p.mutable_grad() = at::zeros_like(p);
+      const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+      const StepResult r = train_step(g, plan, source, at::Tensor(), loss);
+      const double predicted =
+          static_cast<double>(plan.predicted.checkpoints + plan.predicted.working_set);
+      const double measured = static_cast<double>(r.measured_peak_bytes);
+      EXPECT_NEAR(measured / predicted, 1.0, 0.15)
+          << name << " " << size << "²: predicted "
+          << format_bytes(plan.predicted.checkpoints + plan.predicted.working_set) << ", measured "
+          << format_bytes(r.measured_peak_bytes) << "\n"
+          << to_string(plan, g);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessel::core
