@@ -23,5 +23,8 @@ struct CommandRegistry {
 };
 
 void register_doctor(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_plan(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_gradcheck(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

@@ -32,6 +32,9 @@ int run(int argc, char** argv) {
 
   app::CommandRegistry registry;
   app::register_doctor(app, global, registry);
+  app::register_plan(app, global, registry);
+  app::register_gradcheck(app, global, registry);
+  app::register_inspect(app, global, registry);
 
   try {
     app.parse(argc, argv);

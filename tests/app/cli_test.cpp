@@ -58,6 +58,28 @@ TEST(Cli, UnknownFlagIsAOneLineErrorWithExitCodeTwo) {
   EXPECT_NE(run.output.find("--no-such-flag"), std::string::npos) << run.output;
 }
 
+TEST(Cli, PlanPrintsSegmentsAndThePredictedPeakWithinTheBudget) {
+  const CliRun run = run_cli("plan --model vgg16 --size 20000x20000 --budget 2GiB");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("predicted peak"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("streamed"), std::string::npos) << run.output;
+  const CliRun json = run_cli("plan --model vgg-mini --size 4096x3000 --budget 512MiB --json");
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_NE(json.output.find("\"segments\""), std::string::npos) << json.output;
+}
+
+TEST(Cli, PlanThatCannotFitSaysTheSmallestBudget) {
+  const CliRun run = run_cli("plan --model vgg16 --size 20000x20000 --budget 32MiB");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("smallest budget"), std::string::npos) << run.output;
+}
+
+TEST(Cli, GradcheckPassesOnARandomNetwork) {
+  const CliRun run = run_cli("gradcheck --model random --size 41x37 --seed 5 --strategy rows");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("PASS"), std::string::npos) << run.output;
+}
+
 TEST(Cli, MissingSubcommandIsAUsageError) {
   const CliRun run = run_cli("");
   EXPECT_EQ(run.exit_code, 2) << run.output;

@@ -7,15 +7,12 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/gradcheck.h"
 #include "core/planner.h"
-#include "exactness.h"
 #include "models/zoo.h"
 
 namespace tessel::core {
 namespace {
-
-using testing::compare_with_plain;
-using testing::randomise;
 
 constexpr double kTolerance = 1e-10;
 
@@ -40,6 +37,7 @@ TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
       return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
     };
     Graph g = models::random_network(seed, 17, 2);
+    g.module().to(at::kDouble);
     randomise(g, seed);
     const Shape in{2, pick(17, 45), pick(17, 45)};
     PlanOptions o =
@@ -67,6 +65,7 @@ TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
 // One op between two 3×3 convs (so padding meets computed halos), on a prime-sized image cut
 // into uneven tiles.
 void expect_exact(Graph& g, const std::string& what, int64_t h = 23, int64_t w = 19) {
+  g.module().to(at::kDouble);
   randomise(g, 11);
   for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {4, 1}, {2, 5}}) {
     const Plan plan = make_plan(g, {2, h, w}, 0, fixed_tiles(Strategy::kGrid, ty, tx));
@@ -189,6 +188,7 @@ TEST(TiledStep, StreamingGlobalPoolsMatchWithAndWithoutCheckpoints) {
     mo.classes = 3;
     mo.global_max_pool = max;
     Graph g = models::build_model("tiny", mo);
+    g.module().to(at::kDouble);
     randomise(g, 3);
     for (bool streaming : {true, false}) {
       for (int64_t tiles : {1, 3, 4}) {
@@ -207,6 +207,7 @@ TEST(TiledStep, StreamingGlobalPoolsMatchWithAndWithoutCheckpoints) {
 
 TEST(TiledStep, ImagesSmallerThanOneTileMatch) {
   Graph g = models::random_network(42, 8, 2);
+  g.module().to(at::kDouble);
   randomise(g, 42);
   PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
   o.tile_size = 64;
@@ -221,6 +222,7 @@ TEST(TiledStep, BudgetedPlansOfTheShippedModelsMatch) {
     models::ModelOptions mo;
     mo.in_channels = 3;
     Graph g = models::build_model(name, mo);
+    g.module().to(at::kDouble);
     randomise(g, 8);
     for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
       PlanOptions o;

@@ -1,5 +1,5 @@
-// Shared helpers for the engine's exactness tests: run one step tiled and plain on the same
-// image and weights, and compare every output and gradient by relative error.
+// The engine's first law, checked: one step tiled and one plain on the same image and weights,
+// every output and gradient compared by relative error (`tessel gradcheck`, the core tests).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -11,7 +11,7 @@
 #include "core/graph.h"
 #include "core/planner.h"
 
-namespace tessel::testing {
+namespace tessel::core {
 
 struct Comparison {
   double loss = 0, logits = 0, input_grad = 0, worst_param = 0;
@@ -23,12 +23,12 @@ struct Comparison {
 // max |a - b| / max(max |b|, 1e-30).
 double relative_error(const at::Tensor& a, const at::Tensor& b);
 
-// Random float64 weights (frozen batch norm statistics too) from `seed`.
-void randomise(core::Graph& graph, uint64_t seed);
+// Random weights of the parameters' dtype (frozen batch norm statistics too) from `seed`.
+void randomise(Graph& graph, uint64_t seed);
 
-// One step of `plan` and one plain step on `image` (1×C×H×W, float64), same weights; loss is
+// One step of `plan` and one plain step on `image` (1×C×H×W), same weights; loss is
 // cross-entropy against a fixed target for a classifier head, else a fixed random projection.
-Comparison compare_with_plain(core::Graph& graph, const core::Plan& plan, const at::Tensor& image,
+Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
                               uint64_t seed);
 
-}  // namespace tessel::testing
+}  // namespace tessel::core

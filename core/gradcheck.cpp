@@ -1,4 +1,4 @@
-#include "exactness.h"
+#include "core/gradcheck.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -6,7 +6,7 @@
 
 #include "core/tile_source.h"
 
-namespace tessel::testing {
+namespace tessel::core {
 
 std::string Comparison::to_string() const {
   std::ostringstream os;
@@ -24,8 +24,7 @@ double relative_error(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>() / scale;
 }
 
-void randomise(core::Graph& graph, uint64_t seed) {
-  graph.module().to(at::kDouble);
+void randomise(Graph& graph, uint64_t seed) {
   graph.init_parameters(seed);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
   at::NoGradGuard no_grad;
@@ -44,18 +43,17 @@ void randomise(core::Graph& graph, uint64_t seed) {
 namespace {
 
 struct Outcome {
-  core::StepResult step;
+  StepResult step;
   std::vector<std::pair<std::string, at::Tensor>> grads;
 };
 
-Outcome run(core::Graph& graph, const core::Plan& plan, const at::Tensor& image,
-            const core::LossFn& loss) {
+Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossFn& loss) {
   for (auto& p : graph.module().parameters()) p.mutable_grad() = at::Tensor();
-  core::TensorTileSource source(image);
-  core::StepOptions options;
+  TensorTileSource source(image);
+  StepOptions options;
   options.input_gradient = true;
   Outcome o;
-  o.step = core::train_step(graph, plan, source, at::Tensor(), loss, options);
+  o.step = train_step(graph, plan, source, at::Tensor(), loss, options);
   for (auto& p : graph.module().named_parameters()) {
     o.grads.emplace_back(
         p.key(), p.value().grad().defined() ? p.value().grad().clone() : at::zeros_like(p.value()));
@@ -65,21 +63,21 @@ Outcome run(core::Graph& graph, const core::Plan& plan, const at::Tensor& image,
 
 }  // namespace
 
-Comparison compare_with_plain(core::Graph& graph, const core::Plan& plan, const at::Tensor& image,
+Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
                               uint64_t seed) {
   const auto& out = plan.shapes.back();
   const bool spatial = graph.node(graph.output()).spatial();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 7);
   const at::Tensor projection =
-      spatial ? at::randn({1, out.channels, out.height, out.width}, gen, at::kDouble)
-              : at::randn({1, out.channels}, gen, at::kDouble);
+      spatial ? at::randn({1, out.channels, out.height, out.width}, gen, image.scalar_type())
+              : at::randn({1, out.channels}, gen, image.scalar_type());
   const int64_t target = static_cast<int64_t>(seed % static_cast<uint64_t>(out.channels));
-  const core::LossFn loss = [&](const at::Tensor& logits, const at::Tensor&) {
+  const LossFn loss = [&](const at::Tensor& logits, const at::Tensor&) {
     if (spatial || out.channels == 1) return (logits * projection).sum();
     return at::cross_entropy_loss(logits, at::full({1}, target, at::kLong));
   };
-  core::Plan plain = plan;
-  plain.strategy = core::Strategy::kNone;
+  Plan plain = plan;
+  plain.strategy = Strategy::kNone;
   plain.segments.clear();
   const Outcome tiled = run(graph, plan, image, loss);
   const Outcome reference = run(graph, plain, image, loss);
@@ -97,4 +95,4 @@ Comparison compare_with_plain(core::Graph& graph, const core::Plan& plan, const 
   return c;
 }
 
-}  // namespace tessel::testing
+}  // namespace tessel::core

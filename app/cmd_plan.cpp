@@ -1,0 +1,106 @@
+// `tessel plan` and `tessel gradcheck`: the engine's plan for a model, and its first law checked.
+#include <iostream>
+
+#include "app/command.h"
+#include "core/error.h"
+#include "pipelines/planning.h"
+
+namespace tessel::app {
+
+namespace {
+
+// "20000x20000" (width × height) → {height, width}.
+std::pair<int64_t, int64_t> parse_size(const std::string& text) {
+  const auto x = text.find_first_of("xX×");
+  try {
+    if (x != std::string::npos) {
+      const int64_t w = std::stoll(text.substr(0, x));
+      const int64_t h = std::stoll(text.substr(text.find_first_not_of("xX×", x)));
+      if (w > 0 && h > 0) return {h, w};
+    }
+  } catch (const std::exception&) {
+  }
+  throw Error("'" + text + "' is not an image size: write WIDTHxHEIGHT, e.g. 20000x20000");
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
+  struct Args {
+    std::string model = "vgg16", size, budget = "8GiB", strategy = "auto";
+    int64_t classes = 2;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("plan", "Print how a training step runs under a memory budget");
+  cmd->add_option("--model", args->model,
+                  "Network (tiny, vgg-mini, vgg16, vgg19, darknet19, "
+                  "resnet18, resnet34)")
+      ->capture_default_str();
+  cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT in pixels")->required();
+  cmd->add_option("--budget", args->budget, "Memory budget, e.g. 2GiB, 512MiB")
+      ->capture_default_str();
+  cmd->add_option("--strategy", args->strategy, "none, grid, rows or auto")
+      ->check(CLI::IsMember({"none", "grid", "rows", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--classes", args->classes, "Classes of the slide-level head")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print the plan as JSON");
+  cmd->callback([args, &registry] {
+    registry.selected = [args] {
+      pipelines::PlanRequest r;
+      r.model = args->model;
+      std::tie(r.height, r.width) = parse_size(args->size);
+      r.budget_bytes = core::parse_bytes(args->budget);
+      r.strategy = core::parse_strategy(args->strategy);
+      r.classes = args->classes;
+      const auto report = pipelines::plan_model(r);
+      std::cout << (args->json ? report.json + "\n" : report.table);
+      return 0;
+    };
+  });
+}
+
+void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
+  struct Args {
+    std::string model = "random", size = "61x47", strategy = "grid";
+    int64_t tile = 0;
+    uint64_t seed = 1;
+    bool float32 = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "gradcheck", "Compare one tiled training step with plain autograd on random data");
+  cmd->add_option("--model", args->model, "A model name, or 'random' (drawn from --seed)")
+      ->capture_default_str();
+  cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT")->capture_default_str();
+  cmd->add_option("--strategy", args->strategy, "grid or rows")
+      ->check(CLI::IsMember({"grid", "rows"}))
+      ->capture_default_str();
+  cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)");
+  cmd->add_option("--seed", args->seed, "Seed of weights, image and random network")
+      ->capture_default_str();
+  cmd->add_flag("--float32", args->float32, "Compare in float32 (tolerance 1e-4, not 1e-10)");
+  cmd->callback([args, &registry] {
+    registry.selected = [args] {
+      pipelines::GradcheckRequest r;
+      r.model = args->model;
+      std::tie(r.height, r.width) = parse_size(args->size);
+      r.strategy = core::parse_strategy(args->strategy);
+      r.tile = args->tile;
+      r.seed = args->seed;
+      r.float64 = !args->float32;
+      const auto report = pipelines::gradcheck(r);
+      const auto& c = report.comparison;
+      std::cout << report.plan_table << "max relative error ("
+                << (r.float64 ? "float64" : "float32") << "): output " << c.logits << ", loss "
+                << c.loss << ", input gradient " << c.input_grad << ", parameter gradients "
+                << c.worst_param << " (" << c.worst_param_name << ")\n"
+                << (report.passed() ? "PASS" : "FAIL") << ": worst " << c.worst()
+                << (report.passed() ? " <= " : " > ") << report.tolerance << "\n";
+      return report.passed() ? 0 : 1;
+    };
+  });
+}
+
+}  // namespace tessel::app

@@ -1,0 +1,184 @@
+#include "io/slide.h"
+
+#include <openslide.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tessel::io {
+namespace {
+
+// One-line messages: OpenSlide's reasons may carry newlines, the CLI prints one line.
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+std::optional<double> positive_number(const std::optional<std::string>& text) {
+  if (!text) return std::nullopt;
+  double value = 0;
+  const char* end = text->data() + text->size();
+  const auto [ptr, ec] = std::from_chars(text->data(), end, value);
+  if (ec != std::errc() || ptr == text->data() || !std::isfinite(value) || value <= 0) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::vector<std::string> string_list(const char* const* names) {
+  std::vector<std::string> list;
+  for (; names != nullptr && *names != nullptr; ++names) list.emplace_back(*names);
+  return list;
+}
+
+}  // namespace
+
+void rgb_from_premultiplied_argb(const uint32_t* argb, int64_t count, Rgb background,
+                                 uint8_t* rgb) {
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t p = argb[i];
+    const uint32_t a = p >> 24;
+    uint8_t* out = rgb + 3 * i;
+    if (a == 255) {
+      out[0] = static_cast<uint8_t>(p >> 16);
+      out[1] = static_cast<uint8_t>(p >> 8);
+      out[2] = static_cast<uint8_t>(p);
+    } else if (a == 0) {
+      out[0] = background.r;
+      out[1] = background.g;
+      out[2] = background.b;
+    } else {
+      // p_c + b_c·(255 − a)/255, rounded; never above 255 because p_c ≤ a.
+      const uint32_t rest = 255 - a;
+      out[0] = static_cast<uint8_t>(((p >> 16) & 255) + (background.r * rest + 127) / 255);
+      out[1] = static_cast<uint8_t>(((p >> 8) & 255) + (background.g * rest + 127) / 255);
+      out[2] = static_cast<uint8_t>((p & 255) + (background.b * rest + 127) / 255);
+    }
+  }
+}
+
+Slide::Slide(const std::filesystem::path& path) : path_(path) {
+  const std::string name = path.string();
+  const std::string prefix = "cannot open slide " + name + ": ";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw Error(prefix + "no such file");
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error(prefix + "it is a folder, not a slide file");
+  }
+  const char* vendor = openslide_detect_vendor(name.c_str());
+  if (vendor == nullptr) {
+    throw Error(prefix + "not a slide format OpenSlide " + openslide_get_version() +
+                " can read (supported: Aperio, Hamamatsu, Leica, MIRAX, Philips, Sakura, Trestle, "
+                "Ventana, generic tiled TIFF)");
+  }
+  vendor_ = vendor;
+  handle_.reset(openslide_open(name.c_str()));
+  if (!handle_) {
+    throw Error(prefix + "OpenSlide recognises it as " + vendor_ + " but cannot open it");
+  }
+  openslide_t* osr = handle_.get();
+  if (const char* error = openslide_get_error(osr)) {
+    throw Error(prefix + "broken " + vendor_ + " slide: " + one_line(error));
+  }
+
+  const int32_t count = openslide_get_level_count(osr);
+  for (int32_t i = 0; i < count; ++i) {
+    Level level;
+    openslide_get_level_dimensions(osr, i, &level.width, &level.height);
+    level.downsample = openslide_get_level_downsample(osr, i);
+    levels_.push_back(level);
+  }
+  for (const std::string& key : string_list(openslide_get_property_names(osr))) {
+    const char* value = openslide_get_property_value(osr, key.c_str());
+    properties_[key] = value != nullptr ? value : "";
+  }
+  associated_names_ = string_list(openslide_get_associated_image_names(osr));
+  mpp_x_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_MPP_X));
+  mpp_y_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_MPP_Y));
+  objective_power_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_OBJECTIVE_POWER));
+  if (count <= 0) throw Error(prefix + "the slide has no resolution levels");
+}
+
+void Slide::Close::operator()(openslide_t* handle) const noexcept { openslide_close(handle); }
+
+openslide_t* Slide::handle() const {
+  if (!handle_) throw Error("slide " + path_.string() + " was moved from");
+  return handle_.get();
+}
+
+const Level& Slide::level(int index) const {
+  if (index < 0 || index >= level_count()) {
+    throw Error("slide " + path_.string() + " has no level " + std::to_string(index) +
+                " (levels 0.." + std::to_string(level_count() - 1) + ")");
+  }
+  return levels_[static_cast<size_t>(index)];
+}
+
+std::optional<std::string> Slide::property(const std::string& name) const {
+  const auto it = properties_.find(name);
+  if (it == properties_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Slide::throw_if_failed(const std::string& what) const {
+  if (const char* error = openslide_get_error(handle())) {
+    throw Error("slide " + path_.string() + ": OpenSlide failed " + what + ": " + one_line(error));
+  }
+}
+
+std::pair<int64_t, int64_t> Slide::associated_image_size(const std::string& name) const {
+  if (std::find(associated_names_.begin(), associated_names_.end(), name) ==
+      associated_names_.end()) {
+    throw Error("slide " + path_.string() + " has no associated image \"" + name + "\"");
+  }
+  int64_t width = -1, height = -1;
+  openslide_get_associated_image_dimensions(handle(), name.c_str(), &width, &height);
+  throw_if_failed("reading the size of associated image \"" + name + "\"");
+  return {width, height};
+}
+
+RgbImage Slide::read_associated_image(const std::string& name, Rgb background) const {
+  const auto [width, height] = associated_image_size(name);
+  std::vector<uint32_t> argb(static_cast<size_t>(width * height));
+  openslide_read_associated_image(handle(), name.c_str(), argb.data());
+  throw_if_failed("reading associated image \"" + name + "\"");
+  RgbImage image{width, height, std::vector<uint8_t>(static_cast<size_t>(3 * width * height))};
+  rgb_from_premultiplied_argb(argb.data(), width * height, background, image.pixels.data());
+  return image;
+}
+
+RgbImage Slide::read_region(int level, int64_t x, int64_t y, int64_t width, int64_t height,
+                            Rgb background) const {
+  RgbImage image{width, height, {}};
+  if (width < 0 || height < 0) {
+    throw Error("slide " + path_.string() + ": a region cannot have a negative size");
+  }
+  image.pixels.resize(static_cast<size_t>(3 * width * height));
+  read_region_into(level, x, y, width, height, background, image.pixels.data());
+  return image;
+}
+
+void Slide::read_region_into(int level, int64_t x, int64_t y, int64_t width, int64_t height,
+                             Rgb background, uint8_t* rgb) const {
+  const double downsample = this->level(level).downsample;
+  if (width < 0 || height < 0) {
+    throw Error("slide " + path_.string() + ": a region cannot have a negative size");
+  }
+  if (width == 0 || height == 0) return;
+  std::vector<uint32_t> argb(static_cast<size_t>(width * height));
+  // OpenSlide places regions in level-0 coordinates. At levels whose downsample is not an
+  // integer it resamples the sub-pixel remainder itself.
+  const int64_t x0 = level == 0 ? x : std::llround(static_cast<double>(x) * downsample);
+  const int64_t y0 = level == 0 ? y : std::llround(static_cast<double>(y) * downsample);
+  openslide_read_region(handle(), argb.data(), x0, y0, level, width, height);
+  throw_if_failed("reading level " + std::to_string(level) + " region x " + std::to_string(x) +
+                  ", y " + std::to_string(y) + ", " + std::to_string(width) + "×" +
+                  std::to_string(height));
+  rgb_from_premultiplied_argb(argb.data(), width * height, background, rgb);
+}
+
+}  // namespace tessel::io

@@ -1,0 +1,92 @@
+#include "pipelines/planning.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/planner.h"
+#include "models/zoo.h"
+
+namespace tessel::pipelines {
+
+namespace {
+
+nlohmann::json partition_json(const core::Partition& p) {
+  return {{"rows", p.rows()}, {"cols", p.cols()}, {"y_edges", p.y_edges}, {"x_edges", p.x_edges}};
+}
+
+std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
+  nlohmann::json j;
+  j["strategy"] = core::to_string(plan.strategy);
+  j["input"] = {plan.input.channels, plan.input.height, plan.input.width};
+  j["budget_bytes"] = plan.budget_bytes;
+  nlohmann::json segments = nlohmann::json::array();
+  for (const core::Segment& s : plan.segments) {
+    const core::Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+    segments.push_back({
+        {"first_op", graph.node(s.input + 1).name},
+        {"last_op", graph.node(s.output).name},
+        {"ops", s.output - s.input},
+        {"streaming_reduction", s.reduction >= 0 ? graph.node(s.reduction).name : ""},
+        {"output", {out.channels, out.height, out.width}},
+        {"forward", partition_json(s.forward)},
+        {"backward", partition_json(s.backward)},
+        {"forward_working_bytes", s.forward_working_bytes},
+        {"backward_working_bytes", s.backward_working_bytes},
+    });
+  }
+  j["segments"] = segments;
+  const core::MemoryBreakdown& m = plan.predicted;
+  j["predicted_bytes"] = {{"parameters", m.parameters},
+                          {"gradients", m.gradients},
+                          {"optimizer", m.optimizer},
+                          {"checkpoints", m.checkpoints},
+                          {"working_set", m.working_set},
+                          {"head", m.tail},
+                          {"total", m.total()}};
+  j["forward_flops"] = {{"plain", plan.plain_flops}, {"tiled", plan.tiled_flops}};
+  return j.dump(2);
+}
+
+}  // namespace
+
+PlanReport plan_model(const PlanRequest& r) {
+  models::ModelOptions mo;
+  mo.classes = r.classes;
+  const core::Graph graph = models::build_model(r.model, mo);
+  core::PlanOptions o;
+  o.strategy = r.strategy;
+  PlanReport report;
+  report.plan = core::make_plan(graph, {mo.in_channels, r.height, r.width}, r.budget_bytes, o);
+  report.table = core::to_string(report.plan, graph);
+  report.json = plan_json(report.plan, graph);
+  return report;
+}
+
+GradcheckReport gradcheck(const GradcheckRequest& r) {
+  core::Graph graph =
+      r.model == "random" ? models::random_network(r.seed, 16, 3) : models::build_model(r.model);
+  const at::ScalarType dtype = r.float64 ? at::kDouble : at::kFloat;
+  graph.module().to(dtype);
+  core::randomise(graph, r.seed);
+  core::PlanOptions o;
+  o.strategy = r.strategy;
+  o.element_bytes = r.float64 ? 8 : 4;
+  if (r.tile > 0) {
+    o.tile_size = r.tile;
+  } else {
+    o.tiles_y = 3;
+    o.tiles_x = 3;
+  }
+  const core::Plan plan = core::make_plan(graph, {3, r.height, r.width}, 0, o);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
+  const at::Tensor image = at::randn({1, 3, r.height, r.width}, gen, dtype);
+  GradcheckReport report;
+  report.comparison = core::compare_with_plain(graph, plan, image, r.seed);
+  report.tolerance = r.float64 ? 1e-10 : 1e-4;
+  report.plan_table = core::to_string(plan, graph);
+  return report;
+}
+
+}  // namespace tessel::pipelines

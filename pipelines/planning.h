@@ -1,0 +1,47 @@
+// `tessel plan` and `tessel gradcheck` as pipeline calls: plan a model on an image size under a
+// budget, and check the first law (tiled gradients = plain gradients) on random data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/gradcheck.h"
+#include "core/plan.h"
+
+namespace tessel::pipelines {
+
+struct PlanRequest {
+  std::string model = "vgg16";  // a models/zoo.h name
+  int64_t height = 0, width = 0;
+  int64_t budget_bytes = 0;
+  core::Strategy strategy = core::Strategy::kAuto;
+  int64_t classes = 2;
+};
+
+struct PlanReport {
+  core::Plan plan;
+  std::string table;  // readable
+  std::string json;   // machine-readable
+};
+
+PlanReport plan_model(const PlanRequest& request);
+
+struct GradcheckRequest {
+  std::string model = "random";  // a models/zoo.h name, or "random"
+  int64_t height = 0, width = 0;
+  core::Strategy strategy = core::Strategy::kGrid;
+  int64_t tile = 0;  // output pixels per tile of each segment; 0: 3 tiles per axis
+  uint64_t seed = 1;
+  bool float64 = true;
+};
+
+struct GradcheckReport {
+  core::Comparison comparison;
+  double tolerance = 0;
+  std::string plan_table;
+  bool passed() const { return comparison.worst() <= tolerance; }
+};
+
+GradcheckReport gradcheck(const GradcheckRequest& request);
+
+}  // namespace tessel::pipelines
