@@ -1,6 +1,8 @@
 // Runs `tessel inspect` as a user would, on real slides and on files it must refuse.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
+#include "tests/run_cli.h"
 
 #include <algorithm>
 #include <array>
@@ -11,21 +13,8 @@
 
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-CliRun run_cli(const std::string& args) {
-  const std::string command = std::string(TESSEL_CLI) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using tessel::testing::CliRun;
+using tessel::testing::run_cli;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
