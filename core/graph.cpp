@@ -175,7 +175,7 @@ NodeId Graph::frozen_batch_norm(NodeId x, const std::string& name, double eps) {
   if (!in.spatial()) throw Error(n.name + ": batch norm here acts on spatial activations");
   n.inputs = {x};
   n.channels = in.channels;
-  n.slope = eps;  // eps of the normalisation
+  n.eps = eps;
   n.layer = std::make_shared<torch::nn::Module>(n.name);
   n.layer->register_parameter("weight", at::ones({in.channels}));
   n.layer->register_parameter("bias", at::zeros({in.channels}));

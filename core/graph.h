@@ -124,6 +124,7 @@ struct Node {
   std::shared_ptr<PoolSpec> pool;  // kMaxPool, kAvgPool
   Pointwise pointwise = Pointwise::kIdentity;
   double slope = 0.01;                       // leaky relu
+  double eps = 1e-5;                         // frozen batch norm
   double dropout_p = 0.0;                    // kDropout
   int64_t channels = 0;                      // output channels (features for tail ops)
   std::shared_ptr<torch::nn::Module> layer;  // parameters, when the op has any
@@ -145,6 +146,11 @@ std::string to_string(const Shape& s);
 class Graph {
  public:
   explicit Graph(int64_t in_channels);
+  // Move-only: a copy would share the parameters' module with the original.
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
 
   NodeId input() const { return 0; }
   NodeId conv(NodeId x, const ConvSpec& spec, const std::string& name = "");

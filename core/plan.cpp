@@ -124,27 +124,44 @@ std::string to_string(const Plan& plan, const Graph& graph) {
   if (plan.segments.empty()) {
     os << "  one plain pass over the whole image (no tiling)\n";
   }
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-4s %-34s %-18s %-14s %-14s %s\n", "seg", "ops", "output",
-                "fwd tiles", "bwd tiles", "checkpoint");
-  if (!plan.segments.empty()) os << line;
+  // A table with columns as wide as their widest cell (widths in characters, not bytes: the
+  // cells hold "×" and "…").
+  std::vector<std::vector<std::string>> rows = {
+      {"seg", "layers", "ops", "output", "fwd tiles", "bwd tiles", "checkpoint"}};
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
-    std::string ops = graph.node(s.input + 1).name + " … " + graph.node(s.output).name + " (" +
-                      std::to_string(s.output - s.input) + " ops)";
-    if (s.reduction >= 0) ops += " + " + describe(graph.node(s.reduction));
     const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
-    const std::string fwd =
-        std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols());
-    const std::string bwd =
-        std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols());
-    const std::string ckpt =
-        s.reduction >= 0 ? "streamed"
-                         : format_bytes(out.channels * out.height * out.width * plan.element_bytes);
-    std::snprintf(line, sizeof line, "  %-4zu %-34s %-18s %-14s %-14s %s\n", i,
-                  ops.substr(0, 34).c_str(), to_string(out).c_str(), fwd.c_str(), bwd.c_str(),
-                  ckpt.c_str());
-    os << line;
+    const int64_t out_bytes = out.channels * out.height * out.width * plan.element_bytes;
+    rows.push_back({
+        std::to_string(i),
+        graph.node(s.input + 1).name + " … " + graph.node(s.output).name,
+        std::to_string(s.output - s.input),
+        to_string(out),
+        std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()),
+        std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols()),
+        s.reduction >= 0 ? "none (" + describe(graph.node(s.reduction)) + " streamed)"
+                         : format_bytes(out_bytes),
+    });
+  }
+  auto width = [](const std::string& text) {
+    int64_t n = 0;
+    for (unsigned char c : text) n += (c & 0xC0) != 0x80;  // UTF-8 code points
+    return n;
+  };
+  std::vector<int64_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], width(row[c]));
+  }
+  if (!plan.segments.empty()) {
+    for (const auto& row : rows) {
+      os << " ";
+      for (size_t c = 0; c < row.size(); ++c) {
+        os << "  " << row[c];
+        if (c + 1 < row.size())
+          os << std::string(static_cast<size_t>(widths[c] - width(row[c])), ' ');
+      }
+      os << "\n";
+    }
   }
   const MemoryBreakdown& m = plan.predicted;
   os << "predicted peak " << format_bytes(m.total()) << ": parameters "

@@ -19,7 +19,7 @@ at::Tensor buffer(const Node& n, const char* name) { return n.layer->named_buffe
 
 // Frozen batch norm as a per-channel affine (DESIGN.md "Batch norm").
 at::Tensor affine(const Node& n, const at::Tensor& x) {
-  const double eps = n.slope;
+  const double eps = n.eps;
   const at::Tensor scale = param(n, "weight") * at::rsqrt(buffer(n, "running_var") + eps);
   const at::Tensor shift = param(n, "bias") - buffer(n, "running_mean") * scale;
   return x * scale.view({1, -1, 1, 1}) + shift.view({1, -1, 1, 1});

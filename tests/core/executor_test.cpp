@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/gradcheck.h"
+#include "core/memory.h"
 #include "core/planner.h"
 #include "models/zoo.h"
 
@@ -235,6 +236,93 @@ TEST(TiledStep, BudgetedPlansOfTheShippedModelsMatch) {
                                        << to_string(plan, g) << c.to_string();
     }
   }
+}
+
+}  // namespace
+}  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+TEST(Infer, TiledForwardEqualsPlainForward) {
+  for (uint64_t seed = 100; seed < 110; ++seed) {
+    Graph g = models::random_network(seed, 17, 2);
+    g.module().to(at::kDouble);
+    randomise(g, seed);
+    const at::Tensor image = random_image(2, 29, 34, seed);
+    TensorTileSource source(image);
+    PlanOptions o = fixed_tiles(seed % 2 ? Strategy::kGrid : Strategy::kRows, 3, 2);
+    const Plan tiled = make_plan(g, {2, 29, 34}, 0, o);
+    o.strategy = Strategy::kNone;
+    const Plan plain = make_plan(g, {2, 29, 34}, 0, o);
+    EXPECT_LT(relative_error(infer(g, tiled, source), infer(g, plain, source)), kTolerance)
+        << "seed " << seed << "\n"
+        << to_string(tiled, g);
+  }
+}
+
+// Records what the engine reports, to check the events match the plan.
+class Recorder : public Observer {
+ public:
+  void on_tile(const TileEvent& e) override { tiles.push_back(e); }
+  void on_memory(const MemorySample& m) override { memory.push_back(m); }
+  std::vector<TileEvent> tiles;
+  std::vector<MemorySample> memory;
+};
+
+TEST(Events, EveryTileStartsAndFinishesInScheduleOrderInBothPasses) {
+  MemoryTracker::install();
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  Graph g = models::build_model("tiny", mo);
+  g.module().to(at::kDouble);
+  randomise(g, 1);
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 3, 2);
+  const Plan plan = make_plan(g, {2, 40, 36}, 0, o);
+  TensorTileSource source(random_image(2, 40, 36, 1));
+  Recorder recorder;
+  StepOptions options;
+  options.observer = &recorder;
+  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  const StepResult r = train_step(g, plan, source, at::Tensor(), loss, options);
+  // Expected order: every segment forward in order, then backward in reverse; within a pass
+  // tiles in row-major order, each started then finished.
+  struct Expected {
+    int segment;
+    TileEvent::Pass pass;
+    const Partition* part;
+  };
+  std::vector<Expected> passes;
+  int64_t forward_tiles = 0, backward_tiles = 0;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    passes.push_back({static_cast<int>(i), TileEvent::kForward, &plan.segments[i].forward});
+    forward_tiles += plan.segments[i].forward.tiles();
+    backward_tiles += plan.segments[i].backward.tiles();
+  }
+  for (size_t i = plan.segments.size(); i-- > 0;) {
+    passes.push_back({static_cast<int>(i), TileEvent::kBackward, &plan.segments[i].backward});
+  }
+  EXPECT_GT(plan.segments.size(), 1u) << "the test wants checkpoints between segments";
+  EXPECT_EQ(r.forward_tiles, forward_tiles);
+  EXPECT_EQ(r.backward_tiles, backward_tiles);
+  ASSERT_EQ(recorder.tiles.size(), static_cast<size_t>(2 * (forward_tiles + backward_tiles)));
+  size_t i = 0;
+  for (const Expected& p : passes) {
+    for (int64_t t = 0; t < p.part->tiles(); ++t) {
+      for (bool done : {false, true}) {
+        const TileEvent& e = recorder.tiles[i++];
+        EXPECT_EQ(e.segment, p.segment);
+        EXPECT_EQ(e.pass, p.pass);
+        EXPECT_EQ(e.done, done);
+        EXPECT_EQ(e.tile, t);
+        EXPECT_EQ(e.tiles, p.part->tiles());
+        EXPECT_EQ(e.out, p.part->tile(t));
+        EXPECT_EQ(e.row * p.part->cols() + e.col, t);
+      }
+    }
+  }
+  ASSERT_EQ(recorder.memory.size(), static_cast<size_t>(forward_tiles + backward_tiles));
+  for (const MemorySample& m : recorder.memory) EXPECT_GE(m.peak, m.live);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/memory.h"
@@ -140,6 +142,39 @@ TEST(Planner, RejectsInvalidInputNamingTheNode) {
 }
 
 // Predicted peak vs the tracking allocator's measured peak, float32, three sizes.
+TEST(Memory, PredictedPeakIsWithin15PercentOfMeasuredForBudgetedPlans) {
+  MemoryTracker::install();
+  // Plans the planner chose itself: rows and grid, with checkpoints (resnet18's residual
+  // segments) and separate forward and backward tile counts.
+  for (const auto& [name, size, budget_mib] :
+       {std::tuple<std::string, int64_t, int64_t>{"resnet18", 512, 330},
+        {"resnet18", 768, 360},
+        {"vgg-mini", 1024, 160}}) {
+    Graph g = models::build_model(name);
+    for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
+      PlanOptions o;
+      o.strategy = s;
+      Plan plan;
+      try {
+        plan = make_plan(g, {3, size, size}, budget_mib << 20, o);
+      } catch (const Error& e) {
+        ADD_FAILURE() << name << " " << size << "² " << to_string(s) << ": " << e.what();
+        continue;
+      }
+      TensorTileSource source(at::rand({1, 3, size, size}));
+      for (auto& p : g.module().parameters()) p.mutable_grad() = at::zeros_like(p);
+      const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+      const StepResult r = train_step(g, plan, source, at::Tensor(), loss);
+      const int64_t predicted = plan.predicted.checkpoints + plan.predicted.working_set;
+      EXPECT_NEAR(static_cast<double>(r.measured_peak_bytes) / static_cast<double>(predicted), 1.0,
+                  0.15)
+          << name << " " << size << "²: predicted " << format_bytes(predicted) << ", measured "
+          << format_bytes(r.measured_peak_bytes) << "\n"
+          << to_string(plan, g);
+    }
+  }
+}
+
 TEST(Memory, PredictedPeakIsWithin15PercentOfMeasured) {
   MemoryTracker::install();
   for (const std::string name : {"tiny", "vgg-mini"}) {
