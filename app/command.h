@@ -24,6 +24,7 @@ struct CommandRegistry {
 
 void register_doctor(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_plan(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_bench(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_gradcheck(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 

@@ -34,6 +34,7 @@ int run(int argc, char** argv) {
   app::register_doctor(app, global, registry);
   app::register_plan(app, global, registry);
   app::register_gradcheck(app, global, registry);
+  app::register_bench(app, global, registry);
   app::register_inspect(app, global, registry);
 
   try {

@@ -102,7 +102,15 @@ class TiledStep {
           ins.push_back(acts[static_cast<size_t>(p)]);
           in_shapes.push_back(shape(p));
         }
-        acts[static_cast<size_t>(v)] = {forward_tile(node, r, ins, in_shapes), r};
+        // A pointwise op may overwrite its input when it is the only reader of a tensor the
+        // producer freshly allocated (never a view of a checkpoint, the image, or an alias).
+        const Node& producer = graph_.node(node.inputs[0]);
+        const bool fresh = producer.kind == OpKind::kConv || producer.kind == OpKind::kMaxPool ||
+                           producer.kind == OpKind::kAvgPool || producer.kind == OpKind::kAdd ||
+                           producer.kind == OpKind::kConcat;
+        const bool overwrite = fresh && producer.id != s.input &&
+                               graph_.consumers()[static_cast<size_t>(producer.id)].size() == 1;
+        acts[static_cast<size_t>(v)] = {forward_tile(node, r, ins, in_shapes, overwrite), r};
       }
       for (NodeId p : node.inputs) {
         if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
@@ -254,35 +262,32 @@ class TiledStep {
   at::Tensor reduced_, reduced_index_;   // streaming reduction result (and argmax for max)
 };
 
-// The head: nodes after `plan.tail_input`, plain autograd on small activations.
-at::Tensor run_tail(Graph& graph, const Plan& plan, const at::Tensor& tail_input) {
+// Runs the nodes after `first` on whole activations with `value` as node `first`'s output (the
+// plain reference from the image, or the head from the last checkpoint), freeing each
+// activation after its last consumer as an ordinary PyTorch forward does. Returns the output.
+at::Tensor run_from(Graph& graph, NodeId first, const at::Tensor& value) {
   std::vector<at::Tensor> values(static_cast<size_t>(graph.size()));
-  values[static_cast<size_t>(plan.tail_input)] = tail_input;
-  for (NodeId v = plan.tail_input + 1; v < graph.size(); ++v) {
+  std::vector<size_t> uses(static_cast<size_t>(graph.size()), 0);
+  for (NodeId v = first; v < graph.size(); ++v) {
+    uses[static_cast<size_t>(v)] = graph.consumers()[static_cast<size_t>(v)].size();
+  }
+  values[static_cast<size_t>(first)] = value;
+  for (NodeId v = first + 1; v < graph.size(); ++v) {
     const Node& node = graph.node(v);
     std::vector<at::Tensor> ins;
     for (NodeId p : node.inputs) {
-      if (p < plan.tail_input) {
+      if (p < first) {
         throw Error(node.name + ": the head reads " + graph.node(p).name +
                     ", which lies before the last checkpoint");
       }
       ins.push_back(values[static_cast<size_t>(p)]);
     }
     values[static_cast<size_t>(v)] = forward_plain(node, ins);
+    for (NodeId p : node.inputs) {
+      if (--uses[static_cast<size_t>(p)] == 0) values[static_cast<size_t>(p)] = at::Tensor();
+    }
   }
   return values.back();
-}
-
-std::vector<at::Tensor> run_plain(Graph& graph, const at::Tensor& image) {
-  std::vector<at::Tensor> values(static_cast<size_t>(graph.size()));
-  values[0] = image;
-  for (NodeId v = 1; v < graph.size(); ++v) {
-    const Node& node = graph.node(v);
-    std::vector<at::Tensor> ins;
-    for (NodeId p : node.inputs) ins.push_back(values[static_cast<size_t>(p)]);
-    values[static_cast<size_t>(v)] = forward_plain(node, ins);
-  }
-  return values;
 }
 
 at::Tensor read_whole(TileSource& source, at::ScalarType dtype) {
@@ -317,7 +322,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
     at::Tensor image = read_whole(source, param_dtype(graph));
     if (options.input_gradient) image = image.detach().requires_grad_(true);
-    const at::Tensor logits = run_plain(graph, image).back();
+    const at::Tensor logits = run_from(graph, 0, image);
     const at::Tensor loss = loss_fn(logits, target);
     result.forward_ms = ms_since(t0);
     const auto t1 = Clock::now();
@@ -329,7 +334,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   } else {
     TiledStep step(graph, plan, source, options);
     const at::Tensor head_in = step.forward().detach().requires_grad_(true);
-    const at::Tensor logits = run_tail(graph, plan, head_in);
+    const at::Tensor logits = run_from(graph, plan.tail_input, head_in);
     const at::Tensor loss = loss_fn(logits, target);
     result.forward_ms = ms_since(t0);
     const auto t1 = Clock::now();
@@ -354,12 +359,12 @@ at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, Observer* o
   check_plan(graph, plan, source);
   at::NoGradGuard no_grad;
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    return run_plain(graph, read_whole(source, param_dtype(graph))).back();
+    return run_from(graph, 0, read_whole(source, param_dtype(graph)));
   }
   StepOptions options;
   options.observer = observer;
   TiledStep step(graph, plan, source, options);
-  return run_tail(graph, plan, step.forward());
+  return run_from(graph, plan.tail_input, step.forward());
 }
 
 }  // namespace tessel::core

@@ -69,15 +69,35 @@ struct Analysis {
       const Region& r = need[static_cast<size_t>(v)];
       const int64_t b = elements(n, r) * eb;
       out_bytes[static_cast<size_t>(v)] = b;
+      // An explicit pad copies the input window; the op pads symmetric borders itself
+      // (core/tile_ops.cpp), so only windows that cross one border more than the other copy.
       int64_t pad_copy = 0;
       if (n.kind == OpKind::kConv || n.kind == OpKind::kMaxPool || n.kind == OpKind::kAvgPool) {
+        const Shape& in = shapes[static_cast<size_t>(n.inputs[0])];
         const Region window{input_window(n.axis_op(0), r.y), input_window(n.axis_op(1), r.x)};
-        const Region& have = need[static_cast<size_t>(n.inputs[0])];
-        if (!r.empty() && window != intersect(window, have)) {
+        const Region inside = intersect(window, Region{{0, in.height}, {0, in.width}});
+        const bool asymmetric = inside.y.begin - window.y.begin != window.y.end - inside.y.end ||
+                                inside.x.begin - window.x.begin != window.x.end - inside.x.end;
+        if (!r.empty() && asymmetric) {
           pad_copy = graph.node(n.inputs[0]).channels * window.area() * eb;
         }
       }
-      peak = std::max(peak, live + b + pad_copy);
+      // The no-grad forward runs relu-like ops in place on a fresh single-reader tensor
+      // (core/executor.cpp): no new bytes.
+      const Node& producer = graph.node(n.inputs[0]);
+      const bool inplace =
+          n.kind == OpKind::kPointwise &&
+          (n.pointwise == Pointwise::kRelu || n.pointwise == Pointwise::kLeakyRelu ||
+           n.pointwise == Pointwise::kSigmoid || n.pointwise == Pointwise::kTanh) &&
+          producer.id != input && graph.consumers()[static_cast<size_t>(producer.id)].size() == 1 &&
+          (producer.kind == OpKind::kConv || producer.kind == OpKind::kMaxPool ||
+           producer.kind == OpKind::kAvgPool || producer.kind == OpKind::kAdd ||
+           producer.kind == OpKind::kConcat);
+      // oneDNN reorders the larger of a conv's input and output into a scratch buffer
+      // (measured: peak above live = output + max(input, output)).
+      const int64_t in_bytes = out_bytes[static_cast<size_t>(n.inputs[0])];
+      const int64_t scratch = n.kind == OpKind::kConv ? std::max(in_bytes, b) : 0;
+      peak = std::max(peak, live + (inplace ? 0 : b + pad_copy + scratch));
       live += b;
       cost.flops += flops(n, r);
       for (NodeId p : n.inputs) {
@@ -120,16 +140,31 @@ struct Analysis {
         freed_at[static_cast<size_t>(kept_until[i])] += out_bytes[i];
       }
     }
-    int64_t largest = 0;
-    for (NodeId v = input; v <= output; ++v)
-      largest = std::max(largest, out_bytes[static_cast<size_t>(v)]);
-    int64_t bwd_peak = kept + largest;  // recompute: the last unkept activation in flight
+    // Recompute with autograd: what is kept so far, the node's input when nothing keeps it,
+    // its output, and a conv's scratch.
+    int64_t bwd_peak = 0, kept_so_far = out_bytes[static_cast<size_t>(input)];
+    for (NodeId v = input + 1; v <= output; ++v) {
+      const size_t i = static_cast<size_t>(v);
+      const Node& n = graph.node(v);
+      const NodeId p = n.inputs[0];
+      const int64_t in_bytes = out_bytes[static_cast<size_t>(p)];
+      const int64_t unkept_input =
+          kept_until[static_cast<size_t>(p)] < 0 && p != input ? in_bytes : 0;
+      const int64_t scratch = n.kind == OpKind::kConv ? std::max(in_bytes, out_bytes[i]) : 0;
+      bwd_peak = std::max(bwd_peak, kept_so_far + unkept_input + out_bytes[i] + own[i] + scratch);
+      kept_so_far += own[i] + (kept_until[i] >= 0 ? out_bytes[i] : 0);
+    }
+    // Gradients flow down; each node frees what it kept once its backward ran. A conv's
+    // backward also reorders the output gradient and its input (measured: input gradient +
+    // output + max(input, output / 4) above the live gradients).
     int64_t held = kept;
     for (NodeId v = output; v > input; --v) {
       const Node& n = graph.node(v);
+      const int64_t out = out_bytes[static_cast<size_t>(v)];
       int64_t grad_in = 0;
       for (NodeId p : n.inputs) grad_in += out_bytes[static_cast<size_t>(p)];
-      bwd_peak = std::max(bwd_peak, held + out_bytes[static_cast<size_t>(v)] + grad_in);
+      const int64_t scratch = n.kind == OpKind::kConv ? out + std::max(grad_in, out / 4) : 0;
+      bwd_peak = std::max(bwd_peak, held + out + grad_in + scratch);
       held -= freed_at[static_cast<size_t>(v)];
     }
     cost.backward_bytes = bwd_peak;
@@ -372,6 +407,10 @@ std::vector<NodeId> checkpoint_candidates(const Graph& graph) {
 
 Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
   if (budget < 0) throw Error("the memory budget must be positive");
+  if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
+  // Plans aim below the budget by the headroom: allocator effects the model does not capture.
+  const int64_t target =
+      budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
   Analysis a{graph, graph.shapes(input), options, options.element_bytes};
 
   // The last spatial node; everything after it is the head and must not reach back past it.
@@ -428,7 +467,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                                           {0, a.shapes[static_cast<size_t>(last)].width}});
     plan.predicted = fixed;
     plan.predicted.working_set = whole.backward_bytes;
-    if (budget > 0 && plan.predicted.total() > budget) {
+    if (target > 0 && plan.predicted.total() > target) {
       throw Error("plain training needs " + format_bytes(plan.predicted.total()) + " for a " +
                   to_string(input) + " image, over the budget of " + format_bytes(budget) +
                   "; use --strategy auto (tiled) or a larger budget");
@@ -476,14 +515,16 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   Candidate best, smallest;
   for (Strategy s : strategies) {
     for (const auto& set : sets) {
-      Candidate c = build(a, s, set, last, reduction, fixed, budget);
+      Candidate c = build(a, s, set, last, reduction, fixed, target);
       if (c.cost < best.cost) best = c;
       if (c.needed < smallest.needed) smallest = c;
     }
   }
   if (best.cost == kNever) {
     throw Error("no plan fits a " + to_string(input) + " image in " + format_bytes(budget) +
-                ": the smallest budget that fits is about " + format_bytes(smallest.needed) +
+                ": the smallest budget that fits is about " +
+                format_bytes(static_cast<int64_t>(static_cast<double>(smallest.needed) /
+                                                  (1.0 - options.headroom))) +
                 ", dominated by " + smallest.dominant);
   }
   Plan plan = std::move(best.plan);

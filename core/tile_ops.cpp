@@ -8,7 +8,7 @@ namespace tessel::core {
 
 namespace {
 
-at::IntArrayRef ref(const std::array<int64_t, 2>& a) { return {a.data(), a.size()}; }
+at::IntArrayRef dims(const std::array<int64_t, 2>& a) { return {a.data(), a.size()}; }
 
 at::Tensor param(const Node& n, const char* name) {
   auto* p = n.layer->named_parameters(false).find(name);
@@ -43,6 +43,22 @@ at::Tensor pointwise(const Node& n, const at::Tensor& x) {
       return affine(n, x);
   }
   throw Error(n.name + ": unknown pointwise op");
+}
+
+// In place when the caller owns `x` and nothing else reads it (the no-grad forward).
+at::Tensor pointwise_inplace(const Node& n, at::Tensor x) {
+  switch (n.pointwise) {
+    case Pointwise::kRelu:
+      return x.relu_();
+    case Pointwise::kLeakyRelu:
+      return at::leaky_relu_(x, n.slope);
+    case Pointwise::kSigmoid:
+      return x.sigmoid_();
+    case Pointwise::kTanh:
+      return x.tanh_();
+    default:
+      return pointwise(n, x);
+  }
 }
 
 // Per axis, the divisor of each global output index of an avg pool over an input of `in`
@@ -86,18 +102,18 @@ at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in) {
       return in.at(0);
     case OpKind::kConv: {
       const ConvSpec& c = *n.conv;
-      return at::conv2d(in[0], param(n, "weight"), param(n, "bias"), ref(c.stride_),
-                        ref(c.padding_), ref(c.dilation_), c.groups_);
+      return at::conv2d(in[0], param(n, "weight"), param(n, "bias"), dims(c.stride_),
+                        dims(c.padding_), dims(c.dilation_), c.groups_);
     }
     case OpKind::kMaxPool: {
       const PoolSpec& p = *n.pool;
-      return at::max_pool2d(in[0], ref(p.kernel_size), ref(p.stride_), ref(p.padding_),
-                            ref(p.dilation_), p.ceil_mode_);
+      return at::max_pool2d(in[0], dims(p.kernel_size), dims(p.stride_), dims(p.padding_),
+                            dims(p.dilation_), p.ceil_mode_);
     }
     case OpKind::kAvgPool: {
       const PoolSpec& p = *n.pool;
       return at::avg_pool2d(
-          in[0], ref(p.kernel_size), ref(p.stride_), ref(p.padding_), p.ceil_mode_,
+          in[0], dims(p.kernel_size), dims(p.stride_), dims(p.padding_), p.ceil_mode_,
           p.count_include_pad_,
           p.divisor_override_ > 0 ? c10::optional<int64_t>(p.divisor_override_) : c10::nullopt);
     }
@@ -123,10 +139,12 @@ at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in) {
 }
 
 at::Tensor forward_tile(const Node& n, const Region& out, const std::vector<TileTensor>& in,
-                        const std::vector<Shape>& shapes) {
+                        const std::vector<Shape>& shapes, bool may_overwrite_input) {
   switch (n.kind) {
     case OpKind::kPointwise:
-      return pointwise(n, crop(in[0], out));
+      return may_overwrite_input && !at::GradMode::is_enabled()
+                 ? pointwise_inplace(n, crop(in[0], out))
+                 : pointwise(n, crop(in[0], out));
     case OpKind::kAdd:
       return crop(in[0], out) + crop(in[1], out);
     case OpKind::kConcat: {
@@ -149,6 +167,9 @@ at::Tensor forward_tile(const Node& n, const Region& out, const std::vector<Tile
   const Region window{input_window(ay, out.y), input_window(ax, out.x)};
   const Region inside = intersect(window, Region{{0, shape.height}, {0, shape.width}});
   at::Tensor x;
+  // Padding the op does itself: the part that is the same on both sides of an axis (an
+  // explicit pad is a copy). The rest is padded explicitly.
+  std::array<int64_t, 2> own{0, 0};
   if (inside.empty()) {
     // Rule 4: pure padding. The consumer sees its pad value.
     const at::Tensor& like = in[0].tensor;
@@ -158,24 +179,27 @@ at::Tensor forward_tile(const Node& n, const Region& out, const std::vector<Tile
     x = crop(in[0], inside);
     const int64_t top = inside.y.begin - window.y.begin, bottom = window.y.end - inside.y.end;
     const int64_t left = inside.x.begin - window.x.begin, right = window.x.end - inside.x.end;
-    if (top || bottom || left || right) {
-      x = at::constant_pad_nd(x, {left, right, top, bottom}, n.pad_value());
+    own = {std::min(top, bottom), std::min(left, right)};
+    if (top != bottom || left != right) {
+      x = at::constant_pad_nd(x, {left - own[1], right - own[1], top - own[0], bottom - own[0]},
+                              n.pad_value());
     }
   }
 
-  const std::array<int64_t, 2> zero{0, 0};
   if (n.kind == OpKind::kConv) {
     const ConvSpec& c = *n.conv;
-    return at::conv2d(x, param(n, "weight"), param(n, "bias"), ref(c.stride_), ref(zero),
-                      ref(c.dilation_), c.groups_);
+    return at::conv2d(x, param(n, "weight"), param(n, "bias"), dims(c.stride_), dims(own),
+                      dims(c.dilation_), c.groups_);
   }
+  // Pools pad with -inf (max) or 0 (avg sums) themselves, as the explicit pad would; `own` never
+  // exceeds the declared padding (the top/left side never does), so LibTorch accepts it.
   const PoolSpec& p = *n.pool;
   if (n.kind == OpKind::kMaxPool) {
-    return at::max_pool2d(x, ref(p.kernel_size), ref(p.stride_), ref(zero), ref(p.dilation_),
+    return at::max_pool2d(x, dims(p.kernel_size), dims(p.stride_), dims(own), dims(p.dilation_),
                           false);
   }
   // Rule 3: window sums on the zero-padded tile, divided by the whole image's divisors.
-  const at::Tensor sums = at::avg_pool2d(x, ref(p.kernel_size), ref(p.stride_), ref(zero), false,
+  const at::Tensor sums = at::avg_pool2d(x, dims(p.kernel_size), dims(p.stride_), dims(own), false,
                                          true, c10::optional<int64_t>(1));
   if (p.divisor_override_ > 0) return sums / static_cast<double>(p.divisor_override_);
   const at::Tensor cy = avg_counts(ay, p, out.y, shape.height, sums.options());

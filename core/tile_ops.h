@@ -22,9 +22,12 @@ at::Tensor forward_plain(const Node& node, const std::vector<at::Tensor>& inputs
 
 // Node `node` over output region `out` (non-empty, inside its activation), from producers' tiles
 // that cover at least the clipped windows `out` needs. `input_shapes[i]` is producer i's whole
-// activation. Pads only where a window crosses the true border; the op runs with padding 0.
+// activation. Pads only where a window crosses the true border: the op pads the part that is
+// equal on both sides of an axis itself, the rest is padded explicitly. With
+// `may_overwrite_input` (the caller owns inputs[0] and nothing else reads it) a pointwise op
+// runs in place when autograd is off.
 at::Tensor forward_tile(const Node& node, const Region& out, const std::vector<TileTensor>& inputs,
-                        const std::vector<Shape>& input_shapes);
+                        const std::vector<Shape>& input_shapes, bool may_overwrite_input = false);
 
 // The region of node `node`'s input `input_shape` that output region `out` reads, clipped to
 // the activation (DESIGN.md rule 1). Empty when the window is pure padding.

@@ -1,0 +1,49 @@
+// `tessel bench step`: one benchmark point, printed as one JSON line (bench/run drives it).
+#include <iostream>
+
+#include "app/command.h"
+#include "app/parse.h"
+#include "pipelines/bench.h"
+
+namespace tessel::app {
+
+void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
+  struct Args {
+    std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
+                memory_limit = "20GiB";
+    int repeat = 3, warmup = 1;
+  };
+  auto args = std::make_shared<Args>();
+  auto* bench = app.add_subcommand("bench", "Benchmarks (see bench/README.md)");
+  bench->require_subcommand(1);
+  auto* cmd = bench->add_subcommand(
+      "step", "Time training steps of a model on a random image; print one JSON line");
+  cmd->add_option("--model", args->model, "Network")->capture_default_str();
+  cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT")->capture_default_str();
+  cmd->add_option("--strategy", args->strategy, "none, grid, rows or auto")
+      ->check(CLI::IsMember({"none", "grid", "rows", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--budget", args->budget, "Memory budget (0: none)")->capture_default_str();
+  cmd->add_option("--memory-limit", args->memory_limit,
+                  "Points predicted above this are recorded as out of memory, not run")
+      ->capture_default_str();
+  cmd->add_option("--repeat", args->repeat, "Timed steps")->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  cmd->callback([args, &registry] {
+    registry.selected = [args] {
+      pipelines::BenchPoint p;
+      p.model = args->model;
+      std::tie(p.height, p.width) = parse_size(args->size);
+      p.strategy = core::parse_strategy(args->strategy);
+      p.budget_bytes = core::parse_bytes(args->budget);
+      p.memory_limit_bytes = core::parse_bytes(args->memory_limit);
+      p.repeat = args->repeat;
+      p.warmup = args->warmup;
+      const pipelines::BenchResult r = pipelines::bench_step(p);
+      std::cout << pipelines::to_json(p, r) << "\n";
+      return r.status == "error" ? 1 : 0;
+    };
+  });
+}
+
+}  // namespace tessel::app

@@ -1,0 +1,124 @@
+#include "pipelines/bench.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <sys/resource.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/executor.h"
+#include "core/memory.h"
+#include "core/planner.h"
+#include "core/runtime.h"
+#include "models/zoo.h"
+
+namespace tessel::pipelines {
+
+namespace {
+
+int64_t max_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+BenchResult bench_step(const BenchPoint& p) {
+  core::MemoryTracker::install();
+  BenchResult r;
+  r.threads = core::intra_op_threads();
+  core::Graph graph = models::build_model(p.model);
+  graph.init_parameters(p.seed);
+  const core::Shape input{3, p.height, p.width};
+  core::PlanOptions options;
+  options.strategy = p.strategy;
+  core::Plan plan;
+  const int64_t limit = p.strategy == core::Strategy::kNone && p.budget_bytes == 0
+                            ? p.memory_limit_bytes
+                            : p.budget_bytes;
+  try {
+    plan = core::make_plan(graph, input, limit, options);
+  } catch (const Error& e) {
+    r.status = p.budget_bytes == 0 ? "out_of_memory" : "out_of_budget";
+    r.message = e.what();
+    return r;
+  }
+  r.plan = core::to_string(plan, graph);
+  r.predicted = plan.predicted;
+  r.segments = static_cast<int64_t>(plan.segments.size());
+  if (p.memory_limit_bytes > 0 && plan.predicted.total() > p.memory_limit_bytes) {
+    r.status = "out_of_memory";
+    r.message = "predicted peak " + core::format_bytes(plan.predicted.total()) +
+                " exceeds the machine limit of " + core::format_bytes(p.memory_limit_bytes);
+    return r;
+  }
+
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(p.seed);
+  core::TensorTileSource source(at::rand({1, 3, p.height, p.width}, gen));
+  torch::optim::SGD optimizer(graph.module().parameters(),
+                              torch::optim::SGDOptions(1e-3).momentum(0.9));
+  const at::Tensor target = at::zeros({1}, at::kLong);
+  const core::LossFn loss = [](const at::Tensor& logits, const at::Tensor& t) {
+    return at::cross_entropy_loss(logits, t);
+  };
+  for (int i = 0; i < p.warmup + p.repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    optimizer.zero_grad();
+    const core::StepResult s = core::train_step(graph, plan, source, target, loss);
+    optimizer.step();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i < p.warmup) continue;
+    r.step_ms.push_back(ms);
+    r.forward_ms.push_back(s.forward_ms);
+    r.backward_ms.push_back(s.backward_ms);
+    r.measured_peak_bytes = std::max(r.measured_peak_bytes, s.measured_peak_bytes);
+    r.forward_tiles = s.forward_tiles;
+    r.backward_tiles = s.backward_tiles;
+  }
+  r.max_rss_bytes = max_rss_bytes();
+  return r;
+}
+
+std::string to_json(const BenchPoint& p, const BenchResult& r) {
+  nlohmann::json j;
+  j["model"] = p.model;
+  j["height"] = p.height;
+  j["width"] = p.width;
+  j["strategy"] = core::to_string(p.strategy);
+  j["budget_bytes"] = p.budget_bytes;
+  j["threads"] = r.threads;
+  j["status"] = r.status;
+  j["message"] = r.message;
+  j["repeat"] = p.repeat;
+  j["step_ms"] = r.step_ms;
+  j["step_ms_median"] = median(r.step_ms);
+  j["forward_ms_median"] = median(r.forward_ms);
+  j["backward_ms_median"] = median(r.backward_ms);
+  j["measured_peak_bytes"] = r.measured_peak_bytes;
+  j["max_rss_bytes"] = r.max_rss_bytes;
+  j["predicted_bytes"] = {{"parameters", r.predicted.parameters},
+                          {"gradients", r.predicted.gradients},
+                          {"optimizer", r.predicted.optimizer},
+                          {"checkpoints", r.predicted.checkpoints},
+                          {"working_set", r.predicted.working_set},
+                          {"head", r.predicted.tail},
+                          {"total", r.predicted.total()}};
+  j["segments"] = r.segments;
+  j["forward_tiles"] = r.forward_tiles;
+  j["backward_tiles"] = r.backward_tiles;
+  return j.dump();
+}
+
+}  // namespace tessel::pipelines

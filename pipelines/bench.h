@@ -1,0 +1,40 @@
+// One benchmark point: training steps of a model on a random image of a given size under a
+// strategy and budget, timed and measured (`tessel bench step`; bench/run runs one process per
+// point so peaks do not leak between points).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+
+namespace tessel::pipelines {
+
+struct BenchPoint {
+  std::string model = "vgg-mini";
+  int64_t height = 1024, width = 1024;
+  core::Strategy strategy = core::Strategy::kAuto;
+  int64_t budget_bytes = 0;  // 0: none (plain runs are still refused above memory_limit_bytes)
+  int64_t memory_limit_bytes = 0;  // the machine's: points predicted above it are not run
+  int repeat = 3;
+  int warmup = 1;
+  uint64_t seed = 1;
+};
+
+struct BenchResult {
+  std::string status = "ok";  // ok | out_of_budget | out_of_memory | error
+  std::string message;
+  std::vector<double> step_ms, forward_ms, backward_ms;
+  int64_t measured_peak_bytes = 0;  // tracking allocator, above live bytes before the step
+  int64_t max_rss_bytes = 0;        // the process's, from getrusage
+  core::MemoryBreakdown predicted;
+  int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
+  int threads = 0;
+  std::string plan;
+};
+
+BenchResult bench_step(const BenchPoint& point);
+std::string to_json(const BenchPoint& point, const BenchResult& result);
+
+}  // namespace tessel::pipelines
