@@ -21,8 +21,11 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The tests: formatting, the CUDA code paths compile (where nvcc is), every unit and
-# integration test.
+# integration test, and a smoke run of the benchmark harness.
 test: build format-check cuda-check
+	bench/run --quick --out $(BUILD)/bench-quick.jsonl > $(BUILD)/bench-quick.log || \
+	  { cat $(BUILD)/bench-quick.log; exit 1; }
+	@echo "bench: the harness runs (bench/run --quick; no timing claims)"
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
 
 # Compiles the nvcc-only sources (-DTESSEL_CUDA=ON) without a GPU; skipped where there is no nvcc.

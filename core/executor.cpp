@@ -62,6 +62,7 @@ class TiledStep {
 
  private:
   const Shape& shape(NodeId v) const { return plan_.shapes[static_cast<size_t>(v)]; }
+  bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
 
   std::vector<Region> needs(const Segment& s, const Region& tile) const {
     return segment_needs(graph_, plan_.shapes, s.input, s.output, tile);
@@ -164,11 +165,27 @@ class TiledStep {
       }
       source_.will_read(schedule);
     }
+    // The last segment's last tile runs with autograd and keeps its graph when the backward
+    // pass uses the same tiles: backward starts with it, so it is not recomputed (for a
+    // one-tile plan, no recompute at all). Its graph is no larger than that tile's backward.
+    const bool last = index + 1 == static_cast<int>(plan_.segments.size());
+    const bool keep =
+        last && s.forward.y_edges == s.backward.y_edges && s.forward.x_edges == s.backward.x_edges;
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
       emit(index, s.forward, t, TileEvent::kForward, false);
       const Region tile = s.forward.tile(t);
       const std::vector<Region> need = needs(s, tile);
-      const at::Tensor y = run_tile(s, need, read_input(s, need[static_cast<size_t>(s.input)]));
+      const Region& in_region = need[static_cast<size_t>(s.input)];
+      at::Tensor y;
+      if (keep && t + 1 == s.forward.tiles()) {
+        at::AutoGradMode grad_mode(true);
+        kept_input_ = read_input(s, in_region).tensor.detach();
+        if (wants_input_grad(s)) kept_input_.requires_grad_(true);
+        kept_output_ = run_tile(s, need, {kept_input_, in_region});
+        y = kept_output_.detach();
+      } else {
+        y = run_tile(s, need, read_input(s, in_region));
+      }
       if (s.reduction < 0) {
         crop({out, whole(out_shape)}, tile).copy_(y);
       } else if (!is_max) {
@@ -202,23 +219,32 @@ class TiledStep {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     const Shape& out_shape = shape(s.output);
     const Shape& in_shape = shape(s.input);
-    const bool want_input_grad = s.input != 0 || options_.input_gradient;
+    const bool want_input_grad = wants_input_grad(s);
     const bool is_max = s.reduction >= 0 && graph_.node(s.reduction).kind == OpKind::kGlobalMaxPool;
     at::Tensor grad_in;
     if (want_input_grad) {
       grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width},
                           at::TensorOptions().dtype(dtype_));
     }
-    for (int64_t t = 0; t < s.backward.tiles(); ++t) {
+    // Tiles in reverse order: the last forward tile may still hold its graph (forward_segment).
+    for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
       emit(index, s.backward, t, TileEvent::kBackward, false);
       const Region tile = s.backward.tile(t);
       const std::vector<Region> need = needs(s, tile);
       const Region& in_region = need[static_cast<size_t>(s.input)];
-      at::Tensor x = read_input(s, in_region).tensor.detach();
-      if (want_input_grad) x.requires_grad_(true);
+      at::Tensor x, y;
+      if (kept_output_.defined()) {
+        x = std::move(kept_input_);
+        y = std::move(kept_output_);
+        kept_input_ = at::Tensor();
+        kept_output_ = at::Tensor();
+      } else {
+        x = read_input(s, in_region).tensor.detach();
+        if (want_input_grad) x.requires_grad_(true);
+      }
       {
         at::AutoGradMode grad_mode(true);
-        const at::Tensor y = run_tile(s, need, {x, in_region});
+        if (!y.defined()) y = run_tile(s, need, {x, in_region});
         at::Tensor surrogate, seed;
         if (s.reduction < 0) {
           surrogate = y;
@@ -260,6 +286,7 @@ class TiledStep {
   at::ScalarType dtype_;
   std::vector<at::Tensor> checkpoints_;  // whole activations, by node
   at::Tensor reduced_, reduced_index_;   // streaming reduction result (and argmax for max)
+  at::Tensor kept_input_, kept_output_;  // the last forward tile, with its autograd graph
 };
 
 // Runs the nodes after `first` on whole activations with `value` as node `first`'s output (the

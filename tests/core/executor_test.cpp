@@ -285,8 +285,8 @@ TEST(Events, EveryTileStartsAndFinishesInScheduleOrderInBothPasses) {
   options.observer = &recorder;
   const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
   const StepResult r = train_step(g, plan, source, at::Tensor(), loss, options);
-  // Expected order: every segment forward in order, then backward in reverse; within a pass
-  // tiles in row-major order, each started then finished.
+  // Expected order: every segment forward in order, then backward in reverse; forward tiles in
+  // row-major order, backward tiles in reverse (LIFO), each started then finished.
   struct Expected {
     int segment;
     TileEvent::Pass pass;
@@ -308,7 +308,8 @@ TEST(Events, EveryTileStartsAndFinishesInScheduleOrderInBothPasses) {
   ASSERT_EQ(recorder.tiles.size(), static_cast<size_t>(2 * (forward_tiles + backward_tiles)));
   size_t i = 0;
   for (const Expected& p : passes) {
-    for (int64_t t = 0; t < p.part->tiles(); ++t) {
+    for (int64_t k = 0; k < p.part->tiles(); ++k) {
+      const int64_t t = p.pass == TileEvent::kForward ? k : p.part->tiles() - 1 - k;
       for (bool done : {false, true}) {
         const TileEvent& e = recorder.tiles[i++];
         EXPECT_EQ(e.segment, p.segment);
