@@ -86,8 +86,17 @@ at::Tensor crop(const TileTensor& t, const Region& want) {
       want.x.begin < t.region.x.begin || want.x.end > t.region.x.end) {
     throw Error("internal: crop " + to_string(want) + " outside the tile " + to_string(t.region));
   }
-  return t.tensor.slice(2, want.y.begin - t.region.y.begin, want.y.end - t.region.y.begin)
-      .slice(3, want.x.begin - t.region.x.begin, want.x.end - t.region.x.begin);
+  // Slice only the axes that shrink: under autograd every slice's backward allocates and
+  // zero-fills a gradient of the whole tile (measured: a one-tile vgg-mini 1024² step spent
+  // 0.3 s of 1.3 s in such no-op slices).
+  at::Tensor out = t.tensor;
+  if (want.y != t.region.y) {
+    out = out.slice(2, want.y.begin - t.region.y.begin, want.y.end - t.region.y.begin);
+  }
+  if (want.x != t.region.x) {
+    out = out.slice(3, want.x.begin - t.region.x.begin, want.x.end - t.region.x.begin);
+  }
+  return out;
 }
 
 Region needed_input(const Node& node, const Region& out, const Shape& in) {
