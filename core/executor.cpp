@@ -30,8 +30,11 @@ Region whole(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
 // One step of a tiled plan. Holds the checkpoints between segments.
 class TiledStep {
  public:
-  TiledStep(Graph& graph, const Plan& plan, TileSource& source, const StepOptions& options)
-      : graph_(graph),
+  // `training`: a backward pass follows (train_step), so the last tile may keep its graph.
+  TiledStep(Graph& graph, const Plan& plan, TileSource& source, const StepOptions& options,
+            bool training)
+      : training_(training),
+        graph_(graph),
         plan_(plan),
         source_(source),
         options_(options),
@@ -279,6 +282,7 @@ class TiledStep {
     return grad_in;
   }
 
+  bool training_;
   Graph& graph_;
   const Plan& plan_;
   TileSource& source_;
@@ -359,7 +363,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.logits = logits.detach();
     if (options.input_gradient) result.input_grad = image.grad();
   } else {
-    TiledStep step(graph, plan, source, options);
+    TiledStep step(graph, plan, source, options, /*training=*/true);
     const at::Tensor head_in = step.forward().detach().requires_grad_(true);
     const at::Tensor logits = run_from(graph, plan.tail_input, head_in);
     const at::Tensor loss = loss_fn(logits, target);
@@ -390,7 +394,7 @@ at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, Observer* o
   }
   StepOptions options;
   options.observer = observer;
-  TiledStep step(graph, plan, source, options);
+  TiledStep step(graph, plan, source, options, /*training=*/false);
   return run_from(graph, plan.tail_input, step.forward());
 }
 
