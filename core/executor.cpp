@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <limits>
 
@@ -383,6 +385,15 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   if (MemoryTracker::installed()) {
     result.measured_peak_bytes = MemoryTracker::peak_bytes() - live_at_start;
   }
+  const MemoryBreakdown& p = plan.predicted;
+  spdlog::debug(
+      "step ({}): loss {:.6g}, {:.0f} ms forward + {:.0f} ms backward, {}/{} tiles; peak "
+      "predicted {} (checkpoints + tile + head), measured {}",
+      to_string(plan.strategy), result.loss.item<double>(), result.forward_ms, result.backward_ms,
+      result.forward_tiles, result.backward_tiles,
+      format_bytes(p.checkpoints + p.working_set + p.tail),
+      result.measured_peak_bytes < 0 ? "n/a (no tracker)"
+                                     : format_bytes(result.measured_peak_bytes));
   return result;
 }
 
