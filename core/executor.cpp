@@ -22,9 +22,11 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-at::ScalarType param_dtype(Graph& graph) {
+// The dtype a step computes in: the parameters', or, for a network without parameters, the
+// image's (a corner pixel is read to learn it), so a float64 image is never rounded to float.
+at::ScalarType compute_dtype(Graph& graph, TileSource& source) {
   for (const auto& p : graph.module().parameters()) return p.scalar_type();
-  return at::kFloat;
+  return source.read({{0, 1}, {0, 1}}).scalar_type();
 }
 
 Region whole(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
@@ -40,7 +42,7 @@ class TiledStep {
         plan_(plan),
         source_(source),
         options_(options),
-        dtype_(param_dtype(graph)),
+        dtype_(compute_dtype(graph, source)),
         checkpoints_(static_cast<size_t>(graph.size())) {}
 
   // Forward of every segment without autograd; returns the head's input (the last checkpoint
@@ -353,7 +355,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   const auto t0 = Clock::now();
 
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    at::Tensor image = read_whole(source, param_dtype(graph));
+    at::Tensor image = read_whole(source, compute_dtype(graph, source));
     if (options.input_gradient) image = image.detach().requires_grad_(true);
     const at::Tensor logits = run_from(graph, 0, image);
     const at::Tensor loss = loss_fn(logits, target);
@@ -401,7 +403,7 @@ at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, Observer* o
   check_plan(graph, plan, source);
   at::NoGradGuard no_grad;
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    return run_from(graph, 0, read_whole(source, param_dtype(graph)));
+    return run_from(graph, 0, read_whole(source, compute_dtype(graph, source)));
   }
   StepOptions options;
   options.observer = observer;

@@ -334,14 +334,18 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       s.forward = s.backward = Partition::whole(out.height, out.width);
     }
     if (strategy == Strategy::kRows) {
-      // Balanced rows, unless balancing by input rows makes the heaviest row heavier.
+      // Balanced rows, unless balancing by input rows makes the heaviest row heavier or
+      // changes the row count (when every row needs the whole input, fewer rows read as
+      // little; a count the caller or the budget search chose is kept).
       Partition f = s.forward, b = s.backward;
       f.y_edges = balanced_rows(a, s.input, s.output, s.forward.rows());
       b.y_edges = balanced_rows(a, s.input, s.output, s.backward.rows());
-      if (worst_tile(a, s, f).forward_bytes <= worst_tile(a, s, s.forward).forward_bytes) {
+      if (f.rows() == s.forward.rows() &&
+          worst_tile(a, s, f).forward_bytes <= worst_tile(a, s, s.forward).forward_bytes) {
         s.forward = f;
       }
-      if (worst_tile(a, s, b).backward_bytes <= worst_tile(a, s, s.backward).backward_bytes) {
+      if (b.rows() == s.backward.rows() &&
+          worst_tile(a, s, b).backward_bytes <= worst_tile(a, s, s.backward).backward_bytes) {
         s.backward = b;
       }
     }

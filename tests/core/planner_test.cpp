@@ -204,3 +204,24 @@ TEST(Memory, PredictedPeakIsWithin15PercentOfMeasured) {
 
 }  // namespace
 }  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+TEST(Planner, KeepsTheRequestedRowCountWhenBalancing) {
+  Graph g = models::build_model("resnet18");
+  for (int64_t rows : {2, 3, 5}) {
+    PlanOptions o;
+    o.strategy = Strategy::kRows;
+    o.tiles_y = rows;
+    const Plan plan = make_plan(g, {3, 200, 150}, 0, o);
+    for (const Segment& s : plan.segments) {
+      EXPECT_EQ(s.forward.rows(), std::min(rows, plan.shapes[static_cast<size_t>(s.output)].height))
+          << to_string(plan, g);
+      EXPECT_EQ(s.backward.rows(), s.forward.rows());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessel::core
