@@ -96,6 +96,11 @@ class TiledStep {
     for (NodeId v = s.input + 1; v <= s.output; ++v) {
       for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
     }
+    // The no-grad forward runs channels-last: oneDNN's convs are faster in it (DESIGN.md);
+    // autograd's recompute stays contiguous, where channels-last slowed the backward.
+    if (!at::GradMode::is_enabled() && input.tensor.numel() > 0) {
+      input.tensor = input.tensor.contiguous(at::MemoryFormat::ChannelsLast);
+    }
     acts[static_cast<size_t>(s.input)] = std::move(input);
     const at::TensorOptions options = acts[static_cast<size_t>(s.input)].tensor.options();
     for (NodeId v = s.input + 1; v <= s.output; ++v) {

@@ -62,7 +62,8 @@ struct Analysis {
     };
     out_bytes[static_cast<size_t>(input)] =
         elements(graph.node(input), need[static_cast<size_t>(input)]) * eb;
-    int64_t live = out_bytes[static_cast<size_t>(input)], peak = live;
+    // The no-grad forward converts the input tile to channels-last: a second copy at the start.
+    int64_t live = out_bytes[static_cast<size_t>(input)], peak = 2 * live;
     std::vector<int> left = uses;
     for (NodeId v = input + 1; v <= output; ++v) {
       const Node& n = graph.node(v);
