@@ -1,0 +1,450 @@
+#include "io/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <torch/nn/module.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tessel::io {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+// HDF5 ids with the right close function; HDF5 calls fail with a negative id, checked by `must`.
+template <herr_t (*Close)(hid_t)>
+class Id {
+ public:
+  Id() = default;
+  explicit Id(hid_t id) : id_(id) {}
+  Id(Id&& other) noexcept : id_(std::exchange(other.id_, -1)) {}
+  Id& operator=(Id&& other) noexcept {
+    std::swap(id_, other.id_);
+    return *this;
+  }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  ~Id() {
+    if (id_ >= 0) Close(id_);
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+};
+using File = Id<H5Fclose>;
+using Group = Id<H5Gclose>;
+using Dataset = Id<H5Dclose>;
+using Space = Id<H5Sclose>;
+using Attribute = Id<H5Aclose>;
+using Type = Id<H5Tclose>;
+
+// HDF5 prints its error stack to stderr by default; ours are exceptions with a message instead.
+void silence_hdf5() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+// Where a named tensor lives under its root group: "a.b.weight" → {"a.b", "weight"}; optimizer
+// state "a.b.weight.momentum_buffer" → {"a.b", "weight/momentum_buffer"}.
+std::pair<std::string, std::string> split_name(const std::string& name, bool optimizer_state) {
+  if (name.empty() || name.find('/') != std::string::npos) {
+    throw Error("cannot store tensor '" + name + "' in a checkpoint: names must be non-empty and " +
+                "hold no '/'");
+  }
+  std::string rest = name;
+  std::string state;
+  if (optimizer_state) {
+    const size_t dot = rest.rfind('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == rest.size()) {
+      throw Error("optimizer state '" + name + "' is not named <parameter>.<state>");
+    }
+    state = rest.substr(dot + 1);
+    rest = rest.substr(0, dot);
+  }
+  const size_t dot = rest.rfind('.');
+  std::string layer = dot == std::string::npos ? rest : rest.substr(0, dot);
+  std::string param = dot == std::string::npos ? rest : rest.substr(dot + 1);
+  if (layer.empty() || param.empty()) throw Error("cannot store tensor '" + name + "'");
+  if (optimizer_state) param += "/" + state;
+  return {layer, param};
+}
+
+Type string_type() {
+  Type type(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  return type;
+}
+
+class Writer {
+ public:
+  explicit Writer(std::filesystem::path file) : file_(std::move(file)) {}
+
+  void must(bool ok, const std::string& what) const {
+    if (!ok) throw Error("cannot write checkpoint " + file_.string() + ": " + what);
+  }
+
+  Group group(hid_t parent, const std::string& name) const {
+    Group g(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    must(g.ok(), "cannot create group " + name);
+    return g;
+  }
+
+  void strings(hid_t object, const std::string& name, const std::vector<std::string>& values,
+               bool scalar = false) const {
+    const Type type = string_type();
+    const hsize_t count = values.size();
+    Space space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, nullptr));
+    Attribute attr(
+        H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+    std::vector<const char*> pointers;
+    for (const std::string& v : values) pointers.push_back(v.c_str());
+    const char* none = "";
+    must(attr.ok() &&
+             H5Awrite(attr.get(), type.get(), pointers.empty() ? &none : pointers.data()) >= 0,
+         "cannot write attribute " + name);
+  }
+
+  template <typename T>
+  void number(hid_t object, const std::string& name, T value, hid_t file_type,
+              hid_t memory_type) const {
+    Space space(H5Screate(H5S_SCALAR));
+    Attribute attr(
+        H5Acreate2(object, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+    must(attr.ok() && H5Awrite(attr.get(), memory_type, &value) >= 0,
+         "cannot write attribute " + name);
+  }
+
+  // A dataset with the tensor's shape and bytes, its LibTorch name and a CRC-32.
+  void tensor(hid_t parent, const std::string& path, const std::string& torch_name,
+              const at::Tensor& value) const {
+    const at::Tensor t = value.detach().to(at::kCPU).contiguous();
+    hid_t file_type = -1, memory_type = -1;
+    switch (t.scalar_type()) {
+      case at::kFloat:
+        file_type = H5T_IEEE_F32LE, memory_type = H5T_NATIVE_FLOAT;
+        break;
+      case at::kDouble:
+        file_type = H5T_IEEE_F64LE, memory_type = H5T_NATIVE_DOUBLE;
+        break;
+      case at::kLong:
+        file_type = H5T_STD_I64LE, memory_type = H5T_NATIVE_INT64;
+        break;
+      case at::kByte:
+        file_type = H5T_STD_U8LE, memory_type = H5T_NATIVE_UINT8;
+        break;
+      default:
+        throw Error("cannot store tensor '" + torch_name + "' of type " +
+                    std::string(c10::toString(t.scalar_type())) + " in a checkpoint");
+    }
+    std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+    Space space(dims.empty()
+                    ? H5Screate(H5S_SCALAR)
+                    : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+    Dataset data(H5Dcreate2(parent, path.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                            H5P_DEFAULT));
+    must(data.ok(), "cannot create dataset " + path);
+    must(t.numel() == 0 ||
+             H5Dwrite(data.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) >= 0,
+         "cannot write dataset " + path + " (is the disk full?)");
+    strings(data.get(), "torch_name", {torch_name}, true);
+    number<uint32_t>(data.get(), "crc32", crc32(t.data_ptr(), t.nbytes()), H5T_STD_U32LE,
+                     H5T_NATIVE_UINT32);
+  }
+
+  // /<root>/<layer>/<param> for each tensor; attrs layer_names on the root, weight_names on each
+  // layer (Keras' layout).
+  void tensors(hid_t file, const std::string& root, const std::vector<NamedTensor>& named,
+               bool optimizer_state) const {
+    Group top = group(file, root);
+    std::vector<std::string> layers;
+    std::map<std::string, std::vector<std::string>> params;
+    std::map<std::string, Group> groups;
+    std::vector<std::string> names;
+    for (const NamedTensor& t : named) {
+      const auto [layer, param] = split_name(t.name, optimizer_state);
+      if (!groups.contains(layer)) {
+        layers.push_back(layer);
+        groups.emplace(layer, group(top.get(), layer));
+      }
+      if (optimizer_state) {
+        const std::string parameter = param.substr(0, param.find('/'));
+        if (std::find(params[layer].begin(), params[layer].end(), parameter) ==
+            params[layer].end()) {
+          Group(H5Gcreate2(groups[layer].get(), parameter.c_str(), H5P_DEFAULT, H5P_DEFAULT,
+                           H5P_DEFAULT));
+          params[layer].push_back(parameter);
+        }
+      } else {
+        params[layer].push_back(param);
+      }
+      tensor(groups[layer].get(), param, t.name, t.tensor);
+      names.push_back(t.name);
+    }
+    strings(top.get(), "layer_names", layers);
+    for (const std::string& layer : layers) {
+      strings(groups[layer].get(), "weight_names", params[layer]);
+    }
+    // Every tensor's full LibTorch name, in order: what the reader walks.
+    strings(top.get(), "torch_names", names);
+  }
+
+ private:
+  std::filesystem::path file_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::filesystem::path file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error("checkpoint " + file_.string() + " is damaged or not a Tessel checkpoint: " + what);
+  }
+
+  std::vector<std::string> strings(hid_t object, const std::string& name) const {
+    Attribute attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+    if (!attr.ok()) fail("attribute '" + name + "' is missing");
+    Space space(H5Aget_space(attr.get()));
+    const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+    if (count < 0) fail("attribute '" + name + "' cannot be read");
+    const Type type = string_type();
+    std::vector<char*> pointers(static_cast<size_t>(std::max<hssize_t>(count, 1)), nullptr);
+    if (H5Aread(attr.get(), type.get(), pointers.data()) < 0) {
+      fail("attribute '" + name + "' is not text");
+    }
+    std::vector<std::string> values;
+    for (hssize_t i = 0; i < count; ++i) {
+      values.emplace_back(pointers[static_cast<size_t>(i)] ? pointers[static_cast<size_t>(i)] : "");
+    }
+    H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, pointers.data());
+    return values;
+  }
+
+  std::string text(hid_t object, const std::string& name) const {
+    std::vector<std::string> values = strings(object, name);
+    if (values.size() != 1) fail("attribute '" + name + "' is not one text");
+    return values.front();
+  }
+
+  template <typename T>
+  T number(hid_t object, const std::string& name, hid_t memory_type) const {
+    Attribute attr(H5Aopen(object, name.c_str(), H5P_DEFAULT));
+    T value{};
+    if (!attr.ok() || H5Aread(attr.get(), memory_type, &value) < 0) {
+      fail("attribute '" + name + "' is missing or unreadable");
+    }
+    return value;
+  }
+
+  at::Tensor tensor(hid_t parent, const std::string& path, const std::string& where) const {
+    Dataset data(H5Dopen2(parent, path.c_str(), H5P_DEFAULT));
+    if (!data.ok()) fail("dataset " + where + " is missing");
+    Space space(H5Dget_space(data.get()));
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0) fail("dataset " + where + " has no readable shape");
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    Type file_type(H5Dget_type(data.get()));
+    at::ScalarType scalar = at::kFloat;
+    hid_t memory_type = H5T_NATIVE_FLOAT;
+    const H5T_class_t type_class = H5Tget_class(file_type.get());
+    const size_t size = H5Tget_size(file_type.get());
+    if (type_class == H5T_FLOAT && size == 8) {
+      scalar = at::kDouble, memory_type = H5T_NATIVE_DOUBLE;
+    } else if (type_class == H5T_INTEGER && size == 8) {
+      scalar = at::kLong, memory_type = H5T_NATIVE_INT64;
+    } else if (type_class == H5T_INTEGER && size == 1) {
+      scalar = at::kByte, memory_type = H5T_NATIVE_UINT8;
+    } else if (type_class != H5T_FLOAT || size != 4) {
+      fail("dataset " + where + " is not float32, float64, int64 or uint8");
+    }
+    std::vector<int64_t> shape(dims.begin(), dims.end());
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(scalar));
+    if (t.numel() > 0 &&
+        H5Dread(data.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0) {
+      fail("dataset " + where + " cannot be read (truncated file?)");
+    }
+    const auto stored = number<uint32_t>(data.get(), "crc32", H5T_NATIVE_UINT32);
+    if (stored != crc32(t.data_ptr(), t.nbytes())) {
+      fail("dataset " + where + " does not match its checksum");
+    }
+    return t;
+  }
+
+  std::vector<NamedTensor> tensors(hid_t file, const std::string& root,
+                                   bool optimizer_state) const {
+    Group top(H5Gopen2(file, root.c_str(), H5P_DEFAULT));
+    if (!top.ok()) fail("group /" + root + " is missing");
+    std::vector<NamedTensor> named;
+    for (const std::string& name : strings(top.get(), "torch_names")) {
+      const auto [layer, param] = split_name(name, optimizer_state);
+      const std::string path = layer + "/" + param;
+      named.push_back({name, tensor(top.get(), path, "/" + root + "/" + path)});
+    }
+    return named;
+  }
+
+ private:
+  std::filesystem::path file_;
+};
+
+// Flushes a closed file's bytes to the disk, so the rename never publishes an empty file after a
+// power loss.
+void sync_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+uint32_t crc32(const void* data, size_t bytes, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320U ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  const auto* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < bytes; ++i) crc = table[(crc ^ p[i]) & 0xFFU] ^ (crc >> 8);
+  return ~crc;
+}
+
+void write_checkpoint(const std::filesystem::path& path, const CheckpointState& state) {
+  silence_hdf5();
+  std::filesystem::path partial = path;
+  partial += ".partial";
+  std::error_code ignored;
+  std::filesystem::remove(partial, ignored);  // a leftover of a crashed write
+  const Writer w(path);
+  try {
+    {
+      File file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+      w.must(file.ok(),
+             "cannot create " + partial.string() + " (does the folder exist and is it writable?)");
+      w.tensors(file.get(), "model_weights", state.weights, false);
+      w.tensors(file.get(), "optimizer_weights", state.optimizer, true);
+      Group s = w.group(file.get(), "state");
+      w.number<int64_t>(s.get(), "format_version", kFormatVersion, H5T_STD_I64LE, H5T_NATIVE_INT64);
+      w.number<int64_t>(s.get(), "epoch", state.epoch, H5T_STD_I64LE, H5T_NATIVE_INT64);
+      w.number<int64_t>(s.get(), "step", state.step, H5T_STD_I64LE, H5T_NATIVE_INT64);
+      w.number<uint64_t>(s.get(), "seed", state.seed, H5T_STD_U64LE, H5T_NATIVE_UINT64);
+      w.strings(s.get(), "class_names", state.class_names);
+      w.strings(s.get(), "tessel_version", {state.tessel_version}, true);
+      w.strings(s.get(), "config", {state.config}, true);
+      const at::Tensor rng = at::empty({static_cast<int64_t>(state.rng_state.size())}, at::kByte);
+      std::copy(state.rng_state.begin(), state.rng_state.end(), rng.data_ptr<uint8_t>());
+      w.tensor(s.get(), "rng_state", "rng_state", rng);
+      w.must(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "cannot flush (is the disk full?)");
+    }
+    sync_file(partial);
+    std::filesystem::rename(partial, path);
+  } catch (...) {
+    std::filesystem::remove(partial, ignored);
+    throw;
+  }
+}
+
+CheckpointState read_checkpoint(const std::filesystem::path& path) {
+  silence_hdf5();
+  if (!std::filesystem::exists(path)) {
+    throw Error("checkpoint " + path.string() + " does not exist");
+  }
+  const Reader r(path);
+  File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.ok()) r.fail("not an HDF5 file, or truncated");
+  CheckpointState state;
+  state.weights = r.tensors(file.get(), "model_weights", false);
+  state.optimizer = r.tensors(file.get(), "optimizer_weights", true);
+  Group s(H5Gopen2(file.get(), "state", H5P_DEFAULT));
+  if (!s.ok()) r.fail("group /state is missing");
+  const auto version = r.number<int64_t>(s.get(), "format_version", H5T_NATIVE_INT64);
+  if (version > kFormatVersion) {
+    throw Error("checkpoint " + path.string() + " was written by a newer Tessel (format " +
+                std::to_string(version) + "); update Tessel to read it");
+  }
+  state.epoch = r.number<int64_t>(s.get(), "epoch", H5T_NATIVE_INT64);
+  state.step = r.number<int64_t>(s.get(), "step", H5T_NATIVE_INT64);
+  state.seed = r.number<uint64_t>(s.get(), "seed", H5T_NATIVE_UINT64);
+  state.class_names = r.strings(s.get(), "class_names");
+  state.tessel_version = r.text(s.get(), "tessel_version");
+  state.config = r.text(s.get(), "config");
+  const at::Tensor rng = r.tensor(s.get(), "rng_state", "/state/rng_state");
+  if (rng.scalar_type() != at::kByte) r.fail("dataset /state/rng_state is not bytes");
+  const auto* bytes = rng.data_ptr<uint8_t>();
+  state.rng_state.assign(bytes, bytes + rng.numel());
+  return state;
+}
+
+std::string WeightLoadReport::to_string() const {
+  std::ostringstream out;
+  out << loaded.size() << " loaded";
+  const auto list = [&out](const char* what, const std::vector<std::string>& names) {
+    if (names.empty()) return;
+    out << "; " << names.size() << " " << what << ":";
+    for (const std::string& n : names) out << " " << n;
+  };
+  list("missing from the weights", missing);
+  list("not in the model", unexpected);
+  list("with another shape", mismatched);
+  return out.str();
+}
+
+std::vector<NamedTensor> named_weights(const torch::nn::Module& module) {
+  std::vector<NamedTensor> named;
+  for (const auto& item : module.named_parameters()) named.push_back({item.key(), item.value()});
+  for (const auto& item : module.named_buffers()) named.push_back({item.key(), item.value()});
+  return named;
+}
+
+WeightLoadReport load_weights(torch::nn::Module& module, const std::vector<NamedTensor>& weights,
+                              bool strict) {
+  std::map<std::string, const at::Tensor*> given;
+  for (const NamedTensor& w : weights) given[w.name] = &w.tensor;
+  WeightLoadReport report;
+  std::map<std::string, bool> used;
+  at::NoGradGuard no_grad;
+  for (NamedTensor& target : named_weights(module)) {
+    const auto it = given.find(target.name);
+    if (it == given.end()) {
+      report.missing.push_back(target.name);
+      continue;
+    }
+    used[target.name] = true;
+    if (it->second->sizes() != target.tensor.sizes()) {
+      std::ostringstream m;
+      m << target.name << ": " << it->second->sizes() << " in the weights, "
+        << target.tensor.sizes() << " in the model";
+      report.mismatched.push_back(m.str());
+      continue;
+    }
+    target.tensor.copy_(*it->second);
+    report.loaded.push_back(target.name);
+  }
+  for (const NamedTensor& w : weights) {
+    if (!used.contains(w.name)) report.unexpected.push_back(w.name);
+  }
+  if (strict &&
+      (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())) {
+    throw Error("the weights do not fit the model: " + report.to_string());
+  }
+  return report;
+}
+
+}  // namespace tessel::io
