@@ -350,11 +350,13 @@ void write_sample_slide(const fs::path& path, SampleSlide& slide, int64_t size, 
     // Stain: pink stroma where the mid-frequency field is low, purple cellular areas where high.
     const int64_t microns = std::max<int64_t>(1, std::llround(mpp * kDetail));  // per pixel at c
     const int64_t coarse = std::max<int64_t>(8, c / 8);
-    const VImage stain =
-        ramp(upsample(perlin(coarse, 150 / microns / 8 + 4, random).scale(), c, c), 80, 190);
+    // Perlin cells of ~150–200 µm, drawn at 1/8 of the texture resolution.
+    const int64_t stain_cell = 150 / microns / 8 + 4;
+    const VImage stain = ramp(upsample(perlin(coarse, stain_cell, random).scale(), c, c), 80, 190);
     VImage colour = stain.linear(minus(kCellular, kStroma), kStroma);
 
-    // Fibres: noise stretched along one axis, horizontal in some regions and vertical in others.
+    // Fibres: noise stretched along one axis (~2 µm thick, a few times 24 µm long), horizontal
+    // in some regions and vertical in others.
     const int64_t stretch = std::max<int64_t>(2, 24 / microns);
     const VImage across = upsample(noise(c / 2, c / stretch, random).gaussblur(0.7), c, c);
     const VImage along = upsample(noise(c / stretch, c / 2, random).gaussblur(0.7), c, c);
@@ -383,8 +385,8 @@ void write_sample_slide(const fs::path& path, SampleSlide& slide, int64_t size, 
         (colour.linear({1, 1, 1}, minus({0, 0, 0}, kGlass)) * tissue).linear({1, 1, 1}, kGlass);
 
     // Level 0: the texture upsampled, with a fine grain so the glass is not flat.
-    // A noise tile repeated: full-size noise would cost more than the rest of the slide, and a
-    // 512-pixel period in a 2-level grain is invisible.
+    // The grain is a 512² noise tile repeated: full-size noise would cost more than the rest of
+    // the slide, and a repeat of faint noise every 256 µm is invisible.
     const int64_t period = std::min<int64_t>(512, size);
     const auto repeats = static_cast<int>((size + period - 1) / period);
     const VImage grain =
