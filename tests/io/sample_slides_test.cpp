@@ -1,0 +1,295 @@
+// The synthetic demo dataset: 4 small slides made once at test time, then opened with OpenSlide
+// (through io::Slide) and read back as a user of the dataset would.
+#include "io/sample_slides.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/slide.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tessel::Error;
+using tessel::io::Lesion;
+using tessel::io::RgbImage;
+using tessel::io::SampleDataOptions;
+using tessel::io::SampleSlide;
+using tessel::io::Slide;
+
+constexpr uint64_t kSeed = 7;
+constexpr int64_t kSize = 1024;
+
+fs::path temporary_folder(const std::string& name) {
+  const fs::path folder =
+      fs::temp_directory_path() / ("tessel_sample_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(folder);
+  return folder;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::vector<std::string>> read_csv(const fs::path& path) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream text(read_text(path));
+  for (std::string line; std::getline(text, line);) {
+    std::vector<std::string> cells;
+    std::istringstream cells_text(line);
+    for (std::string cell; std::getline(cells_text, cell, ',');) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+struct MeanColour {
+  std::array<double, 3> rgb{};
+  int64_t count = 0;
+  double brightness() const { return (rgb[0] + rgb[1] + rgb[2]) / 3; }
+};
+
+// Mean colour of the pixels of `image` (placed at x0, y0 in level 0) that `keep(x, y, r, g, b)`.
+template <typename Keep>
+MeanColour mean_colour(const RgbImage& image, int64_t x0, int64_t y0, Keep keep) {
+  MeanColour mean;
+  for (int64_t y = 0; y < image.height; ++y) {
+    for (int64_t x = 0; x < image.width; ++x) {
+      const uint8_t* p = &image.pixels[static_cast<size_t>(3 * (y * image.width + x))];
+      if (!keep(x0 + x, y0 + y, p[0], p[1], p[2])) continue;
+      for (int c = 0; c < 3; ++c) mean.rgb[c] += p[c];
+      ++mean.count;
+    }
+  }
+  for (double& c : mean.rgb) c /= static_cast<double>(std::max<int64_t>(1, mean.count));
+  return mean;
+}
+
+bool is_glass(uint8_t r, uint8_t g, uint8_t b) { return std::min({r, g, b}) >= 225; }
+
+class SampleSlides : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    folder_ = temporary_folder("suite");
+    SampleDataOptions options;
+    options.slides = 4;
+    options.size = kSize;
+    options.seed = kSeed;
+    options.workers = 2;
+    const auto start = std::chrono::steady_clock::now();
+    slides_ = tessel::io::write_sample_data(folder_, options);
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "4 slides of " << kSize << "² px, seed " << kSeed << ", in " << seconds_ << " s\n";
+  }
+  static void TearDownTestSuite() { fs::remove_all(folder_); }
+
+  static fs::path folder_;
+  static std::vector<SampleSlide> slides_;
+  static double seconds_;
+};
+
+fs::path SampleSlides::folder_;
+std::vector<SampleSlide> SampleSlides::slides_;
+double SampleSlides::seconds_ = 0;
+
+TEST_F(SampleSlides, AreWrittenInWellUnderTenSeconds) { EXPECT_LT(seconds_, 10.0); }
+
+TEST_F(SampleSlides, OpenInOpenSlideAsAperioPyramidsWithTheirMpp) {
+  ASSERT_EQ(slides_.size(), 4u);
+  for (const SampleSlide& sample : slides_) {
+    const Slide slide(folder_ / sample.file);
+    EXPECT_EQ(slide.vendor(), "aperio") << sample.file;
+    EXPECT_GT(slide.level_count(), 1) << sample.file;
+    EXPECT_EQ(slide.level(0).width, kSize);
+    EXPECT_EQ(slide.level(0).height, kSize);
+    ASSERT_TRUE(slide.mpp_x() && slide.mpp_y()) << sample.file;
+    EXPECT_DOUBLE_EQ(*slide.mpp_x(), 0.5);
+    EXPECT_DOUBLE_EQ(*slide.mpp_y(), 0.5);
+    EXPECT_DOUBLE_EQ(slide.objective_power().value_or(0), 20.0);
+  }
+}
+
+TEST_F(SampleSlides, ManifestListsEverySlideWithLabelSplitAndPatient) {
+  const auto rows = read_csv(folder_ / "manifest.csv");
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"slide", "label", "split", "patient"}));
+  std::map<std::string, int> labels;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    ASSERT_EQ(rows[i].size(), 4u);
+    EXPECT_TRUE(fs::path(rows[i][0]).is_relative()) << rows[i][0];
+    EXPECT_TRUE(fs::is_regular_file(folder_ / rows[i][0])) << rows[i][0];
+    EXPECT_EQ(rows[i][0], slides_[i - 1].file);
+    EXPECT_TRUE(rows[i][2] == "train" || rows[i][2] == "val" || rows[i][2] == "test");
+    EXPECT_FALSE(rows[i][3].empty());
+    ++labels[rows[i][1]];
+  }
+  EXPECT_EQ(labels, (std::map<std::string, int>{{"normal", 2}, {"tumour", 2}}));
+}
+
+TEST_F(SampleSlides, LeaveNoTemporaryFilesBehind) {
+  for (const auto& entry : fs::directory_iterator(folder_)) {
+    EXPECT_EQ(entry.path().string().find(".part"), std::string::npos) << entry.path();
+  }
+}
+
+TEST_F(SampleSlides, TumourSlidesAloneCarryLesionsListedInLesionsJson) {
+  const std::string json = read_text(folder_ / "lesions.json");
+  for (const SampleSlide& slide : slides_) {
+    if (slide.label == "tumour") {
+      EXPECT_GE(slide.lesions.size(), 1u) << slide.file;
+      EXPECT_LE(slide.lesions.size(), 4u) << slide.file;
+    } else {
+      EXPECT_TRUE(slide.lesions.empty()) << slide.file;
+      EXPECT_NE(json.find("\"" + slide.file + "\": []"), std::string::npos) << json;
+    }
+    for (const Lesion& lesion : slide.lesions) {
+      std::ostringstream entry;
+      entry << "{\"x\": " << lesion.x << ", \"y\": " << lesion.y
+            << ", \"radius\": " << lesion.radius << "}";
+      EXPECT_NE(json.find(entry.str()), std::string::npos) << lesion << " in " << json;
+      EXPECT_GE(lesion.x - lesion.radius, 0);
+      EXPECT_LE(lesion.x + lesion.radius, kSize);
+    }
+  }
+}
+
+TEST_F(SampleSlides, LesionsAreDarkerAndMorePurpleThanTissueElsewhere) {
+  MeanColour tissue;  // all tissue of the normal slides
+  for (const SampleSlide& sample : slides_) {
+    if (sample.label != "normal") continue;
+    const Slide slide(folder_ / sample.file);
+    const MeanColour mean = mean_colour(
+        slide.read_region(0, 0, 0, kSize, kSize), 0, 0,
+        [](int64_t, int64_t, uint8_t r, uint8_t g, uint8_t b) { return !is_glass(r, g, b); });
+    for (int c = 0; c < 3; ++c) tissue.rgb[c] += mean.rgb[c] / 2;
+  }
+  for (const SampleSlide& sample : slides_) {
+    const Slide slide(folder_ / sample.file);
+    for (const Lesion& lesion : sample.lesions) {
+      // The inner 70% of the disc: the rim blends into the tissue around it.
+      const double inner = 0.7 * static_cast<double>(lesion.radius);
+      const MeanColour inside =
+          mean_colour(slide.read_region(0, lesion.x - lesion.radius, lesion.y - lesion.radius,
+                                        2 * lesion.radius, 2 * lesion.radius),
+                      lesion.x - lesion.radius, lesion.y - lesion.radius,
+                      [&](int64_t x, int64_t y, uint8_t, uint8_t, uint8_t) {
+                        return std::hypot(x - lesion.x, y - lesion.y) < inner;
+                      });
+      SCOPED_TRACE(sample.file);
+      EXPECT_LT(inside.brightness(), tissue.brightness() - 40) << lesion;
+      // Purple: blue over red more than in the pink tissue.
+      EXPECT_GT(inside.rgb[2] / inside.rgb[0], tissue.rgb[2] / tissue.rgb[0] + 0.1) << lesion;
+    }
+  }
+}
+
+TEST_F(SampleSlides, ShowTissueOnNearWhiteGlassOverThirtyToSixtyPercentOfTheSlide) {
+  for (const SampleSlide& sample : slides_) {
+    const Slide slide(folder_ / sample.file);
+    const RgbImage image = slide.read_region(0, 0, 0, kSize, kSize);
+    const MeanColour glass = mean_colour(
+        image, 0, 0,
+        [](int64_t, int64_t, uint8_t r, uint8_t g, uint8_t b) { return is_glass(r, g, b); });
+    const double tissue_fraction =
+        1.0 - static_cast<double>(glass.count) / static_cast<double>(kSize * kSize);
+    SCOPED_TRACE(sample.file);
+    EXPECT_GT(tissue_fraction, 0.3);
+    EXPECT_LT(tissue_fraction, 0.6);
+    for (double c : glass.rgb) EXPECT_GT(c, 235.0);
+    // A corner is glass.
+    const MeanColour corner =
+        mean_colour(slide.read_region(0, 0, 0, 48, 48), 0, 0,
+                    [](int64_t, int64_t, uint8_t, uint8_t, uint8_t) { return true; });
+    EXPECT_GT(corner.brightness(), 235.0);
+  }
+}
+
+TEST_F(SampleSlides, AreTheSameBytesForTheSameSeedAndDifferForAnother) {
+  SampleDataOptions options;
+  options.slides = 2;  // a slide depends on the seed and its index only
+  options.size = kSize;
+  options.seed = kSeed;
+  const fs::path again = temporary_folder("again");
+  tessel::io::write_sample_data(again, options);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(read_text(again / slides_[i].file), read_text(folder_ / slides_[i].file))
+        << slides_[i].file;
+  }
+  options.seed = kSeed + 1;
+  options.slides = 1;
+  tessel::io::write_sample_data(again, options);
+  EXPECT_NE(read_text(again / slides_[0].file), read_text(folder_ / slides_[0].file));
+  fs::remove_all(again);
+}
+
+TEST(SampleSlidesPlan, Splits24SlidesSixteenFourFourWithBalancedClassesInEachSplit) {
+  const std::vector<SampleSlide> slides = tessel::io::plan_sample_slides(24);
+  std::map<std::string, std::map<std::string, int>> counts;  // split → label → slides
+  for (const SampleSlide& slide : slides) ++counts[slide.split][slide.label];
+  EXPECT_EQ(counts["train"], (std::map<std::string, int>{{"normal", 8}, {"tumour", 8}}));
+  EXPECT_EQ(counts["val"], (std::map<std::string, int>{{"normal", 2}, {"tumour", 2}}));
+  EXPECT_EQ(counts["test"], (std::map<std::string, int>{{"normal", 2}, {"tumour", 2}}));
+  EXPECT_EQ(slides.front().file, "slide_001.tif");
+  EXPECT_EQ(slides.back().file, "slide_024.tif");
+}
+
+TEST(SampleSlidesPlan, RefusesZeroSlides) {
+  EXPECT_THROW(tessel::io::plan_sample_slides(0), Error);
+}
+
+TEST(SampleSlidesFolder, RefusesAFolderWithOtherFilesUnlessForced) {
+  const fs::path folder = temporary_folder("foreign");
+  fs::create_directories(folder);
+  std::ofstream(folder / "notes.txt") << "mine";
+  SampleDataOptions options;
+  options.slides = 1;
+  options.size = 512;
+  try {
+    tessel::io::write_sample_data(folder, options);
+    ADD_FAILURE() << "wrote into a folder with notes.txt";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("notes.txt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--force"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(folder / "manifest.csv"));
+  options.force = true;
+  tessel::io::write_sample_data(folder, options);
+  EXPECT_TRUE(fs::exists(folder / "slide_001.tif"));
+  EXPECT_EQ(read_text(folder / "notes.txt"), "mine");
+  fs::remove_all(folder);
+}
+
+TEST(SampleSlidesFolder, ReplacesItsOwnFilesAndKeepsTheReadme) {
+  const fs::path folder = temporary_folder("own");
+  fs::create_directories(folder);
+  std::ofstream(folder / "README.md") << "readme";
+  std::ofstream(folder / "slide_009.tif") << "an earlier, larger run";
+  std::ofstream(folder / ".slide_001.tif.part") << "a killed run";
+  std::ofstream(folder / "manifest.csv") << "old";
+  SampleDataOptions options;
+  options.slides = 1;
+  options.size = 512;
+  tessel::io::write_sample_data(folder, options);
+  EXPECT_EQ(read_text(folder / "README.md"), "readme");
+  EXPECT_FALSE(fs::exists(folder / "slide_009.tif"));
+  EXPECT_FALSE(fs::exists(folder / ".slide_001.tif.part"));
+  EXPECT_EQ(read_csv(folder / "manifest.csv").size(), 2u);
+  EXPECT_EQ(Slide(folder / "slide_001.tif").vendor(), "aperio");
+  fs::remove_all(folder);
+}
+
+}  // namespace
