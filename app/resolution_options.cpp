@@ -7,7 +7,8 @@
 namespace tessel::app {
 namespace {
 
-// A CLI11 validator from one of io's parsers: its tessel::Error message becomes the usage error.
+// A CLI11 validator from one of io's parsers: its tessel::Error message becomes the usage error,
+// without the leading "--mpp abc: " (CLI11 names the option itself).
 CLI::Validator checked_by(const std::function<double(const std::string&)>& parse,
                           const std::string& name) {
   return CLI::Validator(
@@ -16,7 +17,9 @@ CLI::Validator checked_by(const std::function<double(const std::string&)>& parse
           parse(text);
           return std::string();
         } catch (const Error& e) {
-          return std::string(e.what());
+          const std::string message = e.what();
+          const auto colon = message.find(": ");
+          return colon == std::string::npos ? message : text + ": " + message.substr(colon + 2);
         }
       },
       "", name);
