@@ -1,10 +1,13 @@
 // `tessel inspect SLIDE`: what OpenSlide sees in a slide file: vendor, levels, microns per pixel,
-// objective power, associated images and every property.
+// objective power, associated images and every property; with --mpp / --magnification / --level
+// / --base-mpp, also the level Tessel would read, its scale, the effective mpp and the size.
 #include <iostream>
 #include <memory>
 #include <sstream>
 
 #include "app/command.h"
+#include "app/resolution_options.h"
+#include "io/resolution.h"
 #include "io/slide.h"
 
 namespace tessel::app {
@@ -60,6 +63,26 @@ std::string describe(const io::Slide& slide) {
   return out.str();
 }
 
+std::string describe(const io::Slide& slide, const io::Resolution& resolution) {
+  const io::ResolutionChoice choice = io::choose_resolution(io::pyramid_of(slide), resolution);
+  std::ostringstream out;
+  out << "resolution  " << resolution << "\n";
+  out << "  read      level " << choice.level;
+  if (choice.scale == 1.0) {
+    out << " as it is\n";
+  } else {
+    out << ", shrunk by " << choice.scale << " (level pixels per output pixel, box filter)\n";
+  }
+  out << "  mpp       ";
+  if (choice.mpp) {
+    out << *choice.mpp << " µm per output pixel\n";
+  } else {
+    out << "unknown (none in the file; give --base-mpp)\n";
+  }
+  out << "  size      " << choice.width << " × " << choice.height << " px (width × height)\n";
+  return out.str();
+}
+
 }  // namespace
 
 void register_inspect(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
@@ -69,9 +92,15 @@ void register_inspect(CLI::App& app, const GlobalOptions& /*global*/, CommandReg
       "properties");
   auto path = std::make_shared<std::string>();
   cmd->add_option("slide", *path, "The slide file (any format OpenSlide reads)")->required();
-  cmd->callback([&registry, path] {
-    registry.selected = [path] {
-      std::cout << describe(io::Slide(*path));
+  auto resolution = std::make_shared<ResolutionOptions>();
+  add_resolution_options(*cmd, *resolution);
+  cmd->callback([&registry, path, resolution] {
+    registry.selected = [path, resolution] {
+      const io::Slide slide(*path);
+      std::string text = describe(slide);
+      // Chosen before printing anything, so a refusal is a one-line error.
+      if (const auto asked = resolution_of(*resolution)) text += describe(slide, *asked);
+      std::cout << text;
       return 0;
     };
   });

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -12,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "io/shrink.h"
 
 namespace tessel::io {
 namespace {
@@ -48,8 +50,10 @@ struct SlideTileSource::Impl {
 
   std::shared_ptr<const Slide> slide;
   int level = 0;
+  double scale = 1.0;  // level pixels per output pixel
   SlideTileSourceOptions options;
-  int64_t height = 0, width = 0;
+  int64_t height = 0, width = 0;              // of the output
+  int64_t level_height = 0, level_width = 0;  // of the level the tiles come from
   int64_t tile_bytes = 0;
   std::array<std::array<float, 256>, 3> lut{};  // 8-bit value -> normalised float, per channel
 
@@ -76,13 +80,22 @@ struct SlideTileSource::Impl {
   size_t consumed = 0, issued = 0;
   int64_t ahead_bytes = 0;
 
-  Impl(std::shared_ptr<const Slide> s, int lvl, SlideTileSourceOptions opts)
-      : slide(std::move(s)), level(lvl), options(opts) {
+  Impl(std::shared_ptr<const Slide> s, const ResolutionChoice& choice, SlideTileSourceOptions opts)
+      : slide(std::move(s)), level(choice.level), scale(choice.scale), options(opts) {
     if (!slide) throw Error("a slide tile source needs a slide");
     const Level& info = slide->level(level);
-    height = info.height;
-    width = info.width;
+    level_height = info.height;
+    level_width = info.width;
     const std::string name = "slide tile source for " + slide->path().string() + ": ";
+    if (scale == 1.0) {
+      height = level_height;
+      width = level_width;
+    } else {
+      if (!(scale > 1.0 && std::isfinite(scale))) throw Error(name + "scale must be at least 1");
+      if (choice.height < 1 || choice.width < 1) throw Error(name + "output size must be positive");
+      height = choice.height;
+      width = choice.width;
+    }
     if (options.tile_size < 1) throw Error(name + "tile_size must be at least 1");
     if (options.threads < 0) throw Error(name + "threads must be 0 or more");
     if (options.cache_bytes < 0) throw Error(name + "cache_bytes must be 0 or more");
@@ -125,12 +138,18 @@ struct SlideTileSource::Impl {
     return core::intersect(r, core::Region{{0, height}, {0, width}});
   }
 
+  // Output region (inside the image) → the level region its pixels come from.
+  core::Region source_of(const core::Region& r) const {
+    if (scale == 1.0 || r.empty()) return r;
+    return shrink_footprint(r, scale, level_height, level_width);
+  }
+
   TilePtr load(const TileKey& key) const {
     auto tile = std::make_shared<Tile>();
     tile->x = key.column * options.tile_size;
     tile->y = key.row * options.tile_size;
-    tile->width = std::min(options.tile_size, width - tile->x);
-    tile->height = std::min(options.tile_size, height - tile->y);
+    tile->width = std::min(options.tile_size, level_width - tile->x);
+    tile->height = std::min(options.tile_size, level_height - tile->y);
     tile->rgb.resize(static_cast<size_t>(3 * tile->width * tile->height));
     slide->read_region_into(level, tile->x, tile->y, tile->width, tile->height, options.background,
                             tile->rgb.data());
@@ -223,7 +242,7 @@ struct SlideTileSource::Impl {
   }
 
   int64_t bytes_of(const core::Region& r) const {
-    return static_cast<int64_t>(tiles_of(clip(r)).size()) * tile_bytes;
+    return static_cast<int64_t>(tiles_of(source_of(clip(r))).size()) * tile_bytes;
   }
 
   // With the mutex held: a read of `r` that is in the schedule moves the schedule past it.
@@ -242,7 +261,7 @@ struct SlideTileSource::Impl {
     if (workers.empty()) return;
     bool queued = false;
     while (issued < schedule.size() && ahead_bytes < options.prefetch_bytes) {
-      const core::Region r = clip(schedule[issued]);
+      const core::Region r = source_of(clip(schedule[issued]));
       for (const TileKey& key : tiles_of(r)) {
         if (const auto it = cache.find(key); it != cache.end()) {
           touch(it->second);  // needed soon: keep it
@@ -260,10 +279,11 @@ struct SlideTileSource::Impl {
   at::Tensor read(const core::Region& r) {
     if (r.empty() || r.y.begin < 0 || r.x.begin < 0 || r.y.end > height || r.x.end > width) {
       throw Error("slide tile source read " + core::to_string(r) + " outside level " +
-                  std::to_string(level) + " (" + std::to_string(height) + "×" +
-                  std::to_string(width) + ") of " + slide->path().string());
+                  std::to_string(level) + (scale == 1.0 ? "" : " shrunk") + " (" +
+                  std::to_string(height) + "×" + std::to_string(width) + ") of " +
+                  slide->path().string());
     }
-    const std::vector<TileKey> keys = tiles_of(r);
+    const std::vector<TileKey> keys = tiles_of(source_of(r));
     std::vector<TilePtr> tiles(keys.size());
     std::vector<std::pair<size_t, std::shared_future<TilePtr>>> pending;
     std::vector<Job> mine;
@@ -306,7 +326,39 @@ struct SlideTileSource::Impl {
       run(job);
     }
     for (auto& [i, future] : pending) tiles[i] = future.get();
-    return assemble(r, tiles);
+    return scale == 1.0 ? assemble(r, tiles) : assemble_shrunk(r, tiles);
+  }
+
+  // The level's pixels of `r` as interleaved RGB.
+  std::vector<uint8_t> gather(const core::Region& r, const std::vector<TilePtr>& tiles) const {
+    const int64_t w = r.x.size();
+    std::vector<uint8_t> rgb(static_cast<size_t>(3 * r.area()));
+    for (const TilePtr& tile : tiles) {
+      const int64_t y0 = std::max(r.y.begin, tile->y);
+      const int64_t y1 = std::min(r.y.end, tile->y + tile->height);
+      const int64_t x0 = std::max(r.x.begin, tile->x);
+      const int64_t x1 = std::min(r.x.end, tile->x + tile->width);
+      for (int64_t y = y0; y < y1; ++y) {
+        const uint8_t* in = tile->rgb.data() + 3 * ((y - tile->y) * tile->width + (x0 - tile->x));
+        std::copy(in, in + 3 * (x1 - x0), rgb.data() + 3 * ((y - r.y.begin) * w + x0 - r.x.begin));
+      }
+    }
+    return rgb;
+  }
+
+  at::Tensor assemble_shrunk(const core::Region& r, const std::vector<TilePtr>& tiles) const {
+    const std::vector<uint8_t> source = gather(source_of(r), tiles);
+    std::vector<uint8_t> rgb(static_cast<size_t>(3 * r.area()));
+    shrink_rgb(source.data(), r, scale, level_height, level_width, rgb.data());
+    const int64_t h = r.y.size(), w = r.x.size();
+    at::Tensor out = at::empty({1, 3, h, w}, at::kFloat);
+    float* data = out.data_ptr<float>();
+    for (int64_t p = 0; p < h * w; ++p) {
+      for (int64_t c = 0; c < 3; ++c) {
+        data[c * h * w + p] = lut[static_cast<size_t>(c)][rgb[static_cast<size_t>(3 * p + c)]];
+      }
+    }
+    return out;
   }
 
   at::Tensor assemble(const core::Region& r, const std::vector<TilePtr>& tiles) const {
@@ -338,7 +390,12 @@ SlideTileSource::SlideTileSource(const std::filesystem::path& slide, int level,
 
 SlideTileSource::SlideTileSource(std::shared_ptr<const Slide> slide, int level,
                                  SlideTileSourceOptions options)
-    : impl_(std::make_unique<Impl>(std::move(slide), level, options)) {}
+    : impl_(std::make_unique<Impl>(std::move(slide), ResolutionChoice{level, 1.0, {}, 0, 0},
+                                   options)) {}
+
+SlideTileSource::SlideTileSource(std::shared_ptr<const Slide> slide, const ResolutionChoice& choice,
+                                 SlideTileSourceOptions options)
+    : impl_(std::make_unique<Impl>(std::move(slide), choice, options)) {}
 
 SlideTileSource::~SlideTileSource() = default;
 
@@ -346,6 +403,7 @@ int64_t SlideTileSource::height() const { return impl_->height; }
 int64_t SlideTileSource::width() const { return impl_->width; }
 const Slide& SlideTileSource::slide() const { return *impl_->slide; }
 int SlideTileSource::level() const { return impl_->level; }
+double SlideTileSource::scale() const { return impl_->scale; }
 
 at::Tensor SlideTileSource::read(const core::Region& r) { return impl_->read(r); }
 

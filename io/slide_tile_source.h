@@ -1,6 +1,7 @@
-// The engine's TileSource over one level of a slide: reads only the windows the engine asks for,
-// on a small thread pool, through a byte-bounded LRU cache of fixed-size internal tiles, and
-// prefetches the tiles of the engine's upcoming windows in schedule order.
+// The engine's TileSource over one level of a slide, as it is or shrunk to a resolution (see
+// io/resolution.h): reads only the windows the engine asks for, on a small thread pool, through a
+// byte-bounded LRU cache of fixed-size internal tiles of the level, and prefetches the tiles of
+// the engine's upcoming windows in schedule order.
 #pragma once
 
 #include <array>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/tile_source.h"
+#include "io/resolution.h"
 #include "io/slide.h"
 
 namespace tessel::io {
@@ -46,6 +48,10 @@ class SlideTileSource : public core::TileSource {
                   SlideTileSourceOptions options = {});
   SlideTileSource(std::shared_ptr<const Slide> slide, int level,
                   SlideTileSourceOptions options = {});
+  // The level of `choice` shrunk by its scale to choice.width × choice.height (io/shrink.h: a
+  // box filter whose pixels do not depend on how the image is cut into windows).
+  SlideTileSource(std::shared_ptr<const Slide> slide, const ResolutionChoice& choice,
+                  SlideTileSourceOptions options = {});
   ~SlideTileSource() override;
   SlideTileSource(const SlideTileSource&) = delete;
   SlideTileSource& operator=(const SlideTileSource&) = delete;
@@ -53,9 +59,9 @@ class SlideTileSource : public core::TileSource {
   int64_t channels() const override { return 3; }
   int64_t height() const override;
   int64_t width() const override;
-  // Float 1×3×h×w, contiguous, normalised as the options say. `r` is in the level's pixels and
-  // must lie inside it. Throws tessel::Error (naming the slide) when OpenSlide fails.
-  // Thread-safe.
+  // Float 1×3×h×w, contiguous, normalised as the options say. `r` is in output pixels (the
+  // level's when the scale is 1) and must lie inside the image. Throws tessel::Error (naming the
+  // slide) when OpenSlide fails. Thread-safe.
   at::Tensor read(const core::Region& r) override;
   // Replaces the prefetch schedule: the internal tiles of `upcoming` are loaded in order on the
   // pool, at most prefetch_bytes ahead of the reads that follow the schedule.
@@ -66,6 +72,7 @@ class SlideTileSource : public core::TileSource {
   TileCacheStats cache_stats() const;
   const Slide& slide() const;
   int level() const;
+  double scale() const;  // level pixels per output pixel
 
  private:
   struct Impl;
