@@ -211,6 +211,29 @@ void TissueMask::save_png(const std::filesystem::path& path) const {
   io::save_png(pixels.data(), width, height, 1, path);
 }
 
+void fill_background(const TissueMask& mask, double level_downsample, int64_t x, int64_t y,
+                     RgbImage& region, Rgb background) {
+  if (mask.width < 1 || mask.height < 1) throw Error("fill_background: the tissue mask is empty");
+  const double mask_per_level_x =
+      level_downsample * static_cast<double>(mask.width) / static_cast<double>(mask.slide_width);
+  const double mask_per_level_y =
+      level_downsample * static_cast<double>(mask.height) / static_cast<double>(mask.slide_height);
+  const auto mask_index = [](double v, int64_t size) {
+    return std::clamp<int64_t>(static_cast<int64_t>(std::floor(v)), 0, size - 1);
+  };
+  for (int64_t j = 0; j < region.height; ++j) {
+    const int64_t my =
+        mask_index((static_cast<double>(y + j) + 0.5) * mask_per_level_y, mask.height);
+    for (int64_t i = 0; i < region.width; ++i) {
+      const int64_t mx =
+          mask_index((static_cast<double>(x + i) + 0.5) * mask_per_level_x, mask.width);
+      if (mask.at(mx, my)) continue;
+      uint8_t* p = &region.pixels[static_cast<size_t>(3 * (j * region.width + i))];
+      p[0] = background.r, p[1] = background.g, p[2] = background.b;
+    }
+  }
+}
+
 RgbImage tissue_overlay(const RgbImage& thumbnail, const TissueMask& mask) {
   if (thumbnail.width != mask.width || thumbnail.height != mask.height) {
     throw Error("tissue overlay: the thumbnail (" + std::to_string(thumbnail.width) + "×" +

@@ -70,6 +70,12 @@ OtsuSplit otsu(const std::array<int64_t, 256>& histogram);
 // Saturation max(R, G, B) − min(R, G, B) of each pixel of an RGB image.
 std::vector<uint8_t> saturation(const RgbImage& image);
 
+// Sets the pixels of `region` that lie on background in the mask to `background`, so training
+// on tissue only sees glass as one flat value. `region` was read from a level with
+// `level_downsample` at (x, y) in that level's coordinates; a pixel is judged at its centre.
+void fill_background(const TissueMask& mask, double level_downsample, int64_t x, int64_t y,
+                     RgbImage& region, Rgb background = {});
+
 // `thumbnail` with the mask's outline drawn in green and the background dimmed, for a quick look.
 RgbImage tissue_overlay(const RgbImage& thumbnail, const TissueMask& mask);
 

@@ -225,6 +225,33 @@ TEST(TissueMask, PngToAMissingFolderNamesTheFile) {
   }
 }
 
+TEST(TissueMask, FillsBackgroundOutsideTheMaskInARegionOfAnotherLevel) {
+  // A 10×10 mask of a 100×100 slide: tissue in mask columns 0–4, i.e. level-0 x < 50.
+  RgbImage thumb{10, 10, std::vector<uint8_t>(300, 240)};
+  for (int64_t y = 0; y < 10; ++y) {
+    for (int64_t x = 0; x < 5; ++x) {
+      uint8_t* p = &thumb.pixels[3 * (y * 10 + x)];
+      p[0] = 220, p[1] = 120, p[2] = 180;
+    }
+  }
+  TissueMaskOptions options;
+  options.threshold = 30;
+  options.close_radius_px = options.open_radius_px = 0;
+  options.min_area_level0_px = 0;
+  const TissueMask mask = tissue_mask(thumb, 100, 100, std::nullopt, options);
+  // Level downsample 2: level pixels 20–29 of row 3 cover level-0 x 40–59.
+  RgbImage region{10, 1, std::vector<uint8_t>(30, 7)};
+  fill_background(mask, 2.0, 20, 3, region, Rgb{1, 2, 3});
+  for (int64_t i = 0; i < 10; ++i) {
+    const uint8_t* p = &region.pixels[3 * i];
+    if (i < 5) {
+      EXPECT_EQ(p[0], 7) << "level x " << 20 + i << " is tissue";
+    } else {
+      EXPECT_EQ((Rgb{p[0], p[1], p[2]}), (Rgb{1, 2, 3})) << "level x " << 20 + i << " is glass";
+    }
+  }
+}
+
 TEST(Thumbnail, ReadsTheSmallestLevelAtLeastTheSizeAndKeepsTheAspect) {
   const Slide slide(shared_slide("tcga-cr-7395-01a-01-ts1.svs"));  // 4443 × 3567, 2221 × 1783
   EXPECT_EQ(thumbnail_level(slide, 2000), 1);
