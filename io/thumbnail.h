@@ -12,8 +12,9 @@ namespace tessel::io {
 
 // The whole slide with its longest side `max_side_px` (aspect kept, each side at least 1 px),
 // read from the smallest level whose longest side is at least `max_side_px`. A slide smaller
-// than that comes back at level 0, not enlarged. The level is read whole: memory is about
-// 7 bytes per pixel of that level. Throws tessel::Error when `max_side_px` < 1.
+// than that comes back at level 0, not enlarged. The level is read in strips and block-averaged
+// by an integer factor before libvips resizes it: memory stays within a few times the
+// thumbnail's size plus one 4-megapixel strip. Throws tessel::Error when `max_side_px` < 1.
 RgbImage thumbnail(const Slide& slide, int64_t max_side_px);
 
 // The index of the level thumbnail() reads for `max_side_px`.
