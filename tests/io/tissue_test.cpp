@@ -138,6 +138,17 @@ TEST(TissueMask, OfTissueOnTheLeftHalfBoxesTheLeftHalf) {
   EXPECT_NEAR(static_cast<double>(mask.bbox.x.end), 300.0, 8.0) << to_string(mask);
 }
 
+TEST(TissueMask, TakesItsResolutionFromAGivenDownsample) {
+  const std::string path = write_slide(noisy(600, 400, {230, 140, 190}, 6.0, 8), "ds.tiff");
+  TissueMaskOptions options;
+  options.downsample = 4.0;
+  const TissueMask mask = tissue_mask(Slide(path), options);
+  EXPECT_EQ(mask.width, 150);
+  EXPECT_EQ(mask.height, 100);
+  options.downsample = 0.5;
+  EXPECT_THROW(tissue_mask(Slide(path), options), Error);
+}
+
 TEST(TissueMask, DropsSpecksSmallerThanTheMinimumArea) {
   start_vips();
   // Glass with one 12×12 px speck of stain and one 100×100 px piece of tissue.
@@ -189,6 +200,17 @@ TEST(TissueMask, OfARealHAndESlideFindsTissueAndGlass) {
   EXPECT_GT(mask.bbox.x.end, 1800) << to_string(mask);
   EXPECT_LT(mask.bbox.x.end, 2150) << to_string(mask);  // glass on the right
   mask.save_png(scratch("cmu1.mask.png"));
+}
+
+// The TCGA slide: one large piece of tissue filling most of the field, on a tiled grey background
+// (no mpp, so the minimum area is in level-0 pixels). Looked at: about 60% tissue; measured 61.4%.
+TEST(TissueMask, OfASlideWithoutMppFillsMostOfTheField) {
+  const Slide slide(shared_slide("tcga-cr-7395-01a-01-ts1.svs"));
+  TissueMaskOptions options;
+  options.max_side_px = 1024;
+  const TissueMask mask = tissue_mask(slide, options);
+  EXPECT_GT(mask.tissue_fraction, 0.5) << to_string(mask);
+  EXPECT_LT(mask.tissue_fraction, 0.75) << to_string(mask);
 }
 
 TEST(TissueMask, PngIsWrittenAndReadsBackAsTheMask) {
