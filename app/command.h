@@ -28,5 +28,6 @@ void register_bench(CLI::App& app, const GlobalOptions& global, CommandRegistry&
 void register_gradcheck(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_thumbnail(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

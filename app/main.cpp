@@ -37,6 +37,7 @@ int run(int argc, char** argv) {
   app::register_bench(app, global, registry);
   app::register_inspect(app, global, registry);
   app::register_sample_data(app, global, registry);
+  app::register_thumbnail(app, global, registry);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,185 @@
+// Regions of interest from GeoJSON as QuPath exports them, their errors, and the training region.
+#include "io/roi.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace tessel::io {
+namespace {
+
+constexpr int64_t kWidth = 2220, kHeight = 2967;  // cmu-1-small-region.svs
+
+// What QuPath 0.4's "Export objects as GeoJSON" writes for one rectangle annotation with a hole.
+const char* kQuPathExport = R"({
+  "type": "FeatureCollection",
+  "features": [
+    {
+      "type": "Feature",
+      "id": "c1a2b3",
+      "geometry": {
+        "type": "Polygon",
+        "coordinates": [
+          [[100.5, 200], [900, 200], [900, 1200.25], [100.5, 1200.25], [100.5, 200]],
+          [[300, 400], [2000, 400], [2000, 2900], [300, 400]]
+        ]
+      },
+      "properties": {"objectType": "annotation", "classification": {"name": "Tumor"}}
+    },
+    {
+      "type": "Feature",
+      "geometry": {"type": "Point", "coordinates": [5, 5]},
+      "properties": {"objectType": "annotation"}
+    }
+  ]
+})";
+
+std::string error_of(const std::string& geojson, int64_t width = kWidth, int64_t height = kHeight) {
+  try {
+    parse_roi(geojson, "roi.geojson", width, height);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(RegionOfInterest, ReadsAQuPathFeatureCollectionAndIgnoresHolesAndPoints) {
+  const RegionOfInterest roi = parse_roi(kQuPathExport, "roi.geojson", kWidth, kHeight);
+  ASSERT_EQ(roi.polygons.size(), 1U);
+  EXPECT_EQ(roi.polygons[0].exterior.size(), 5U);
+  EXPECT_EQ(roi.polygons[0].holes.size(), 1U);
+  // Outward to whole pixels; the hole (which even pokes outside) does not widen the box.
+  EXPECT_EQ(roi.bbox, (core::Region{{200, 1201}, {100, 900}}));
+}
+
+TEST(RegionOfInterest, ReadsASingleFeature) {
+  const RegionOfInterest roi = parse_roi(
+      R"({"type": "Feature", "properties": {}, "geometry": {"type": "Polygon",
+          "coordinates": [[[10, 20], [30, 20], [30, 40], [10, 20]]]}})",
+      "f.geojson", kWidth, kHeight);
+  EXPECT_EQ(roi.bbox, (core::Region{{20, 40}, {10, 30}}));
+}
+
+TEST(RegionOfInterest, ReadsABarePolygon) {
+  const RegionOfInterest roi =
+      parse_roi(R"({"type": "Polygon", "coordinates": [[[1, 2], [3, 2], [3, 4], [1, 2]]]})",
+                "p.geojson", kWidth, kHeight);
+  EXPECT_EQ(roi.bbox, (core::Region{{2, 4}, {1, 3}}));
+}
+
+TEST(RegionOfInterest, ReadsAMultiPolygonAsTheBoxOfAllItsParts) {
+  const RegionOfInterest roi = parse_roi(
+      R"({"type": "MultiPolygon", "coordinates": [
+            [[[10, 10], [20, 10], [20, 20], [10, 10]]],
+            [[[500, 600], [700, 600], [700, 800], [500, 600]], [[550, 650], [560, 650], [560, 660]]]
+          ]})",
+      "m.geojson", kWidth, kHeight);
+  ASSERT_EQ(roi.polygons.size(), 2U);
+  EXPECT_EQ(roi.polygons[1].holes.size(), 1U);
+  EXPECT_EQ(roi.bbox, (core::Region{{10, 800}, {10, 700}}));
+}
+
+TEST(RegionOfInterest, ClipsItsBoxToTheSlide) {
+  const RegionOfInterest roi = parse_roi(
+      R"({"type": "Polygon", "coordinates": [[[-50, 2000], [3000, 2000], [3000, 4000], [-50, 2000]]]})",
+      "c.geojson", kWidth, kHeight);
+  EXPECT_EQ(roi.bbox, (core::Region{{2000, kHeight}, {0, kWidth}}));
+}
+
+TEST(RegionOfInterest, ReadsAFileAndNamesItInErrors) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("tessel_roi_test_" + std::to_string(getpid()) + ".geojson");
+  std::ofstream(path) << kQuPathExport;
+  EXPECT_EQ(read_roi(path, kWidth, kHeight).bbox, (core::Region{{200, 1201}, {100, 900}}));
+  std::ofstream(path) << "{\"type\": \"FeatureCollection\", \"features\": []}";
+  try {
+    read_roi(path, kWidth, kHeight);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), path.string())) << e.what();
+    EXPECT_TRUE(contains(e.what(), "no Polygon or MultiPolygon")) << e.what();
+  }
+  std::filesystem::remove(path);
+  try {
+    read_roi(path, kWidth, kHeight);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), path.string() + ": cannot open")) << e.what();
+  }
+}
+
+TEST(RegionOfInterest, RefusesTextThatIsNotJson) {
+  const std::string error = error_of("Name\tClass\nTumor\t1\n");
+  EXPECT_TRUE(contains(error, "region of interest roi.geojson: not JSON")) << error;
+}
+
+TEST(RegionOfInterest, RefusesJsonWithoutAPolygon) {
+  EXPECT_TRUE(contains(error_of(R"({"type": "Point", "coordinates": [1, 2]})"),
+                       "no Polygon or MultiPolygon"));
+  EXPECT_TRUE(contains(error_of(R"([1, 2, 3])"), "the document is not a JSON object"));
+  EXPECT_TRUE(contains(error_of(R"({"features": []})"), "the document has no \"type\""));
+}
+
+TEST(RegionOfInterest, RefusesCoordinatesThatAreNotNumbersAndSaysWhere) {
+  const std::string error = error_of(
+      R"({"type": "FeatureCollection", "features": [{"type": "Feature", "geometry":
+          {"type": "Polygon", "coordinates": [[[1, 2], ["3", 2], [3, 4], [1, 2]]]}}]})");
+  EXPECT_TRUE(contains(error,
+                       "the document.features[0].geometry.coordinates[0][1] has "
+                       "coordinates that are not numbers: [\"3\",2]"))
+      << error;
+}
+
+TEST(RegionOfInterest, RefusesRingsTooShortToEncloseAnything) {
+  const std::string error = error_of(R"({"type": "Polygon", "coordinates": [[[1, 2], [3, 4]]]})");
+  EXPECT_TRUE(contains(error, "is not a ring of at least 3 [x, y] points")) << error;
+}
+
+TEST(RegionOfInterest, RefusesABoxOutsideTheSlide) {
+  const std::string error = error_of(
+      R"({"type": "Polygon", "coordinates": [[[5000, 5000], [6000, 5000], [6000, 6000], [5000, 5000]]]})");
+  EXPECT_TRUE(contains(error, "lies outside the slide (2220 × 2967 level-0 pixels)")) << error;
+}
+
+TEST(TrainingRegion, IsTheWholeSlideWhenNothingNarrowsIt) {
+  EXPECT_EQ(training_region("s.svs", 100, 50, std::nullopt, std::nullopt),
+            (core::Region{{0, 50}, {0, 100}}));
+}
+
+TEST(TrainingRegion, IsTheTissueBoxOrTheRegionOfInterestBox) {
+  const core::Region tissue{{10, 40}, {20, 90}}, roi{{0, 30}, {50, 100}};
+  EXPECT_EQ(training_region("s.svs", 100, 50, tissue, std::nullopt), tissue);
+  EXPECT_EQ(training_region("s.svs", 100, 50, std::nullopt, roi), roi);
+}
+
+TEST(TrainingRegion, IsTheIntersectionWhenBothAreGiven) {
+  const core::Region tissue{{10, 40}, {20, 90}}, roi{{0, 30}, {50, 100}};
+  EXPECT_EQ(training_region("s.svs", 100, 50, tissue, roi), (core::Region{{10, 30}, {50, 90}}));
+}
+
+TEST(TrainingRegion, RefusesASlideWithoutTissueAndBoxesThatDoNotOverlap) {
+  try {
+    training_region("s.svs", 100, 50, core::Region{}, std::nullopt);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "slide s.svs: no tissue found")) << e.what();
+  }
+  try {
+    training_region("s.svs", 100, 50, core::Region{{0, 10}, {0, 10}},
+                    core::Region{{20, 30}, {20, 30}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "does not overlap the tissue")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tessel::io
