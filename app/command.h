@@ -27,5 +27,6 @@ void register_plan(CLI::App& app, const GlobalOptions& global, CommandRegistry& 
 void register_bench(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_gradcheck(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_manifest(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

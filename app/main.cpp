@@ -36,6 +36,7 @@ int run(int argc, char** argv) {
   app::register_gradcheck(app, global, registry);
   app::register_bench(app, global, registry);
   app::register_inspect(app, global, registry);
+  app::register_manifest(app, global, registry);
 
   try {
     app.parse(argc, argv);
