@@ -51,12 +51,14 @@ std::vector<Record> parse_csv(std::string text, std::vector<ManifestProblem>& pr
   bool quoted = false;     // the current field started with a quote
   bool in_quotes = false;  // inside the quotes of a quoted field
   bool field_started = false;
+  bool text_after_quote = false;  // reported once per field
   int line = 1;
   auto end_field = [&] {
     record.fields.push_back(quoted ? field : trimmed(field));
     field.clear();
     quoted = false;
     field_started = false;
+    text_after_quote = false;
   };
   auto end_record = [&] {
     end_field();
@@ -87,7 +89,8 @@ std::vector<Record> parse_csv(std::string text, std::vector<ManifestProblem>& pr
       end_record();
       ++line;
     } else if (quoted) {
-      if (c != ' ' && c != '\t') {
+      if (c != ' ' && c != '\t' && !text_after_quote) {
+        text_after_quote = true;
         problems.push_back({record.line, "",
                             "text after the closing quote of a quoted field (write a quote inside "
                             "a quoted field as two quotes: \"\")",
@@ -163,12 +166,7 @@ Columns read_header(const Record& header, std::vector<ManifestProblem>& problems
   for (int i = 0; i < static_cast<int>(header.fields.size()); ++i) {
     const std::string name = trimmed(header.fields[i]);
     const std::string key = lowercase(name);
-    if (key.empty()) {
-      problems.push_back({header.line, "",
-                          "column " + std::to_string(i + 1) + " of the header has no name",
-                          Severity::kError});
-      continue;
-    }
+    if (key.empty()) continue;  // spreadsheets leave unnamed trailing columns: nothing to keep
     if (auto [it, fresh] = seen.emplace(key, i); !fresh) {
       problems.push_back(
           {header.line, "", "the header names column \"" + name + "\" twice", Severity::kError});

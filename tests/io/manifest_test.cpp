@@ -222,6 +222,19 @@ TEST_F(ManifestTest, AHeaderNamingAColumnTwiceIsRejected) {
   EXPECT_FALSE(m.usable());
 }
 
+TEST_F(ManifestTest, IgnoresColumnsWithoutAName) {
+  const Manifest m = load("slide,label,,\n" + kCmu + ",a,,\n" + kSmall + ",b,x,\n");
+  ASSERT_TRUE(m.usable()) << problems_of(m);
+  EXPECT_TRUE(m.metadata_columns.empty());
+  EXPECT_TRUE(m.entries[1].metadata.empty());
+}
+
+TEST_F(ManifestTest, TextAfterAClosingQuoteIsRejected) {
+  const Manifest m = load("slide,label\n" + kCmu + ",\"tumor\" grade 2\n");
+  EXPECT_TRUE(has_problem(m, 2, "text after the closing quote")) << problems_of(m);
+  EXPECT_EQ(m.problems.size(), 1u) << problems_of(m);
+}
+
 TEST_F(ManifestTest, AnEmptyFileIsRejected) {
   const Manifest m = load("\xEF\xBB\xBF\n\n");
   EXPECT_TRUE(has_problem(m, 0, "the file is empty")) << problems_of(m);
