@@ -23,8 +23,7 @@ struct CheckArgs {
 std::string describe(const io::Manifest& manifest) {
   std::ostringstream out;
   out << "manifest  " << manifest.path.string() << "\n";
-  out << "slides    " << manifest.entries.size() + manifest.skipped.size()
-      << " listed: " << manifest.entries.size() << " ok, " << manifest.skipped.size()
+  out << "slides    " << manifest.entries.size() << " ok, " << manifest.skipped.size()
       << " skipped\n";
   std::vector<std::array<int, io::kSplitCount>> counts(manifest.classes.size());
   std::array<int, io::kSplitCount> totals{};

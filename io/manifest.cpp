@@ -323,7 +323,7 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
     Row row;
     row.entry.line = record.line;
     auto error = [&](const std::string& reason) {
-      problems.push_back({record.line, row.slide_as_written, reason, Severity::kError});
+      problems.push_back({record.line, row.entry.slide.string(), reason, Severity::kError});
       row.ok = false;
     };
     if (record.fields.size() != field_count) {
@@ -373,7 +373,7 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
     if (const auto index = class_of(row.entry.label, manifest.classes)) {
       row.entry.class_index = *index;
     } else if (!options.classes.empty()) {
-      problems.push_back({row.entry.line, row.slide_as_written,
+      problems.push_back({row.entry.line, row.entry.slide.string(),
                           "label \"" + row.entry.label + "\" is not one of the classes (" +
                               joined(manifest.classes) + ")",
                           Severity::kError});
@@ -389,7 +389,7 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
       const auto [it, fresh] =
           line_of_slide.emplace(same_file_key(row.entry.slide), row.entry.line);
       if (!fresh) {
-        problems.push_back({row.entry.line, row.slide_as_written,
+        problems.push_back({row.entry.line, row.entry.slide.string(),
                             "duplicate slide: " + row.entry.slide.string() +
                                 " is already listed on line " + std::to_string(it->second),
                             Severity::kError});
@@ -400,7 +400,7 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
       const auto [it, fresh] =
           split_of_patient.emplace(row.entry.patient, std::pair{row.entry.split, row.entry.line});
       if (!fresh && it->second.first != row.entry.split) {
-        problems.push_back({row.entry.line, row.slide_as_written,
+        problems.push_back({row.entry.line, row.entry.slide.string(),
                             "patient \"" + row.entry.patient + "\" is in " +
                                 to_string(row.entry.split) + " here but in " +
                                 to_string(it->second.first) + " on line " +
@@ -417,7 +417,7 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
     if (!row.ok) continue;
     std::error_code ec;
     if (!fs::exists(row.entry.slide, ec)) {
-      problems.push_back({row.entry.line, row.slide_as_written,
+      problems.push_back({row.entry.line, row.entry.slide.string(),
                           "slide file not found: " + row.entry.slide.string(), Severity::kSkip});
       manifest.skipped.push_back(std::move(row.entry));
     } else {

@@ -32,7 +32,7 @@ struct ManifestProblem {
     kSkip,   // one slide cannot be used: it is skipped, the rest go on
   };
   int line = 0;       // CSV line; 0 for the file as a whole
-  std::string slide;  // the slide path as written, when the problem is about one slide
+  std::string slide;  // the slide (resolved path) when the problem is about one slide
   std::string reason;
   Severity severity = Severity::kError;
 };

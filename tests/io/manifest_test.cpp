@@ -314,7 +314,7 @@ TEST_F(ManifestTest, AMissingSlideFileIsSkippedAndTheRestIsUsable) {
       m, 3, "slide file not found: " + (folder_.path() / "not-here.svs").string(), Severity::kSkip))
       << problems_of(m);
   ASSERT_EQ(m.problems.size(), 1u);
-  EXPECT_EQ(m.problems[0].slide, "not-here.svs");
+  EXPECT_EQ(m.problems[0].slide, (folder_.path() / "not-here.svs").string());
 }
 
 TEST_F(ManifestTest, AMissingSlideDoesNotShiftTheClassIndices) {
