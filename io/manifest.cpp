@@ -212,19 +212,21 @@ std::vector<std::string> classes_from_labels(const std::vector<std::string>& lab
   for (const std::string& label : labels) indices.insert(*integer_label(label));
   const int count = *indices.rbegin() + 1;
   std::vector<std::string> classes;
+  for (int i : indices) classes.push_back(std::to_string(i));
+  if (count == static_cast<int>(indices.size())) return classes;
+  // A gap rejects the manifest; the classes present stay listed, and a label like 999999999 must
+  // not make a billion classes.
   std::vector<std::string> missing;
-  for (int i = 0; i < count; ++i) {
-    classes.push_back(std::to_string(i));
+  for (int i = 0; i < count && missing.size() < 6; ++i) {
     if (!indices.contains(i)) missing.push_back(std::to_string(i));
   }
-  if (!missing.empty()) {
-    problems.push_back({0, "",
-                        "integer labels are class indices and must cover 0.." +
-                            std::to_string(count - 1) + ", but no slide has label " +
-                            joined(missing) +
-                            " (renumber the labels, or give the class list explicitly)",
-                        Severity::kError});
-  }
+  if (missing.size() == 6) missing.back() = "...";
+  problems.push_back({0, "",
+                      "integer labels are class indices and must cover 0.." +
+                          std::to_string(count - 1) + ", but no slide has label " +
+                          joined(missing) +
+                          " (renumber the labels, or give the class list explicitly)",
+                      Severity::kError});
   return classes;
 }
 

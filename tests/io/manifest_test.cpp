@@ -171,7 +171,13 @@ TEST_F(ManifestTest, IntegerLabelsAreTheirOwnClassIndices) {
 TEST_F(ManifestTest, IntegerLabelsWithAGapAreAnError) {
   const Manifest m = load("slide,label\n" + kCmu + ",0\n" + kSmall + ",2\n");
   EXPECT_FALSE(m.usable());
-  EXPECT_TRUE(has_problem(m, 0, "no slide has label 1")) << problems_of(m);
+  EXPECT_TRUE(has_problem(m, 0, "no slide has label 1 (")) << problems_of(m);
+  EXPECT_EQ(m.classes, (std::vector<std::string>{"0", "2"}));
+  const Manifest huge = load("slide,label\n" + kCmu + ",0\n" + kSmall + ",999999999\n");
+  EXPECT_TRUE(
+      has_problem(huge, 0, "must cover 0..999999999, but no slide has label 1, 2, 3, 4, 5, ..."))
+      << problems_of(huge);
+  EXPECT_EQ(huge.classes.size(), 2u);
 }
 
 TEST_F(ManifestTest, MixedIntegerAndNameLabelsAreAllNames) {
