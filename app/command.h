@@ -29,5 +29,6 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& global, CommandRegis
 void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_thumbnail(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_manifest(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

@@ -38,6 +38,7 @@ int run(int argc, char** argv) {
   app::register_inspect(app, global, registry);
   app::register_sample_data(app, global, registry);
   app::register_thumbnail(app, global, registry);
+  app::register_manifest(app, global, registry);
 
   try {
     app.parse(argc, argv);
