@@ -30,5 +30,6 @@ void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistr
 void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_thumbnail(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_manifest(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_train(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

@@ -39,6 +39,7 @@ int run(int argc, char** argv) {
   app::register_sample_data(app, global, registry);
   app::register_thumbnail(app, global, registry);
   app::register_manifest(app, global, registry);
+  app::register_train(app, global, registry);
 
   try {
     app.parse(argc, argv);

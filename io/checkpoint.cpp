@@ -348,6 +348,7 @@ void write_checkpoint(const std::filesystem::path& path, const CheckpointState& 
       w.strings(s.get(), "class_names", state.class_names);
       w.strings(s.get(), "tessel_version", {state.tessel_version}, true);
       w.strings(s.get(), "config", {state.config}, true);
+      w.strings(s.get(), "run_state", {state.run_state}, true);
       const at::Tensor rng = at::empty({static_cast<int64_t>(state.rng_state.size())}, at::kByte);
       std::copy(state.rng_state.begin(), state.rng_state.end(), rng.data_ptr<uint8_t>());
       w.tensor(s.get(), "rng_state", "rng_state", rng);
@@ -385,6 +386,7 @@ CheckpointState read_checkpoint(const std::filesystem::path& path) {
   state.class_names = r.strings(s.get(), "class_names");
   state.tessel_version = r.text(s.get(), "tessel_version");
   state.config = r.text(s.get(), "config");
+  state.run_state = r.text(s.get(), "run_state");
   const at::Tensor rng = r.tensor(s.get(), "rng_state", "/state/rng_state");
   if (rng.scalar_type() != at::kByte) r.fail("dataset /state/rng_state is not bytes");
   const auto* bytes = rng.data_ptr<uint8_t>();

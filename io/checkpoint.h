@@ -5,7 +5,7 @@
 //   /model_weights/<layer>/<param>      dataset; attrs torch_name, crc32
 //   /optimizer_weights/<layer>/<param>/<state>   dataset (e.g. momentum_buffer); attrs as above
 //   /state                              attrs epoch, step, seed, class_names, tessel_version,
-//                                       config, format_version; dataset rng_state (bytes)
+//                                       config, run_state, format_version; dataset rng_state
 // A checkpoint is written to "<path>.partial" and renamed into place, so a crash during the write
 // never destroys the previous checkpoint. Every dataset carries a CRC-32 of its bytes; a read
 // that finds a mismatch, a truncated file or a missing dataset throws naming file and dataset.
@@ -39,7 +39,8 @@ struct CheckpointState {
   uint64_t seed = 0;
   std::string rng_state;  // opaque bytes (the pipeline's random generators)
   std::vector<std::string> class_names;
-  std::string config;  // the resolved run configuration, as text
+  std::string config;     // the resolved run configuration, as text
+  std::string run_state;  // the pipeline's own position in the run (JSON text)
   std::string tessel_version;
 };
 

@@ -50,6 +50,7 @@ class CheckpointTest : public ::testing::Test {
     s.rng_state = std::string("\x00\x01\xff\x80 rng", 9);
     s.class_names = {"normal", "tumour — grade 2"};
     s.config = "model: vgg-mini\nepochs: 4\n";
+    s.run_state = R"({"epoch": 2, "position": 5})";
     s.tessel_version = "0.1.0";
     return s;
   }
@@ -72,6 +73,7 @@ class CheckpointTest : public ::testing::Test {
     EXPECT_EQ(a.rng_state, b.rng_state);
     EXPECT_EQ(a.class_names, b.class_names);
     EXPECT_EQ(a.config, b.config);
+    EXPECT_EQ(a.run_state, b.run_state);
     EXPECT_EQ(a.tessel_version, b.tessel_version);
   }
 
@@ -123,7 +125,8 @@ TEST_F(CheckpointTest, LayoutIsTheKerasLikeOneH5pyReads) {
   EXPECT_EQ(H5Tget_class(type), H5T_FLOAT);
   EXPECT_EQ(H5Tget_size(type), 4U);
   const hid_t state = H5Gopen2(file, "/state", H5P_DEFAULT);
-  for (const char* attr : {"epoch", "step", "seed", "class_names", "tessel_version", "config"}) {
+  for (const char* attr :
+       {"epoch", "step", "seed", "class_names", "tessel_version", "config", "run_state"}) {
     EXPECT_GT(H5Aexists(state, attr), 0) << attr;
   }
   H5Tclose(type);

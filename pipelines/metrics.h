@@ -1,0 +1,31 @@
+// Slide-level classification metrics: accuracy, balanced accuracy and ROC AUC (binary, and the
+// one-vs-rest macro average for more classes). Pure functions on probabilities and labels.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessel::pipelines {
+
+struct ClassificationMetrics {
+  int64_t count = 0;
+  double loss = 0;               // mean cross-entropy, when the caller sets it
+  double accuracy = 0;           // fraction of argmax predictions that are right
+  double balanced_accuracy = 0;  // mean recall over the classes present
+  double auc = 0;                // ROC AUC: binary, or macro one-vs-rest; NaN if undefined
+  std::vector<double> recall;    // per class; NaN for a class with no slides
+};
+
+// `probabilities[i]` are slide i's class probabilities; `labels[i]` its class index.
+ClassificationMetrics classification_metrics(const std::vector<std::vector<double>>& probabilities,
+                                             const std::vector<int64_t>& labels);
+
+// ROC AUC of `scores` for the positives (Mann–Whitney U with average ranks for ties): the
+// probability that a random positive scores above a random negative. NaN when either is absent.
+double roc_auc(const std::vector<double>& scores, const std::vector<bool>& positive);
+
+// "value (name)" pairs for logs: "accuracy 0.917 · balanced 0.900 · AUC 0.950".
+std::string to_string(const ClassificationMetrics& m);
+
+}  // namespace tessel::pipelines

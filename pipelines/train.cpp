@@ -1,0 +1,660 @@
+#include "pipelines/train.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "core/executor.h"
+#include "core/memory.h"
+#include "core/planner.h"
+#include "core/version.h"
+#include "io/checkpoint.h"
+#include "io/manifest.h"
+#include "io/resolution.h"
+#include "io/slide_tile_source.h"
+#include "io/tissue.h"
+#include "models/zoo.h"
+#include "pipelines/logging.h"
+#include "pipelines/optimizer.h"
+#include "pipelines/run_files.h"
+#include "pipelines/view_source.h"
+
+namespace tessel::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Independent, reproducible random streams for (seed, epoch, slide position, purpose), so a run
+// resumed mid-epoch draws exactly what the uninterrupted run drew (SplitMix64 finaliser).
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t z = a + 0x9E3779B97F4A7C15ULL * (b + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+uint64_t stream(uint64_t seed, int64_t epoch, int64_t position, uint64_t purpose) {
+  return mix(mix(mix(seed, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(position)),
+             purpose);
+}
+constexpr uint64_t kOrderStream = 1, kViewStream = 2, kTorchStream = 3;
+
+// Fisher–Yates with the raw generator (std::shuffle's draws differ between standard libraries).
+std::vector<size_t> shuffled(size_t n, std::mt19937_64& rng) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+  return order;
+}
+
+io::Resolution resolution_of(const TrainConfig& c) {
+  io::Resolution r = c.mpp             ? io::Resolution::at_mpp(*c.mpp)
+                     : c.magnification ? io::Resolution::at_magnification(*c.magnification)
+                                       : io::Resolution::at_level(c.level.value_or(0));
+  if (c.base_mpp) r.with_base_mpp(*c.base_mpp);
+  return r;
+}
+
+// The position of a run, saved in every checkpoint (run_state).
+struct Position {
+  int64_t epoch = 0;          // 0-based epoch in progress
+  int64_t slide = 0;          // slides of that epoch already trained
+  int64_t step = 0;           // optimizer steps taken
+  double train_loss_sum = 0;  // over the epoch's slides so far
+  std::vector<std::vector<double>> train_probabilities;
+  std::vector<int64_t> train_labels;
+  int64_t best_epoch = 0;  // 1-based; 0: none yet
+  double best_metric = 0;
+  int64_t epochs_without_improvement = 0;
+
+  json to_json() const {
+    return {{"epoch", epoch},
+            {"slide", slide},
+            {"step", step},
+            {"train_loss_sum", train_loss_sum},
+            {"train_probabilities", train_probabilities},
+            {"train_labels", train_labels},
+            {"best_epoch", best_epoch},
+            {"best_metric", best_metric},
+            {"epochs_without_improvement", epochs_without_improvement}};
+  }
+  static Position from_json(const json& j) {
+    Position p;
+    p.epoch = j.at("epoch");
+    p.slide = j.at("slide");
+    p.step = j.at("step");
+    p.train_loss_sum = j.at("train_loss_sum");
+    p.train_probabilities = j.at("train_probabilities").get<std::vector<std::vector<double>>>();
+    p.train_labels = j.at("train_labels").get<std::vector<int64_t>>();
+    p.best_epoch = j.at("best_epoch");
+    p.best_metric = j.at("best_metric");
+    p.epochs_without_improvement = j.at("epochs_without_improvement");
+    return p;
+  }
+};
+
+constexpr const char* kAccumulatedGrad = ".accumulated_grad";
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainRequest& request)
+      : request_(request), config_(request.config), run_dir_(config_.output) {}
+
+  TrainSummary run() {
+    const auto t0 = Clock::now();
+    prepare_run_dir();
+    load_data();
+    build_model();
+    if (request_.resume) resume();
+
+    TrainSummary summary;
+    summary.run_dir = run_dir_;
+    summary.skipped_slides = static_cast<int64_t>(manifest_.skipped.size());
+    for (; position_.epoch < config_.epochs; ++position_.epoch) {
+      const auto epoch_start = Clock::now();
+      if (!train_epoch()) {
+        summary.interrupted = true;
+        break;
+      }
+      EpochReport report = finish_epoch();
+      report.seconds = seconds_since(epoch_start);
+      summary.last_val = report.val;
+      if (request_.observer) request_.observer->on_epoch(report);
+      if (stop_requested() && position_.epoch + 1 < config_.epochs) {
+        ++position_.epoch;  // last.h5 holds the start of the next epoch
+        summary.interrupted = true;
+        spdlog::warn("stopped on request after epoch {}; continue with --resume {}",
+                     position_.epoch, run_dir_.string());
+        break;
+      }
+      if (config_.patience > 0 && position_.epochs_without_improvement >= config_.patience) {
+        spdlog::info("early stop: {} epoch(s) without a better validation {}", config_.patience,
+                     config_.metric);
+        summary.stopped_early = true;
+        ++position_.epoch;
+        break;
+      }
+    }
+    summary.epochs_done = position_.epoch;
+    summary.steps = position_.step;
+    summary.best_epoch = position_.best_epoch;
+    summary.best_metric = position_.best_metric;
+    summary.seconds = seconds_since(t0);
+    write_summary(summary);
+    return summary;
+  }
+
+ private:
+  void prepare_run_dir() {
+    std::error_code error;
+    fs::create_directories(run_dir_ / "checkpoints", error);
+    if (error) {
+      throw Error("cannot create the run folder " + run_dir_.string() + ": " + error.message());
+    }
+    if (!request_.resume && fs::exists(run_dir_ / "checkpoints" / "last.h5")) {
+      throw Error("the run folder " + run_dir_.string() +
+                  " already holds a run; continue it with --resume, or choose another output");
+    }
+    if (request_.resume && !fs::exists(run_dir_ / "checkpoints" / "last.h5")) {
+      throw Error("cannot resume: " + (run_dir_ / "checkpoints" / "last.h5").string() +
+                  " does not exist");
+    }
+    add_log_file(run_dir_ / "train.log");
+    write_text_atomically(run_dir_ / "config.yaml", config_.to_yaml());
+    metrics_csv_ = std::make_unique<CsvLog>(
+        run_dir_ / "metrics.csv",
+        std::vector<std::string>{"epoch", "lr", "train_loss", "train_accuracy", "val_loss",
+                                 "val_accuracy", "val_balanced_accuracy", "val_auc", "best",
+                                 "seconds", "measured_peak_bytes"});
+    events_ = std::make_unique<JsonLines>(run_dir_ / "events.jsonl");
+  }
+
+  void load_data() {
+    io::ManifestOptions options;
+    options.classes = config_.classes;
+    manifest_ = io::load_manifest(config_.manifest, options);
+    if (!manifest_.has_split_column) {
+      io::assign_splits(manifest_, config_.val_fraction, config_.test_fraction,
+                        static_cast<uint64_t>(config_.seed));
+    }
+    for (const io::ManifestProblem& p : manifest_.problems) {
+      spdlog::warn("{}: {}", config_.manifest.string(), (std::ostringstream() << p).str());
+    }
+    const std::string unusable = manifest_.unusable_reason();
+    if (!unusable.empty()) {
+      throw Error("manifest " + config_.manifest.string() + " cannot be used: " + unusable);
+    }
+    for (const io::ManifestEntry& e : manifest_.entries) {
+      (e.split == io::Split::kTrain ? train_
+       : e.split == io::Split::kVal ? val_
+                                    : test_)
+          .push_back(&e);
+    }
+    if (train_.empty())
+      throw Error("manifest " + config_.manifest.string() + " has no train slides");
+    std::string classes;
+    for (size_t i = 0; i < manifest_.classes.size(); ++i) {
+      classes += (i ? ", " : "") + std::to_string(i) + " " + manifest_.classes[i];
+    }
+    spdlog::info("classes: {} · slides: {} train, {} val, {} test{}", classes, train_.size(),
+                 val_.size(), test_.size(),
+                 manifest_.skipped.empty()
+                     ? std::string()
+                     : " · " + std::to_string(manifest_.skipped.size()) + " skipped");
+    if (manifest_.classes.size() < 2) {
+      throw Error("manifest " + config_.manifest.string() +
+                  " has one class only; a classifier needs at least two");
+    }
+    // Loss weights for `balance: weighted`: N / (K · n_k) over the train split.
+    std::vector<double> counts(manifest_.classes.size(), 0);
+    for (const io::ManifestEntry* e : train_) counts[static_cast<size_t>(e->class_index)] += 1;
+    std::vector<double> weights(counts.size(), 1.0);
+    if (config_.balance == "weighted") {
+      double present = 0;
+      for (double n : counts) present += n > 0 ? 1 : 0;
+      for (size_t k = 0; k < counts.size(); ++k) {
+        weights[k] = counts[k] > 0 ? static_cast<double>(train_.size()) / (present * counts[k]) : 0;
+      }
+    }
+    class_weights_ = at::tensor(weights, at::kFloat);
+  }
+
+  void build_model() {
+    models::ModelOptions options;
+    options.classes = static_cast<int64_t>(manifest_.classes.size());
+    options.global_max_pool = config_.pool == "max";
+    options.dropout = config_.dropout;
+    graph_ = std::make_unique<core::Graph>(models::build_model(config_.model, options));
+    graph_->init_parameters(static_cast<uint64_t>(config_.seed));
+    if (!config_.init_weights.empty()) {
+      const io::CheckpointState initial = io::read_checkpoint(config_.init_weights);
+      const io::WeightLoadReport report =
+          io::load_weights(graph_->module(), initial.weights, /*strict=*/false);
+      spdlog::info("initial weights from {}: {}", config_.init_weights.string(),
+                   report.to_string());
+      if (report.loaded.empty()) {
+        throw Error("no parameter of " + config_.init_weights.string() + " fits model '" +
+                    config_.model + "'");
+      }
+    }
+    optimizer_ = make_optimizer(config_, graph_->module());
+    core::MemoryTracker::install();
+    budget_bytes_ = core::parse_bytes(config_.budget);
+    plan_options_.strategy = core::parse_strategy(config_.strategy);
+    plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
+  }
+
+  void resume() {
+    const fs::path last = run_dir_ / "checkpoints" / "last.h5";
+    const io::CheckpointState state = io::read_checkpoint(last);
+    if (state.class_names != manifest_.classes) {
+      throw Error("cannot resume from " + last.string() +
+                  ": its classes differ from the manifest's (set `classes` to fix the order)");
+    }
+    io::load_weights(graph_->module(), state.weights, /*strict=*/true);
+    std::vector<io::NamedTensor> optimizer_tensors;
+    std::map<std::string, at::Tensor> accumulated;
+    for (const io::NamedTensor& t : state.optimizer) {
+      if (t.name.ends_with(kAccumulatedGrad)) {
+        accumulated[t.name.substr(0, t.name.size() - std::string(kAccumulatedGrad).size())] =
+            t.tensor;
+      } else {
+        optimizer_tensors.push_back(t);
+      }
+    }
+    restore_optimizer_state(config_, *optimizer_, graph_->module(), optimizer_tensors);
+    for (auto& item : graph_->module().named_parameters()) {
+      const auto it = accumulated.find(item.key());
+      if (it != accumulated.end()) item.value().mutable_grad() = it->second.clone();
+    }
+    try {
+      position_ = Position::from_json(json::parse(state.run_state));
+    } catch (const json::exception& e) {
+      throw Error("cannot resume from " + last.string() + ": its run state is unreadable (" +
+                  e.what() + ")");
+    }
+    spdlog::info("resuming {} at epoch {}, slide {} (step {})", run_dir_.string(),
+                 position_.epoch + 1, position_.slide, position_.step);
+  }
+
+  bool stop_requested() const { return request_.stop != nullptr && request_.stop->load(); }
+
+  // The engine's view of one slide: the resolution asked for, cropped to the tissue if asked.
+  std::shared_ptr<core::TileSource> open(const io::ManifestEntry& entry, View view) {
+    auto slide = std::make_shared<const io::Slide>(entry.slide);
+    const io::ResolutionChoice choice =
+        io::choose_resolution(io::pyramid_of(*slide), resolution_of(config_));
+    io::SlideTileSourceOptions options;
+    options.mean = io::kImageNetMean;
+    options.std = io::kImageNetStd;
+    auto source = std::make_shared<io::SlideTileSource>(slide, choice, options);
+    if (config_.tissue_bbox) view.crop = tissue_crop(*slide, choice);
+    return std::make_shared<ViewTileSource>(source, view);
+  }
+
+  // The tissue's bounding box in the pixels the engine sees (cached per slide).
+  core::Region tissue_crop(const io::Slide& slide, const io::ResolutionChoice& choice) {
+    const std::string key = slide.path().string();
+    auto it = tissue_crops_.find(key);
+    if (it == tissue_crops_.end()) {
+      const io::TissueMask mask = io::tissue_mask(slide);
+      core::Region crop;  // empty: no tissue found, train on the whole slide
+      if (!mask.empty()) {
+        const double per_pixel = slide.level(choice.level).downsample * choice.scale;
+        const auto lo = [&](int64_t v) { return static_cast<int64_t>(std::floor(v / per_pixel)); };
+        const auto hi = [&](int64_t v) { return static_cast<int64_t>(std::ceil(v / per_pixel)); };
+        crop = {{std::max<int64_t>(0, lo(mask.bbox.y.begin)),
+                 std::min<int64_t>(choice.height, hi(mask.bbox.y.end))},
+                {std::max<int64_t>(0, lo(mask.bbox.x.begin)),
+                 std::min<int64_t>(choice.width, hi(mask.bbox.x.end))}};
+      } else {
+        spdlog::warn("{}: no tissue found; training on the whole slide", key);
+      }
+      it = tissue_crops_.emplace(key, crop).first;
+    }
+    return it->second;
+  }
+
+  const core::Plan& plan_for(int64_t height, int64_t width) {
+    const auto key = std::make_pair(height, width);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      core::Plan plan = core::make_plan(*graph_, {3, height, width}, budget_bytes_, plan_options_);
+      spdlog::debug("plan for {}×{}:\n{}", width, height, core::to_string(plan, *graph_));
+      it = plans_.emplace(key, std::move(plan)).first;
+    }
+    return it->second;
+  }
+
+  // The train split's order for this epoch: shuffled, or balanced draws by class.
+  std::vector<const io::ManifestEntry*> epoch_order() {
+    std::mt19937_64 rng(
+        stream(static_cast<uint64_t>(config_.seed), position_.epoch, 0, kOrderStream));
+    std::vector<const io::ManifestEntry*> order;
+    if (config_.balance == "sampling") {
+      std::map<int, std::vector<const io::ManifestEntry*>> by_class;
+      for (const io::ManifestEntry* e : train_) by_class[e->class_index].push_back(e);
+      std::vector<const std::vector<const io::ManifestEntry*>*> classes;
+      for (const auto& [k, entries] : by_class) classes.push_back(&entries);
+      for (size_t i = 0; i < train_.size(); ++i) {
+        const auto& pool = *classes[rng() % classes.size()];
+        order.push_back(pool[rng() % pool.size()]);
+      }
+    } else {
+      for (size_t i : shuffled(train_.size(), rng)) order.push_back(train_[i]);
+    }
+    return order;
+  }
+
+  // Trains the rest of the current epoch; false when stopped on request.
+  bool train_epoch() {
+    const std::vector<const io::ManifestEntry*> order = epoch_order();
+    const auto count = static_cast<int64_t>(order.size());
+    if (position_.slide == 0) {
+      position_.train_loss_sum = 0;
+      position_.train_probabilities.clear();
+      position_.train_labels.clear();
+      optimizer_->zero_grad();
+    }
+    for (; position_.slide < count; ++position_.slide) {
+      const int64_t i = position_.slide;
+      // The rate of the optimizer step this slide's gradient goes into.
+      lr_ = learning_rate(config_, position_.epoch,
+                          static_cast<double>(i - i % config_.batch) / static_cast<double>(count));
+      train_slide(*order[static_cast<size_t>(i)], i, count);
+      // The optimizer steps after every `batch` slides and after the epoch's last slide.
+      if ((i + 1) % config_.batch == 0 || i + 1 == count) {
+        set_learning_rate(*optimizer_, lr_);
+        optimizer_->step();
+        optimizer_->zero_grad();
+        ++position_.step;
+      }
+      if (stop_requested() && i + 1 < count) {
+        ++position_.slide;
+        save_checkpoint("last.h5");
+        spdlog::warn(
+            "stopped on request after slide {} of epoch {}; {} holds the position "
+            "(continue with --resume {})",
+            i + 1, position_.epoch + 1, (run_dir_ / "checkpoints" / "last.h5").string(),
+            run_dir_.string());
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void train_slide(const io::ManifestEntry& entry, int64_t index, int64_t count) {
+    const auto t0 = Clock::now();
+    std::mt19937_64 view_rng(
+        stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kViewStream));
+    at::manual_seed(
+        stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kTorchStream));
+    const View view =
+        random_view({}, config_.flips, config_.rotations, config_.color_jitter, view_rng);
+    SlideProgress progress{"train",        position_.epoch + 1,
+                           config_.epochs, index,
+                           count,          entry.slide.filename().string()};
+    // Gradients accumulate over a batch; a slide that fails halfway must not leave a part of
+    // its gradient behind.
+    std::vector<at::Tensor> saved_grads;
+    for (const at::Tensor& p : graph_->module().parameters()) {
+      saved_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    }
+    try {
+      const std::shared_ptr<core::TileSource> source = open(entry, view);
+      progress.height = source->height();
+      progress.width = source->width();
+      const core::Plan& plan = plan_for(progress.height, progress.width);
+      progress.predicted_peak_bytes = plan.predicted.total();
+      progress.budget_bytes = budget_bytes_;
+      if (request_.observer) request_.observer->on_slide(progress);
+
+      const int64_t batch_start = index - index % config_.batch;
+      const double batch_size = static_cast<double>(std::min(config_.batch, count - batch_start));
+      const at::Tensor weights = class_weights_;
+      const core::LossFn loss = [weights, batch_size](const at::Tensor& logits,
+                                                      const at::Tensor& target) {
+        return at::cross_entropy_loss(logits, target, weights.to(logits.scalar_type()),
+                                      at::Reduction::Sum) /
+               batch_size;
+      };
+      const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
+      core::StepOptions options;
+      options.observer = request_.observer;
+      const core::StepResult r = core::train_step(*graph_, plan, *source, target, loss, options);
+      // The slide's own (unweighted) cross-entropy, for the logs and the epoch's mean.
+      const at::Tensor logits = r.logits.to(at::kDouble);
+      progress.loss = at::cross_entropy_loss(logits, target).item<double>();
+      const at::Tensor p = at::softmax(logits, 1).flatten();
+      position_.train_probabilities.emplace_back(p.data_ptr<double>(),
+                                                 p.data_ptr<double>() + p.numel());
+      position_.train_labels.push_back(entry.class_index);
+      position_.train_loss_sum += progress.loss;
+      progress.tiles = r.forward_tiles + r.backward_tiles;
+      progress.measured_peak_bytes = r.measured_peak_bytes;
+      peak_bytes_ = std::max(peak_bytes_, r.measured_peak_bytes);
+    } catch (const Error& e) {
+      auto params = graph_->module().parameters();
+      for (size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = saved_grads[k];
+      spdlog::warn("skipping {} in epoch {}: {}", entry.slide.string(), position_.epoch + 1,
+                   e.what());
+      ++skipped_in_epoch_;
+      return;
+    }
+    progress.done = true;
+    progress.seconds = seconds_since(t0);
+    progress.wait_seconds = -1;
+    if (request_.observer) request_.observer->on_slide(progress);
+    events_->write({{"type", "slide"},
+                    {"phase", "train"},
+                    {"epoch", progress.epoch},
+                    {"index", index},
+                    {"slide", progress.slide},
+                    {"label", entry.label},
+                    {"height", progress.height},
+                    {"width", progress.width},
+                    {"loss", progress.loss},
+                    {"seconds", progress.seconds},
+                    {"tiles", progress.tiles},
+                    {"lr", lr_},
+                    {"step", position_.step},
+                    {"measured_peak_bytes", progress.measured_peak_bytes},
+                    {"predicted_peak_bytes", progress.predicted_peak_bytes}});
+  }
+
+  // Validation over the val split: the network's probabilities per slide.
+  ClassificationMetrics validate() {
+    std::vector<std::vector<double>> probabilities;
+    std::vector<int64_t> labels;
+    double loss_sum = 0;
+    const auto count = static_cast<int64_t>(val_.size());
+    for (int64_t i = 0; i < count; ++i) {
+      const io::ManifestEntry& entry = *val_[static_cast<size_t>(i)];
+      const auto t0 = Clock::now();
+      SlideProgress progress{
+          "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
+      try {
+        const std::shared_ptr<core::TileSource> source = open(entry, {});
+        progress.height = source->height();
+        progress.width = source->width();
+        const core::Plan& plan = plan_for(progress.height, progress.width);
+        if (request_.observer) request_.observer->on_slide(progress);
+        const at::Tensor logits =
+            core::infer(*graph_, plan, *source, request_.observer).to(at::kDouble);
+        const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
+        progress.loss = at::cross_entropy_loss(logits, target).item<double>();
+        const at::Tensor p = at::softmax(logits, 1).flatten();
+        probabilities.emplace_back(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
+        labels.push_back(entry.class_index);
+        loss_sum += progress.loss;
+      } catch (const Error& e) {
+        spdlog::warn("skipping {} in validation: {}", entry.slide.string(), e.what());
+        continue;
+      }
+      progress.done = true;
+      progress.seconds = seconds_since(t0);
+      if (request_.observer) request_.observer->on_slide(progress);
+    }
+    ClassificationMetrics m = classification_metrics(probabilities, labels);
+    m.loss = labels.empty() ? std::nan("") : loss_sum / static_cast<double>(labels.size());
+    return m;
+  }
+
+  double metric_value(const ClassificationMetrics& m) const {
+    if (config_.metric == "accuracy") return m.accuracy;
+    if (config_.metric == "auc") return m.auc;
+    if (config_.metric == "loss") return m.loss;
+    return m.balanced_accuracy;
+  }
+
+  EpochReport finish_epoch() {
+    EpochReport report;
+    report.epoch = position_.epoch + 1;
+    report.epochs = config_.epochs;
+    report.lr = lr_;
+    report.train = classification_metrics(position_.train_probabilities, position_.train_labels);
+    report.train_loss =
+        position_.train_labels.empty()
+            ? std::nan("")
+            : position_.train_loss_sum / static_cast<double>(position_.train_labels.size());
+    report.train.loss = report.train_loss;
+    report.val = validate();
+    if (report.val.count > 0) {
+      const double value = metric_value(report.val);
+      const bool lower_is_better = config_.metric == "loss";
+      const bool better =
+          !std::isnan(value) &&
+          (position_.best_epoch == 0 ||
+           (lower_is_better ? value < position_.best_metric : value > position_.best_metric));
+      if (better) {
+        position_.best_epoch = report.epoch;
+        position_.best_metric = value;
+        position_.epochs_without_improvement = 0;
+        report.best = true;
+      } else {
+        ++position_.epochs_without_improvement;
+      }
+    }
+    spdlog::info("epoch {}/{} · lr {:.3g} · train {} · val {}{}", report.epoch, report.epochs,
+                 report.lr, to_string(report.train),
+                 report.val.count > 0 ? to_string(report.val) : std::string("(no val split)"),
+                 report.best ? " · best" : "");
+    // The epoch is complete: the checkpoints hold the start of the next one.
+    position_.slide = 0;
+    ++position_.epoch;
+    position_.train_probabilities.clear();
+    position_.train_labels.clear();
+    position_.train_loss_sum = 0;
+    save_checkpoint("last.h5");
+    if (report.best) save_checkpoint("best.h5");
+    --position_.epoch;
+    const auto number = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
+    metrics_csv_->write({std::to_string(report.epoch), number(report.lr), number(report.train_loss),
+                         number(report.train.accuracy), number(report.val.loss),
+                         number(report.val.accuracy), number(report.val.balanced_accuracy),
+                         number(report.val.auc), report.best ? "1" : "0",
+                         number(seconds_since(epoch_clock_)), std::to_string(peak_bytes_)});
+    epoch_clock_ = Clock::now();
+    const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
+    events_->write({{"type", "epoch"},
+                    {"epoch", report.epoch},
+                    {"lr", report.lr},
+                    {"train_loss", nullable(report.train_loss)},
+                    {"train_accuracy", nullable(report.train.accuracy)},
+                    {"val_loss", nullable(report.val.loss)},
+                    {"val_accuracy", nullable(report.val.accuracy)},
+                    {"val_balanced_accuracy", nullable(report.val.balanced_accuracy)},
+                    {"val_auc", nullable(report.val.auc)},
+                    {"best", report.best},
+                    {"measured_peak_bytes", peak_bytes_},
+                    {"skipped", skipped_in_epoch_}});
+    skipped_in_epoch_ = 0;
+    return report;
+  }
+
+  void save_checkpoint(const std::string& name) {
+    io::CheckpointState state;
+    state.weights = io::named_weights(graph_->module());
+    state.optimizer = optimizer_state(config_, *optimizer_, graph_->module());
+    // Mid-batch, the gradients accumulated so far are part of the position.
+    if (position_.slide % config_.batch != 0) {
+      for (const auto& item : graph_->module().named_parameters()) {
+        if (item.value().grad().defined()) {
+          state.optimizer.push_back({item.key() + kAccumulatedGrad, item.value().grad()});
+        }
+      }
+    }
+    state.epoch = position_.epoch;
+    state.step = position_.step;
+    state.seed = static_cast<uint64_t>(config_.seed);
+    state.class_names = manifest_.classes;
+    state.config = config_.to_yaml();
+    state.run_state = position_.to_json().dump();
+    state.tessel_version = kVersion;
+    io::write_checkpoint(run_dir_ / "checkpoints" / name, state);
+  }
+
+  void write_summary(const TrainSummary& s) const {
+    const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
+    const json j = {{"run_dir", s.run_dir.string()},
+                    {"epochs_done", s.epochs_done},
+                    {"steps", s.steps},
+                    {"best_epoch", s.best_epoch},
+                    {"best_metric", nullable(s.best_metric)},
+                    {"metric", config_.metric},
+                    {"last_val",
+                     {{"loss", nullable(s.last_val.loss)},
+                      {"accuracy", nullable(s.last_val.accuracy)},
+                      {"balanced_accuracy", nullable(s.last_val.balanced_accuracy)},
+                      {"auc", nullable(s.last_val.auc)},
+                      {"slides", s.last_val.count}}},
+                    {"interrupted", s.interrupted},
+                    {"stopped_early", s.stopped_early},
+                    {"skipped_slides", s.skipped_slides},
+                    {"classes", manifest_.classes},
+                    {"measured_peak_bytes", peak_bytes_},
+                    {"seconds", s.seconds},
+                    {"tessel_version", kVersion}};
+    write_text_atomically(run_dir_ / "summary.json", j.dump(2) + "\n");
+  }
+
+  const TrainRequest& request_;
+  TrainConfig config_;
+  fs::path run_dir_;
+  io::Manifest manifest_;
+  std::vector<const io::ManifestEntry*> train_, val_, test_;
+  at::Tensor class_weights_;
+  std::unique_ptr<core::Graph> graph_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int64_t budget_bytes_ = 0;
+  core::PlanOptions plan_options_;
+  std::map<std::pair<int64_t, int64_t>, core::Plan> plans_;
+  std::map<std::string, core::Region> tissue_crops_;
+  Position position_;
+  double lr_ = 0;
+  int64_t peak_bytes_ = -1;
+  int64_t skipped_in_epoch_ = 0;
+  Clock::time_point epoch_clock_ = Clock::now();
+  std::unique_ptr<CsvLog> metrics_csv_;
+  std::unique_ptr<JsonLines> events_;
+};
+
+}  // namespace
+
+TrainSummary train(const TrainRequest& request) { return Trainer(request).run(); }
+
+}  // namespace tessel::pipelines

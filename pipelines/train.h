@@ -1,0 +1,83 @@
+// Slide-level training (`tessel train`): a network trained on whole slides from a manifest,
+// each slide streamed tile by tile through the engine, validated every epoch, checkpointed to
+// HDF5 (last and best), resumable exactly. The run folder holds config.yaml, train.log,
+// metrics.csv, events.jsonl, checkpoints/ and summary.json.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/observer.h"
+#include "pipelines/metrics.h"
+#include "pipelines/train_config.h"
+
+namespace tessel::pipelines {
+
+// One slide's pass through the engine: started (done = false), then finished.
+struct SlideProgress {
+  std::string phase;  // "train" or "val"
+  int64_t epoch = 0;  // 1-based
+  int64_t epochs = 0;
+  int64_t index = 0;              // 0-based, in this phase of this epoch
+  int64_t count = 0;              // slides in this phase of this epoch
+  std::string slide;              // file name
+  int64_t height = 0, width = 0;  // pixels the engine sees
+  bool done = false;
+  double loss = 0;          // done: this slide's loss
+  double seconds = 0;       // done: wall time of the slide
+  double wait_seconds = 0;  // done: time the engine waited for pixels (-1: unknown)
+  int64_t tiles = 0;        // forward + backward tiles of the step
+  int64_t measured_peak_bytes = -1;
+  int64_t predicted_peak_bytes = 0;
+  int64_t budget_bytes = 0;
+};
+
+struct EpochReport {
+  int64_t epoch = 0;  // 1-based
+  int64_t epochs = 0;
+  double lr = 0;
+  double train_loss = 0;
+  ClassificationMetrics train;
+  ClassificationMetrics val;  // count 0 without a validation split
+  bool best = false;          // the best validation metric so far: best.h5 was written
+  double seconds = 0;
+};
+
+// The engine's tile and memory events plus the run's own.
+class TrainObserver : public core::Observer {
+ public:
+  virtual void on_slide(const SlideProgress&) {}
+  virtual void on_epoch(const EpochReport&) {}
+};
+
+struct TrainSummary {
+  std::filesystem::path run_dir;
+  int64_t epochs_done = 0;
+  int64_t steps = 0;  // optimizer steps
+  int64_t best_epoch = 0;
+  double best_metric = 0;
+  ClassificationMetrics last_val;
+  bool interrupted = false;    // stopped on request; last.h5 holds the position
+  bool stopped_early = false;  // patience ran out
+  int64_t skipped_slides = 0;  // missing or unreadable
+  double seconds = 0;
+};
+
+struct TrainRequest {
+  TrainConfig config;
+  // Continue from config.output/checkpoints/last.h5 (weights, optimizer, position), exactly as an
+  // uninterrupted run would have gone on.
+  bool resume = false;
+  // When set, training stops after the current slide and writes last.h5 (Ctrl-C, pre-emption).
+  const std::atomic<bool>* stop = nullptr;
+  TrainObserver* observer = nullptr;
+};
+
+// Throws tessel::Error for a manifest that cannot be used, a run folder that cannot be written,
+// or a plan that does not fit the budget; slides that cannot be read are skipped and counted.
+TrainSummary train(const TrainRequest& request);
+
+}  // namespace tessel::pipelines

@@ -1,0 +1,287 @@
+#include "pipelines/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/plan.h"
+#include "models/zoo.h"
+
+namespace tessel::pipelines {
+namespace {
+
+// Reads one key's value into the config; `where` names file and key for messages.
+using Setter = std::function<void(TrainConfig&, const YAML::Node&, const std::string& where)>;
+
+template <typename T>
+T scalar(const YAML::Node& node, const std::string& where, const char* expected) {
+  if (!node.IsScalar()) throw Error(where + ": expected " + expected);
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    throw Error(where + ": expected " + expected + ", got '" + node.Scalar() + "'");
+  }
+}
+
+bool is_null(const YAML::Node& node) {
+  return node.IsNull() || (node.IsScalar() && (node.Scalar() == "~" || node.Scalar() == "null" ||
+                                               node.Scalar().empty()));
+}
+
+template <typename T>
+Setter set(T TrainConfig::*member, const char* expected) {
+  return [member, expected](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    c.*member = scalar<T>(n, where, expected);
+  };
+}
+
+template <typename T>
+Setter set_optional(std::optional<T> TrainConfig::*member, const char* expected) {
+  return [member, expected](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    if (is_null(n)) {
+      c.*member = std::nullopt;
+    } else {
+      c.*member = scalar<T>(n, where, expected);
+    }
+  };
+}
+
+Setter set_path(std::filesystem::path TrainConfig::*member) {
+  return [member](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    c.*member = is_null(n) ? std::string() : scalar<std::string>(n, where, "a path");
+  };
+}
+
+// "10x", "20X", "40" → 10, 20, 40.
+Setter set_magnification() {
+  return [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    if (is_null(n)) {
+      c.magnification = std::nullopt;
+      return;
+    }
+    std::string text = scalar<std::string>(n, where, "a magnification such as 10x");
+    if (!text.empty() && (text.back() == 'x' || text.back() == 'X')) text.pop_back();
+    try {
+      size_t used = 0;
+      c.magnification = std::stod(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+    } catch (const std::exception&) {
+      throw Error(where + ": expected a magnification such as 10x, got '" + n.Scalar() + "'");
+    }
+  };
+}
+
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"manifest", set_path(&TrainConfig::manifest)},
+      {"classes",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+         c.classes.clear();
+         if (is_null(n)) return;
+         if (!n.IsSequence()) throw Error(where + ": expected a list of class names");
+         for (const YAML::Node& item : n)
+           c.classes.push_back(scalar<std::string>(item, where, "a class name"));
+       }},
+      {"val_fraction", set(&TrainConfig::val_fraction, "a number")},
+      {"test_fraction", set(&TrainConfig::test_fraction, "a number")},
+      {"mpp", set_optional(&TrainConfig::mpp, "microns per pixel, a number")},
+      {"magnification", set_magnification()},
+      {"level", set_optional(&TrainConfig::level, "a level index")},
+      {"base_mpp", set_optional(&TrainConfig::base_mpp, "microns per pixel, a number")},
+      {"tissue_bbox", set(&TrainConfig::tissue_bbox, "true or false")},
+      {"model", set(&TrainConfig::model, "a model name")},
+      {"pool", set(&TrainConfig::pool, "avg or max")},
+      {"dropout", set(&TrainConfig::dropout, "a number")},
+      {"init_weights", set_path(&TrainConfig::init_weights)},
+      {"epochs", set(&TrainConfig::epochs, "a whole number")},
+      {"batch", set(&TrainConfig::batch, "a whole number")},
+      {"optimizer", set(&TrainConfig::optimizer, "sgd, adam or adamw")},
+      {"lr", set(&TrainConfig::lr, "a number")},
+      {"momentum", set(&TrainConfig::momentum, "a number")},
+      {"weight_decay", set(&TrainConfig::weight_decay, "a number")},
+      {"schedule", set(&TrainConfig::schedule, "constant, step or cosine")},
+      {"warmup_epochs", set(&TrainConfig::warmup_epochs, "a number")},
+      {"step_epochs", set(&TrainConfig::step_epochs, "a whole number")},
+      {"gamma", set(&TrainConfig::gamma, "a number")},
+      {"balance", set(&TrainConfig::balance, "none, weighted or sampling")},
+      {"flips", set(&TrainConfig::flips, "true or false")},
+      {"rotations", set(&TrainConfig::rotations, "true or false")},
+      {"color_jitter", set(&TrainConfig::color_jitter, "a number")},
+      {"metric", set(&TrainConfig::metric, "accuracy, balanced_accuracy, auc or loss")},
+      {"patience", set(&TrainConfig::patience, "a whole number")},
+      {"budget", set(&TrainConfig::budget, "a size such as 2GiB")},
+      {"strategy", set(&TrainConfig::strategy, "grid, rows, auto or none")},
+      {"seed", set(&TrainConfig::seed, "a whole number")},
+      {"output", set_path(&TrainConfig::output)},
+  };
+  return table;
+}
+
+void apply(TrainConfig& config, const std::string& key, const YAML::Node& value,
+           const std::string& origin) {
+  const auto it = setters().find(key);
+  if (it == setters().end()) {
+    std::string known;
+    for (const auto& [name, setter] : setters()) known += (known.empty() ? "" : ", ") + name;
+    throw Error(origin + ": unknown key '" + key + "' (known keys: " + known + ")");
+  }
+  it->second(config, value, origin + ": " + key);
+}
+
+void require(bool ok, const std::string& origin, const std::string& key, const std::string& why) {
+  if (!ok) throw Error(origin + ": " + key + " " + why);
+}
+
+template <typename Range>
+bool one_of(const std::string& value, const Range& allowed) {
+  return std::find(std::begin(allowed), std::end(allowed), value) != std::end(allowed);
+}
+
+void validate(const TrainConfig& c, const std::string& origin) {
+  require(!c.manifest.empty(), origin, "manifest", "is required (the CSV of slides and labels)");
+  require(c.val_fraction >= 0 && c.test_fraction >= 0 && c.val_fraction + c.test_fraction < 1,
+          origin, "val_fraction/test_fraction", "must be ≥ 0 and sum to less than 1");
+  const int resolutions = static_cast<int>(c.mpp.has_value()) +
+                          static_cast<int>(c.magnification.has_value()) +
+                          static_cast<int>(c.level.has_value());
+  require(resolutions <= 1, origin, "mpp/magnification/level", "are exclusive: give one");
+  require(!c.mpp || *c.mpp > 0, origin, "mpp", "must be positive");
+  require(!c.magnification || *c.magnification > 0, origin, "magnification", "must be positive");
+  require(!c.level || *c.level >= 0, origin, "level", "must be 0 or more");
+  require(!c.base_mpp || *c.base_mpp > 0, origin, "base_mpp", "must be positive");
+  const std::vector<std::string> models = models::model_names();
+  require(one_of(c.model, models), origin, "model",
+          "'" + c.model + "' is not a model Tessel knows (tessel train --help lists them)");
+  require(one_of(c.pool, std::vector<std::string>{"avg", "max"}), origin, "pool",
+          "must be avg or max");
+  require(c.dropout >= 0 && c.dropout < 1, origin, "dropout", "must be in [0, 1)");
+  require(c.epochs >= 1, origin, "epochs", "must be at least 1");
+  require(c.batch >= 1, origin, "batch", "must be at least 1");
+  require(one_of(c.optimizer, std::vector<std::string>{"sgd", "adam", "adamw"}), origin,
+          "optimizer", "must be sgd, adam or adamw");
+  require(c.lr > 0, origin, "lr", "must be positive");
+  require(c.momentum >= 0 && c.momentum < 1, origin, "momentum", "must be in [0, 1)");
+  require(c.weight_decay >= 0, origin, "weight_decay", "must be 0 or more");
+  require(one_of(c.schedule, std::vector<std::string>{"constant", "step", "cosine"}), origin,
+          "schedule", "must be constant, step or cosine");
+  require(c.warmup_epochs >= 0, origin, "warmup_epochs", "must be 0 or more");
+  require(c.step_epochs >= 1, origin, "step_epochs", "must be at least 1");
+  require(c.gamma > 0, origin, "gamma", "must be positive");
+  require(one_of(c.balance, std::vector<std::string>{"none", "weighted", "sampling"}), origin,
+          "balance", "must be none, weighted or sampling");
+  require(c.color_jitter >= 0 && c.color_jitter < 1, origin, "color_jitter", "must be in [0, 1)");
+  require(
+      one_of(c.metric, std::vector<std::string>{"accuracy", "balanced_accuracy", "auc", "loss"}),
+      origin, "metric", "must be accuracy, balanced_accuracy, auc or loss");
+  require(c.patience >= 0, origin, "patience", "must be 0 or more");
+  try {
+    require(core::parse_bytes(c.budget) > 0, origin, "budget", "must be positive");
+    core::parse_strategy(c.strategy);
+  } catch (const Error& e) {
+    throw Error(origin + ": " + e.what());
+  }
+  require(c.seed >= 0, origin, "seed", "must be 0 or more");
+  require(!c.output.empty(), origin, "output", "is required (the run folder)");
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(const std::string& yaml, const std::string& origin,
+                               const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    throw Error(origin + ": not valid YAML or JSON: " + e.what());
+  }
+  if (root.IsDefined() && !root.IsNull()) {
+    if (!root.IsMap()) throw Error(origin + ": expected keys and values (a YAML mapping)");
+    for (const auto& item : root) {
+      apply(config, item.first.as<std::string>(), item.second, origin);
+    }
+  }
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error("override '" + o + "' is not key=value");
+    }
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw Error("override '" + o + "': " + e.what());
+    }
+    apply(config, o.substr(0, eq), value, "override");
+  }
+  validate(config, origin);
+  return config;
+}
+
+TrainConfig load_train_config(const std::filesystem::path& path,
+                              const std::vector<std::string>& overrides) {
+  std::string text;
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (!in) throw Error("cannot read config " + path.string() + " (missing or unreadable)");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text = buffer.str();
+  }
+  return parse_train_config(text, path.empty() ? "config" : path.string(), overrides);
+}
+
+std::string TrainConfig::to_yaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  const auto optional = [&out](const char* key, const auto& value) {
+    out << YAML::Key << key << YAML::Value;
+    if (value) {
+      out << *value;
+    } else {
+      out << YAML::Null;
+    }
+  };
+  out << YAML::Key << "manifest" << YAML::Value << manifest.string();
+  out << YAML::Key << "classes" << YAML::Value << YAML::Flow << classes;
+  out << YAML::Key << "val_fraction" << YAML::Value << val_fraction;
+  out << YAML::Key << "test_fraction" << YAML::Value << test_fraction;
+  optional("mpp", mpp);
+  optional("magnification", magnification);
+  optional("level", level);
+  optional("base_mpp", base_mpp);
+  out << YAML::Key << "tissue_bbox" << YAML::Value << tissue_bbox;
+  out << YAML::Key << "model" << YAML::Value << model;
+  out << YAML::Key << "pool" << YAML::Value << pool;
+  out << YAML::Key << "dropout" << YAML::Value << dropout;
+  out << YAML::Key << "init_weights" << YAML::Value << init_weights.string();
+  out << YAML::Key << "epochs" << YAML::Value << epochs;
+  out << YAML::Key << "batch" << YAML::Value << batch;
+  out << YAML::Key << "optimizer" << YAML::Value << optimizer;
+  out << YAML::Key << "lr" << YAML::Value << lr;
+  out << YAML::Key << "momentum" << YAML::Value << momentum;
+  out << YAML::Key << "weight_decay" << YAML::Value << weight_decay;
+  out << YAML::Key << "schedule" << YAML::Value << schedule;
+  out << YAML::Key << "warmup_epochs" << YAML::Value << warmup_epochs;
+  out << YAML::Key << "step_epochs" << YAML::Value << step_epochs;
+  out << YAML::Key << "gamma" << YAML::Value << gamma;
+  out << YAML::Key << "balance" << YAML::Value << balance;
+  out << YAML::Key << "flips" << YAML::Value << flips;
+  out << YAML::Key << "rotations" << YAML::Value << rotations;
+  out << YAML::Key << "color_jitter" << YAML::Value << color_jitter;
+  out << YAML::Key << "metric" << YAML::Value << metric;
+  out << YAML::Key << "patience" << YAML::Value << patience;
+  out << YAML::Key << "budget" << YAML::Value << budget;
+  out << YAML::Key << "strategy" << YAML::Value << strategy;
+  out << YAML::Key << "seed" << YAML::Value << seed;
+  out << YAML::Key << "output" << YAML::Value << output.string();
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace tessel::pipelines
