@@ -1,0 +1,118 @@
+// Augmentation through the tile source: any window of a cropped, flipped, rotated and colour-
+// changed view equals the same window of the transformed whole image, so the engine's exactness
+// carries over (and training on a view is plain training on the transformed image).
+#include "pipelines/view_source.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/executor.h"
+#include "core/gradcheck.h"
+#include "core/planner.h"
+#include "models/zoo.h"
+
+namespace tessel::pipelines {
+namespace {
+
+// The view applied to the whole image with plain tensor ops: the reference.
+at::Tensor transform_whole(const at::Tensor& image, const View& v) {
+  at::Tensor t = image.index({at::indexing::Slice(), at::indexing::Slice(),
+                              at::indexing::Slice(v.crop.y.begin, v.crop.y.end),
+                              at::indexing::Slice(v.crop.x.begin, v.crop.x.end)});
+  if (v.transpose) t = t.transpose(2, 3);
+  if (v.flip_y) t = t.flip({2});
+  if (v.flip_x) t = t.flip({3});
+  const at::Tensor scale = at::tensor(std::vector<float>(v.scale.begin(), v.scale.end()));
+  const at::Tensor shift = at::tensor(std::vector<float>(v.shift.begin(), v.shift.end()));
+  return t * scale.to(t.scalar_type()).view({1, 3, 1, 1}) +
+         shift.to(t.scalar_type()).view({1, 3, 1, 1});
+}
+
+TEST(ViewTileSource, EveryWindowMatchesTheTransformedWholeImage) {
+  std::mt19937_64 rng(7);
+  const at::Tensor image = at::rand({1, 3, 37, 53}, at::kDouble);
+  auto source = std::make_shared<core::TensorTileSource>(image);
+  for (int trial = 0; trial < 40; ++trial) {
+    View base;
+    base.crop = {{static_cast<int64_t>(rng() % 10), 37 - static_cast<int64_t>(rng() % 10)},
+                 {static_cast<int64_t>(rng() % 10), 53 - static_cast<int64_t>(rng() % 10)}};
+    const View v = random_view(base, true, true, 0.1, rng);
+    ViewTileSource view(source, v);
+    const at::Tensor whole = transform_whole(image, v);
+    ASSERT_EQ(view.height(), whole.size(2));
+    ASSERT_EQ(view.width(), whole.size(3));
+    for (int w = 0; w < 10; ++w) {
+      const int64_t y0 = static_cast<int64_t>(rng() % static_cast<uint64_t>(view.height()));
+      const int64_t x0 = static_cast<int64_t>(rng() % static_cast<uint64_t>(view.width()));
+      const int64_t y1 =
+          y0 + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(view.height() - y0));
+      const int64_t x1 =
+          x0 + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(view.width() - x0));
+      const at::Tensor got = view.read({{y0, y1}, {x0, x1}});
+      const at::Tensor want =
+          whole.index({at::indexing::Slice(), at::indexing::Slice(), at::indexing::Slice(y0, y1),
+                       at::indexing::Slice(x0, x1)});
+      ASSERT_TRUE(at::equal(got, want))
+          << "trial " << trial << " window " << y0 << ":" << y1 << ", " << x0 << ":" << x1;
+    }
+  }
+}
+
+TEST(ViewTileSource, RotationsOnlyDrawTheFourTurnsAndFlipsOnlyTheFourMirrors) {
+  std::mt19937_64 rng(3);
+  int seen_transposed_rotation = 0, seen_transposed_flip = 0;
+  for (int i = 0; i < 200; ++i) {
+    const View r = random_view({}, false, true, 0, rng);
+    // A turn is the identity, transpose+flip_y, flip_y+flip_x or transpose+flip_x: never a
+    // transpose alone (which is a mirror about the diagonal).
+    EXPECT_FALSE(r.transpose && !r.flip_y && !r.flip_x);
+    EXPECT_FALSE(r.transpose && r.flip_y && r.flip_x);
+    seen_transposed_rotation += r.transpose ? 1 : 0;
+    const View f = random_view({}, true, false, 0, rng);
+    seen_transposed_flip += f.transpose ? 1 : 0;
+  }
+  EXPECT_GT(seen_transposed_rotation, 50);
+  EXPECT_EQ(seen_transposed_flip, 0);
+}
+
+TEST(ViewTileSource, TiledTrainingOnAViewMatchesPlainAutogradOnTheTransformedImage) {
+  const at::Tensor image = at::rand({1, 3, 45, 38}, at::kDouble);
+  std::mt19937_64 rng(11);
+  View v;
+  v.crop = {{3, 44}, {2, 35}};
+  v = random_view(v, true, true, 0.2, rng);
+  v.transpose = true;  // a non-square crop, turned
+  auto view = std::make_shared<ViewTileSource>(std::make_shared<core::TensorTileSource>(image), v);
+  core::TensorTileSource reference(transform_whole(image, v));
+
+  core::Graph g = models::build_model("tiny");
+  g.module().to(at::kDouble);
+  core::randomise(g, 5);
+  const core::LossFn loss = [](const at::Tensor& logits, const at::Tensor& target) {
+    return at::cross_entropy_loss(logits, target);
+  };
+  const at::Tensor target = at::ones({1}, at::kLong);
+  const auto grads = [&](core::TileSource& source, core::Strategy strategy) {
+    for (auto& p : g.module().parameters()) p.mutable_grad() = at::Tensor();
+    core::PlanOptions o;
+    o.strategy = strategy;
+    o.element_bytes = 8;
+    o.tile_size = 7;
+    const core::Plan plan = core::make_plan(g, {3, source.height(), source.width()}, 0, o);
+    core::train_step(g, plan, source, target, loss);
+    std::vector<at::Tensor> out;
+    for (auto& p : g.module().parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const auto tiled = grads(*view, core::Strategy::kGrid);
+  const auto plain = grads(reference, core::Strategy::kNone);
+  ASSERT_EQ(tiled.size(), plain.size());
+  for (size_t i = 0; i < tiled.size(); ++i) {
+    EXPECT_LT(core::relative_error(tiled[i], plain[i]), 1e-10) << "parameter " << i;
+  }
+}
+
+}  // namespace
+}  // namespace tessel::pipelines
