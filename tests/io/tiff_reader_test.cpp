@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "io/sample_slides.h"
@@ -78,6 +80,30 @@ TEST(TiffReader, ReadsTheSamePixelsAsOpenSlideOnASampleSlideAtEveryLevel) {
       EXPECT_TRUE(at::equal(vips.read(r), openslide.read(r))) << r;
     }
   }
+}
+
+TEST(TiffReader, GivesEachOfManyThreadsReadingAtOnceTheSamePixelsAsOpenSlide) {
+  tessel::test::TempFolder folder;
+  const auto path = folder.path() / "sample.tif";
+  tessel::io::SampleSlide plan = tessel::io::plan_sample_slides(1).front();
+  tessel::io::write_sample_slide(path, plan, 1024, 0.5, 11);
+  const auto slide = std::make_shared<const Slide>(path);
+  SlideTileSource vips(slide, 0, reading_with(PixelReader::kLibvips, 96));
+  SlideTileSource openslide(slide, 0, reading_with(PixelReader::kOpenSlide, 96));
+  std::vector<std::thread> readers;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      for (int i = 0; i < 8; ++i) {
+        const int64_t y = (t * 131 + i * 97) % 700, x = (t * 53 + i * 151) % 700;
+        const Region r{{y, y + 300}, {x, x + 300}};
+        if (!at::equal(vips.read(r), openslide.read(r))) ++mismatches;
+      }
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(vips.cache_stats().reads, 32);
 }
 
 TEST(TiffReader, ReadsTheLevelsOpenSlideGarblesTheSameWayEachTime) {
