@@ -4,6 +4,7 @@
 #include "app/command.h"
 #include "app/parse.h"
 #include "pipelines/bench.h"
+#include "pipelines/read_bench.h"
 
 namespace tessel::app {
 
@@ -42,6 +43,28 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       const pipelines::BenchResult r = pipelines::bench_step(p);
       std::cout << pipelines::to_json(p, r) << "\n";
       return r.status == "error" ? 1 : 0;
+    };
+  });
+
+  auto read = std::make_shared<pipelines::ReadBenchOptions>();
+  auto* read_cmd = bench->add_subcommand(
+      "read", "Time 512² region reads at level 0: raw OpenSlide vs the tile source; JSON lines");
+  read_cmd->add_option("--slide", read->slide, "Slide to read (default: generate one)");
+  read_cmd->add_option("--size", read->size, "Edge of the generated slide")->capture_default_str();
+  read_cmd->add_option("--region", read->region, "Region edge")->capture_default_str();
+  read_cmd->add_option("--order", read->order, "row or random")
+      ->check(CLI::IsMember({"row", "random"}))
+      ->capture_default_str();
+  read_cmd->add_option("--limit", read->limit, "At most this many regions (0: all)")
+      ->capture_default_str();
+  read_cmd->add_option("--threads", read->threads, "Thread counts")->delimiter(',');
+  read_cmd->add_option("--readers", read->readers, "raw, openslide, libvips")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"raw", "openslide", "libvips"}));
+  read_cmd->callback([read, &registry] {
+    registry.selected = [read] {
+      pipelines::bench_read(*read, [](const std::string& line) { std::cout << line << std::endl; });
+      return 0;
     };
   });
 }

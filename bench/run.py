@@ -4,6 +4,7 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
 
   bench/run              the published table (about 30-40 minutes on the 2-core machine)
   bench/run --quick      a smoke run of a few seconds: the harness works (no timing claims)
+  bench/run --only read  just the slide-reading section (`tessel bench read`, 20000² JPEG TIFF)
 """
 import argparse
 import datetime
@@ -51,6 +52,50 @@ def plan_speed(tessel, runs=5):
                         "--budget", "8GiB"], check=True, capture_output=True)
         times.append(time.time() - t0)
     return sorted(times)[len(times) // 2]
+
+
+READ_FULL = {"size": 20000, "limit": 0}
+READ_QUICK = {"size": 1024, "limit": 4}
+READ_TABLE_BEGIN = "<!-- read table: bench/run writes between these lines -->"
+READ_TABLE_END = "<!-- end of read table -->"
+
+
+def run_read(tessel, size, limit):
+    """One `tessel bench read` process: a JSON line per reader × thread count."""
+    cmd = [tessel, "bench", "read", "--size", str(size), "--limit", str(limit),
+           "--threads", "1,2", "--readers", "raw,openslide,libvips", "--log-level", "warn"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench: tessel bench read failed: {proc.stderr.strip()[-300:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def read_table(points):
+    raw = {p["threads"]: p for p in points if p["reader"] == "raw"}
+    p0 = points[0]
+    out = [f"\n### Slide reading: {p0['regions']} regions of {p0['region']}² at level 0 of a "
+           f"{p0['width']}×{p0['height']} JPEG tiled TIFF, {p0['order']} order, cache cold\n",
+           "| reader | threads | regions/s | MB/s (RGB) | × raw | read() waited s |",
+           "|---|---|---|---|---|---|"]
+    for p in points:
+        base = raw.get(p["threads"])
+        ratio = f"{p['regions_per_s'] / base['regions_per_s']:.2f}" if base else ""
+        wait = f"{p['wait_s']:.2f}" if p["reader"] != "raw" else ""
+        out.append(f"| {p['reader']} | {p['threads']} | {p['regions_per_s']:.1f} | "
+                   f"{p['mb_per_s']:.1f} | {ratio} | {wait} |")
+    return "\n".join(out)
+
+
+def write_read_table_into_readme(table):
+    path = os.path.join(ROOT, "bench", "README.md")
+    with open(path) as f:
+        text = f.read()
+    if READ_TABLE_BEGIN not in text:
+        return
+    head, rest = text.split(READ_TABLE_BEGIN, 1)
+    tail = rest.split(READ_TABLE_END, 1)[1]
+    with open(path, "w") as f:
+        f.write(head + READ_TABLE_BEGIN + "\n" + table.strip() + "\n" + READ_TABLE_END + tail)
 
 
 def fmt_mib(b):
@@ -111,6 +156,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run of a few seconds")
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
+    ap.add_argument("--only", choices=["step", "read"], default=None,
+                    help="run one section only")
     args = ap.parse_args()
     if not os.access(args.tessel, os.X_OK):
         sys.exit(f"bench: {args.tessel} is not built; run `make build` first")
@@ -121,6 +168,8 @@ def main():
                                    f"step-{'quick' if args.quick else stamp}.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     points = []
+    if args.only == "read":
+        scenarios = []
     with open(out, "w") as f:
         for model, sizes, budget in scenarios:
             for size in sizes:
@@ -137,13 +186,26 @@ def main():
                     print(f"bench: {model} {size}² {strategy}: {p['status']} "
                           f"{p.get('step_ms_median', 0) / 1000:.2f} s/step, peak "
                           f"{p.get('measured_peak_bytes', 0) / MiB:.0f} MiB", flush=True)
+    read_report = ""
+    if args.only != "step":
+        settings = READ_QUICK if args.quick else READ_FULL
+        read_points = run_read(args.tessel, settings["size"], settings["limit"])
+        with open(out.replace("step-", "read-"), "w") as f:
+            for p in read_points:
+                f.write(json.dumps(p) + "\n")
+        read_report = read_table(read_points)
+        print(read_report, flush=True)
+        if not args.quick:
+            write_read_table_into_readme(read_table(read_points))
+    if args.only == "read":
+        return
     planner_s = plan_speed(args.tessel, 1 if args.quick else 5)
     print(f"bench: tessel plan vgg16 200000² 8GiB: {planner_s:.2f} s (process wall time)")
     report = (f"Machine: {machine()}. Date: {stamp}. Threads: "
               f"{points[0].get('threads', '?')}.\n" + tables(points) +
               f"\n\nPlanner: `tessel plan --model vgg16 --size 200000x200000 --budget 8GiB` "
               f"takes {planner_s:.2f} s wall time, process start included (median of "
-              f"{1 if args.quick else 5}).\n")
+              f"{1 if args.quick else 5}).\n" + read_report + "\n")
     with open(out.replace(".jsonl", ".md"), "w") as f:
         f.write(report)
     print(report)

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -11,6 +12,8 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include <spdlog/spdlog.h>
 
 #include "core/error.h"
 #include "io/shrink.h"
@@ -55,7 +58,9 @@ struct SlideTileSource::Impl {
   int64_t height = 0, width = 0;              // of the output
   int64_t level_height = 0, level_width = 0;  // of the level the tiles come from
   int64_t tile_bytes = 0;
-  std::array<std::array<float, 256>, 3> lut{};  // 8-bit value -> normalised float, per channel
+  std::array<std::array<float, 256>, 3> lut{};
+  std::unique_ptr<TiffLevelReader>
+      tiff;  // set when libvips decodes the level  // 8-bit value -> normalised float, per channel
 
   mutable std::mutex mutex;
   std::condition_variable work_ready;
@@ -108,7 +113,27 @@ struct SlideTileSource::Impl {
             (static_cast<float>(v) / 255.0F - options.mean[c]) / options.std[c];
       }
     }
+    choose_reader(name);
     for (int i = 0; i < options.threads; ++i) workers.emplace_back([this] { work(); });
+  }
+
+  void choose_reader(const std::string& name) {
+    if (options.reader == PixelReader::kOpenSlide) {
+      spdlog::debug("{}level {}: OpenSlide decodes the pixels (forced)", name, level);
+      return;
+    }
+    std::string why;
+    const bool forced = options.reader == PixelReader::kLibvips;
+    const std::optional<int> page = libvips_page_of(*slide, level, forced, &why);
+    if (!page) {
+      if (forced)
+        throw Error(name + "libvips cannot read level " + std::to_string(level) + ": " + why);
+      spdlog::debug("{}level {}: OpenSlide decodes the pixels ({})", name, level, why);
+      return;
+    }
+    tiff = std::make_unique<TiffLevelReader>(slide->path(), *page, level_width, level_height);
+    spdlog::debug("{}level {}: libvips decodes the pixels (TIFF page {}{})", name, level, *page,
+                  forced ? ", forced" : "");
   }
 
   ~Impl() {
@@ -151,8 +176,12 @@ struct SlideTileSource::Impl {
     tile->width = std::min(options.tile_size, level_width - tile->x);
     tile->height = std::min(options.tile_size, level_height - tile->y);
     tile->rgb.resize(static_cast<size_t>(3 * tile->width * tile->height));
-    slide->read_region_into(level, tile->x, tile->y, tile->width, tile->height, options.background,
-                            tile->rgb.data());
+    if (tiff) {
+      tiff->read_into(tile->x, tile->y, tile->width, tile->height, tile->rgb.data());
+    } else {
+      slide->read_region_into(level, tile->x, tile->y, tile->width, tile->height,
+                              options.background, tile->rgb.data());
+    }
     return tile;
   }
 
@@ -283,6 +312,7 @@ struct SlideTileSource::Impl {
                   std::to_string(height) + "×" + std::to_string(width) + ") of " +
                   slide->path().string());
     }
+    const auto started = std::chrono::steady_clock::now();
     const std::vector<TileKey> keys = tiles_of(source_of(r));
     std::vector<TilePtr> tiles(keys.size());
     std::vector<std::pair<size_t, std::shared_future<TilePtr>>> pending;
@@ -326,6 +356,12 @@ struct SlideTileSource::Impl {
       run(job);
     }
     for (auto& [i, future] : pending) tiles[i] = future.get();
+    const auto waited = std::chrono::steady_clock::now() - started;
+    {
+      std::lock_guard lock(mutex);
+      ++stats.reads;
+      stats.wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
+    }
     return scale == 1.0 ? assemble(r, tiles) : assemble_shrunk(r, tiles);
   }
 
@@ -404,6 +440,9 @@ int64_t SlideTileSource::width() const { return impl_->width; }
 const Slide& SlideTileSource::slide() const { return *impl_->slide; }
 int SlideTileSource::level() const { return impl_->level; }
 double SlideTileSource::scale() const { return impl_->scale; }
+PixelReader SlideTileSource::reader() const {
+  return impl_->tiff ? PixelReader::kLibvips : PixelReader::kOpenSlide;
+}
 
 at::Tensor SlideTileSource::read(const core::Region& r) { return impl_->read(r); }
 

@@ -13,6 +13,7 @@
 #include "core/tile_source.h"
 #include "io/resolution.h"
 #include "io/slide.h"
+#include "io/tiff_reader.h"
 
 namespace tessel::io {
 
@@ -28,6 +29,9 @@ struct SlideTileSourceOptions {
   // Prefetch runs ahead of the reads by at most this many tile bytes (default: half the cache,
   // so prefetched tiles are not evicted before the engine reads them).
   int64_t prefetch_bytes = -1;
+  // Who decodes the internal tiles: kAuto takes libvips for plain tiled TIFF levels
+  // (io/tiff_reader.h) and OpenSlide otherwise; forcing kLibvips throws where it cannot apply.
+  PixelReader reader = PixelReader::kAuto;
 };
 
 inline constexpr std::array<float, 3> kImageNetMean = {0.485F, 0.456F, 0.406F};
@@ -40,6 +44,10 @@ struct TileCacheStats {
   int64_t prefetched = 0;  // internal tiles loaded ahead of a read
   int64_t cached_tiles = 0;
   int64_t cached_bytes = 0;
+  // The time the engine waits for pixels: reads served, and the nanoseconds read() spent getting
+  // their tiles (loading them itself or blocked on other threads' loads), not assembling floats.
+  int64_t reads = 0;
+  int64_t wait_ns = 0;
 };
 
 class SlideTileSource : public core::TileSource {
@@ -72,7 +80,8 @@ class SlideTileSource : public core::TileSource {
   TileCacheStats cache_stats() const;
   const Slide& slide() const;
   int level() const;
-  double scale() const;  // level pixels per output pixel
+  double scale() const;        // level pixels per output pixel
+  PixelReader reader() const;  // kOpenSlide or kLibvips: the one chosen at construction
 
  private:
   struct Impl;
