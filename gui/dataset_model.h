@@ -34,7 +34,7 @@ class DatasetModel : public QAbstractTableModel {
 
  public:
   enum Column { kThumbnail, kSlide, kLabel, kSplit, kStatus, kColumnCount };
-  static constexpr int kThumbnailSidePx = 64;
+  static constexpr int kThumbnailSidePx = 48;
   static constexpr int kPathRole = Qt::UserRole + 1;  // the slide's absolute path
 
   using QAbstractTableModel::QAbstractTableModel;

@@ -26,7 +26,7 @@ DatasetPanel::DatasetPanel(QWidget* parent) : QWidget(parent) {
   table_->verticalHeader()->setDefaultSectionSize(DatasetModel::kThumbnailSidePx + 6);
   table_->verticalHeader()->hide();
   table_->horizontalHeader()->setStretchLastSection(true);
-  table_->setColumnWidth(DatasetModel::kThumbnail, DatasetModel::kThumbnailSidePx + 12);
+  table_->setColumnWidth(DatasetModel::kThumbnail, DatasetModel::kThumbnailSidePx + 36);
   table_->setColumnWidth(DatasetModel::kSlide, 220);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);

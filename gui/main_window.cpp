@@ -40,12 +40,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   overview_ = new OverviewWidget(this);
   properties_ = new PropertiesPanel(this);
   dataset_ = new DatasetPanel(this);
-  addDockWidget(Qt::RightDockWidgetArea,
-                dock(tr("Overview"), QStringLiteral("overview"), overview_, this));
-  addDockWidget(Qt::RightDockWidgetArea,
-                dock(tr("Properties"), QStringLiteral("properties"), properties_, this));
-  addDockWidget(Qt::BottomDockWidgetArea,
-                dock(tr("Dataset"), QStringLiteral("dataset"), dataset_, this));
+  auto* overview_dock = dock(tr("Overview"), QStringLiteral("overview"), overview_, this);
+  auto* properties_dock = dock(tr("Properties"), QStringLiteral("properties"), properties_, this);
+  auto* dataset_dock = dock(tr("Dataset"), QStringLiteral("dataset"), dataset_, this);
+  addDockWidget(Qt::RightDockWidgetArea, overview_dock);
+  addDockWidget(Qt::RightDockWidgetArea, properties_dock);
+  addDockWidget(Qt::BottomDockWidgetArea, dataset_dock);
+  // The slide gets most of the window; the docks what they need to be read.
+  resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
+  resizeDocks({dataset_dock}, {250}, Qt::Vertical);
 
   zoom_label_ = new QLabel(this);
   statusBar()->addPermanentWidget(zoom_label_);

@@ -18,22 +18,29 @@ QImage to_qimage(const io::RgbImage& image) {
 }
 
 QImage tissue_overlay_image(const io::TissueMask& mask) {
+  // Glass dimmed, tissue left in its true colours, its outline in green: a stain's hues are what
+  // a pathologist judges the mask by, so they are not tinted.
   QImage out(static_cast<int>(mask.width), static_cast<int>(mask.height),
              QImage::Format_ARGB32_Premultiplied);
-  const QRgb tissue = qPremultiply(qRgba(40, 200, 90, 110));
-  const QRgb edge = qPremultiply(qRgba(20, 160, 60, 230));
-  for (int y = 0; y < out.height(); ++y) {
+  const QRgb glass = qPremultiply(qRgba(15, 25, 55, 110));
+  const QRgb edge = qPremultiply(qRgba(0, 210, 70, 240));
+  const int w = out.width(), h = out.height();
+  // Tissue within 1 pixel of glass (or of the image border) is the outline: 2 pixels wide.
+  const auto tissue = [&](int x, int y) {
+    return x >= 0 && y >= 0 && x < w && y < h && mask.at(x, y);
+  };
+  for (int y = 0; y < h; ++y) {
     auto* line = reinterpret_cast<QRgb*>(out.scanLine(y));
-    for (int x = 0; x < out.width(); ++x) {
+    for (int x = 0; x < w; ++x) {
       if (!mask.at(x, y)) {
-        line[x] = 0;
+        line[x] = glass;
         continue;
       }
-      // Tissue next to glass (or the image border) is the outline: drawn stronger.
-      const bool border = x == 0 || y == 0 || x + 1 == out.width() || y + 1 == out.height() ||
-                          !mask.at(x - 1, y) || !mask.at(x + 1, y) || !mask.at(x, y - 1) ||
-                          !mask.at(x, y + 1);
-      line[x] = border ? edge : tissue;
+      bool border = false;
+      for (int dy = -1; dy <= 1 && !border; ++dy) {
+        for (int dx = -1; dx <= 1 && !border; ++dx) border = !tissue(x + dx, y + dy);
+      }
+      line[x] = border ? edge : 0;
     }
   }
   return out;
