@@ -9,6 +9,7 @@
 #include "core/runtime.h"
 #include "core/version.h"
 #include "gui/main_window.h"
+#include "io/vips.h"
 #include "pipelines/logging.h"
 
 int main(int argc, char** argv) {
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
   QCommandLineOption quit_after(QStringLiteral("quit-after-ms"),
                                 QStringLiteral("Close after this many milliseconds (for tests)"),
                                 QStringLiteral("ms"));
+  parser.addPositionalArgument(QStringLiteral("SLIDE"),
+                               QStringLiteral("A slide to open, or a manifest (.csv)"),
+                               QStringLiteral("[SLIDE]"));
   parser.addOption(log_level);
   parser.addOption(quit_after);
   parser.process(qapp);
@@ -33,6 +37,7 @@ int main(int argc, char** argv) {
   try {
     tessel::pipelines::setup_logging(parser.value(log_level).toStdString());
     tessel::core::configure_threads(0);
+    tessel::io::start_vips();  // on the main thread, before any worker thumbnails a slide
   } catch (const tessel::Error& e) {
     std::cerr << "tessel-gui: error: " << e.what() << "\n";
     return 2;
@@ -40,6 +45,8 @@ int main(int argc, char** argv) {
 
   tessel::gui::MainWindow window;
   window.show();
+  if (!parser.positionalArguments().isEmpty())
+    window.open_path(parser.positionalArguments().front());
   if (parser.isSet(quit_after)) {
     bool ok = false;
     const int ms = parser.value(quit_after).toInt(&ok);

@@ -1,43 +1,191 @@
 #include "gui/main_window.h"
 
 #include <QApplication>
-#include <QFont>
+#include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QPlainTextEdit>
+#include <QMimeData>
 #include <QStatusBar>
+
+#include <exception>
 
 #include "core/version.h"
 #include "pipelines/environment.h"
 
 namespace tessel::gui {
 
+namespace {
+
+QDockWidget* dock(const QString& title, const QString& name, QWidget* content, QWidget* parent) {
+  auto* d = new QDockWidget(title, parent);
+  d->setObjectName(name);
+  d->setWidget(content);
+  return d;
+}
+
+}  // namespace
+
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   setWindowTitle(QStringLiteral("Tessel %1").arg(QString::fromLatin1(kVersion)));
-  resize(900, 600);
+  resize(1280, 800);
+  setAcceptDrops(true);
+  pool_.setMaxThreadCount(1);
 
-  auto* about = new QPlainTextEdit(this);
-  about->setReadOnly(true);
-  QFont mono(QStringLiteral("monospace"));
-  mono.setStyleHint(QFont::Monospace);
-  about->setFont(mono);
-  about->setPlainText(QString::fromStdString(
-      "Tessel trains convolutional networks on whole slides in bounded memory.\n\n"
-      "This build:\n" +
-      pipelines::to_string(pipelines::probe_environment()) +
-      "\nThe slide viewer, dataset, training and heatmap panels are not built yet.\n"
-      "Until then, use the `tessel` command line (tessel --help).\n"));
-  setCentralWidget(about);
+  view_ = new SlideView(this);
+  setCentralWidget(view_);
+  overview_ = new OverviewWidget(this);
+  properties_ = new PropertiesPanel(this);
+  dataset_ = new DatasetPanel(this);
+  auto* overview_dock = dock(tr("Overview"), QStringLiteral("overview"), overview_, this);
+  auto* properties_dock = dock(tr("Properties"), QStringLiteral("properties"), properties_, this);
+  auto* dataset_dock = dock(tr("Dataset"), QStringLiteral("dataset"), dataset_, this);
+  addDockWidget(Qt::RightDockWidgetArea, overview_dock);
+  addDockWidget(Qt::RightDockWidgetArea, properties_dock);
+  addDockWidget(Qt::BottomDockWidgetArea, dataset_dock);
+  // The slide gets most of the window; the docks what they need to be read.
+  resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
+  resizeDocks({dataset_dock}, {250}, Qt::Vertical);
 
+  zoom_label_ = new QLabel(this);
+  statusBar()->addPermanentWidget(zoom_label_);
+  connect(view_, &SlideView::viewChanged, this, [this](QRectF level0) {
+    overview_->set_viewport(level0);
+    zoom_label_->setText(tr("level %1 · %2 level-0 px per screen px")
+                             .arg(view_->current_level())
+                             .arg(view_->view().downsample, 0, 'g', 3));
+  });
+  connect(view_, &SlideView::tileError, this, &MainWindow::show_error);
+  connect(overview_, &OverviewWidget::centerRequested, view_, &SlideView::center_on);
+  connect(dataset_, &DatasetPanel::slideActivated, this, &MainWindow::open_slide);
+  connect(dataset_, &DatasetPanel::manifestLoaded, this,
+          [this](const QString& summary) { statusBar()->showMessage(summary); });
+  connect(dataset_, &DatasetPanel::manifestFailed, this, &MainWindow::show_error);
+
+  create_menus();
+  statusBar()->showMessage(tr("Open a slide or a manifest from the File menu, or drop one here."));
+}
+
+MainWindow::~MainWindow() {
+  pool_.clear();
+  pool_.waitForDone();
+}
+
+void MainWindow::create_menus() {
   auto* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("&Open Slide…"), QKeySequence::Open, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(
+        this, tr("Open a slide"), {},
+        tr("Slides (*.svs *.tif *.tiff *.ndpi *.vms *.vmu *.scn *.mrxs *.svslide *.bif);;"
+           "All files (*)"));
+    if (!path.isEmpty()) open_slide(path);
+  });
+  file->addAction(tr("Open &Manifest…"), QKeySequence(tr("Ctrl+M")), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open a manifest"), {},
+                                                      tr("Manifests (*.csv);;All files (*)"));
+    if (!path.isEmpty()) open_manifest(path);
+  });
+  file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
+
+  auto* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(tr("Zoom &In"), QKeySequence::ZoomIn, view_, [this] { view_->zoom_by(1.5); });
+  view->addAction(tr("Zoom &Out"), QKeySequence::ZoomOut, view_,
+                  [this] { view_->zoom_by(1 / 1.5); });
+  view->addAction(tr("&Fit Slide"), QKeySequence(tr("Ctrl+0")), view_, &SlideView::fit);
+  tissue_action_ = view->addAction(tr("&Tissue Mask Overlay"));
+  tissue_action_->setShortcut(QKeySequence(tr("Ctrl+T")));
+  tissue_action_->setCheckable(true);
+  connect(tissue_action_, &QAction::toggled, view_, &SlideView::set_tissue_visible);
+
   auto* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About Tessel"), this, [this] {
-    QMessageBox::about(this, tr("About Tessel"),
-                       tr("Tessel %1: whole-slide CNN training in bounded memory.")
-                           .arg(QString::fromLatin1(kVersion)));
+    QMessageBox::about(
+        this, tr("About Tessel"),
+        tr("<p>Tessel %1: whole-slide CNN training in bounded memory.</p><pre>%2</pre>")
+            .arg(QString::fromLatin1(kVersion),
+                 QString::fromStdString(pipelines::to_string(pipelines::probe_environment()))
+                     .toHtmlEscaped()));
   });
-  statusBar()->showMessage(tr("Ready"));
+}
+
+void MainWindow::open_path(const QString& path) {
+  if (path.endsWith(QStringLiteral(".csv"), Qt::CaseInsensitive)) {
+    open_manifest(path);
+  } else {
+    open_slide(path);
+  }
+}
+
+void MainWindow::open_manifest(const QString& csv) {
+  statusBar()->showMessage(tr("Opening %1…").arg(csv));
+  dataset_->open_manifest(csv);
+}
+
+void MainWindow::open_slide(const QString& path) {
+  const quint64 serial = ++serial_;
+  opening_ = true;
+  statusBar()->showMessage(tr("Opening %1…").arg(path));
+  pool_.start([this, serial, path] {
+    try {
+      SlideDocument doc = open_slide_document(path.toStdString());
+      QMetaObject::invokeMethod(
+          this, [this, serial, path, doc = std::move(doc)] { show_document(serial, path, doc); },
+          Qt::QueuedConnection);
+    } catch (const std::exception& e) {
+      const QString reason = QString::fromStdString(e.what());
+      QMetaObject::invokeMethod(
+          this,
+          [this, serial, reason] {
+            if (serial != serial_) return;
+            opening_ = false;
+            // The slide shown before stays; the message says why the new one is not.
+            show_error(reason);
+            if (!view_->has_slide()) view_->set_message(reason);
+            emit slideFailed(reason);
+          },
+          Qt::QueuedConnection);
+    }
+  });
+}
+
+void MainWindow::show_document(quint64 serial, const QString& path, SlideDocument doc) {
+  if (serial != serial_) return;
+  opening_ = false;
+  slide_path_ = path;
+  last_error_.clear();
+  const io::Slide& slide = *doc.slide;
+  properties_->show_slide(slide);
+  overview_->set_overview(doc.overview, QSizeF(static_cast<double>(slide.level(0).width),
+                                               static_cast<double>(slide.level(0).height)));
+  const QString note = doc.tissue_note;
+  view_->set_document(std::move(doc));
+  overview_->set_viewport(view_->visible_level0_rect());
+  setWindowTitle(QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
+  statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));
+  emit slideOpened(path);
+}
+
+void MainWindow::show_error(const QString& message) {
+  last_error_ = message;
+  statusBar()->showMessage(message);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  if (event->mimeData()->hasUrls()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  for (const QUrl& url : event->mimeData()->urls()) {
+    if (url.isLocalFile()) {
+      open_path(url.toLocalFile());
+      event->acceptProposedAction();
+      return;
+    }
+  }
 }
 
 }  // namespace tessel::gui

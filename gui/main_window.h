@@ -1,8 +1,18 @@
-// tessel-gui's main window. The viewer, dataset, training and heatmap panels arrive with the GUI
-// issue; until then the window says what this build is and what it can do.
+// tessel-gui's main window: the slide viewer in the centre; overview, properties and dataset in
+// docks. Slides open from the menu, by drag-and-drop, from the command line or by double-clicking
+// a dataset row; they are opened off the UI thread and every failure is a message in the window.
 #pragma once
 
+#include <QAction>
+#include <QLabel>
 #include <QMainWindow>
+#include <QString>
+#include <QThreadPool>
+
+#include "gui/dataset_panel.h"
+#include "gui/overview_widget.h"
+#include "gui/properties_panel.h"
+#include "gui/slide_view.h"
 
 namespace tessel::gui {
 
@@ -11,6 +21,47 @@ class MainWindow : public QMainWindow {
 
  public:
   explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Both return at once; slideOpened / slideFailed (or the dataset panel's signals) follow.
+  void open_slide(const QString& path);
+  void open_manifest(const QString& csv);
+  // A path from the command line or a drop: a .csv is a manifest, anything else a slide.
+  void open_path(const QString& path);
+
+  bool opening() const { return opening_; }
+  const QString& slide_path() const { return slide_path_; }
+  const QString& last_error() const { return last_error_; }
+  SlideView* slide_view() { return view_; }
+  OverviewWidget* overview() { return overview_; }
+  PropertiesPanel* properties() { return properties_; }
+  DatasetPanel* dataset() { return dataset_; }
+  QAction* tissue_action() { return tissue_action_; }
+
+ signals:
+  void slideOpened(QString path);
+  void slideFailed(QString message);
+
+ protected:
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  void create_menus();
+  void show_error(const QString& message);
+  void show_document(quint64 serial, const QString& path, SlideDocument doc);
+
+  SlideView* view_;
+  OverviewWidget* overview_;
+  PropertiesPanel* properties_;
+  DatasetPanel* dataset_;
+  QAction* tissue_action_ = nullptr;
+  QLabel* zoom_label_;
+  QThreadPool pool_;
+  quint64 serial_ = 0;  // a slide opened after another one wins, whichever finishes first
+  bool opening_ = false;
+  QString slide_path_;
+  QString last_error_;
 };
 
 }  // namespace tessel::gui

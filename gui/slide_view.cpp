@@ -1,0 +1,289 @@
+#include "gui/slide_view.h"
+
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QPainterPath>
+#include <QWheelEvent>
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include "gui/scale_bar.h"
+
+namespace tessel::gui {
+
+SlideView::SlideView(QWidget* parent) : QWidget(parent) {
+  setMinimumSize(200, 150);
+  setFocusPolicy(Qt::StrongFocus);
+  setMouseTracking(false);
+  setAttribute(Qt::WA_OpaquePaintEvent);
+}
+
+SlideView::~SlideView() = default;
+
+void SlideView::clear() { set_document({}); }
+
+void SlideView::set_document(SlideDocument doc) {
+  loader_.reset();  // joins the old slide's workers before its cache goes
+  cache_.clear();
+  failed_.clear();
+  doc_ = std::move(doc);
+  overview_ = doc_.overview.isNull() ? QPixmap() : QPixmap::fromImage(doc_.overview);
+  tissue_ = doc_.tissue.isNull() ? QPixmap() : QPixmap::fromImage(doc_.tissue);
+  message_.clear();
+  fitted_ = isVisible();  // a hidden widget's size is not yet the one it will show at
+  pending_ = 0;
+  level_ = 0;
+  if (doc_.slide) {
+    // Two readers: OpenSlide decodes JPEG tiles on the CPU, and the machine is shared.
+    const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 2);
+    loader_ = std::make_unique<TileLoader>(doc_.slide, kTileSizePx, workers);
+    connect(loader_.get(), &TileLoader::tileLoaded, this, &SlideView::on_tile_loaded);
+    connect(loader_.get(), &TileLoader::tileFailed, this, &SlideView::on_tile_failed);
+    fit();
+  } else {
+    update();
+  }
+}
+
+void SlideView::set_message(const QString& message) {
+  message_ = message;
+  update();
+}
+
+double SlideView::max_downsample() const {
+  const io::Level& base = doc_.slide->level(0);
+  return 2 * fit_downsample(base.width, base.height, size());
+}
+
+void SlideView::set_view(ViewState view) {
+  if (!doc_.slide) return;
+  const io::Level& base = doc_.slide->level(0);
+  view.downsample = std::clamp(view.downsample, kMinDownsample, max_downsample());
+  view.center.setX(std::clamp(view.center.x(), 0.0, static_cast<double>(base.width)));
+  view.center.setY(std::clamp(view.center.y(), 0.0, static_cast<double>(base.height)));
+  view_ = view;
+  view_moved();
+}
+
+void SlideView::zoom_by(double factor, QPointF anchor_screen) {
+  if (!doc_.slide || factor <= 0) return;
+  // The level-0 point under the anchor stays under it.
+  const QPointF anchor = to_level0(view_, size(), anchor_screen);
+  ViewState next = view_;
+  next.downsample = std::clamp(view_.downsample / factor, kMinDownsample, max_downsample());
+  next.center = anchor - (anchor_screen - QPointF(width() / 2.0, height() / 2.0)) * next.downsample;
+  set_view(next);
+}
+
+void SlideView::zoom_by(double factor) { zoom_by(factor, QPointF(width() / 2.0, height() / 2.0)); }
+
+void SlideView::pan_by(QPointF screen_delta) {
+  ViewState next = view_;
+  next.center -= screen_delta * view_.downsample;
+  set_view(next);
+}
+
+void SlideView::center_on(QPointF level0) {
+  ViewState next = view_;
+  next.center = level0;
+  set_view(next);
+}
+
+void SlideView::fit() {
+  if (!doc_.slide) return;
+  const io::Level& base = doc_.slide->level(0);
+  set_view({QPointF(base.width / 2.0, base.height / 2.0),
+            fit_downsample(base.width, base.height, size())});
+}
+
+void SlideView::view_moved() {
+  level_ = level_for_downsample(doc_.slide->levels(), view_.downsample);
+  const QRectF visible = visible_level0_rect();
+  const std::vector<TileKey> missing = missing_tiles();
+  pending_ = static_cast<int>(missing.size());
+  loader_->request(missing);
+  update();
+  emit viewChanged(visible);
+  if (pending_ == 0) emit visibleTilesLoaded();
+}
+
+std::vector<TileKey> SlideView::missing_tiles() const {
+  std::vector<TileKey> missing;
+  for (const TileKey& key :
+       visible_tiles(doc_.slide->level(level_), level_, visible_level0_rect(), kTileSizePx)) {
+    if (!cache_.contains(key) && !failed_.contains(key)) missing.push_back(key);
+  }
+  return missing;
+}
+
+void SlideView::recount_pending() {
+  const int before = pending_;
+  pending_ = static_cast<int>(missing_tiles().size());
+  if (before > 0 && pending_ == 0) emit visibleTilesLoaded();
+}
+
+void SlideView::on_tile_loaded(TileKey key, const QImage& image) {
+  cache_.insert(key, QPixmap::fromImage(image));
+  if (key.level != level_) return;
+  update();
+  recount_pending();
+}
+
+void SlideView::on_tile_failed(TileKey key, const QString& reason) {
+  const bool first = failed_.empty();
+  failed_.insert(key);
+  recount_pending();
+  // One message per slide: a broken file fails on every tile.
+  if (first)
+    emit tileError(QStringLiteral("Cannot read %1: %2").arg(to_string(key).c_str(), reason));
+  update();
+}
+
+void SlideView::draw_level(QPainter& painter, int level, bool touch) {
+  const io::Level& l = doc_.slide->level(level);
+  for (const TileKey& key : visible_tiles(l, level, visible_level0_rect(), kTileSizePx)) {
+    const QPixmap* tile = touch ? cache_.find(key) : cache_.peek(key);
+    if (!tile) continue;
+    const QRectF r = tile_level0_rect(l, key, kTileSizePx);
+    const QPointF top_left = to_screen(view_, size(), r.topLeft());
+    const QPointF bottom_right = to_screen(view_, size(), r.bottomRight());
+    painter.drawPixmap(QRectF(top_left, bottom_right), *tile, QRectF(tile->rect()));
+  }
+}
+
+void SlideView::paintEvent(QPaintEvent*) {
+  QPainter painter(this);
+  painter.fillRect(rect(), QColor(58, 60, 64));
+  if (!doc_.slide) {
+    painter.setPen(QColor(220, 220, 220));
+    painter.drawText(
+        rect(), Qt::AlignCenter | Qt::TextWordWrap,
+        message_.isEmpty() ? tr("Open a slide (File ▸ Open Slide…) or drop one here.") : message_);
+    return;
+  }
+  const io::Level& base = doc_.slide->level(0);
+  const QRectF slide_on_screen(to_screen(view_, size(), {0, 0}),
+                               to_screen(view_, size(), QPointF(base.width, base.height)));
+  painter.setRenderHint(QPainter::SmoothPixmapTransform, true);
+  // The overview first, then coarser cached tiles, then the level in view: while tiles load the
+  // screen shows the slide blurred, never holes.
+  painter.fillRect(slide_on_screen, Qt::white);
+  if (!overview_.isNull()) painter.drawPixmap(slide_on_screen, overview_, QRectF(overview_.rect()));
+  for (int level = doc_.slide->level_count() - 1; level > level_; --level) {
+    draw_level(painter, level, false);
+  }
+  // Past level 0's pixels, show them as pixels.
+  painter.setRenderHint(QPainter::SmoothPixmapTransform, view_.downsample > 1.0);
+  draw_level(painter, level_, true);
+  if (tissue_visible_ && !tissue_.isNull()) {
+    painter.setRenderHint(QPainter::SmoothPixmapTransform, true);
+    painter.drawPixmap(slide_on_screen, tissue_, QRectF(tissue_.rect()));
+  }
+  draw_scale_bar(painter);
+  if (!message_.isEmpty()) {
+    painter.setPen(QColor(255, 120, 100));
+    painter.drawText(rect().adjusted(10, 10, -10, -10), Qt::AlignTop | Qt::AlignLeft, message_);
+  }
+}
+
+void SlideView::draw_scale_bar(QPainter& painter) {
+  const ScaleBar bar = scale_bar(doc_.slide->mpp_x(), view_.downsample, width() / 5.0);
+  if (bar.length_px <= 0) return;
+  const QString text =
+      bar.label() +
+      QStringLiteral("   level %1 · %2×")
+          .arg(level_)
+          .arg(doc_.slide->objective_power()
+                   ? QString::number(*doc_.slide->objective_power() / view_.downsample, 'g', 3)
+                   : QString::number(1.0 / view_.downsample, 'g', 3) + QStringLiteral(" px"));
+  const QFontMetrics metrics = painter.fontMetrics();
+  const int margin = 12;
+  const QRectF box(margin, height() - margin - 34,
+                   std::max<double>(bar.length_px, metrics.horizontalAdvance(text)) + 16, 34);
+  painter.setRenderHint(QPainter::Antialiasing, true);
+  painter.setPen(Qt::NoPen);
+  painter.setBrush(QColor(255, 255, 255, 210));
+  painter.drawRoundedRect(box, 4, 4);
+  painter.setBrush(QColor(20, 20, 20));
+  painter.drawRect(QRectF(box.left() + 8, box.bottom() - 10, bar.length_px, 4));
+  painter.setPen(QColor(20, 20, 20));
+  painter.drawText(QRectF(box.left() + 8, box.top() + 3, box.width() - 8, 16),
+                   Qt::AlignLeft | Qt::AlignVCenter, text);
+}
+
+void SlideView::resizeEvent(QResizeEvent*) {
+  if (!doc_.slide) return;
+  if (!fitted_) {
+    fitted_ = true;
+    fit();
+    return;
+  }
+  set_view(view_);
+}
+
+void SlideView::set_tissue_visible(bool visible) {
+  tissue_visible_ = visible;
+  update();
+}
+
+void SlideView::wheelEvent(QWheelEvent* event) {
+  // 120 units per notch; 1.25× per notch feels like a microscope's fine steps.
+  const double notches = event->angleDelta().y() / 120.0;
+  zoom_by(std::pow(1.25, notches), event->position());
+  event->accept();
+}
+
+void SlideView::mousePressEvent(QMouseEvent* event) {
+  if (event->button() != Qt::LeftButton) return;
+  dragging_ = true;
+  drag_from_ = event->position().toPoint();
+  setCursor(Qt::ClosedHandCursor);
+}
+
+void SlideView::mouseMoveEvent(QMouseEvent* event) {
+  if (!dragging_) return;
+  const QPoint now = event->position().toPoint();
+  pan_by(QPointF(now - drag_from_));
+  drag_from_ = now;
+}
+
+void SlideView::mouseReleaseEvent(QMouseEvent*) {
+  dragging_ = false;
+  unsetCursor();
+}
+
+void SlideView::mouseDoubleClickEvent(QMouseEvent* event) {
+  zoom_by(event->button() == Qt::RightButton ? 0.5 : 2.0, event->position());
+}
+
+void SlideView::keyPressEvent(QKeyEvent* event) {
+  const double step = 0.25 * std::min(width(), height());
+  switch (event->key()) {
+    case Qt::Key_Plus:
+    case Qt::Key_Equal:
+      zoom_by(1.5);
+      break;
+    case Qt::Key_Minus:
+      zoom_by(1 / 1.5);
+      break;
+    case Qt::Key_Left:
+      pan_by({step, 0});
+      break;
+    case Qt::Key_Right:
+      pan_by({-step, 0});
+      break;
+    case Qt::Key_Up:
+      pan_by({0, step});
+      break;
+    case Qt::Key_Down:
+      pan_by({0, -step});
+      break;
+    default:
+      QWidget::keyPressEvent(event);
+  }
+}
+
+}  // namespace tessel::gui

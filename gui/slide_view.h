@@ -1,0 +1,103 @@
+// The slide viewer: pans and zooms across pyramid levels, drawing tiles of the level that matches
+// the zoom (read by a TileLoader off the UI thread, kept in a byte-bounded TileCache), with the
+// overview and any cached coarser tiles underneath until they arrive, an optional tissue overlay
+// and an mpp-aware scale bar.
+#pragma once
+
+#include <QImage>
+#include <QPixmap>
+#include <QPoint>
+#include <QWidget>
+
+#include <memory>
+#include <set>
+
+#include "gui/slide_document.h"
+#include "gui/tile_cache.h"
+#include "gui/tile_loader.h"
+#include "gui/viewport.h"
+
+namespace tessel::gui {
+
+class SlideView : public QWidget {
+  Q_OBJECT
+
+ public:
+  static constexpr int kTileSizePx = 256;
+  static constexpr int64_t kCacheBytes = 192LL << 20;
+  static constexpr double kMinDownsample = 0.25;  // 4× past level 0's pixels
+
+  explicit SlideView(QWidget* parent = nullptr);
+  ~SlideView() override;
+
+  // Shows `doc` fitted to the widget; a null slide clears the view.
+  void set_document(SlideDocument doc);
+  void clear();
+  bool has_slide() const { return doc_.slide != nullptr; }
+  const SlideDocument& document() const { return doc_; }
+
+  // Shown instead of the slide, e.g. why it could not be opened; empty hides it.
+  void set_message(const QString& message);
+  const QString& message() const { return message_; }
+
+  const ViewState& view() const { return view_; }
+  void set_view(ViewState view);  // clamped to the slide and to [kMinDownsample, fit × 2]
+  void zoom_by(double factor, QPointF anchor_screen);  // factor > 1 zooms in, anchor stays put
+  void zoom_by(double factor);                         // about the centre
+  void pan_by(QPointF screen_delta);
+  void fit();
+  void center_on(QPointF level0);
+
+  int current_level() const { return level_; }
+  QRectF visible_level0_rect() const { return level0_rect(view_, size()); }
+  // Visible tiles of the current level not yet in the cache (failed ones do not count).
+  int pending_tiles() const { return pending_; }
+  bool visible_tiles_loaded() const { return has_slide() && pending_ == 0; }
+  const TileCache& cache() const { return cache_; }
+  const TileLoader* loader() const { return loader_.get(); }
+  int failed_tiles() const { return static_cast<int>(failed_.size()); }
+
+  void set_tissue_visible(bool visible);
+  bool tissue_visible() const { return tissue_visible_; }
+
+ signals:
+  void viewChanged(QRectF level0);
+  void visibleTilesLoaded();
+  void tileError(QString message);
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+  void mouseDoubleClickEvent(QMouseEvent* event) override;
+  void keyPressEvent(QKeyEvent* event) override;
+
+ private:
+  void view_moved();  // picks the level, requests the missing tiles, repaints
+  std::vector<TileKey> missing_tiles() const;  // visible, current level, not cached, not failed
+  void recount_pending();                      // emits visibleTilesLoaded when it reaches 0
+  void on_tile_loaded(TileKey key, const QImage& image);
+  void on_tile_failed(TileKey key, const QString& reason);
+  void draw_level(QPainter& painter, int level, bool request_order);
+  void draw_scale_bar(QPainter& painter);
+  double max_downsample() const;
+
+  SlideDocument doc_;
+  QPixmap overview_, tissue_;
+  std::unique_ptr<TileLoader> loader_;
+  TileCache cache_{kCacheBytes};
+  std::set<TileKey> failed_;
+  ViewState view_;
+  int level_ = 0;
+  int pending_ = 0;
+  bool tissue_visible_ = false;
+  bool fitted_ = false;  // set_document waits for a real size before fitting
+  QString message_;
+  QPoint drag_from_;
+  bool dragging_ = false;
+};
+
+}  // namespace tessel::gui

@@ -1,0 +1,234 @@
+// tessel-gui's main window driven as a user would: open a slide, zoom and pan until the visible
+// tiles are loaded, toggle the tissue overlay, open a manifest written at test time, double-click
+// a row; and broken inputs come back as messages, never a crash or a frozen window.
+#include <QAbstractItemView>
+#include <QApplication>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QElapsedTimer>
+#include <QFileInfo>
+#include <QMimeData>
+#include <QSignalSpy>
+#include <QTest>
+#include <QTimer>
+#include <QUrl>
+
+#include "gui/main_window.h"
+#include "io/vips.h"
+#include "tests/io/shared_slides.h"
+#include "tests/io/temp_folder.h"
+
+namespace tessel::gui {
+
+namespace {
+
+constexpr int kTimeoutMs = 30000;
+
+QString slide(const char* name) { return QString::fromStdString(test::shared_slide(name)); }
+
+// The largest gap between ticks of a 5 ms timer on the UI thread while it lives: how long the
+// window could not repaint or answer the user.
+class StallMeter {
+ public:
+  StallMeter() {
+    clock_.start();
+    QObject::connect(&timer_, &QTimer::timeout, [this] {
+      largest_ms_ = std::max(largest_ms_, clock_.restart());
+      ++ticks_;
+    });
+    timer_.start(5);
+  }
+  qint64 largest_ms() const { return largest_ms_; }
+  int ticks() const { return ticks_; }
+
+ private:
+  QTimer timer_;
+  QElapsedTimer clock_;
+  qint64 largest_ms_ = 0;
+  int ticks_ = 0;
+};
+
+}  // namespace
+
+class MainWindowTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() {
+    io::start_vips();
+    window_.resize(1200, 800);
+    window_.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window_));
+  }
+
+  void opensASlideAndShowsItsPropertiesOverviewAndTiles() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(window_.opening());
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(!window_.opening());
+    SlideView* view = window_.slide_view();
+    QVERIFY(view->has_slide());
+    QCOMPARE(window_.properties()->value(QStringLiteral("Vendor")), QStringLiteral("aperio"));
+    QCOMPARE(window_.properties()->value(QStringLiteral("Size (level 0)")),
+             QStringLiteral("2220 × 2967"));
+    QVERIFY(window_.properties()->value(QStringLiteral("Microns per pixel")).contains("0.499"));
+    QVERIFY(!window_.properties()->value(QStringLiteral("Magnification")).isEmpty());
+    QVERIFY(window_.windowTitle().startsWith(QStringLiteral("cmu-1-small-region.svs")));
+    // Fitted: the whole slide is in view, and the overview's rectangle is the view's.
+    QVERIFY(view->visible_level0_rect().contains(QRectF(0, 0, 2220, 2967)));
+    QCOMPARE(window_.overview()->viewport(), view->visible_level0_rect());
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    QVERIFY(view->cache().size() > 0);
+  }
+
+  void zoomingAndPanningLoadTheNewlyVisibleTilesWithoutStallingTheWindow() {
+    // Two levels (4443 × 3567 and 2221 × 1783): fitted shows level 1, zooming in needs level 0.
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("tcga-cr-7395-01a-01-ts1.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    QCOMPARE(view->current_level(), 1);
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    StallMeter stalls;
+    QElapsedTimer loading;
+    loading.start();
+    view->zoom_by(8.0, QPointF(view->width() / 3.0, view->height() / 3.0));
+    QVERIFY(view->view().downsample < 1.0);  // past level 0: magnified pixels
+    QCOMPARE(view->current_level(), 0);
+    QVERIFY(view->pending_tiles() > 0);
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    const qint64 zoom_ms = loading.elapsed();
+    const QRectF before = view->visible_level0_rect();
+    view->pan_by(QPointF(-300, -200));
+    const QRectF after = view->visible_level0_rect();
+    QVERIFY(after.left() > before.left() && after.top() > before.top());
+    QCOMPARE(window_.overview()->viewport(), after);
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    QCOMPARE(view->pending_tiles(), 0);
+    // Mouse drag pans too.
+    const QPoint from(view->width() / 2, view->height() / 2);
+    QTest::mousePress(view, Qt::LeftButton, {}, from);
+    QTest::mouseMove(view, from + QPoint(120, 0));
+    QTest::mouseRelease(view, Qt::LeftButton, {}, from + QPoint(120, 0));
+    QVERIFY(view->visible_level0_rect().left() < after.left());
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    qInfo(
+        "zoom to level 0: visible tiles in %lld ms; largest UI-thread stall while zooming and "
+        "panning: %lld ms over %d ticks; tiles read %lld, stale jobs dropped %lld, cache %lld KiB",
+        static_cast<long long>(zoom_ms), static_cast<long long>(stalls.largest_ms()),
+        stalls.ticks(), static_cast<long long>(view->loader()->tiles_read()),
+        static_cast<long long>(view->loader()->jobs_dropped()),
+        static_cast<long long>(view->cache().bytes() / 1024));
+    // Generous for a machine shared with other builds: tiles are never read on this thread.
+    QVERIFY2(stalls.largest_ms() < 500, qPrintable(QString::number(stalls.largest_ms())));
+  }
+
+  void theTissueOverlayTogglesFromTheViewMenu() {
+    QVERIFY(!window_.slide_view()->document().tissue.isNull());
+    QVERIFY(!window_.slide_view()->tissue_visible());
+    window_.tissue_action()->trigger();
+    QVERIFY(window_.slide_view()->tissue_visible());
+    window_.tissue_action()->trigger();
+    QVERIFY(!window_.slide_view()->tissue_visible());
+  }
+
+  void aSlideOpenSlideCannotReadIsAMessageAndTheShownSlideStays() {
+    QSignalSpy failed(&window_, &MainWindow::slideFailed);
+    window_.open_slide(slide("unopenable.tiff"));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("unopenable.tiff")),
+             qPrintable(window_.last_error()));
+    QVERIFY(window_.slide_path().endsWith(QStringLiteral("tcga-cr-7395-01a-01-ts1.svs")));
+    QVERIFY(window_.slide_view()->has_slide());
+  }
+
+  void aSlideWhosePixelsCannotBeReadIsAMessage() {
+    QSignalSpy failed(&window_, &MainWindow::slideFailed);
+    window_.open_slide(slide("unreadable.svs"));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("unreadable.svs")),
+             qPrintable(window_.last_error()));
+  }
+
+  void opensAManifestAndDoubleClickingARowOpensItsSlide() {
+    test::TempFolder folder;
+    const auto csv = folder.write(
+        "dataset.csv", "slide,label,split\n" + test::shared_slide("small.svs") + ",normal,train\n" +
+                           "nowhere.svs,tumor,train\n" + test::shared_slide("boxes.tiff") +
+                           ",tumor,val\n" + test::shared_slide("unreadable.svs") + ",normal,val\n");
+    DatasetPanel* dataset = window_.dataset();
+    QSignalSpy loaded(dataset, &DatasetPanel::manifestLoaded);
+    window_.open_manifest(QString::fromStdString(csv.string()));
+    QVERIFY(loaded.wait(kTimeoutMs));
+    DatasetModel* model = dataset->model();
+    QCOMPARE(model->rowCount(), 4);
+    QCOMPARE(model->row(0).status, DatasetRow::Status::kOk);
+    QCOMPARE(model->row(1).status, DatasetRow::Status::kMissing);
+    QCOMPARE(model->row(2).status, DatasetRow::Status::kOk);
+    QCOMPARE(model->row(3).status, DatasetRow::Status::kUnreadable);
+    QVERIFY(dataset->message().contains(QStringLiteral("2 ok, 1 missing, 1 unreadable")));
+    QTRY_VERIFY_WITH_TIMEOUT(!dataset->busy(), kTimeoutMs);
+    QVERIFY(!model->row(0).thumbnail.isNull());
+    QVERIFY(!model->row(2).thumbnail.isNull());
+    QVERIFY(model->row(1).thumbnail.isNull());
+
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    QTableView* table = dataset->table();
+    const QRect cell = table->visualRect(model->index(2, DatasetModel::kSlide));
+    QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, cell.center());
+    QTest::mouseDClick(table->viewport(), Qt::LeftButton, {}, cell.center());
+    QVERIFY(opened.wait(kTimeoutMs));
+    QCOMPARE(QFileInfo(window_.slide_path()).canonicalFilePath(),
+             QFileInfo(slide("boxes.tiff")).canonicalFilePath());
+    QCOMPARE(window_.properties()->value(QStringLiteral("Levels")), QStringLiteral("4"));
+    // No mpp in this file: the properties say so, and the scale bar counts pixels.
+    QVERIFY(window_.properties()->value(QStringLiteral("Microns per pixel")).contains("unknown"));
+    QTRY_VERIFY_WITH_TIMEOUT(window_.slide_view()->visible_tiles_loaded(), kTimeoutMs);
+  }
+
+  void droppingASlideFileOnTheWindowOpensIt() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    QMimeData data;
+    data.setUrls({QUrl::fromLocalFile(slide("small.svs"))});
+    const QPoint at(window_.width() / 2, window_.height() / 3);
+    QDragEnterEvent enter(at, Qt::CopyAction, &data, Qt::LeftButton, {});
+    QApplication::sendEvent(&window_, &enter);
+    QVERIFY(enter.isAccepted());
+    QDropEvent drop(at, Qt::CopyAction, &data, Qt::LeftButton, {});
+    QApplication::sendEvent(&window_, &drop);
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(window_.slide_path().endsWith(QStringLiteral("small.svs")));
+    QCOMPARE(window_.properties()->value(QStringLiteral("Size (level 0)")),
+             QStringLiteral("16 × 16"));
+  }
+
+  void aManifestThatCannotBeReadIsAMessage() {
+    QSignalSpy failed(window_.dataset(), &DatasetPanel::manifestFailed);
+    window_.open_manifest(QStringLiteral("/nonexistent/dataset.csv"));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("dataset.csv")),
+             qPrintable(window_.last_error()));
+    QVERIFY(window_.dataset()->message().startsWith(QStringLiteral("Cannot open the manifest")));
+  }
+
+  void aManifestWithErrorsListsItsRowsAndSaysWhyItCannotBeUsed() {
+    test::TempFolder folder;
+    const auto csv = folder.write(
+        "bad.csv", "slide,label,split\n" + test::shared_slide("small.svs") + ",normal,sometimes\n");
+    QSignalSpy failed(window_.dataset(), &DatasetPanel::manifestFailed);
+    window_.open_manifest(QString::fromStdString(csv.string()));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(window_.dataset()->message().contains(QStringLiteral("cannot be used")),
+             qPrintable(window_.dataset()->message()));
+    QVERIFY(window_.dataset()->message().contains(QStringLiteral("line 2")));
+  }
+
+ private:
+  MainWindow window_;
+};
+
+}  // namespace tessel::gui
+
+QTEST_MAIN(tessel::gui::MainWindowTest)
+#include "main_window_test.moc"
