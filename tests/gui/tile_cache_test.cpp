@@ -130,7 +130,7 @@ class TileCacheTest : public QObject {
     }
     loader.request(all);
     loader.request({{0, 4, 6}});  // the view moved: one worker cannot have read 107 tiles yet
-    QTRY_VERIFY_WITH_TIMEOUT(loader.jobs_dropped() > 0, 1000);
+    QTRY_VERIFY_WITH_TIMEOUT(loader.jobs_dropped() > 0, 20000);
     const auto read_4_6 = [&] {
       for (const QList<QVariant>& signal : loaded) {
         if (signal.at(0).value<TileKey>() == TileKey{0, 4, 6}) return true;
