@@ -31,5 +31,7 @@ void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandReg
 void register_thumbnail(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_manifest(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_train(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_eval(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_heatmap(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

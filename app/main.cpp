@@ -40,6 +40,8 @@ int run(int argc, char** argv) {
   app::register_thumbnail(app, global, registry);
   app::register_manifest(app, global, registry);
   app::register_train(app, global, registry);
+  app::register_eval(app, global, registry);
+  app::register_heatmap(app, global, registry);
 
   try {
     app.parse(argc, argv);

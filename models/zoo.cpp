@@ -15,6 +15,11 @@ using core::PoolSpec;
 namespace {
 
 NodeId head(Graph& g, NodeId x, const ModelOptions& o) {
+  if (o.head == Head::kClassMap) {
+    // The classifier applied at every position of the last feature map: a 1×1 convolution
+    // with the linear layer's weights. Its global average is the pooled model's logits.
+    return g.conv(x, ConvSpec(g.node(x).channels, o.classes, 1), "classifier");
+  }
   x = o.global_max_pool ? g.global_max_pool(x) : g.global_avg_pool(x);
   if (o.dropout > 0) x = g.dropout(x, o.dropout);
   return g.linear(x, o.classes, "classifier");

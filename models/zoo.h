@@ -10,11 +10,19 @@
 
 namespace tessel::models {
 
+// What follows the last feature map.
+enum class Head {
+  kPool,      // global pool, dropout, linear: the slide-level classifier
+  kClassMap,  // the linear layer as a 1×1 convolution at every position: class activation maps
+              // (same parameter names; the linear weight K×C is the conv weight K×C×1×1)
+};
+
 struct ModelOptions {
   int64_t classes = 2;
   int64_t in_channels = 3;
   bool global_max_pool = false;  // default: global average pool
   double dropout = 0.0;          // before the classifier
+  Head head = Head::kPool;
 };
 
 // "tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34".

@@ -19,13 +19,11 @@
 #include "core/version.h"
 #include "io/checkpoint.h"
 #include "io/manifest.h"
-#include "io/resolution.h"
-#include "io/slide_tile_source.h"
-#include "io/tissue.h"
 #include "models/zoo.h"
 #include "pipelines/logging.h"
 #include "pipelines/optimizer.h"
 #include "pipelines/run_files.h"
+#include "pipelines/slide_input.h"
 #include "pipelines/view_source.h"
 
 namespace tessel::pipelines {
@@ -59,14 +57,6 @@ std::vector<size_t> shuffled(size_t n, std::mt19937_64& rng) {
   for (size_t i = 0; i < n; ++i) order[i] = i;
   for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
   return order;
-}
-
-io::Resolution resolution_of(const TrainConfig& c) {
-  io::Resolution r = c.mpp             ? io::Resolution::at_mpp(*c.mpp)
-                     : c.magnification ? io::Resolution::at_magnification(*c.magnification)
-                                       : io::Resolution::at_level(c.level.value_or(0));
-  if (c.base_mpp) r.with_base_mpp(*c.base_mpp);
-  return r;
 }
 
 // The position of a run, saved in every checkpoint (run_state).
@@ -293,42 +283,6 @@ class Trainer {
 
   bool stop_requested() const { return request_.stop != nullptr && request_.stop->load(); }
 
-  // The engine's view of one slide: the resolution asked for, cropped to the tissue if asked.
-  std::shared_ptr<core::TileSource> open(const io::ManifestEntry& entry, View view) {
-    auto slide = std::make_shared<const io::Slide>(entry.slide);
-    const io::ResolutionChoice choice =
-        io::choose_resolution(io::pyramid_of(*slide), resolution_of(config_));
-    io::SlideTileSourceOptions options;
-    options.mean = io::kImageNetMean;
-    options.std = io::kImageNetStd;
-    auto source = std::make_shared<io::SlideTileSource>(slide, choice, options);
-    if (config_.tissue_bbox) view.crop = tissue_crop(*slide, choice);
-    return std::make_shared<ViewTileSource>(source, view);
-  }
-
-  // The tissue's bounding box in the pixels the engine sees (cached per slide).
-  core::Region tissue_crop(const io::Slide& slide, const io::ResolutionChoice& choice) {
-    const std::string key = slide.path().string();
-    auto it = tissue_crops_.find(key);
-    if (it == tissue_crops_.end()) {
-      const io::TissueMask mask = io::tissue_mask(slide);
-      core::Region crop;  // empty: no tissue found, train on the whole slide
-      if (!mask.empty()) {
-        const double per_pixel = slide.level(choice.level).downsample * choice.scale;
-        const auto lo = [&](int64_t v) { return static_cast<int64_t>(std::floor(v / per_pixel)); };
-        const auto hi = [&](int64_t v) { return static_cast<int64_t>(std::ceil(v / per_pixel)); };
-        crop = {{std::max<int64_t>(0, lo(mask.bbox.y.begin)),
-                 std::min<int64_t>(choice.height, hi(mask.bbox.y.end))},
-                {std::max<int64_t>(0, lo(mask.bbox.x.begin)),
-                 std::min<int64_t>(choice.width, hi(mask.bbox.x.end))}};
-      } else {
-        spdlog::warn("{}: no tissue found; training on the whole slide", key);
-      }
-      it = tissue_crops_.emplace(key, crop).first;
-    }
-    return it->second;
-  }
-
   const core::Plan& plan_for(int64_t height, int64_t width) {
     const auto key = std::make_pair(height, width);
     auto it = plans_.find(key);
@@ -415,7 +369,8 @@ class Trainer {
       saved_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     try {
-      const std::shared_ptr<core::TileSource> source = open(entry, view);
+      const SlideInput input = open_slide_input(config_, entry.slide, view, &tissue_crops_);
+      const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
       progress.width = source->width();
       const core::Plan& plan = plan_for(progress.height, progress.width);
@@ -445,6 +400,7 @@ class Trainer {
       position_.train_labels.push_back(entry.class_index);
       position_.train_loss_sum += progress.loss;
       progress.tiles = r.forward_tiles + r.backward_tiles;
+      progress.wait_seconds = static_cast<double>(input.pixels->cache_stats().wait_ns) * 1e-9;
       progress.measured_peak_bytes = r.measured_peak_bytes;
       peak_bytes_ = std::max(peak_bytes_, r.measured_peak_bytes);
     } catch (const Error& e) {
@@ -457,7 +413,6 @@ class Trainer {
     }
     progress.done = true;
     progress.seconds = seconds_since(t0);
-    progress.wait_seconds = -1;
     if (request_.observer) request_.observer->on_slide(progress);
     events_->write({{"type", "slide"},
                     {"phase", "train"},
@@ -469,6 +424,7 @@ class Trainer {
                     {"width", progress.width},
                     {"loss", progress.loss},
                     {"seconds", progress.seconds},
+                    {"wait_seconds", progress.wait_seconds},
                     {"tiles", progress.tiles},
                     {"lr", lr_},
                     {"step", position_.step},
@@ -488,7 +444,8 @@ class Trainer {
       SlideProgress progress{
           "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
       try {
-        const std::shared_ptr<core::TileSource> source = open(entry, {});
+        const SlideInput input = open_slide_input(config_, entry.slide, {}, &tissue_crops_);
+        const std::shared_ptr<core::TileSource>& source = input.view;
         progress.height = source->height();
         progress.width = source->width();
         const core::Plan& plan = plan_for(progress.height, progress.width);
@@ -643,7 +600,7 @@ class Trainer {
   int64_t budget_bytes_ = 0;
   core::PlanOptions plan_options_;
   std::map<std::pair<int64_t, int64_t>, core::Plan> plans_;
-  std::map<std::string, core::Region> tissue_crops_;
+  TissueCropCache tissue_crops_;
   Position position_;
   double lr_ = 0;
   int64_t peak_bytes_ = -1;

@@ -1,0 +1,51 @@
+// Heatmaps over a slide, in the three forms users open: a pyramidal TIFF the size of the slide's
+// level 0 (viewers open it beside the slide, pixel for pixel), a PNG of the slide's thumbnail
+// with the heatmap blended over it and a colour legend, and GeoJSON tiles with a score per class
+// that QuPath imports as detection objects and colours as a measurement map.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/window.h"
+#include "io/slide.h"
+
+namespace tessel::io {
+
+// Scores on a grid of cells over a slide: cell (row, col) covers level-0 pixels
+// [origin_y + row·cell_height, +cell_height) × [origin_x + col·cell_width, +cell_width).
+struct Heatmap {
+  int64_t rows = 0, cols = 0;
+  double origin_x = 0, origin_y = 0;          // level-0 pixels
+  double cell_width = 1, cell_height = 1;     // level-0 pixels per cell
+  std::vector<std::string> classes;           // one score map per class
+  std::vector<std::vector<float>> scores;     // [class][row · cols + col], in [0, 1]
+  int64_t slide_width = 0, slide_height = 0;  // level 0
+
+  const std::vector<float>& of(const std::string& class_name) const;  // throws if unknown
+  core::Region cell(int64_t row, int64_t col) const;                  // level-0 pixels
+};
+
+// The "turbo" colour map (Mikhailov 2019, polynomial fit): 0 dark blue → 1 dark red.
+std::array<uint8_t, 3> turbo(float value);
+
+// A pyramidal, tiled, deflate-compressed RGB TIFF of level-0 size: each cell filled with the
+// colour of `class_name`'s score, black outside the cells; the slide's mpp as resolution.
+void write_heatmap_tiff(const std::filesystem::path& path, const Heatmap& heatmap,
+                        const std::string& class_name, std::optional<double> mpp);
+
+// The thumbnail (`max_side` px) with the score map blended over it (opacity ∝ score, at most
+// `opacity`), and a colour bar labelled 0 … 1 with the class name.
+void write_heatmap_overlay(const std::filesystem::path& path, const Slide& slide,
+                           const Heatmap& heatmap, const std::string& class_name,
+                           int64_t max_side = 1024, double opacity = 0.6);
+
+// A GeoJSON FeatureCollection: one Polygon feature per cell with properties
+// {"objectType": "tile", "measurements": {"<class>": score, ...}}.
+void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& heatmap);
+
+}  // namespace tessel::io

@@ -1,0 +1,212 @@
+#include "pipelines/evaluate.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/executor.h"
+#include "core/planner.h"
+#include "io/checkpoint.h"
+#include "io/manifest.h"
+#include "models/zoo.h"
+#include "pipelines/run_files.h"
+#include "pipelines/slide_input.h"
+
+namespace tessel::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+
+core::Plan plan_for(const core::Graph& graph, const TrainConfig& config, int64_t height,
+                    int64_t width, const std::string& budget) {
+  core::PlanOptions options;
+  options.strategy = core::parse_strategy(config.strategy);
+  options.optimizer_state_per_param = 0;  // no optimizer in inference
+  return core::make_plan(graph, {3, height, width},
+                         core::parse_bytes(budget.empty() ? config.budget : budget), options);
+}
+
+std::vector<double> to_vector(const at::Tensor& t) {
+  const at::Tensor d = t.to(at::kDouble).contiguous().flatten();
+  return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
+}
+
+}  // namespace
+
+TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map) {
+  const io::CheckpointState state = io::read_checkpoint(checkpoint);
+  TrainConfig config;
+  try {
+    config = parse_train_config(state.config, checkpoint.string() + " (saved config)");
+  } catch (const Error& e) {
+    throw Error("checkpoint " + checkpoint.string() + " has no usable run config: " + e.what());
+  }
+  if (state.class_names.size() < 2) {
+    throw Error("checkpoint " + checkpoint.string() + " names fewer than two classes");
+  }
+  models::ModelOptions options;
+  options.classes = static_cast<int64_t>(state.class_names.size());
+  options.global_max_pool = config.pool == "max";
+  options.head = class_map ? models::Head::kClassMap : models::Head::kPool;
+  core::Graph graph = models::build_model(config.model, options);
+  std::vector<io::NamedTensor> weights = state.weights;
+  if (class_map) {
+    // The linear classifier K×C is the 1×1 convolution K×C×1×1.
+    for (io::NamedTensor& w : weights) {
+      if (w.name == "classifier.weight" && w.tensor.dim() == 2) {
+        w.tensor = w.tensor.view({w.tensor.size(0), w.tensor.size(1), 1, 1});
+      }
+    }
+  }
+  try {
+    io::load_weights(graph.module(), weights, /*strict=*/true);
+  } catch (const Error& e) {
+    throw Error("checkpoint " + checkpoint.string() + " does not fit model '" + config.model +
+                "': " + e.what());
+  }
+  return {std::move(config), state.class_names, std::move(graph)};
+}
+
+EvaluationResult evaluate(const EvaluationRequest& request) {
+  TrainedModel model = load_trained_model(request.checkpoint);
+  const fs::path manifest_path =
+      request.manifest.empty() ? model.config.manifest : request.manifest;
+  io::ManifestOptions options;
+  options.classes = model.classes;  // the checkpoint's class order
+  io::Manifest manifest = io::load_manifest(manifest_path, options);
+  if (!manifest.has_split_column) {
+    io::assign_splits(manifest, model.config.val_fraction, model.config.test_fraction,
+                      static_cast<uint64_t>(model.config.seed));
+  }
+  const std::string unusable = manifest.unusable_reason();
+  if (!unusable.empty()) {
+    throw Error("manifest " + manifest_path.string() + " cannot be used: " + unusable);
+  }
+  if (request.split != "all" && request.split != "train" && request.split != "val" &&
+      request.split != "test") {
+    throw Error("split '" + request.split + "' is not train, val, test or all");
+  }
+  std::vector<const io::ManifestEntry*> entries;
+  for (const io::ManifestEntry& e : manifest.entries) {
+    if (request.split == "all" || io::to_string(e.split) == request.split) entries.push_back(&e);
+  }
+  if (entries.empty()) {
+    throw Error("manifest " + manifest_path.string() + " has no slides in split '" + request.split +
+                "'");
+  }
+  EvaluationResult result;
+  result.classes = model.classes;
+  std::vector<std::vector<double>> probabilities;
+  std::vector<int64_t> labels;
+  double loss_sum = 0;
+  TissueCropCache crops;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const io::ManifestEntry& e = *entries[i];
+    SlideProgress progress{"eval",
+                           1,
+                           1,
+                           static_cast<int64_t>(i),
+                           static_cast<int64_t>(entries.size()),
+                           e.slide.filename().string()};
+    try {
+      const SlideInput input = open_slide_input(model.config, e.slide, {}, &crops);
+      progress.height = input.view->height();
+      progress.width = input.view->width();
+      if (request.observer) request.observer->on_slide(progress);
+      const core::Plan plan =
+          plan_for(model.graph, model.config, progress.height, progress.width, request.budget);
+      const at::Tensor logits =
+          core::infer(model.graph, plan, *input.view, request.observer).to(at::kDouble);
+      const at::Tensor target = at::tensor({static_cast<int64_t>(e.class_index)}, at::kLong);
+      progress.loss = at::cross_entropy_loss(logits, target).item<double>();
+      loss_sum += progress.loss;
+      std::vector<double> p = to_vector(at::softmax(logits, 1));
+      result.predictions.push_back({e.slide.string(), e.label, p});
+      probabilities.push_back(std::move(p));
+      labels.push_back(e.class_index);
+    } catch (const Error& error) {
+      spdlog::warn("skipping {}: {}", e.slide.string(), error.what());
+      ++result.skipped;
+      continue;
+    }
+    progress.done = true;
+    if (request.observer) request.observer->on_slide(progress);
+  }
+  result.metrics = classification_metrics(probabilities, labels);
+  result.metrics.loss =
+      labels.empty() ? std::nan("") : loss_sum / static_cast<double>(labels.size());
+  if (!request.predictions_csv.empty()) {
+    std::vector<std::string> header{"slide", "label", "predicted"};
+    for (const std::string& c : model.classes) header.push_back("p_" + c);
+    std::error_code ignored;
+    fs::remove(request.predictions_csv, ignored);
+    CsvLog csv(request.predictions_csv, header);
+    for (const SlidePrediction& p : result.predictions) {
+      const auto best = std::max_element(p.probabilities.begin(), p.probabilities.end()) -
+                        p.probabilities.begin();
+      std::vector<std::string> row{p.slide, p.label, model.classes[static_cast<size_t>(best)]};
+      for (double v : p.probabilities) row.push_back(std::to_string(v));
+      csv.write(row);
+    }
+  }
+  return result;
+}
+
+HeatmapResult make_heatmap(const HeatmapRequest& request) {
+  TrainedModel model = load_trained_model(request.checkpoint, /*class_map=*/true);
+  const std::string class_name =
+      request.class_name.empty() ? model.classes.back() : request.class_name;
+  if (std::find(model.classes.begin(), model.classes.end(), class_name) == model.classes.end()) {
+    throw Error("class '" + class_name + "' is not one of the checkpoint's classes");
+  }
+  const SlideInput input = open_slide_input(model.config, request.slide);
+  const int64_t height = input.view->height(), width = input.view->width();
+  SlideProgress progress{"heatmap", 1, 1, 0, 1, request.slide.filename().string(), height, width};
+  if (request.observer) request.observer->on_slide(progress);
+  const core::Plan plan = plan_for(model.graph, model.config, height, width, request.budget);
+  // 1×K×h×w class maps; their mean over positions is the pooled model's logits (average pool).
+  const at::Tensor maps =
+      core::infer(model.graph, plan, *input.view, request.observer).to(at::kFloat);
+  const int64_t rows = maps.size(2), cols = maps.size(3);
+  HeatmapResult result;
+  const at::Tensor pooled = model.config.pool == "max" ? maps.amax({2, 3}) : maps.mean({2, 3});
+  result.slide_probabilities = to_vector(at::softmax(pooled.to(at::kDouble), 1));
+  const at::Tensor scores = at::softmax(maps, 1).contiguous();
+
+  io::Heatmap& h = result.heatmap;
+  h.rows = rows;
+  h.cols = cols;
+  h.classes = model.classes;
+  h.slide_width = input.slide->level(0).width;
+  h.slide_height = input.slide->level(0).height;
+  // Cell (r, c) summarises the view's pixels [r·H/rows, (r+1)·H/rows): the feature map's stride.
+  h.cell_height = static_cast<double>(height) / static_cast<double>(rows) * input.level0_per_pixel;
+  h.cell_width = static_cast<double>(width) / static_cast<double>(cols) * input.level0_per_pixel;
+  h.origin_y = static_cast<double>(input.crop.y.begin) * input.level0_per_pixel;
+  h.origin_x = static_cast<double>(input.crop.x.begin) * input.level0_per_pixel;
+  for (int64_t k = 0; k < static_cast<int64_t>(model.classes.size()); ++k) {
+    const at::Tensor map = scores[0][k].contiguous();
+    h.scores.emplace_back(map.data_ptr<float>(), map.data_ptr<float>() + map.numel());
+  }
+
+  std::error_code error;
+  fs::create_directories(request.out_dir, error);
+  if (error) {
+    throw Error("cannot create " + request.out_dir.string() + ": " + error.message());
+  }
+  const std::string stem = request.slide.stem().string();
+  result.tiff = request.out_dir / (stem + ".heatmap.tif");
+  result.png = request.out_dir / (stem + ".heatmap.png");
+  result.geojson = request.out_dir / (stem + ".heatmap.geojson");
+  io::write_heatmap_tiff(result.tiff, h, class_name, input.slide->mpp_x());
+  io::write_heatmap_overlay(result.png, *input.slide, h, class_name);
+  io::write_heatmap_geojson(result.geojson, h);
+  progress.done = true;
+  if (request.observer) request.observer->on_slide(progress);
+  return result;
+}
+
+}  // namespace tessel::pipelines

@@ -1,0 +1,73 @@
+// Evaluation and heatmaps from a training checkpoint: the model, classes and resolution come
+// from the checkpoint's saved config, so a checkpoint is all a user needs to keep.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/graph.h"
+#include "io/heatmap_writer.h"
+#include "pipelines/metrics.h"
+#include "pipelines/train.h"
+#include "pipelines/train_config.h"
+
+namespace tessel::pipelines {
+
+// A trained network rebuilt from a checkpoint (weights checked against the model, strictly).
+struct TrainedModel {
+  TrainConfig config;  // as saved in the checkpoint
+  std::vector<std::string> classes;
+  core::Graph graph;
+};
+// `class_map`: build the network with its classifier as a 1×1 convolution (class activation
+// maps) instead of the global pool + linear head.
+TrainedModel load_trained_model(const std::filesystem::path& checkpoint, bool class_map = false);
+
+struct EvaluationRequest {
+  std::filesystem::path checkpoint;
+  std::filesystem::path manifest;         // empty: the checkpoint's
+  std::string split = "test";             // train, val, test or all
+  std::filesystem::path predictions_csv;  // empty: not written
+  std::string budget;                     // empty: the checkpoint's
+  TrainObserver* observer = nullptr;
+};
+
+struct SlidePrediction {
+  std::string slide;
+  std::string label;
+  std::vector<double> probabilities;
+};
+
+struct EvaluationResult {
+  std::vector<std::string> classes;
+  std::vector<SlidePrediction> predictions;
+  ClassificationMetrics metrics;
+  int64_t skipped = 0;
+};
+
+EvaluationResult evaluate(const EvaluationRequest& request);
+
+struct HeatmapRequest {
+  std::filesystem::path checkpoint;
+  std::filesystem::path slide;
+  std::filesystem::path out_dir;
+  std::string class_name;  // the class drawn in the TIFF and PNG; empty: the last class
+  std::string budget;      // empty: the checkpoint's
+  TrainObserver* observer = nullptr;
+};
+
+struct HeatmapResult {
+  io::Heatmap heatmap;
+  std::vector<double> slide_probabilities;  // the slide-level prediction (softmax of the logits)
+  std::filesystem::path tiff, png, geojson;
+};
+
+// Class activation maps computed tile by tile at the last feature map's resolution: for a
+// global-average-pool + linear head, the mean of the class map is exactly the slide's logits.
+// Scores are the per-cell softmax over classes. Writes <slide>.heatmap.tif, .heatmap.png and
+// .heatmap.geojson into out_dir.
+HeatmapResult make_heatmap(const HeatmapRequest& request);
+
+}  // namespace tessel::pipelines
