@@ -3,6 +3,8 @@
 // augmentation on), and tiled training equal to plain training.
 #include "pipelines/train.h"
 
+#include "pipelines/evaluate.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -188,6 +190,50 @@ TEST_F(TrainTest, TiledTrainingEndsWhereUntiledTrainingEnds) {
   std::string line;
   std::getline(events, line);
   EXPECT_GT(nlohmann::json::parse(line)["tiles"].get<int64_t>(), 2) << line;
+}
+
+TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
+  train(TrainRequest{config("run")});
+  const fs::path checkpoint = runs_.path() / "run" / "checkpoints" / "last.h5";
+  EvaluationRequest eval;
+  eval.checkpoint = checkpoint;
+  eval.split = "all";
+  eval.predictions_csv = runs_.path() / "predictions.csv";
+  const EvaluationResult r = evaluate(eval);
+  ASSERT_EQ(r.predictions.size(), 8U);
+  EXPECT_EQ(lines(eval.predictions_csv), 9);
+
+  for (const SlidePrediction& p : {r.predictions[0], r.predictions[3]}) {
+    HeatmapRequest request;
+    request.checkpoint = checkpoint;
+    request.slide = p.slide;
+    request.out_dir = runs_.path() / "heatmaps";
+    const HeatmapResult h = make_heatmap(request);
+    // The class map's mean is the pooled model's logits: the same slide-level prediction.
+    ASSERT_EQ(h.slide_probabilities.size(), p.probabilities.size());
+    for (size_t k = 0; k < p.probabilities.size(); ++k) {
+      EXPECT_NEAR(h.slide_probabilities[k], p.probabilities[k], 1e-5) << p.slide;
+    }
+    // 512² slides read at level 1 (256²) by a network of stride 4: 64×64 cells of 8 level-0 px.
+    EXPECT_EQ(h.heatmap.rows, 64);
+    EXPECT_EQ(h.heatmap.cols, 64);
+    EXPECT_DOUBLE_EQ(h.heatmap.cell_width, 8);
+    for (const fs::path& file : {h.tiff, h.png, h.geojson}) EXPECT_TRUE(fs::exists(file)) << file;
+    const nlohmann::json geojson = nlohmann::json::parse(std::ifstream(h.geojson));
+    ASSERT_EQ(geojson["features"].size(), 64U * 64U);
+    const nlohmann::json& cell = geojson["features"][64 * 10 + 20];
+    EXPECT_EQ(cell["properties"]["objectType"], "tile");
+    const double normal = cell["properties"]["measurements"]["normal"];
+    const double tumour = cell["properties"]["measurements"]["tumour"];
+    EXPECT_NEAR(normal + tumour, 1.0, 1e-5);
+    EXPECT_EQ(cell["geometry"]["coordinates"][0][0], (std::vector<int64_t>{160, 80}));
+  }
+  HeatmapRequest wrong;
+  wrong.checkpoint = checkpoint;
+  wrong.slide = r.predictions[0].slide;
+  wrong.out_dir = runs_.path() / "heatmaps";
+  wrong.class_name = "fibrosis";
+  EXPECT_THROW(make_heatmap(wrong), Error);
 }
 
 TEST_F(TrainTest, AManifestWithoutUsableSlidesIsAClearError) {
