@@ -36,12 +36,23 @@ cuda-check: setup
 	  cmake --build $(BUILD)-cuda --target tessel_core_cuda && echo "cuda-check: CUDA sources compile"; \
 	else echo "cuda-check: skipped, no nvcc at /usr/local/cuda/bin/nvcc"; fi
 
-# The main job. Until the training pipeline lands: what this build can do, and how a VGG-16
-# training step on a 20000×20000 slide runs in 2 GiB, checked exact on a random network.
+# The main job: the synthetic sample slides (made once; deterministic), vgg-mini trained on them
+# (sample_data/demo.yaml), the test split evaluated, and heatmaps of the test slides checked
+# against the lesions the generator placed.
+DEMO_RUN := runs/demo
 demo: build
 	$(TESSEL) doctor
-	$(TESSEL) plan --model vgg16 --size 20000x20000 --budget 2GiB
-	$(TESSEL) gradcheck --model random --seed 7 --size 97x83
+	@if [ -f sample_data/manifest.csv ] && [ -f sample_data/lesions.json ]; then \
+	  echo "demo: sample_data/ exists (delete it to regenerate)"; else \
+	  $(TESSEL) sample-data --out sample_data --slides 24 --size 8192 --seed 1; fi
+	rm -rf $(DEMO_RUN)
+	$(TESSEL) train --config sample_data/demo.yaml output=$(DEMO_RUN)
+	$(TESSEL) eval --checkpoint $(DEMO_RUN)/checkpoints/best.h5 --split test \
+	  --out $(DEMO_RUN)/test_predictions.csv
+	for slide in $$(awk -F, '$$3 == "test" {print $$1}' sample_data/manifest.csv); do \
+	  $(TESSEL) heatmap --checkpoint $(DEMO_RUN)/checkpoints/best.h5 \
+	    --slide sample_data/$$slide --out $(DEMO_RUN)/heatmaps || exit 1; done
+	scripts/check-heatmaps sample_data/lesions.json $(DEMO_RUN)/heatmaps
 
 format-check: setup
 	@scripts/format-check

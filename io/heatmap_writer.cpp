@@ -169,11 +169,42 @@ void write_heatmap_overlay(const std::filesystem::path& path, const Slide& slide
   });
 }
 
-void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& heatmap) {
+Heatmap coarsened(const Heatmap& heatmap, int64_t k) {
+  if (k < 1) throw Error("a heatmap is coarsened by at least 1");
+  Heatmap out = heatmap;
+  out.rows = (heatmap.rows + k - 1) / k;
+  out.cols = (heatmap.cols + k - 1) / k;
+  out.cell_width = heatmap.cell_width * static_cast<double>(k);
+  out.cell_height = heatmap.cell_height * static_cast<double>(k);
+  for (size_t c = 0; c < heatmap.scores.size(); ++c) {
+    std::vector<float> sum(static_cast<size_t>(out.rows * out.cols), 0.0F);
+    std::vector<float> count(sum.size(), 0.0F);
+    for (int64_t r = 0; r < heatmap.rows; ++r) {
+      for (int64_t q = 0; q < heatmap.cols; ++q) {
+        const auto i = static_cast<size_t>((r / k) * out.cols + q / k);
+        sum[i] += heatmap.scores[c][static_cast<size_t>(r * heatmap.cols + q)];
+        count[i] += 1;
+      }
+    }
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] /= count[i];
+    out.scores[c] = std::move(sum);
+  }
+  return out;
+}
+
+void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& fine,
+                           int64_t max_tiles) {
+  int64_t k = 1;
+  while (fine.rows * fine.cols > max_tiles * k * k) ++k;
+  const Heatmap heatmap = k > 1 ? coarsened(fine, k) : fine;
+  const double right = fine.origin_x + fine.cell_width * static_cast<double>(fine.cols);
+  const double bottom = fine.origin_y + fine.cell_height * static_cast<double>(fine.rows);
   nlohmann::json features = nlohmann::json::array();
   for (int64_t row = 0; row < heatmap.rows; ++row) {
     for (int64_t col = 0; col < heatmap.cols; ++col) {
-      const core::Region c = heatmap.cell(row, col);
+      core::Region c = heatmap.cell(row, col);
+      c.x.end = std::min(c.x.end, static_cast<int64_t>(std::llround(right)));
+      c.y.end = std::min(c.y.end, static_cast<int64_t>(std::llround(bottom)));
       nlohmann::json measurements = nlohmann::json::object();
       for (size_t k = 0; k < heatmap.classes.size(); ++k) {
         measurements[heatmap.classes[k]] =

@@ -44,8 +44,14 @@ void write_heatmap_overlay(const std::filesystem::path& path, const Slide& slide
                            const Heatmap& heatmap, const std::string& class_name,
                            int64_t max_side = 1024, double opacity = 0.6);
 
-// A GeoJSON FeatureCollection: one Polygon feature per cell with properties
-// {"objectType": "tile", "measurements": {"<class>": score, ...}}.
-void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& heatmap);
+// A GeoJSON FeatureCollection: one Polygon feature per tile with properties
+// {"objectType": "tile", "measurements": {"<class>": score, ...}}. A tile is one cell, or the
+// mean of k×k cells when the map has more than `max_tiles` cells (QuPath slows down with
+// hundreds of thousands of objects; a stride-4 network on a small slide makes that many).
+void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& heatmap,
+                           int64_t max_tiles = 40'000);
+
+// The map with k×k cells averaged into one (the last row and column of tiles may average fewer).
+Heatmap coarsened(const Heatmap& heatmap, int64_t k);
 
 }  // namespace tessel::io
