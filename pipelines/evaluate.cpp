@@ -102,7 +102,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
   std::vector<std::vector<double>> probabilities;
   std::vector<int64_t> labels;
   double loss_sum = 0;
-  TissueCropCache crops;
+  TissueBoxCache boxes;
   for (size_t i = 0; i < entries.size(); ++i) {
     const io::ManifestEntry& e = *entries[i];
     SlideProgress progress{"eval",
@@ -112,7 +112,9 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
                            static_cast<int64_t>(entries.size()),
                            e.slide.filename().string()};
     try {
-      const SlideInput input = open_slide_input(model.config, e.slide, {}, &crops);
+      const SlideInput input = open_slide_input(model.config, e.slide,
+                                                 slide_options(e.metadata, manifest.path, e.line),
+                                                 {}, &boxes);
       progress.height = input.view->height();
       progress.width = input.view->width();
       if (request.observer) request.observer->on_slide(progress);
@@ -162,7 +164,10 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   if (std::find(model.classes.begin(), model.classes.end(), class_name) == model.classes.end()) {
     throw Error("class '" + class_name + "' is not one of the checkpoint's classes");
   }
-  const SlideInput input = open_slide_input(model.config, request.slide);
+  SlideOptions options;
+  options.base_mpp = request.base_mpp;
+  options.roi = request.roi;
+  const SlideInput input = open_slide_input(model.config, request.slide, options);
   const int64_t height = input.view->height(), width = input.view->width();
   SlideProgress progress{"heatmap", 1, 1, 0, 1, request.slide.filename().string(), height, width};
   if (request.observer) request.observer->on_slide(progress);

@@ -4,32 +4,51 @@
 
 #include <cmath>
 
+#include "core/error.h"
+#include "io/roi.h"
 #include "io/tissue.h"
 
 namespace tessel::pipelines {
 namespace {
 
-// The tissue's bounding box in the pixels of `choice`; empty when no tissue is found.
-core::Region tissue_crop(const io::Slide& slide, const io::ResolutionChoice& choice,
-                         double level0_per_pixel) {
-  const io::TissueMask mask = io::tissue_mask(slide);
-  if (mask.empty()) {
-    spdlog::warn("{}: no tissue found; using the whole slide", slide.path().string());
-    return {};
-  }
+// A level-0 rectangle in the pixels of a resolution: outward to whole pixels, inside the image.
+core::Region to_pixels(const core::Region& level0, double level0_per_pixel, int64_t height,
+                       int64_t width) {
   const auto lo = [&](int64_t v) {
     return static_cast<int64_t>(std::floor(static_cast<double>(v) / level0_per_pixel));
   };
   const auto hi = [&](int64_t v) {
     return static_cast<int64_t>(std::ceil(static_cast<double>(v) / level0_per_pixel));
   };
-  return {{std::max<int64_t>(0, lo(mask.bbox.y.begin)),
-           std::min<int64_t>(choice.height, hi(mask.bbox.y.end))},
-          {std::max<int64_t>(0, lo(mask.bbox.x.begin)),
-           std::min<int64_t>(choice.width, hi(mask.bbox.x.end))}};
+  return {{std::max<int64_t>(0, lo(level0.y.begin)), std::min(height, hi(level0.y.end))},
+          {std::max<int64_t>(0, lo(level0.x.begin)), std::min(width, hi(level0.x.end))}};
 }
 
 }  // namespace
+
+SlideOptions slide_options(const std::map<std::string, std::string>& metadata,
+                           const std::filesystem::path& manifest, int line) {
+  SlideOptions options;
+  const auto mpp = metadata.find("mpp");
+  if (mpp != metadata.end() && !mpp->second.empty()) {
+    try {
+      size_t used = 0;
+      const double value = std::stod(mpp->second, &used);
+      if (used != mpp->second.size() || !(value > 0)) throw std::invalid_argument(mpp->second);
+      options.base_mpp = value;
+    } catch (const std::exception&) {
+      throw Error(manifest.string() + " line " + std::to_string(line) + ": mpp '" + mpp->second +
+                  "' is not a positive number of microns per pixel");
+    }
+  }
+  const auto roi = metadata.find("roi");
+  if (roi != metadata.end() && !roi->second.empty()) {
+    options.roi = std::filesystem::path(roi->second).is_absolute()
+                      ? std::filesystem::path(roi->second)
+                      : manifest.parent_path() / roi->second;
+  }
+  return options;
+}
 
 io::Resolution resolution_of(const TrainConfig& c) {
   io::Resolution r = c.mpp             ? io::Resolution::at_mpp(*c.mpp)
@@ -39,25 +58,41 @@ io::Resolution resolution_of(const TrainConfig& c) {
   return r;
 }
 
-SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::path& path, View view,
-                            TissueCropCache* tissue_crops) {
+SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::path& path,
+                            const SlideOptions& slide_options, View view,
+                            TissueBoxCache* tissue_boxes) {
   SlideInput in;
   in.slide = std::make_shared<const io::Slide>(path);
-  in.choice = io::choose_resolution(io::pyramid_of(*in.slide), resolution_of(config));
+  io::Resolution resolution = resolution_of(config);
+  if (slide_options.base_mpp) resolution.with_base_mpp(*slide_options.base_mpp);
+  in.choice = io::choose_resolution(io::pyramid_of(*in.slide), resolution);
   in.level0_per_pixel = in.slide->level(in.choice.level).downsample * in.choice.scale;
   io::SlideTileSourceOptions options;
   options.mean = io::kImageNetMean;
   options.std = io::kImageNetStd;
   in.pixels = std::make_shared<io::SlideTileSource>(in.slide, in.choice, options);
+  std::optional<core::Region> tissue, roi;
   if (config.tissue_bbox) {
-    const std::string key = path.string();
-    TissueCropCache local;
-    TissueCropCache& cache = tissue_crops != nullptr ? *tissue_crops : local;
-    auto it = cache.find(key);
+    TissueBoxCache local;
+    TissueBoxCache& cache = tissue_boxes != nullptr ? *tissue_boxes : local;
+    auto it = cache.find(path.string());
     if (it == cache.end()) {
-      it = cache.emplace(key, tissue_crop(*in.slide, in.choice, in.level0_per_pixel)).first;
+      const io::TissueMask mask = io::tissue_mask(*in.slide);
+      std::optional<core::Region> box;
+      if (!mask.empty()) box = mask.bbox;
+      it = cache.emplace(path.string(), box).first;
     }
-    view.crop = it->second;
+    tissue = it->second;
+    if (!tissue) spdlog::warn("{}: no tissue found; using the whole slide", path.string());
+  }
+  if (!slide_options.roi.empty()) {
+    roi = io::read_roi(slide_options.roi, in.slide->level(0).width, in.slide->level(0).height)
+              .bbox;
+  }
+  if (tissue || roi) {
+    const core::Region level0 = io::training_region(
+        path.string(), in.slide->level(0).width, in.slide->level(0).height, tissue, roi);
+    view.crop = to_pixels(level0, in.level0_per_pixel, in.choice.height, in.choice.width);
   }
   auto source = std::make_shared<ViewTileSource>(in.pixels, view);
   in.crop = view.crop.empty() ? core::Region{{0, in.pixels->height()}, {0, in.pixels->width()}}

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/tile_source.h"
@@ -26,13 +27,25 @@ struct SlideInput {
   double level0_per_pixel = 1;                  // level-0 pixels per pixel of `pixels`
 };
 
-// Tissue bounding boxes found so far, by slide path (a mask is computed once per slide).
-using TissueCropCache = std::map<std::string, core::Region>;
+// What a manifest row may add for its slide (columns `mpp` and `roi`).
+struct SlideOptions {
+  std::optional<double> base_mpp;  // µm per level-0 pixel, over the file's and the config's
+  std::filesystem::path roi;       // GeoJSON (QuPath export): train on its bounding box
+};
+// Reads the optional `mpp` and `roi` columns of a manifest row (`roi` relative to the CSV).
+// Throws tessel::Error naming the CSV line for a value that is not a positive number.
+SlideOptions slide_options(const std::map<std::string, std::string>& metadata,
+                           const std::filesystem::path& manifest, int line);
 
-// Opens `slide` as `config` says (resolution, tissue_bbox) and applies `view`'s geometry and
-// colour (its crop is replaced by the tissue crop when tissue_bbox is set). Throws tessel::Error.
+// Level-0 tissue bounding boxes found so far, by slide path (a mask is made once per slide).
+using TissueBoxCache = std::map<std::string, std::optional<core::Region>>;
+
+// Opens `slide` as `config` says (resolution; tissue_bbox) and the row's options say (base mpp;
+// ROI), and applies `view`'s geometry and colour over the level-0 training region (tissue box ∩
+// ROI box, mapped to the resolution's pixels). Throws tessel::Error.
 SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::path& slide,
-                            View view = {}, TissueCropCache* tissue_crops = nullptr);
+                            const SlideOptions& options = {}, View view = {},
+                            TissueBoxCache* tissue_boxes = nullptr);
 
 io::Resolution resolution_of(const TrainConfig& config);
 

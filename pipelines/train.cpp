@@ -283,6 +283,10 @@ class Trainer {
 
   bool stop_requested() const { return request_.stop != nullptr && request_.stop->load(); }
 
+  SlideOptions options_of(const io::ManifestEntry& entry) const {
+    return slide_options(entry.metadata, manifest_.path, entry.line);
+  }
+
   const core::Plan& plan_for(int64_t height, int64_t width) {
     const auto key = std::make_pair(height, width);
     auto it = plans_.find(key);
@@ -369,7 +373,7 @@ class Trainer {
       saved_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     try {
-      const SlideInput input = open_slide_input(config_, entry.slide, view, &tissue_crops_);
+      const SlideInput input = open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_boxes_);
       const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
       progress.width = source->width();
@@ -444,7 +448,7 @@ class Trainer {
       SlideProgress progress{
           "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
       try {
-        const SlideInput input = open_slide_input(config_, entry.slide, {}, &tissue_crops_);
+        const SlideInput input = open_slide_input(config_, entry.slide, options_of(entry), {}, &tissue_boxes_);
         const std::shared_ptr<core::TileSource>& source = input.view;
         progress.height = source->height();
         progress.width = source->width();
@@ -600,7 +604,7 @@ class Trainer {
   int64_t budget_bytes_ = 0;
   core::PlanOptions plan_options_;
   std::map<std::pair<int64_t, int64_t>, core::Plan> plans_;
-  TissueCropCache tissue_crops_;
+  TissueBoxCache tissue_boxes_;
   Position position_;
   double lr_ = 0;
   int64_t peak_bytes_ = -1;
