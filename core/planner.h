@@ -26,6 +26,14 @@ struct PlanOptions {
   std::optional<int64_t> tiles_y, tiles_x;
   // Checkpoints at these nodes instead of the search (each must be a valid cut point).
   std::optional<std::vector<NodeId>> checkpoints;
+  // Offload (core/tile_store.h): kAuto moves checkpoints out of the budget only when no plan
+  // with every checkpoint resident fits, keeping as many resident as fit; kHost and kDisk move
+  // every checkpoint a later segment reads (tests, `tessel gradcheck --offload disk`).
+  enum class Offload { kNever, kAuto, kHost, kDisk };
+  Offload offload = Offload::kAuto;
+  Tier auto_tier = Tier::kDisk;      // where kAuto offloads: disk on CPU builds
+  int64_t offload_window_bytes = 0;  // read-ahead and write-behind; 0: budget / 16, else 64 MiB
+  int64_t offload_block_bytes = 0;   // the store's unit; 0: window / 4
 };
 
 // Makes a plan for `graph` on an input of `input` (C×H×W) within `budget_bytes` (0: no limit).
