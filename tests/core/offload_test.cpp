@@ -176,8 +176,6 @@ TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutogra
       for (auto tier : {PlanOptions::Offload::kNever, PlanOptions::Offload::kDisk,
                         PlanOptions::Offload::kHost}) {
         PlanOptions o = forced_disk(s, 3, 2, 8192, 2048);
-        o.tiles_y.reset();
-        o.tile_size = 5;
         o.offload = tier;
         o.checkpoints = every_checkpoint(g, {3, 67, 53});
         const Plan plan = make_plan(g, {3, 67, 53}, 0, o);
