@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -47,6 +48,7 @@ uint64_t checksum(const void* data, int64_t bytes) {
 }
 
 constexpr const char* kPrefix = "tessel-offload-";
+constexpr ptrdiff_t kSkipLimit = 256;  // how far ahead a read looks for itself in the schedule
 constexpr const char* kSuffix = ".scratch";
 
 std::atomic<int> g_file_counter{0};
@@ -147,8 +149,13 @@ class TileStore::Impl {
     check();
     auto it = blocks.find(id);
     if (it == blocks.end()) throw Error("internal: tile store block " + std::to_string(id));
-    if (!reads_ahead.empty() && reads_ahead.front() == id) {
-      reads_ahead.pop_front();
+    // Reads normally follow the schedule; one that skips ahead drops what it skipped, so the
+    // window keeps tracking the reads (an unscheduled read leaves the schedule as it is).
+    const auto end = reads_ahead.begin() +
+                     std::min<ptrdiff_t>(kSkipLimit, static_cast<ptrdiff_t>(reads_ahead.size()));
+    const auto pos = std::find(reads_ahead.begin(), end, id);
+    if (pos != end) {
+      reads_ahead.erase(reads_ahead.begin(), pos + 1);
     } else {
       spdlog::debug("tile store: block {} read out of schedule", id);
     }

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "core/error.h"
@@ -191,7 +192,9 @@ TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutogra
 // A budget the checkpoints exceed several times: the planner offloads, says so, and the
 // measured peak stays within the budget plus a slack of 10% (the planner's headroom covers
 // allocator effects; the store's blocks in hand are bounded by the window).
-TEST(Offload, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
+class PeakUnderBudget : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
   MemoryTracker::install();
   ScratchDir dir;
   models::ModelOptions mo;
@@ -200,7 +203,7 @@ TEST(Offload, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
   randomise(g, 3);
   const Shape in{3, 512, 512};
   PlanOptions o;
-  o.strategy = Strategy::kRows;
+  o.strategy = GetParam();
   o.checkpoints = every_checkpoint(g, in);
   // Smallest budget that plans, searching down from an all-resident one.
   Plan resident = make_plan(g, in, 0, o);
@@ -247,6 +250,79 @@ TEST(Offload, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
             << format_bytes(r.offload_written_bytes) << ", read "
             << format_bytes(r.offload_read_bytes) << " (predicted moved "
             << format_bytes(plan.moved_bytes()) << "), waited " << r.offload_wait_ms << " ms\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Offload, PeakUnderBudget,
+                         ::testing::Values(Strategy::kRows, Strategy::kGrid),
+                         [](const auto& info) { return to_string(info.param); });
+
+// The planner's own choice under a tight budget (not forced): float64, every gradient exact.
+TEST(Offload, PlansThatOffloadUnderATightBudgetMatchPlainAutograd) {
+  ScratchDir dir;
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  // The shipped models' parameters dominate a budget this small in float64: tiny only.
+  for (const std::string name : {"tiny"}) {
+    Graph g = models::build_model(name, mo);
+    g.module().to(at::kDouble);
+    randomise(g, 6);
+    const Shape in{2, 121, 110};
+    for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
+      PlanOptions o;
+      o.strategy = s;
+      o.element_bytes = 8;
+      o.checkpoints = every_checkpoint(g, in);
+      Plan plan;
+      for (int64_t b = int64_t{64} << 20; b > (int64_t{1} << 16); b = b * 7 / 8) {
+        try {
+          plan = make_plan(g, in, b, o);
+        } catch (const tessel::Error&) {
+          break;
+        }
+        if (plan.offloads()) break;
+      }
+      ASSERT_TRUE(plan.offloads()) << name << " " << to_string(s) << "\n" << to_string(plan, g);
+      const auto c = compare_with_plain(g, plan, random_image(2, in.height, in.width, 6), 6, so);
+      EXPECT_LT(c.worst(), kTolerance) << name << " " << to_string(s) << "\n"
+                                       << to_string(plan, g) << c.to_string();
+      EXPECT_GT(c.offload_bytes, 0);
+    }
+  }
+}
+
+// Records what the store holds, by tier, at every finished tile.
+class TierRecorder : public Observer {
+ public:
+  void on_memory(const MemorySample& m) override {
+    for (const auto& [k, v] : m.by_category) peak[k] = std::max(peak[k], v);
+  }
+  std::map<std::string, int64_t> peak;
+};
+
+TEST(Offload, MemoryEventsCarryTheTiers) {
+  MemoryTracker::install();
+  ScratchDir dir;
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  Graph g = models::build_model("tiny", mo);
+  g.module().to(at::kDouble);
+  randomise(g, 5);
+  PlanOptions o = forced_disk(Strategy::kGrid, 3, 2);
+  o.checkpoints = every_checkpoint(g, {2, 40, 36});
+  const Plan plan = make_plan(g, {2, 40, 36}, 0, o);
+  TensorTileSource source(random_image(2, 40, 36, 1));
+  TierRecorder recorder;
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  so.observer = &recorder;
+  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  train_step(g, plan, source, at::Tensor(), loss, so);
+  EXPECT_GT(recorder.peak["disk"], 0);
+  EXPECT_EQ(recorder.peak["host"], 0);
+  EXPECT_TRUE(recorder.peak.count("store resident"));
+  EXPECT_TRUE(recorder.peak.count("in flight"));
 }
 
 Plan small_offloaded_plan(Graph& g) {
