@@ -463,16 +463,13 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     plan.segments.push_back(std::move(s));
   }
   if (reduction >= 0) plan.checkpoints.pop_back();
-  // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
-  // forward and backward tiles (halos included), its gradient written once and read once.
+  // The search prices an offloaded checkpoint at five passes over it (see moved_bytes); the
+  // chosen plan gets the halo-exact count.
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
-    Segment& s = plan.segments[i];
-    if (s.tier == Tier::kResident) continue;
-    const Segment& next = plan.segments[i + 1];
-    const int64_t b = a.bytes(s.output);
-    s.moved_bytes = 3 * b + read_bytes(a, next, next.forward, s.output, s.blocks) +
-                    read_bytes(a, next, next.backward, s.output, s.blocks);
-    cost += kFlopsPerByteMoved * static_cast<double>(s.moved_bytes);
+    const Segment& s = plan.segments[i];
+    if (s.tier != Tier::kResident) {
+      cost += kFlopsPerByteMoved * 5.0 * static_cast<double>(a.bytes(s.output));
+    }
   }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
   plan.tail_input = reduction >= 0 ? reduction : last;
@@ -667,6 +664,16 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                 ", dominated by " + smallest.dominant);
   }
   Plan plan = std::move(best.plan);
+  // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
+  // forward and backward tiles (halos and block rounding included), its gradient written once
+  // and read once.
+  for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+    Segment& s = plan.segments[i];
+    if (s.tier == Tier::kResident) continue;
+    const Segment& next = plan.segments[i + 1];
+    s.moved_bytes = 3 * a.bytes(s.output) + read_bytes(a, next, next.forward, s.output, s.blocks) +
+                    read_bytes(a, next, next.backward, s.output, s.blocks);
+  }
   plan.input = input;
   plan.shapes = a.shapes;
   plan.element_bytes = a.eb;
