@@ -13,9 +13,6 @@ namespace {
 
 constexpr int64_t kUnfit = std::numeric_limits<int64_t>::max() / 4;
 constexpr double kNever = std::numeric_limits<double>::infinity();
-// The cost model's price of one byte moved to or from the disk tier, in FLOPs (a CPU's ~100
-// GFLOP/s against a disk's ~1 GB/s): offload is chosen only where nothing resident fits.
-constexpr double kFlopsPerByteMoved = 100;
 
 int64_t elements(const Shape& s) { return s.channels * s.height * s.width; }
 int64_t elements(const Node& n, const Region& r) { return n.channels * r.area(); }
@@ -468,7 +465,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.tier != Tier::kResident) {
-      cost += kFlopsPerByteMoved * 5.0 * static_cast<double>(a.bytes(s.output));
+      cost += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(s.output));
     }
   }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;

@@ -425,3 +425,49 @@ TEST(OffloadFaults, AFullDiskIsAClearErrorAndLeavesNoScratchFile) {
 
 }  // namespace
 }  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+// Pure planning: the budget covers the resident tier only, and every offloaded checkpoint says
+// how it is stored and what it moves.
+TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
+  models::ModelOptions mo;
+  mo.in_channels = 3;
+  const Graph g = models::build_model("vgg-mini", mo);
+  const Shape in{3, 2048, 2048};
+  const int64_t budget = int64_t{80} << 20;
+  PlanOptions o;
+  const Plan plan = make_plan(g, in, budget, o);
+  ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
+  EXPECT_LE(plan.predicted.total(), budget);
+  int64_t offloaded = 0;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (s.tier == Tier::kResident) continue;
+    EXPECT_LT(i + 1, plan.segments.size()) << "the head reads the last checkpoint: resident";
+    EXPECT_EQ(s.tier, Tier::kDisk) << "a CPU build offloads to disk";
+    const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+    offloaded += out.channels * out.height * out.width * 4;
+    EXPECT_EQ(s.blocks.y_edges.back(), out.height);
+    EXPECT_EQ(s.blocks.x_edges.back(), out.width);
+    // Each forward tile fills whole blocks: the block edges refine the tile edges.
+    for (int64_t e : s.forward.y_edges) {
+      EXPECT_NE(std::find(s.blocks.y_edges.begin(), s.blocks.y_edges.end(), e),
+                s.blocks.y_edges.end());
+    }
+    // Written, read forward and backward, gradient written and read: at least five passes.
+    EXPECT_GE(s.moved_bytes, 5 * out.channels * out.height * out.width * 4);
+  }
+  EXPECT_GT(offloaded, 0);
+  EXPECT_GT(plan.window_bytes, 0);
+  // Without offload the same budget needs other checkpoints and finer tiles (more recompute):
+  // offload won on cost, not because nothing else fits.
+  o.offload = PlanOptions::Offload::kNever;
+  EXPECT_FALSE(make_plan(g, in, budget, o).offloads());
+  // With room for everything, nothing moves.
+  EXPECT_FALSE(make_plan(g, in, int64_t{4} << 30, PlanOptions{}).offloads());
+}
+
+}  // namespace
+}  // namespace tessel::core
