@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -36,9 +37,11 @@ at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
 class ScratchDir {
  public:
   ScratchDir() {
+    // Parameterised tests are named "Name/0": one directory level, not two.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
     path_ = fs::temp_directory_path() /
-            ("tessel-offload-test-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+            ("tessel-offload-test-" + std::to_string(::getpid()) + "-" + name);
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
