@@ -91,11 +91,10 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
                 << c.loss << ", input gradient " << c.input_grad << ", parameter gradients "
                 << c.worst_param << " (" << c.worst_param_name << ")\n";
       if (r.offload != core::PlanOptions::Offload::kNever) {
-        std::cout << "offload (" << args->offload << "): "
-                  << core::format_bytes(c.offload_bytes) << " moved\n";
+        std::cout << "offload (" << args->offload << "): " << core::format_bytes(c.offload_bytes)
+                  << " moved\n";
       }
-      std::cout
-                << (report.passed() ? "PASS" : "FAIL") << ": worst " << c.worst()
+      std::cout << (report.passed() ? "PASS" : "FAIL") << ": worst " << c.worst()
                 << (report.passed() ? " <= " : " > ") << report.tolerance << "\n";
       return report.passed() ? 0 : 1;
     };
