@@ -50,6 +50,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     int64_t tile = 0;
     uint64_t seed = 1;
     bool float32 = false;
+    std::string offload = "none", scratch;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -64,6 +65,12 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   cmd->add_option("--seed", args->seed, "Seed of weights, image and random network")
       ->capture_default_str();
   cmd->add_flag("--float32", args->float32, "Compare in float32 (tolerance 1e-4, not 1e-10)");
+  cmd->add_option("--offload", args->offload,
+                  "Move every checkpoint to this tier (host or disk) and back: none, host, disk")
+      ->check(CLI::IsMember({"none", "host", "disk"}))
+      ->capture_default_str();
+  cmd->add_option("--scratch", args->scratch,
+                  "Directory for the disk tier's scratch file (default: the temporary directory)");
   cmd->callback([args, &registry] {
     registry.selected = [args] {
       pipelines::GradcheckRequest r;
@@ -73,13 +80,21 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       r.tile = args->tile;
       r.seed = args->seed;
       r.float64 = !args->float32;
+      r.offload = args->offload == "disk"   ? core::PlanOptions::Offload::kDisk
+                  : args->offload == "host" ? core::PlanOptions::Offload::kHost
+                                            : core::PlanOptions::Offload::kNever;
+      r.scratch_dir = args->scratch;
       const auto report = pipelines::gradcheck(r);
       const auto& c = report.comparison;
       std::cout << report.plan_table << "max relative error ("
                 << (r.float64 ? "float64" : "float32") << "): output " << c.logits << ", loss "
                 << c.loss << ", input gradient " << c.input_grad << ", parameter gradients "
-                << c.worst_param << " (" << c.worst_param_name << ")\n"
-                << (report.passed() ? "PASS" : "FAIL") << ": worst " << c.worst()
+                << c.worst_param << " (" << c.worst_param_name << ")\n";
+      if (r.offload != core::PlanOptions::Offload::kNever) {
+        std::cout << "offload (" << args->offload << "): " << core::format_bytes(c.offload_bytes)
+                  << " moved\n";
+      }
+      std::cout << (report.passed() ? "PASS" : "FAIL") << ": worst " << c.worst()
                 << (report.passed() ? " <= " : " > ") << report.tolerance << "\n";
       return report.passed() ? 0 : 1;
     };

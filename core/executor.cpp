@@ -10,7 +10,9 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/stored_activation.h"
 #include "core/tile_ops.h"
+#include "core/tile_store.h"
 
 namespace tessel::core {
 
@@ -43,7 +45,16 @@ class TiledStep {
         source_(source),
         options_(options),
         dtype_(compute_dtype(graph, source)),
-        checkpoints_(static_cast<size_t>(graph.size())) {}
+        checkpoints_(static_cast<size_t>(graph.size())),
+        stored_(static_cast<size_t>(graph.size())),
+        stored_grads_(static_cast<size_t>(graph.size())) {
+    if (plan.offloads()) {
+      TileStoreOptions o;
+      o.scratch_dir = options.scratch_dir;
+      o.window_bytes = plan.window_bytes > 0 ? plan.window_bytes : o.window_bytes;
+      store_ = std::make_unique<TileStore>(o);
+    }
+  }
 
   // Forward of every segment without autograd; returns the head's input (the last checkpoint
   // or the streaming reduction's result).
@@ -59,13 +70,16 @@ class TiledStep {
   at::Tensor backward(at::Tensor grad) {
     for (int i = static_cast<int>(plan_.segments.size()) - 1; i >= 0; --i) {
       grad = backward_segment(i, grad);
-      checkpoints_[static_cast<size_t>(plan_.segments[static_cast<size_t>(i)].output)] =
-          at::Tensor();
+      const auto out = static_cast<size_t>(plan_.segments[static_cast<size_t>(i)].output);
+      checkpoints_[out] = at::Tensor();
+      stored_[out].reset();
+      stored_grads_[out].reset();
     }
     return grad;
   }
 
   int64_t forward_tiles = 0, backward_tiles = 0;
+  TileStoreStats store_stats() const { return store_ ? store_->stats() : TileStoreStats{}; }
 
  private:
   const Shape& shape(NodeId v) const { return plan_.shapes[static_cast<size_t>(v)]; }
@@ -84,8 +98,16 @@ class TiledStep {
       if (t.scalar_type() != dtype_) t = t.to(dtype_);
       return {t, r};
     }
+    if (const auto& stored = stored_[static_cast<size_t>(s.input)]) return {stored->read(r), r};
     const at::Tensor& ckpt = checkpoints_[static_cast<size_t>(s.input)];
     return {crop({ckpt, whole(shape(s.input))}, r), r};
+  }
+
+  // Segment `index`'s output lives in the tile store (never the last's: the head reads it).
+  bool offloaded(int index) const {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    return store_ && s.tier != Tier::kResident && s.reduction < 0 &&
+           index + 1 < static_cast<int>(plan_.segments.size());
   }
 
   // Runs nodes (input, output] of `s` over `need`, from the input tile; frees each activation
@@ -149,6 +171,13 @@ class TiledStep {
       m.live = MemoryTracker::live_bytes();
       m.peak = MemoryTracker::peak_bytes();
       m.budget = plan_.budget_bytes;
+      if (store_) {
+        const TileStoreStats st = store_->stats();
+        m.by_category["store resident"] = st.resident_bytes;
+        m.by_category["host"] = st.host_bytes;
+        m.by_category["disk"] = st.disk_bytes;
+        m.by_category["in flight"] = st.in_flight_bytes;
+      }
       options_.observer->on_memory(m);
     }
   }
@@ -160,7 +189,12 @@ class TiledStep {
     const bool is_max = s.reduction >= 0 && reduction.kind == OpKind::kGlobalMaxPool;
     at::Tensor out, best_value, best_index;
     const auto options = at::TensorOptions().dtype(dtype_);
-    if (s.reduction < 0) {
+    StoredActivation* stored_out = nullptr;
+    if (offloaded(index)) {
+      stored_[static_cast<size_t>(s.output)] =
+          std::make_unique<StoredActivation>(*store_, out_shape, s.blocks, s.tier, options);
+      stored_out = stored_[static_cast<size_t>(s.output)].get();
+    } else if (s.reduction < 0) {
       out = at::empty({1, out_shape.channels, out_shape.height, out_shape.width}, options);
     } else if (is_max) {
       best_value =
@@ -176,6 +210,10 @@ class TiledStep {
         schedule.push_back(needs(s, s.forward.tile(t))[0]);
       }
       source_.will_read(schedule);
+    } else if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
+      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+        store_->schedule(stored->reads(needs(s, s.forward.tile(t))[static_cast<size_t>(s.input)]));
+      }
     }
     // The last segment's last tile runs with autograd and keeps its graph when the backward
     // pass uses the same tiles: backward starts with it, so it is not recomputed (for a
@@ -198,7 +236,9 @@ class TiledStep {
       } else {
         y = run_tile(s, need, read_input(s, in_region));
       }
-      if (s.reduction < 0) {
+      if (stored_out != nullptr) {
+        stored_out->write(tile, y);
+      } else if (s.reduction < 0) {
         crop({out, whole(out_shape)}, tile).copy_(y);
       } else if (!is_max) {
         out += y.sum({2, 3});
@@ -217,7 +257,9 @@ class TiledStep {
       ++forward_tiles;
       emit(index, s.forward, t, TileEvent::kForward, true);
     }
-    if (s.reduction < 0) {
+    if (stored_out != nullptr) {
+      // Kept in the store.
+    } else if (s.reduction < 0) {
       checkpoints_[static_cast<size_t>(s.output)] = out;
     } else if (is_max) {
       reduced_ = best_value;
@@ -234,9 +276,35 @@ class TiledStep {
     const bool want_input_grad = wants_input_grad(s);
     const bool is_max = s.reduction >= 0 && graph_.node(s.reduction).kind == OpKind::kGlobalMaxPool;
     at::Tensor grad_in;
-    if (want_input_grad) {
+    StoredActivation* stored_in = stored_[static_cast<size_t>(s.input)].get();
+    StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
+    StoredActivation* stored_grad_in = nullptr;
+    if (want_input_grad && stored_in != nullptr) {
+      // The input's gradient goes to the store block by block, each after its last addition.
+      const Segment& producer = plan_.segments[static_cast<size_t>(index) - 1];
+      stored_grads_[static_cast<size_t>(s.input)] = std::make_unique<StoredActivation>(
+          *store_, in_shape, producer.blocks, producer.tier, at::TensorOptions().dtype(dtype_));
+      stored_grad_in = stored_grads_[static_cast<size_t>(s.input)].get();
+      std::vector<Region> additions;
+      for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+        additions.push_back(needs(s, s.backward.tile(t))[static_cast<size_t>(s.input)]);
+      }
+      stored_grad_in->expect_additions(additions);
+    } else if (want_input_grad) {
       grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width},
                           at::TensorOptions().dtype(dtype_));
+    }
+    // The store's reads in the order the tiles below make them: the input tile (unless the
+    // last forward tile kept its graph), then the output gradient's tile.
+    if (store_ != nullptr) {
+      for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+        const Region tile = s.backward.tile(t);
+        const bool kept = kept_output_.defined() && t == s.backward.tiles() - 1;
+        if (stored_in != nullptr && !kept) {
+          store_->schedule(stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]));
+        }
+        if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
+      }
     }
     // Tiles in reverse order: the last forward tile may still hold its graph (forward_segment).
     for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
@@ -260,7 +328,8 @@ class TiledStep {
         at::Tensor surrogate, seed;
         if (s.reduction < 0) {
           surrogate = y;
-          seed = crop({grad_out, whole(out_shape)}, tile);
+          seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
+                                            : crop({grad_out, whole(out_shape)}, tile);
         } else if (!is_max) {
           surrogate = y.sum({2, 3});
           seed = grad_out / static_cast<double>(out_shape.height * out_shape.width);
@@ -283,11 +352,16 @@ class TiledStep {
         }
       }
       if (want_input_grad && x.grad().defined() && !in_region.empty()) {
-        crop({grad_in, whole(in_shape)}, in_region).add_(x.grad());
+        if (stored_grad_in != nullptr) {
+          stored_grad_in->accumulate(in_region, x.grad());
+        } else {
+          crop({grad_in, whole(in_shape)}, in_region).add_(x.grad());
+        }
       }
       ++backward_tiles;
       emit(index, s.backward, t, TileEvent::kBackward, true);
     }
+    if (stored_grad_in != nullptr) stored_grad_in->finish_additions();
     return grad_in;
   }
 
@@ -297,7 +371,10 @@ class TiledStep {
   TileSource& source_;
   const StepOptions& options_;
   at::ScalarType dtype_;
+  std::unique_ptr<TileStore> store_;     // when the plan offloads; outlives what it stores
   std::vector<at::Tensor> checkpoints_;  // whole activations, by node
+  // Offloaded checkpoints and their gradients, by node.
+  std::vector<std::unique_ptr<StoredActivation>> stored_, stored_grads_;
   at::Tensor reduced_, reduced_index_;   // streaming reduction result (and argmax for max)
   at::Tensor kept_input_, kept_output_;  // the last forward tile, with its autograd graph
 };
@@ -373,6 +450,14 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     if (options.input_gradient) result.input_grad = image.grad();
   } else {
     TiledStep step(graph, plan, source, options, /*training=*/true);
+    // Every parameter's gradient defined before the first tile's backward: AccumulateGrad would
+    // otherwise adopt that tile's incoming gradient as .grad, and for a one-pixel tile a frozen
+    // batch norm's bias gradient is a view of a buffer autograd later changes in place (found
+    // by `tessel gradcheck --model resnet18 --tile 1`: 0.94 relative error). Plain autograd
+    // defines a gradient for every parameter the step uses, so no value changes.
+    for (auto& p : graph.module().parameters()) {
+      if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    }
     const at::Tensor head_in = step.forward().detach().requires_grad_(true);
     const at::Tensor logits = run_from(graph, plan.tail_input, head_in);
     const at::Tensor loss = loss_fn(logits, target);
@@ -388,6 +473,10 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.logits = logits.detach();
     result.forward_tiles = step.forward_tiles;
     result.backward_tiles = step.backward_tiles;
+    const TileStoreStats st = step.store_stats();
+    result.offload_written_bytes = st.written_bytes;
+    result.offload_read_bytes = st.read_bytes;
+    result.offload_wait_ms = st.wait_ms;
   }
   if (MemoryTracker::installed()) {
     result.measured_peak_bytes = MemoryTracker::peak_bytes() - live_at_start;

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <filesystem>
 #include <functional>
 
 #include "core/graph.h"
@@ -20,6 +21,9 @@ using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tens
 struct StepOptions {
   bool input_gradient = false;  // also return d loss / d image (saliency)
   Observer* observer = nullptr;
+  // Where checkpoints the plan offloads to disk go (core/tile_store.h); empty: the system's
+  // temporary directory.
+  std::filesystem::path scratch_dir;
 };
 
 struct StepResult {
@@ -30,6 +34,10 @@ struct StepResult {
   int64_t measured_peak_bytes = -1;  // above the live bytes at the start; -1 without tracker
   double forward_ms = 0, backward_ms = 0;
   int64_t forward_tiles = 0, backward_tiles = 0;
+  // Offload: bytes written to and read from the host or disk tier, and the time the step waited
+  // for them (transfers not hidden behind compute).
+  int64_t offload_written_bytes = 0, offload_read_bytes = 0;
+  double offload_wait_ms = 0;
 };
 
 // Runs forward, loss and backward of `graph` on the image `source` serves, as `plan` says

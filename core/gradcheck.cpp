@@ -47,10 +47,10 @@ struct Outcome {
   std::vector<std::pair<std::string, at::Tensor>> grads;
 };
 
-Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossFn& loss) {
+Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossFn& loss,
+            StepOptions options) {
   for (auto& p : graph.module().parameters()) p.mutable_grad() = at::Tensor();
   TensorTileSource source(image);
-  StepOptions options;
   options.input_gradient = true;
   Outcome o;
   o.step = train_step(graph, plan, source, at::Tensor(), loss, options);
@@ -64,7 +64,7 @@ Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossF
 }  // namespace
 
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
-                              uint64_t seed) {
+                              uint64_t seed, const StepOptions& options) {
   const auto& out = plan.shapes.back();
   const bool spatial = graph.node(graph.output()).spatial();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 7);
@@ -79,9 +79,10 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
   Plan plain = plan;
   plain.strategy = Strategy::kNone;
   plain.segments.clear();
-  const Outcome tiled = run(graph, plan, image, loss);
-  const Outcome reference = run(graph, plain, image, loss);
+  const Outcome tiled = run(graph, plan, image, loss, options);
+  const Outcome reference = run(graph, plain, image, loss, options);
   Comparison c;
+  c.offload_bytes = tiled.step.offload_written_bytes + tiled.step.offload_read_bytes;
   c.loss = relative_error(tiled.step.loss, reference.step.loss);
   c.logits = relative_error(tiled.step.logits, reference.step.logits);
   c.input_grad = relative_error(tiled.step.input_grad, reference.step.input_grad);

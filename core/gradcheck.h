@@ -16,6 +16,7 @@ namespace tessel::core {
 struct Comparison {
   double loss = 0, logits = 0, input_grad = 0, worst_param = 0;
   std::string worst_param_name;
+  int64_t offload_bytes = 0;  // the tiled step's bytes to and from the host or disk tier
   double worst() const { return std::max({loss, logits, input_grad, worst_param}); }
   std::string to_string() const;
 };
@@ -29,6 +30,6 @@ void randomise(Graph& graph, uint64_t seed);
 // One step of `plan` and one plain step on `image` (1×C×H×W), same weights; loss is
 // cross-entropy against a fixed target for a classifier head, else a fixed random projection.
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
-                              uint64_t seed);
+                              uint64_t seed, const StepOptions& options = {});
 
 }  // namespace tessel::core

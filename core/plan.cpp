@@ -23,6 +23,31 @@ std::string to_string(Strategy s) {
   return "?";
 }
 
+std::string to_string(Tier t) {
+  switch (t) {
+    case Tier::kResident:
+      return "resident";
+    case Tier::kHost:
+      return "host";
+    case Tier::kDisk:
+      return "disk";
+  }
+  return "?";
+}
+
+int64_t Plan::moved_bytes() const {
+  int64_t n = 0;
+  for (const Segment& s : segments) n += s.moved_bytes;
+  return n;
+}
+
+bool Plan::offloads() const {
+  for (const Segment& s : segments) {
+    if (s.tier != Tier::kResident) return true;
+  }
+  return false;
+}
+
 Strategy parse_strategy(const std::string& s) {
   for (Strategy v : {Strategy::kNone, Strategy::kGrid, Strategy::kRows, Strategy::kAuto}) {
     if (s == to_string(v)) return v;
@@ -126,8 +151,8 @@ std::string to_string(const Plan& plan, const Graph& graph) {
   }
   // A table with columns as wide as their widest cell (widths in characters, not bytes: the
   // cells hold "×" and "…").
-  std::vector<std::vector<std::string>> rows = {
-      {"seg", "layers", "ops", "output", "fwd tiles", "bwd tiles", "checkpoint"}};
+  std::vector<std::vector<std::string>> rows = {{"seg", "layers", "ops", "output", "fwd tiles",
+                                                 "bwd tiles", "checkpoint", "tier", "moved/step"}};
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
@@ -141,6 +166,8 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols()),
         s.reduction >= 0 ? "none (" + describe(graph.node(s.reduction)) + " streamed)"
                          : format_bytes(out_bytes),
+        s.reduction >= 0 ? "-" : to_string(s.tier),
+        s.tier == Tier::kResident ? "-" : format_bytes(s.moved_bytes),
     });
   }
   auto width = [](const std::string& text) {
@@ -169,6 +196,11 @@ std::string to_string(const Plan& plan, const Graph& graph) {
      << format_bytes(m.optimizer) << ", checkpoints " << format_bytes(m.checkpoints)
      << ", tile working set " << format_bytes(m.working_set) << ", head " << format_bytes(m.tail)
      << "\n";
+  if (plan.offloads()) {
+    os << "offload: checkpoints beyond the budget move out and back, "
+       << format_bytes(plan.window_bytes) << " window ahead of use, "
+       << format_bytes(plan.moved_bytes()) << " moved per step\n";
+  }
   if (plan.plain_flops > 0 && plan.tiled_flops > 0) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "forward FLOPs %.3g (halo recompute ×%.2f)\n",

@@ -21,6 +21,11 @@ enum class Strategy {
 std::string to_string(Strategy s);
 Strategy parse_strategy(const std::string& s);  // throws tessel::Error
 
+// Where a checkpoint lives between its uses (core/tile_store.h). Only the resident tier counts
+// against the budget; on CPU builds "host" is RAM too, so the planner offloads to disk there.
+enum class Tier { kResident, kHost, kDisk };
+std::string to_string(Tier t);
+
 // A partition of one activation into tiles: edges per axis, tiles in row-major order.
 struct Partition {
   std::vector<int64_t> y_edges{0, 0}, x_edges{0, 0};  // {0, ..., H}, {0, ..., W}
@@ -57,6 +62,11 @@ struct Segment {
   int64_t forward_working_bytes = 0;   // predicted, largest tile
   int64_t backward_working_bytes = 0;  // predicted, largest tile
   int64_t halo_flops = 0;              // predicted forward FLOPs with halo recompute, all tiles
+  // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
+  // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
+  Tier tier = Tier::kResident;
+  Partition blocks;
+  int64_t moved_bytes = 0;  // predicted bytes to and from the tier per step (it and its gradient)
 };
 
 struct Plan {
@@ -71,6 +81,9 @@ struct Plan {
   int64_t budget_bytes = 0;  // 0: unlimited
   int64_t plain_flops = 0;   // forward FLOPs of the whole network on the whole image
   int64_t tiled_flops = 0;   // the same with halo recompute (forward pass), for cost comparisons
+  int64_t window_bytes = 0;  // offload: bytes read ahead of use and written behind it
+  int64_t moved_bytes() const;
+  bool offloads() const;
 };
 
 // The region of every node of a segment (input..output) that output tile `tile` needs: clipped

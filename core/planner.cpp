@@ -1,6 +1,7 @@
 #include "core/planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -260,14 +261,88 @@ struct Candidate {
   std::string dominant;
 };
 
+// Sizes of the offload machinery (core/tile_store.h).
+struct Offloading {
+  int64_t window_bytes = 0, block_bytes = 0;
+  // Resident bytes the store holds for an offloaded activation while it is read or written:
+  // the window ahead of reads (or behind writes), the blocks of the tile in hand beyond it.
+  int64_t in_use(const Analysis& a, NodeId v) const {
+    return std::min(a.bytes(v), 2 * window_bytes + 2 * block_bytes);
+  }
+  // Blocks: each forward tile of the producer split into strips as wide as the tile (rows
+  // tiles read whole strips) and at most block_bytes, so a tile fills whole blocks.
+  Partition blocks(const Analysis& a, NodeId v, const Partition& forward) const {
+    const int64_t per_pixel = std::max<int64_t>(1, a.graph.node(v).channels * a.eb);
+    int64_t widest = 1;
+    for (int64_t c = 0; c < forward.cols(); ++c) {
+      widest = std::max(widest, forward.x_edges[static_cast<size_t>(c) + 1] -
+                                    forward.x_edges[static_cast<size_t>(c)]);
+    }
+    const int64_t width = std::clamp<int64_t>(block_bytes / per_pixel, 1, widest);
+    const int64_t height = std::max<int64_t>(1, block_bytes / (per_pixel * width));
+    Partition p;
+    p.y_edges = subdivide(forward.y_edges, height);
+    p.x_edges = subdivide(forward.x_edges, width);
+    return p;
+  }
+  // A gradient while it accumulates: blocks touched by one tile row and not yet by the next, a
+  // full-width strip of two block rows (and a few halo rows) on top of in_use.
+  int64_t accumulating(const Analysis& a, NodeId v, const Partition& blocks) const {
+    const Shape& s = a.shapes[static_cast<size_t>(v)];
+    int64_t tallest = 1;
+    for (int64_t r = 0; r < blocks.rows(); ++r) {
+      tallest = std::max(tallest, blocks.y_edges[static_cast<size_t>(r) + 1] -
+                                      blocks.y_edges[static_cast<size_t>(r)]);
+    }
+    return std::min(a.bytes(v), s.channels * s.width * a.eb * (2 * tallest + 4));
+  }
+
+  static std::vector<int64_t> subdivide(const std::vector<int64_t>& edges, int64_t side) {
+    std::vector<int64_t> out{edges.front()};
+    for (size_t i = 0; i + 1 < edges.size(); ++i) {
+      const int64_t len = edges[i + 1] - edges[i];
+      const int64_t parts = std::max<int64_t>(1, (len + side - 1) / side);
+      for (int64_t k = 1; k <= parts; ++k) out.push_back(edges[i] + len * k / parts);
+    }
+    return out;
+  }
+};
+
+// Bytes of the blocks of node `v` that every tile of `part` over segment `s`'s output reads
+// (with halos and block rounding; the window's reuse of a block between tiles makes it less).
+int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
+                   const Partition& blocks) {
+  auto rounded = [](const std::vector<int64_t>& edges, const Window& w) {
+    if (w.size() <= 0) return int64_t{0};
+    const auto lo = std::upper_bound(edges.begin(), edges.end(), w.begin) - 1;
+    const auto hi = std::lower_bound(edges.begin(), edges.end(), w.end);
+    return *hi - *lo;
+  };
+  int64_t n = 0;
+  for (int64_t t = 0; t < part.tiles(); ++t) {
+    const auto need = segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(t));
+    const Region& r = need[static_cast<size_t>(v)];
+    n += a.graph.node(v).channels * rounded(blocks.y_edges, r.y) * rounded(blocks.x_edges, r.x) *
+         a.eb;
+  }
+  return n;
+}
+
+// `tiers[i]`: where segment i's output checkpoint lives (the last segment's stays resident).
 Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>& checkpoints,
-                NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t budget) {
+                NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t budget,
+                const std::vector<Tier>& tiers = {}, const Offloading& off = {}) {
   Candidate c;
   Plan& plan = c.plan;
   plan.strategy = strategy;
   std::vector<NodeId> bounds{0};
   for (NodeId v : checkpoints) bounds.push_back(v);
   bounds.push_back(last);
+  auto tier = [&](size_t i) {
+    return i < tiers.size() && i + 2 < bounds.size() ? tiers[i] : Tier::kResident;
+  };
+  // Only the resident tier counts against the budget; on a CPU build the host tier is RAM.
+  auto counted = [&](size_t i) { return tier(i) != Tier::kDisk; };
   const int64_t base = fixed.parameters + fixed.gradients + fixed.optimizer + fixed.tail;
   int64_t held = 0;  // checkpoints alive while this segment runs (forward)
   int64_t peak = base, finest_peak = base;
@@ -282,10 +357,18 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const Shape& out = a.shapes[static_cast<size_t>(s.output)];
     const int64_t out_bytes = s.reduction >= 0 ? 0 : a.bytes(s.output);
     const int64_t in_grad = (s.input != 0 || a.options.input_gradient) ? a.bytes(s.input) : 0;
+    s.tier = tier(i);
+    const bool out_off = !counted(i), in_off = i > 0 && !counted(i - 1);
     // Forward: earlier checkpoints + this output; backward: the same + the output's gradient
-    // and the input's gradient.
-    const int64_t fwd_fixed = base + held + out_bytes;
-    const int64_t bwd_fixed = base + held + 2 * out_bytes + in_grad;
+    // and the input's gradient. An offloaded checkpoint holds only the store's share in use.
+    const int64_t out_fwd = out_off ? off.in_use(a, s.output) : out_bytes;
+    const int64_t out_bwd = out_off ? off.in_use(a, s.output) : 2 * out_bytes;
+    const int64_t in_fwd = in_off ? off.in_use(a, s.input) : 0;
+    const int64_t in_bwd =
+        in_off ? off.in_use(a, s.input) + off.accumulating(a, s.input, plan.segments[i - 1].blocks)
+               : in_grad;
+    const int64_t fwd_fixed = base + held + out_fwd + in_fwd;
+    const int64_t bwd_fixed = base + held + out_bwd + in_bwd;
 
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
       const auto tc = worst_tile(a, s, partition_for(strategy, out, n));
@@ -364,18 +447,28 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       peak = std::max(fwd_peak, bwd_peak);
       at_peak = fixed;
       if (bwd_peak >= fwd_peak) {
-        at_peak.checkpoints = held + 2 * out_bytes + in_grad;
+        at_peak.checkpoints = held + out_bwd + in_bwd;
         at_peak.working_set = bc.backward_bytes;
       } else {
-        at_peak.checkpoints = held + out_bytes;
+        at_peak.checkpoints = held + out_fwd + in_fwd;
         at_peak.working_set = fc.forward_bytes;
       }
     }
-    held += out_bytes;
+    if (s.tier != Tier::kResident) s.blocks = off.blocks(a, s.output, s.forward);
+    if (!out_off) held += out_bytes;
     plan.checkpoints.push_back(s.output);
     plan.segments.push_back(std::move(s));
   }
   if (reduction >= 0) plan.checkpoints.pop_back();
+  // The search prices an offloaded checkpoint at five passes over it (see moved_bytes); the
+  // chosen plan gets the halo-exact count.
+  for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (s.tier != Tier::kResident) {
+      cost += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(s.output));
+    }
+  }
+  plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
   plan.tail_input = reduction >= 0 ? reduction : last;
   plan.predicted = at_peak;
   c.needed = finest_peak;
@@ -517,10 +610,45 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     }
   }
 
+  Offloading off;
+  off.window_bytes = options.offload_window_bytes > 0 ? options.offload_window_bytes
+                     : target > 0                     ? std::max<int64_t>(target / 16, 4096)
+                                                      : int64_t{64} << 20;
+  off.block_bytes = options.offload_block_bytes > 0 ? options.offload_block_bytes
+                                                    : std::max<int64_t>(off.window_bytes / 4, 1);
+  using Offload = PlanOptions::Offload;
   Candidate best, smallest;
   for (Strategy s : strategies) {
     for (const auto& set : sets) {
-      Candidate c = build(a, s, set, last, reduction, fixed, target);
+      std::vector<Tier> tiers(set.size() + 1, Tier::kResident);
+      if (options.offload == Offload::kHost || options.offload == Offload::kDisk) {
+        std::fill(tiers.begin(), tiers.end(),
+                  options.offload == Offload::kHost ? Tier::kHost : Tier::kDisk);
+      }
+      Candidate c = build(a, s, set, last, reduction, fixed, target, tiers, off);
+      if (c.cost == kNever && options.offload == Offload::kAuto && !set.empty()) {
+        // Nothing resident fits: offload every checkpoint, then bring back the largest ones
+        // that still fit, so the fewest bytes move.
+        std::fill(tiers.begin(), tiers.end(), options.auto_tier);
+        Candidate o = build(a, s, set, last, reduction, fixed, target, tiers, off);
+        if (o.cost != kNever) {
+          std::vector<size_t> order(set.size());
+          for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+          std::sort(order.begin(), order.end(),
+                    [&](size_t x, size_t y) { return a.bytes(set[x]) > a.bytes(set[y]); });
+          for (size_t i : order) {
+            tiers[i] = Tier::kResident;
+            Candidate r = build(a, s, set, last, reduction, fixed, target, tiers, off);
+            if (r.cost != kNever) {
+              o = std::move(r);
+            } else {
+              tiers[i] = options.auto_tier;
+            }
+          }
+        }
+        if (o.needed < c.needed) c.needed = o.needed, c.dominant = o.dominant;
+        if (o.cost != kNever) c = std::move(o);
+      }
       if (c.cost < best.cost) best = c;
       if (c.needed < smallest.needed) smallest = c;
     }
@@ -533,6 +661,16 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                 ", dominated by " + smallest.dominant);
   }
   Plan plan = std::move(best.plan);
+  // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
+  // forward and backward tiles (halos and block rounding included), its gradient written once
+  // and read once.
+  for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+    Segment& s = plan.segments[i];
+    if (s.tier == Tier::kResident) continue;
+    const Segment& next = plan.segments[i + 1];
+    s.moved_bytes = 3 * a.bytes(s.output) + read_bytes(a, next, next.forward, s.output, s.blocks) +
+                    read_bytes(a, next, next.backward, s.output, s.blocks);
+  }
   plan.input = input;
   plan.shapes = a.shapes;
   plan.element_bytes = a.eb;

@@ -26,6 +26,19 @@ struct PlanOptions {
   std::optional<int64_t> tiles_y, tiles_x;
   // Checkpoints at these nodes instead of the search (each must be a valid cut point).
   std::optional<std::vector<NodeId>> checkpoints;
+  // Offload (core/tile_store.h): kAuto moves checkpoints out of the budget only when no plan
+  // with every checkpoint resident fits, keeping as many resident as fit; kHost and kDisk move
+  // every checkpoint a later segment reads (tests, `tessel gradcheck --offload disk`).
+  enum class Offload { kNever, kAuto, kHost, kDisk };
+  Offload offload = Offload::kAuto;
+  Tier auto_tier = Tier::kDisk;      // where kAuto offloads: disk on CPU builds
+  int64_t offload_window_bytes = 0;  // read-ahead and write-behind; 0: budget / 16, else 64 MiB
+  int64_t offload_block_bytes = 0;   // the store's unit; 0: window / 4
+  // The price of a byte moved to the tier and back, in FLOPs of recompute (a CPU's ~100 GFLOP/s
+  // against a disk's ~1 GB/s). Offload competes by cost with checkpoint sets that drop the
+  // checkpoint and recompute it inside a longer segment: DELTA's offload-or-recompute choice,
+  // by a fixed price until the benchmark measures it per machine.
+  double flops_per_byte_moved = 100;
 };
 
 // Makes a plan for `graph` on an input of `input` (C×H×W) within `budget_bytes` (0: no limit).

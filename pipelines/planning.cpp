@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "core/planner.h"
 #include "models/zoo.h"
 
@@ -34,6 +35,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"backward", partition_json(s.backward)},
         {"forward_working_bytes", s.forward_working_bytes},
         {"backward_working_bytes", s.backward_working_bytes},
+        {"tier", s.reduction >= 0 ? "" : core::to_string(s.tier)},
+        {"moved_bytes_per_step", s.moved_bytes},
     });
   }
   j["segments"] = segments;
@@ -46,6 +49,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                           {"head", m.tail},
                           {"total", m.total()}};
   j["forward_flops"] = {{"plain", plan.plain_flops}, {"tiled", plan.tiled_flops}};
+  j["offload"] = {{"window_bytes", plan.window_bytes},
+                  {"moved_bytes_per_step", plan.moved_bytes()}};
   return j.dump(2);
 }
 
@@ -79,11 +84,30 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
     o.tiles_y = 3;
     o.tiles_x = 3;
   }
+  if (r.offload != core::PlanOptions::Offload::kNever) {
+    o.offload = r.offload;
+    o.offload_window_bytes = 16 << 10;
+    o.offload_block_bytes = 2 << 10;
+    // Every candidate a checkpoint, so there is as much to offload as the network allows (the
+    // last candidates may lie past the last tiled layer: drop those).
+    std::vector<core::NodeId> checkpoints = core::checkpoint_candidates(graph);
+    for (; !checkpoints.empty(); checkpoints.pop_back()) {
+      o.checkpoints = checkpoints;
+      try {
+        (void)core::make_plan(graph, {3, r.height, r.width}, 0, o);
+        break;
+      } catch (const Error&) {
+      }
+    }
+    o.checkpoints = checkpoints;
+  }
   const core::Plan plan = core::make_plan(graph, {3, r.height, r.width}, 0, o);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
   const at::Tensor image = at::randn({1, 3, r.height, r.width}, gen, dtype);
   GradcheckReport report;
-  report.comparison = core::compare_with_plain(graph, plan, image, r.seed);
+  core::StepOptions so;
+  so.scratch_dir = r.scratch_dir;
+  report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so);
   report.tolerance = r.float64 ? 1e-10 : 1e-4;
   report.plan_table = core::to_string(plan, graph);
   return report;

@@ -7,6 +7,7 @@
 
 #include "core/gradcheck.h"
 #include "core/plan.h"
+#include "core/planner.h"
 
 namespace tessel::pipelines {
 
@@ -33,6 +34,10 @@ struct GradcheckRequest {
   int64_t tile = 0;  // output pixels per tile of each segment; 0: 3 tiles per axis
   uint64_t seed = 1;
   bool float64 = true;
+  // kHost or kDisk: every checkpoint candidate becomes a checkpoint and moves to that tier, in
+  // small blocks behind a small window, so the tile store's whole path is exercised.
+  core::PlanOptions::Offload offload = core::PlanOptions::Offload::kNever;
+  std::string scratch_dir;  // empty: the system's temporary directory
 };
 
 struct GradcheckReport {

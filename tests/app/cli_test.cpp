@@ -69,6 +69,20 @@ TEST(Cli, GradcheckPassesOnARandomNetwork) {
   EXPECT_NE(run.output.find("PASS"), std::string::npos) << run.output;
 }
 
+TEST(Cli, GradcheckWithEveryCheckpointOnDiskPasses) {
+  const CliRun run = run_cli("gradcheck --model random --size 47x41 --seed 3 --offload disk");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("offload (disk)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("PASS"), std::string::npos) << run.output;
+}
+
+TEST(Cli, PlanOverTheBudgetShowsEachCheckpointsTierAndBytesMoved) {
+  const CliRun run = run_cli("plan --model vgg-mini --size 2048x2048 --budget 80MiB --json");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("\"tier\": \"disk\""), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("moved_bytes_per_step"), std::string::npos) << run.output;
+}
+
 TEST(Cli, MissingSubcommandIsAUsageError) {
   const CliRun run = run_cli("");
   EXPECT_EQ(run.exit_code, 2) << run.output;

@@ -351,3 +351,31 @@ TEST(TiledStep, NetworksWithoutParametersComputeInTheImagesDtype) {
 
 }  // namespace
 }  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+// One-pixel tiles through ResNet's downsampling block with a checkpoint after it (found by
+// `tessel gradcheck --model resnet18 --tile 1`: the downsample batch norm's bias gradient was
+// off by up to 100%, as AccumulateGrad adopted an aliased gradient).
+TEST(TiledStep, OnePixelTilesThroughResnetDownsamplingMatch) {
+  models::ModelOptions mo;
+  Graph g = models::build_model("resnet18", mo);
+  g.module().to(at::kDouble);
+  randomise(g, 1);
+  NodeId act7 = -1;
+  for (NodeId v : checkpoint_candidates(g)) {
+    if (g.node(v).name == "act7") act7 = v;
+  }
+  ASSERT_GE(act7, 0);
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
+  o.tiles_y.reset();
+  o.tile_size = 1;
+  o.checkpoints = std::vector<NodeId>{act7};
+  const Plan plan = make_plan(g, {3, 24, 24}, 0, o);
+  const auto c = compare_with_plain(g, plan, random_image(3, 24, 24, 4), 1);
+  EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
+}
+
+}  // namespace
+}  // namespace tessel::core

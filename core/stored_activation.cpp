@@ -1,0 +1,116 @@
+#include "core/stored_activation.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/tile_ops.h"
+
+namespace tessel::core {
+
+namespace {
+
+// Indices of the intervals of `edges` that meet [begin, end).
+std::pair<size_t, size_t> span(const std::vector<int64_t>& edges, const Window& w) {
+  const auto first = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
+  const auto last = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
+  return {static_cast<size_t>(std::max<ptrdiff_t>(first, 0)), static_cast<size_t>(last)};
+}
+
+}  // namespace
+
+StoredActivation::StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks,
+                                   Tier tier, at::TensorOptions options)
+    : store_(store), shape_(shape), blocks_(blocks), tier_(tier), options_(options) {
+  if (blocks_.y_edges.back() != shape.height || blocks_.x_edges.back() != shape.width) {
+    throw Error("internal: offload blocks of " + std::to_string(blocks_.y_edges.back()) + "×" +
+                std::to_string(blocks_.x_edges.back()) + " for a " + to_string(shape) +
+                " checkpoint");
+  }
+  block_.resize(static_cast<size_t>(blocks_.tiles()));
+  for (int64_t i = 0; i < blocks_.tiles(); ++i)
+    block_[static_cast<size_t>(i)].region = blocks_.tile(i);
+}
+
+StoredActivation::~StoredActivation() {
+  for (const Block& b : block_) {
+    if (b.id >= 0) store_.erase(b.id);
+  }
+}
+
+std::vector<size_t> StoredActivation::overlapping(const Region& r) const {
+  std::vector<size_t> out;
+  if (r.empty()) return out;
+  const auto [y0, y1] = span(blocks_.y_edges, r.y);
+  const auto [x0, x1] = span(blocks_.x_edges, r.x);
+  for (size_t y = y0; y < y1; ++y) {
+    for (size_t x = x0; x < x1; ++x) out.push_back(y * static_cast<size_t>(blocks_.cols()) + x);
+  }
+  return out;
+}
+
+void StoredActivation::store(Block& b) {
+  b.id = store_.put(b.open, tier_);
+  b.open = at::Tensor();
+}
+
+void StoredActivation::write(const Region& r, const at::Tensor& tile) {
+  for (size_t i : overlapping(r)) {
+    Block& b = block_[i];
+    const Region part = intersect(r, b.region);
+    if (!b.open.defined()) {
+      b.open = at::empty({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
+    }
+    crop({b.open, b.region}, part).copy_(crop({tile, r}, part));
+    b.filled += part.area();
+    if (b.filled == b.region.area()) store(b);
+  }
+}
+
+void StoredActivation::expect_additions(const std::vector<Region>& regions) {
+  for (const Region& r : regions) {
+    for (size_t i : overlapping(r)) ++block_[i].additions_left;
+  }
+}
+
+void StoredActivation::accumulate(const Region& r, const at::Tensor& tile) {
+  for (size_t i : overlapping(r)) {
+    Block& b = block_[i];
+    if (!b.open.defined()) {
+      b.open = at::zeros({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
+    }
+    const Region part = intersect(r, b.region);
+    crop({b.open, b.region}, part).add_(crop({tile, r}, part));
+    if (--b.additions_left == 0) store(b);
+  }
+}
+
+void StoredActivation::finish_additions() {
+  for (Block& b : block_) {
+    if (b.id >= 0) continue;
+    if (!b.open.defined()) {
+      b.open = at::zeros({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
+    }
+    store(b);
+  }
+}
+
+std::vector<TileStore::BlockId> StoredActivation::reads(const Region& r) const {
+  std::vector<TileStore::BlockId> ids;
+  for (size_t i : overlapping(r)) ids.push_back(block_[i].id);
+  return ids;
+}
+
+at::Tensor StoredActivation::read(const Region& r) {
+  at::Tensor out = at::empty({1, shape_.channels, r.y.size(), r.x.size()}, options_);
+  for (size_t i : overlapping(r)) {
+    Block& b = block_[i];
+    if (b.id < 0) throw Error("internal: an offloaded checkpoint block was read before written");
+    const Region part = intersect(r, b.region);
+    crop({out, r}, part).copy_(crop({store_.get(b.id), b.region}, part));
+  }
+  return out;
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,60 @@
+// A whole activation (a checkpoint or its gradient) kept in the tile store as blocks, read and
+// written by region as the executor's tiles need it. Reads, writes and accumulation copy
+// exactly the elements a whole tensor would hold, so gradients stay those of plain autograd.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "core/graph.h"
+#include "core/plan.h"
+#include "core/tile_store.h"
+
+namespace tessel::core {
+
+class StoredActivation {
+ public:
+  // `blocks` partitions the 1×C×H×W activation `shape`; `options` are its tensors' dtype and
+  // device.
+  StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks, Tier tier,
+                   at::TensorOptions options);
+  ~StoredActivation();  // erases its blocks from the store
+  StoredActivation(const StoredActivation&) = delete;
+  StoredActivation& operator=(const StoredActivation&) = delete;
+
+  // Copies `tile` (region `r`) in; a block goes to the store once it is wholly written.
+  void write(const Region& r, const at::Tensor& tile);
+  // Before accumulating: every region that will be added, in order, so each block goes to the
+  // store after its last addition.
+  void expect_additions(const std::vector<Region>& regions);
+  // Adds `tile` into region `r` (blocks start at zero).
+  void accumulate(const Region& r, const at::Tensor& tile);
+  // Stores the blocks no addition touched (zeros), so every block is readable.
+  void finish_additions();
+
+  // The store's block reads `read(r)` makes, in its order: for TileStore::schedule.
+  std::vector<TileStore::BlockId> reads(const Region& r) const;
+  // A new tensor holding region `r`.
+  at::Tensor read(const Region& r);
+
+ private:
+  struct Block {
+    Region region;
+    TileStore::BlockId id = -1;  // -1: not stored yet
+    at::Tensor open;             // being written or accumulated
+    int64_t filled = 0;          // elements written so far
+    int64_t additions_left = 0;
+  };
+  std::vector<size_t> overlapping(const Region& r) const;
+  void store(Block& b);
+
+  TileStore& store_;
+  Shape shape_;
+  Partition blocks_;
+  Tier tier_;
+  at::TensorOptions options_;
+  std::vector<Block> block_;
+};
+
+}  // namespace tessel::core

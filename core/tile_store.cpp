@@ -1,0 +1,449 @@
+#include "core/tile_store.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace tessel::core {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// FNV-1a over 64-bit words: cheap enough to run on every block, and any lost or stale write
+// changes it.
+uint64_t checksum(const void* data, int64_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ull;
+  int64_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+constexpr const char* kPrefix = "tessel-offload-";
+constexpr ptrdiff_t kSkipLimit = 256;  // how far ahead a read looks for itself in the schedule
+constexpr const char* kSuffix = ".scratch";
+
+std::atomic<int> g_file_counter{0};
+
+}  // namespace
+
+class TileStore::Impl {
+ public:
+  struct Block {
+    Tier tier = Tier::kResident;
+    at::Tensor resident;  // in the compute device's memory, when it is there
+    at::Tensor host;      // the host tier's copy (pinned on CUDA builds)
+    std::vector<int64_t> sizes;
+    at::TensorOptions options;
+    int64_t bytes = 0, offset = -1;
+    uint64_t sum = 0;
+    bool writing = false, loading = false;
+  };
+  struct Job {
+    bool write;
+    BlockId id;
+  };
+
+  explicit Impl(TileStoreOptions o) : options(std::move(o)) {
+    if (options.scratch_dir.empty()) options.scratch_dir = fs::temp_directory_path();
+    std::error_code ec;
+    if (fs::is_directory(options.scratch_dir, ec)) remove_stale_scratch_files(options.scratch_dir);
+    io = std::thread([this] { run(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      stop = true;
+    }
+    cv.notify_all();
+    io.join();
+    if (fd >= 0) ::close(fd);
+    if (!file.empty()) {
+      std::error_code ec;
+      fs::remove(file, ec);
+    }
+  }
+
+  // Caller side ------------------------------------------------------------------------------
+
+  BlockId put(const at::Tensor& tensor, Tier tier) {
+    std::unique_lock<std::mutex> lock(m);
+    check();
+    const BlockId id = next_id++;
+    Block& b = blocks[id];
+    b.tier = tier;
+    b.resident = tensor.contiguous();
+    b.sizes = tensor.sizes().vec();
+    b.options = tensor.options();
+    b.bytes = static_cast<int64_t>(tensor.numel()) * static_cast<int64_t>(tensor.element_size());
+    if (tier == Tier::kHost) {
+      // On a CPU build host memory is the compute device's: the block stays where it is.
+      b.host = tensor.is_cpu() ? b.resident
+                               : at::empty(b.sizes, b.options.device(at::kCPU).pinned_memory(true))
+                                     .copy_(b.resident);
+      host_bytes += b.bytes;
+      written += tensor.is_cpu() ? 0 : b.bytes;
+      drop_unless_wanted(id);
+    } else if (tier == Tier::kDisk) {
+      open_file();
+      // The I/O thread writes from host memory.
+      if (!tensor.is_cpu()) {
+        b.host =
+            at::empty(b.sizes, b.options.device(at::kCPU).pinned_memory(true)).copy_(b.resident);
+      }
+      b.offset = file_end;
+      file_end += b.bytes;
+      b.writing = true;
+      in_flight += b.bytes;
+      disk_bytes += b.bytes;
+      written += b.bytes;
+      jobs.push_back({true, id});
+      cv.notify_all();
+      // Write-behind within the window: wait when the writes in flight exceed it.
+      const auto t0 = Clock::now();
+      cv.wait(lock, [&] { return in_flight <= options.window_bytes || error; });
+      wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      check();
+    }
+    refill();
+    return id;
+  }
+
+  void schedule(const std::vector<BlockId>& reads) {
+    std::lock_guard<std::mutex> lock(m);
+    reads_ahead.insert(reads_ahead.end(), reads.begin(), reads.end());
+    refill();
+  }
+
+  at::Tensor get(BlockId id) {
+    std::unique_lock<std::mutex> lock(m);
+    check();
+    auto it = blocks.find(id);
+    if (it == blocks.end()) throw Error("internal: tile store block " + std::to_string(id));
+    // Reads normally follow the schedule; one that skips ahead drops what it skipped, so the
+    // window keeps tracking the reads (an unscheduled read leaves the schedule as it is).
+    const auto end = reads_ahead.begin() +
+                     std::min<ptrdiff_t>(kSkipLimit, static_cast<ptrdiff_t>(reads_ahead.size()));
+    const auto pos = std::find(reads_ahead.begin(), end, id);
+    if (pos != end) {
+      reads_ahead.erase(reads_ahead.begin(), pos + 1);
+    } else {
+      spdlog::debug("tile store: block {} read out of schedule", id);
+    }
+    Block& b = it->second;
+    if (!b.resident.defined() && b.tier == Tier::kHost) {
+      b.resident = b.host.to(b.options.device());
+    }
+    if (!b.resident.defined() && !b.loading) {
+      b.loading = true;
+      jobs.push_front({false, id});
+      cv.notify_all();
+    }
+    const auto t0 = Clock::now();
+    cv.wait(lock, [&] { return b.resident.defined() || error; });
+    wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    check();
+    at::Tensor t = b.resident;
+    drop_unless_wanted(id);
+    refill();
+    return t;
+  }
+
+  void erase(BlockId id) {
+    std::unique_lock<std::mutex> lock(m);
+    auto it = blocks.find(id);
+    if (it == blocks.end()) return;
+    // A write or read in flight still uses the block: the I/O thread erases it after.
+    if (it->second.writing || it->second.loading) {
+      erased.insert(id);
+      return;
+    }
+    forget(it);
+  }
+
+  void flush() {
+    std::unique_lock<std::mutex> lock(m);
+    const auto t0 = Clock::now();
+    cv.wait(lock, [&] { return in_flight == 0 || error; });
+    wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    check();
+  }
+
+  TileStoreStats stats() const {
+    std::lock_guard<std::mutex> lock(m);
+    TileStoreStats s;
+    s.written_bytes = written;
+    s.read_bytes = read;
+    s.host_bytes = host_bytes;
+    s.disk_bytes = disk_bytes;
+    s.in_flight_bytes = in_flight;
+    s.wait_ms = wait_ms;
+    for (const auto& [id, b] : blocks) {
+      if (b.resident.defined()) s.resident_bytes += b.bytes;
+    }
+    return s;
+  }
+
+  // Lock held from here on -------------------------------------------------------------------
+
+  void check() {
+    if (error) std::rethrow_exception(error);
+  }
+
+  void forget(std::unordered_map<BlockId, Block>::iterator it) {
+    if (it->second.tier == Tier::kHost) host_bytes -= it->second.bytes;
+    if (it->second.tier == Tier::kDisk) disk_bytes -= it->second.bytes;
+    blocks.erase(it);
+  }
+
+  // The blocks read within the window ahead (at least the next one).
+  std::unordered_set<BlockId> window() const {
+    std::unordered_set<BlockId> w;
+    int64_t bytes = 0;
+    for (BlockId id : reads_ahead) {
+      auto it = blocks.find(id);
+      if (it == blocks.end()) continue;
+      if (w.insert(id).second) bytes += it->second.bytes;
+      if (bytes >= options.window_bytes) break;
+    }
+    return w;
+  }
+
+  // A block leaves memory once its next read is beyond the window (and no write needs it).
+  void drop_unless_wanted(BlockId id) {
+    Block& b = blocks[id];
+    if (b.tier == Tier::kResident || b.writing || b.loading) return;
+    if (!window().count(id)) b.resident = at::Tensor();
+  }
+
+  // Swap-in: every block within the window ahead that is not in memory is read back.
+  void refill() {
+    for (BlockId id : window()) {
+      Block& b = blocks[id];
+      if (b.resident.defined() || b.loading) continue;
+      if (b.tier == Tier::kHost) {
+        b.resident = b.host.to(b.options.device());
+      } else if (b.tier == Tier::kDisk) {
+        b.loading = true;
+        jobs.push_back({false, id});
+      }
+    }
+    cv.notify_all();
+  }
+
+  void open_file() {
+    if (fd >= 0) return;
+    const fs::path& dir = options.scratch_dir;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path path = dir / (kPrefix + std::to_string(::getpid()) + "-" +
+                                 std::to_string(g_file_counter++) + kSuffix);
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      const int e = errno;
+      throw Error("cannot create a scratch file for offloaded checkpoints in " + dir.string() +
+                  ": " + errno_text(e) +
+                  "; choose a writable scratch directory (--scratch) or a larger memory budget");
+    }
+    file = path;
+    struct stat st {};
+    ::fstat(fd, &st);
+    inode = st.st_ino;
+    device = st.st_dev;
+  }
+
+  // I/O thread --------------------------------------------------------------------------------
+
+  void run() {
+    std::unique_lock<std::mutex> lock(m);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || (!jobs.empty() && !error); });
+      if (stop) return;
+      const Job job = jobs.front();
+      jobs.pop_front();
+      auto it = blocks.find(job.id);
+      if (it == blocks.end()) continue;
+      Block& b = it->second;
+      try {
+        if (job.write) {
+          const at::Tensor src = b.host.defined() ? b.host : b.resident;
+          lock.unlock();
+          const uint64_t sum = write_block(src, b.offset, b.bytes);
+          lock.lock();
+          b.sum = sum;
+          b.writing = false;
+          in_flight -= b.bytes;
+        } else {
+          const int64_t offset = b.offset, bytes = b.bytes;
+          const uint64_t sum = b.sum;
+          const std::vector<int64_t> sizes = b.sizes;
+          const at::TensorOptions opts = b.options;
+          lock.unlock();
+          at::Tensor t = read_block(sizes, opts, offset, bytes, sum);
+          lock.lock();
+          b.resident = std::move(t);
+          b.loading = false;
+          read += bytes;
+        }
+      } catch (...) {
+        if (!lock.owns_lock()) lock.lock();
+        error = std::current_exception();
+        cv.notify_all();
+        continue;
+      }
+      if (erased.erase(job.id)) {
+        forget(blocks.find(job.id));
+      } else if (job.write) {
+        drop_unless_wanted(job.id);
+      }
+      cv.notify_all();
+    }
+  }
+
+  uint64_t write_block(const at::Tensor& src, int64_t offset, int64_t bytes) {
+    const auto* p = static_cast<const char*>(src.data_ptr());
+    const uint64_t sum = checksum(p, bytes);
+    int64_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::pwrite(fd, p + done, static_cast<size_t>(bytes - done), offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int e = n < 0 ? errno : ENOSPC;
+        const bool full = e == ENOSPC || e == EFBIG || e == EDQUOT;
+        throw Error("cannot write offloaded checkpoints to the scratch file " + file.string() +
+                    ": " + errno_text(e) +
+                    (full ? " (the disk or its quota is full); free space there, choose another "
+                            "scratch directory (--scratch) or a larger memory budget"
+                          : ""));
+      }
+      done += n;
+    }
+    return sum;
+  }
+
+  at::Tensor read_block(const std::vector<int64_t>& sizes, const at::TensorOptions& opts,
+                        int64_t offset, int64_t bytes, uint64_t sum) {
+    // Reading through our descriptor would still succeed after an unlink: check that the file
+    // on disk is still ours, so a deleted scratch file is an error, never stale data.
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0 || st.st_ino != inode || st.st_dev != device) {
+      throw Error("the scratch file " + file.string() +
+                  " holding offloaded checkpoints was deleted or replaced while the step ran; "
+                  "the step cannot continue (keep the scratch directory for Tessel alone)");
+    }
+    at::Tensor host =
+        at::empty(sizes, opts.device(at::kCPU).pinned_memory(!opts.device().is_cpu()));
+    auto* p = static_cast<char*>(host.data_ptr());
+    int64_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::pread(fd, p + done, static_cast<size_t>(bytes - done), offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        throw Error("the scratch file " + file.string() + " is shorter than what was written (" +
+                    (n < 0 ? errno_text(errno) : std::string("truncated")) +
+                    "); the offloaded checkpoints are lost and the step cannot continue");
+      }
+      done += n;
+    }
+    if (checksum(p, bytes) != sum) {
+      throw Error("the scratch file " + file.string() +
+                  " was changed while the step ran (checksum mismatch); the offloaded "
+                  "checkpoints are lost and the step cannot continue");
+    }
+    return opts.device().is_cpu() ? host : host.to(opts.device());
+  }
+
+  TileStoreOptions options;
+  mutable std::mutex m;
+  std::condition_variable cv;
+  std::unordered_map<BlockId, Block> blocks;
+  std::unordered_set<BlockId> erased;
+  std::deque<BlockId> reads_ahead;
+  std::deque<Job> jobs;
+  std::exception_ptr error;
+  bool stop = false;
+  BlockId next_id = 0;
+  int fd = -1;
+  fs::path file;
+  ino_t inode = 0;
+  dev_t device = 0;
+  int64_t file_end = 0, in_flight = 0, written = 0, read = 0, host_bytes = 0, disk_bytes = 0;
+  double wait_ms = 0;
+  std::thread io;  // last: started after every member it uses
+};
+
+TileStore::TileStore(TileStoreOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+TileStore::~TileStore() = default;
+
+TileStore::BlockId TileStore::put(const at::Tensor& block, Tier tier) {
+  return impl_->put(block, tier);
+}
+void TileStore::schedule(const std::vector<BlockId>& reads) { impl_->schedule(reads); }
+at::Tensor TileStore::get(BlockId id) { return impl_->get(id); }
+void TileStore::erase(BlockId id) { impl_->erase(id); }
+void TileStore::flush() { impl_->flush(); }
+TileStoreStats TileStore::stats() const { return impl_->stats(); }
+std::filesystem::path TileStore::scratch_file() const {
+  std::lock_guard<std::mutex> lock(impl_->m);
+  return impl_->file;
+}
+
+int TileStore::remove_stale_scratch_files(const std::filesystem::path& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0 || name.size() <= std::strlen(kSuffix) ||
+        name.compare(name.size() - std::strlen(kSuffix), std::string::npos, kSuffix) != 0) {
+      continue;
+    }
+    const std::string rest = name.substr(std::strlen(kPrefix));
+    long pid = 0;
+    try {
+      pid = std::stol(rest);
+    } catch (const std::exception&) {
+      continue;
+    }
+    // A process that no longer exists cannot be using its scratch file: it crashed.
+    if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) continue;
+    std::error_code rm;
+    if (fs::remove(entry.path(), rm)) {
+      spdlog::info("removed {} left by a run that ended without cleaning up",
+                   entry.path().string());
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,68 @@
+// The tile store: blocks of checkpoints (and their gradients) kept resident, in host memory, or
+// in a scratch file, written behind use and read back ahead of use by a background I/O thread
+// within a byte window (Hayakawa & Narihira's adaptive window: a block is swapped in when the
+// bytes read between now and its use fall under the window). DESIGN.md "Memory".
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "core/plan.h"
+
+namespace tessel::core {
+
+struct TileStoreOptions {
+  // Where the disk tier's scratch file lives; empty: the system's temporary directory.
+  std::filesystem::path scratch_dir;
+  int64_t window_bytes = int64_t{64} << 20;
+};
+
+struct TileStoreStats {
+  int64_t written_bytes = 0, read_bytes = 0;  // to (queued) and from host memory or disk
+  int64_t resident_bytes = 0;                 // held by the store in the compute device's memory
+  int64_t host_bytes = 0, disk_bytes = 0;     // held in the other tiers
+  int64_t in_flight_bytes = 0;                // writes not yet done
+  double wait_ms = 0;                         // time the caller waited for a read or a write
+};
+
+class TileStore {
+ public:
+  using BlockId = int64_t;
+
+  // Creates the scratch file lazily, at the first disk block; removes scratch files that crashed
+  // runs left in the scratch directory now. Throws tessel::Error when that directory is unusable.
+  explicit TileStore(TileStoreOptions options = {});
+  ~TileStore();  // stops the I/O thread, removes the scratch file
+  TileStore(const TileStore&) = delete;
+  TileStore& operator=(const TileStore&) = delete;
+
+  // Stores `block` (any shape) in `tier`; a disk block is written behind by the I/O thread (the
+  // caller waits only when the writes in flight exceed the window).
+  BlockId put(const at::Tensor& block, Tier tier);
+  // The upcoming gets, in order (appended to what is already scheduled): blocks within the
+  // window ahead are read back in the background.
+  void schedule(const std::vector<BlockId>& reads);
+  // The block, read back if it is not resident (waiting for it if needed). Throws tessel::Error
+  // when the scratch file is gone, short or corrupt: never a silently wrong block.
+  at::Tensor get(BlockId id);
+  void erase(BlockId id);
+  // Waits for every write; rethrows an I/O error.
+  void flush();
+
+  TileStoreStats stats() const;
+  std::filesystem::path scratch_file() const;  // empty until the first disk block
+
+  // Scratch files are named tessel-offload-<pid>-<n>.scratch; those whose process is gone are
+  // removed. Returns how many were removed.
+  static int remove_stale_scratch_files(const std::filesystem::path& dir);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessel::core

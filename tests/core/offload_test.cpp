@@ -1,0 +1,476 @@
+// Offload (issue 6): checkpoints in the tile store's host or disk tier give exactly the
+// gradients of plain autograd, the resident tier stays within the budget, and scratch-file
+// faults end the step with a clear error and no leftover files.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "core/gradcheck.h"
+#include "core/memory.h"
+#include "core/planner.h"
+#include "core/tile_store.h"
+#include "models/zoo.h"
+
+namespace tessel::core {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr double kTolerance = 1e-10;
+
+at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({1, channels, h, w}, gen, at::kDouble);
+}
+
+// A fresh scratch directory per test, removed after.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    // Parameterised tests are named "Name/0": one directory level, not two.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    path_ = fs::temp_directory_path() /
+            ("tessel-offload-test-" + std::to_string(::getpid()) + "-" + name);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+  size_t files() const {
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(path_), fs::directory_iterator{}));
+  }
+
+ private:
+  fs::path path_;
+};
+
+// Every checkpoint a later segment reads goes to disk, in blocks of `block_bytes` behind a
+// `window_bytes` read-ahead: small enough that blocks are evicted and read back many times.
+PlanOptions forced_disk(Strategy s, int64_t ty, int64_t tx, int64_t window_bytes = 4096,
+                        int64_t block_bytes = 1024) {
+  PlanOptions o;
+  o.strategy = s;
+  o.element_bytes = 8;
+  o.tiles_y = ty;
+  o.tiles_x = tx;
+  o.offload = PlanOptions::Offload::kDisk;
+  o.offload_window_bytes = window_bytes;
+  o.offload_block_bytes = block_bytes;
+  return o;
+}
+
+// Every checkpoint candidate the planner accepts for `g` (the last ones may lie past the last
+// tiled layer).
+std::vector<NodeId> every_checkpoint(const Graph& g, const Shape& in) {
+  std::vector<NodeId> c = checkpoint_candidates(g);
+  while (!c.empty()) {
+    PlanOptions o;
+    o.checkpoints = c;
+    try {
+      (void)make_plan(g, in, 0, o);
+      return c;
+    } catch (const tessel::Error&) {
+      c.pop_back();
+    }
+  }
+  return c;
+}
+
+TEST(TileStore, BlocksComeBackBitForBitFromEveryTier) {
+  ScratchDir dir;
+  fs::path file;
+  {
+    TileStore store({dir.path(), 2048});
+    std::vector<at::Tensor> blocks;
+    std::vector<TileStore::BlockId> ids;
+    for (int i = 0; i < 12; ++i) {
+      blocks.push_back(random_image(2, 5 + i, 7, static_cast<uint64_t>(i)));
+      ids.push_back(store.put(blocks.back(), i % 3 == 0 ? Tier::kHost : Tier::kDisk));
+    }
+    store.flush();
+    file = store.scratch_file();
+    EXPECT_TRUE(fs::exists(file));
+    // Read twice in a scheduled order, then once out of schedule.
+    std::vector<TileStore::BlockId> order;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int i = 11; i >= 0; --i) order.push_back(ids[static_cast<size_t>(i)]);
+    }
+    store.schedule(order);
+    for (TileStore::BlockId id : order) {
+      EXPECT_TRUE(at::equal(store.get(id), blocks[static_cast<size_t>(id)])) << "block " << id;
+    }
+    EXPECT_TRUE(at::equal(store.get(ids[4]), blocks[4]));
+    const TileStoreStats st = store.stats();
+    EXPECT_GT(st.read_bytes, 0);
+    EXPECT_GT(st.written_bytes, 0);
+    EXPECT_LE(st.resident_bytes, 2048 + blocks.back().nbytes() * 2) << "the window bounds memory";
+  }
+  EXPECT_FALSE(fs::exists(file)) << "the scratch file is removed with the store";
+  EXPECT_EQ(dir.files(), 0u);
+}
+
+TEST(TileStore, ScratchFilesOfCrashedRunsAreRemovedOnTheNextStart) {
+  ScratchDir dir;
+  // No process has pid 999999999 (above any pid_max): its run crashed.
+  const fs::path stale = dir.path() / "tessel-offload-999999999-0.scratch";
+  const fs::path mine =
+      dir.path() / ("tessel-offload-" + std::to_string(::getpid()) + "-999.scratch");
+  const fs::path other = dir.path() / "notes.txt";
+  for (const auto& p : {stale, mine, other}) std::ofstream(p) << "x";
+  TileStore store({dir.path(), 4096});
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(mine)) << "a live process's scratch file is kept";
+  EXPECT_TRUE(fs::exists(other)) << "only scratch files are touched";
+}
+
+TEST(Offload, RandomNetworksWithEveryCheckpointOnDiskMatchPlainAutograd) {
+  ScratchDir dir;
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  int offloaded = 0;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    Graph g = models::random_network(seed, 17, 2);
+    g.module().to(at::kDouble);
+    randomise(g, seed);
+    const Shape in{2, pick(17, 41), pick(17, 41)};
+    const Strategy s = seed % 2 ? Strategy::kGrid : Strategy::kRows;
+    PlanOptions o = forced_disk(s, pick(1, 4), pick(1, 3), 1024 * pick(1, 8), 256 * pick(1, 8));
+    o.streaming_reduction = pick(0, 3) != 0;
+    // Every candidate a checkpoint: as many offloaded activations as the network allows.
+    o.checkpoints = every_checkpoint(g, in);
+    const Plan plan = make_plan(g, in, 0, o);
+    if (plan.offloads()) ++offloaded;
+    const auto c =
+        compare_with_plain(g, plan, random_image(2, in.height, in.width, seed), seed, so);
+    EXPECT_LT(c.worst(), kTolerance) << "seed " << seed << " input " << to_string(in) << "\n"
+                                     << to_string(plan, g) << c.to_string();
+    EXPECT_EQ(c.offload_bytes > 0, plan.offloads()) << "seed " << seed;
+    EXPECT_EQ(dir.files(), 0u) << "seed " << seed << ": scratch files left after the step";
+  }
+  EXPECT_GE(offloaded, 12) << "most random networks should have a checkpoint to offload";
+}
+
+TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutograd) {
+  ScratchDir dir;
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  for (const std::string name : {"tiny", "resnet18"}) {
+    models::ModelOptions mo;
+    mo.in_channels = 3;
+    Graph g = models::build_model(name, mo);
+    g.module().to(at::kDouble);
+    randomise(g, 8);
+    for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
+      for (auto tier : {PlanOptions::Offload::kNever, PlanOptions::Offload::kDisk,
+                        PlanOptions::Offload::kHost}) {
+        PlanOptions o = forced_disk(s, 3, 2, 8192, 2048);
+        o.offload = tier;
+        o.checkpoints = every_checkpoint(g, {3, 67, 53});
+        const Plan plan = make_plan(g, {3, 67, 53}, 0, o);
+        ASSERT_EQ(plan.offloads(), tier != PlanOptions::Offload::kNever) << to_string(plan, g);
+        const auto c = compare_with_plain(g, plan, random_image(3, 67, 53, 8), 8, so);
+        EXPECT_LT(c.worst(), kTolerance) << name << " " << to_string(s) << "\n"
+                                         << to_string(plan, g) << c.to_string();
+      }
+    }
+  }
+}
+
+// A budget the checkpoints exceed several times: the planner offloads, says so, and the
+// measured peak stays within the budget plus a slack of 10% (the planner's headroom covers
+// allocator effects; the store's blocks in hand are bounded by the window).
+class PeakUnderBudget : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
+  MemoryTracker::install();
+  ScratchDir dir;
+  models::ModelOptions mo;
+  mo.in_channels = 3;
+  Graph g = models::build_model("vgg-mini", mo);
+  randomise(g, 3);
+  const Shape in{3, 512, 512};
+  PlanOptions o;
+  o.strategy = GetParam();
+  o.checkpoints = every_checkpoint(g, in);
+  // Smallest budget that plans, searching down from an all-resident one.
+  Plan resident = make_plan(g, in, 0, o);
+  int64_t checkpoint_bytes = 0;
+  for (size_t i = 0; i + 1 < resident.segments.size(); ++i) {
+    const Shape& s = resident.shapes[static_cast<size_t>(resident.segments[i].output)];
+    checkpoint_bytes += s.channels * s.height * s.width * 4;
+  }
+  int64_t budget = 0;
+  Plan plan;
+  for (int64_t b = 4 * checkpoint_bytes; b > checkpoint_bytes / 16; b = b * 7 / 8) {
+    try {
+      plan = make_plan(g, in, b, o);
+      budget = b;
+    } catch (const tessel::Error&) {
+      break;
+    }
+  }
+  ASSERT_GT(budget, 0);
+  ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
+  EXPECT_GT(checkpoint_bytes, 2 * budget) << to_string(plan, g);
+  const std::string table = to_string(plan, g);
+  EXPECT_NE(table.find("disk"), std::string::npos) << table;
+  EXPECT_NE(table.find("moved per step"), std::string::npos) << table;
+  o.offload = PlanOptions::Offload::kNever;
+  EXPECT_THROW(make_plan(g, in, budget, o), tessel::Error) << "it fits only with offload";
+
+  TensorTileSource source(at::randn({1, 3, in.height, in.width}));
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  const StepResult r = train_step(g, plan, source, at::Tensor(), loss, so);
+  const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
+  EXPECT_LE(r.measured_peak_bytes + model_state, budget * 11 / 10)
+      << "budget " << format_bytes(budget) << ", measured "
+      << format_bytes(r.measured_peak_bytes + model_state) << "\n"
+      << to_string(plan, g);
+  EXPECT_GT(r.offload_written_bytes, checkpoint_bytes);
+  EXPECT_GT(r.offload_read_bytes, checkpoint_bytes);
+  std::cout << "budget " << format_bytes(budget) << ", checkpoints "
+            << format_bytes(checkpoint_bytes) << ", measured peak "
+            << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
+            << format_bytes(plan.predicted.total()) << ", written "
+            << format_bytes(r.offload_written_bytes) << ", read "
+            << format_bytes(r.offload_read_bytes) << " (predicted moved "
+            << format_bytes(plan.moved_bytes()) << "), waited " << r.offload_wait_ms << " ms\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Offload, PeakUnderBudget,
+                         ::testing::Values(Strategy::kRows, Strategy::kGrid),
+                         [](const auto& info) { return to_string(info.param); });
+
+// The planner's own choice under a tight budget (not forced): float64, every gradient exact.
+TEST(Offload, PlansThatOffloadUnderATightBudgetMatchPlainAutograd) {
+  ScratchDir dir;
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  // The shipped models' parameters dominate a budget this small in float64: tiny only.
+  for (const std::string name : {"tiny"}) {
+    Graph g = models::build_model(name, mo);
+    g.module().to(at::kDouble);
+    randomise(g, 6);
+    const Shape in{2, 121, 110};
+    for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
+      PlanOptions o;
+      o.strategy = s;
+      o.element_bytes = 8;
+      o.checkpoints = every_checkpoint(g, in);
+      Plan plan;
+      for (int64_t b = int64_t{64} << 20; b > (int64_t{1} << 16); b = b * 7 / 8) {
+        try {
+          plan = make_plan(g, in, b, o);
+        } catch (const tessel::Error&) {
+          break;
+        }
+        if (plan.offloads()) break;
+      }
+      ASSERT_TRUE(plan.offloads()) << name << " " << to_string(s) << "\n" << to_string(plan, g);
+      const auto c = compare_with_plain(g, plan, random_image(2, in.height, in.width, 6), 6, so);
+      EXPECT_LT(c.worst(), kTolerance) << name << " " << to_string(s) << "\n"
+                                       << to_string(plan, g) << c.to_string();
+      EXPECT_GT(c.offload_bytes, 0);
+    }
+  }
+}
+
+// Records what the store holds, by tier, at every finished tile.
+class TierRecorder : public Observer {
+ public:
+  void on_memory(const MemorySample& m) override {
+    for (const auto& [k, v] : m.by_category) peak[k] = std::max(peak[k], v);
+  }
+  std::map<std::string, int64_t> peak;
+};
+
+TEST(Offload, MemoryEventsCarryTheTiers) {
+  MemoryTracker::install();
+  ScratchDir dir;
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  Graph g = models::build_model("tiny", mo);
+  g.module().to(at::kDouble);
+  randomise(g, 5);
+  PlanOptions o = forced_disk(Strategy::kGrid, 3, 2);
+  o.checkpoints = every_checkpoint(g, {2, 40, 36});
+  const Plan plan = make_plan(g, {2, 40, 36}, 0, o);
+  TensorTileSource source(random_image(2, 40, 36, 1));
+  TierRecorder recorder;
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  so.observer = &recorder;
+  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  train_step(g, plan, source, at::Tensor(), loss, so);
+  EXPECT_GT(recorder.peak["disk"], 0);
+  EXPECT_EQ(recorder.peak["host"], 0);
+  EXPECT_TRUE(recorder.peak.count("store resident"));
+  EXPECT_TRUE(recorder.peak.count("in flight"));
+}
+
+Plan small_offloaded_plan(Graph& g) {
+  g.module().to(at::kDouble);
+  randomise(g, 5);
+  PlanOptions o = forced_disk(Strategy::kGrid, 3, 2);
+  o.checkpoints = every_checkpoint(g, {2, 40, 36});
+  return make_plan(g, {2, 40, 36}, 0, o);
+}
+
+LossFn sum_loss() {
+  return [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+}
+
+TEST(OffloadFaults, AnUnusableScratchDirectoryIsAClearError) {
+  ScratchDir dir;
+  const fs::path not_a_dir = dir.path() / "a-file";
+  std::ofstream(not_a_dir) << "x";
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  Graph g = models::build_model("tiny", mo);
+  const Plan plan = small_offloaded_plan(g);
+  ASSERT_TRUE(plan.offloads());
+  TensorTileSource source(random_image(2, 40, 36, 1));
+  StepOptions so;
+  so.scratch_dir = not_a_dir / "scratch";
+  try {
+    train_step(g, plan, source, at::Tensor(), sum_loss(), so);
+    FAIL() << "expected an error";
+  } catch (const tessel::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cannot create a scratch file"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(so.scratch_dir.string()), std::string::npos) << msg;
+  }
+  EXPECT_EQ(dir.files(), 1u) << "nothing but the file we made";
+}
+
+// Deletes the scratch files when the backward pass starts.
+class Deleter : public Observer {
+ public:
+  explicit Deleter(fs::path dir) : dir_(std::move(dir)) {}
+  void on_tile(const TileEvent& e) override {
+    if (e.pass != TileEvent::kBackward || done_) return;
+    for (const auto& f : fs::directory_iterator(dir_)) fs::remove(f.path());
+    done_ = true;
+  }
+
+ private:
+  fs::path dir_;
+  bool done_ = false;
+};
+
+TEST(OffloadFaults, AScratchFileDeletedDuringTheStepIsAnErrorNotWrongGradients) {
+  ScratchDir dir;
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  Graph g = models::build_model("tiny", mo);
+  const Plan plan = small_offloaded_plan(g);
+  TensorTileSource source(random_image(2, 40, 36, 1));
+  Deleter deleter(dir.path());
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  so.observer = &deleter;
+  try {
+    train_step(g, plan, source, at::Tensor(), sum_loss(), so);
+    FAIL() << "expected an error";
+  } catch (const tessel::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deleted"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(dir.files(), 0u);
+}
+
+TEST(OffloadFaults, AFullDiskIsAClearErrorAndLeavesNoScratchFile) {
+  ScratchDir dir;
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  Graph g = models::build_model("tiny", mo);
+  const Plan plan = small_offloaded_plan(g);
+  TensorTileSource source(random_image(2, 40, 36, 1));
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  // A file size limit stands in for a full disk: writes past it fail with EFBIG.
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string msg;
+  try {
+    train_step(g, plan, source, at::Tensor(), sum_loss(), so);
+  } catch (const tessel::Error& e) {
+    msg = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(msg.find("is full"), std::string::npos) << "message: " << msg;
+  EXPECT_EQ(dir.files(), 0u);
+}
+
+}  // namespace
+}  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+// Pure planning: the budget covers the resident tier only, and every offloaded checkpoint says
+// how it is stored and what it moves.
+TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
+  models::ModelOptions mo;
+  mo.in_channels = 3;
+  const Graph g = models::build_model("vgg-mini", mo);
+  const Shape in{3, 2048, 2048};
+  const int64_t budget = int64_t{80} << 20;
+  PlanOptions o;
+  const Plan plan = make_plan(g, in, budget, o);
+  ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
+  EXPECT_LE(plan.predicted.total(), budget);
+  int64_t offloaded = 0;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (s.tier == Tier::kResident) continue;
+    EXPECT_LT(i + 1, plan.segments.size()) << "the head reads the last checkpoint: resident";
+    EXPECT_EQ(s.tier, Tier::kDisk) << "a CPU build offloads to disk";
+    const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+    offloaded += out.channels * out.height * out.width * 4;
+    EXPECT_EQ(s.blocks.y_edges.back(), out.height);
+    EXPECT_EQ(s.blocks.x_edges.back(), out.width);
+    // Each forward tile fills whole blocks: the block edges refine the tile edges.
+    for (int64_t e : s.forward.y_edges) {
+      EXPECT_NE(std::find(s.blocks.y_edges.begin(), s.blocks.y_edges.end(), e),
+                s.blocks.y_edges.end());
+    }
+    // Written, read forward and backward, gradient written and read: at least five passes.
+    EXPECT_GE(s.moved_bytes, 5 * out.channels * out.height * out.width * 4);
+  }
+  EXPECT_GT(offloaded, 0);
+  EXPECT_GT(plan.window_bytes, 0);
+  // Without offload the same budget needs other checkpoints and finer tiles (more recompute):
+  // offload won on cost, not because nothing else fits.
+  o.offload = PlanOptions::Offload::kNever;
+  EXPECT_FALSE(make_plan(g, in, budget, o).offloads());
+  // With room for everything, nothing moves.
+  EXPECT_FALSE(make_plan(g, in, int64_t{4} << 30, PlanOptions{}).offloads());
+}
+
+}  // namespace
+}  // namespace tessel::core
