@@ -112,9 +112,8 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
                            static_cast<int64_t>(entries.size()),
                            e.slide.filename().string()};
     try {
-      const SlideInput input = open_slide_input(model.config, e.slide,
-                                                 slide_options(e.metadata, manifest.path, e.line),
-                                                 {}, &boxes);
+      const SlideInput input = open_slide_input(
+          model.config, e.slide, slide_options(e.metadata, manifest.path, e.line), {}, &boxes);
       progress.height = input.view->height();
       progress.width = input.view->width();
       if (request.observer) request.observer->on_slide(progress);

@@ -53,10 +53,10 @@ struct HeatmapRequest {
   std::filesystem::path checkpoint;
   std::filesystem::path slide;
   std::filesystem::path out_dir;
-  std::string class_name;  // the class drawn in the TIFF and PNG; empty: the last class
+  std::string class_name;          // the class drawn in the TIFF and PNG; empty: the last class
   std::optional<double> base_mpp;  // µm per level-0 pixel, for a slide whose file lacks it
   std::filesystem::path roi;       // GeoJSON region: only its bounding box is mapped
-  std::string budget;      // empty: the checkpoint's
+  std::string budget;              // empty: the checkpoint's
   TrainObserver* observer = nullptr;
 };
 

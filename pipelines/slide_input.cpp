@@ -86,12 +86,11 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
     if (!tissue) spdlog::warn("{}: no tissue found; using the whole slide", path.string());
   }
   if (!slide_options.roi.empty()) {
-    roi = io::read_roi(slide_options.roi, in.slide->level(0).width, in.slide->level(0).height)
-              .bbox;
+    roi = io::read_roi(slide_options.roi, in.slide->level(0).width, in.slide->level(0).height).bbox;
   }
   if (tissue || roi) {
-    const core::Region level0 = io::training_region(
-        path.string(), in.slide->level(0).width, in.slide->level(0).height, tissue, roi);
+    const core::Region level0 = io::training_region(path.string(), in.slide->level(0).width,
+                                                    in.slide->level(0).height, tissue, roi);
     view.crop = to_pixels(level0, in.level0_per_pixel, in.choice.height, in.choice.width);
   }
   auto source = std::make_shared<ViewTileSource>(in.pixels, view);

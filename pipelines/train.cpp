@@ -106,8 +106,9 @@ class Trainer {
 
   TrainSummary run() {
     const auto t0 = Clock::now();
+    load_data();  // first: a bad manifest leaves no run folder behind
     prepare_run_dir();
-    load_data();
+    spdlog::info("{}", data_summary_);
     build_model();
     if (request_.resume) resume();
 
@@ -200,11 +201,11 @@ class Trainer {
     for (size_t i = 0; i < manifest_.classes.size(); ++i) {
       classes += (i ? ", " : "") + std::to_string(i) + " " + manifest_.classes[i];
     }
-    spdlog::info("classes: {} · slides: {} train, {} val, {} test{}", classes, train_.size(),
-                 val_.size(), test_.size(),
-                 manifest_.skipped.empty()
-                     ? std::string()
-                     : " · " + std::to_string(manifest_.skipped.size()) + " skipped");
+    data_summary_ = fmt::format(
+        "classes: {} · slides: {} train, {} val, {} test{}", classes, train_.size(), val_.size(),
+        test_.size(),
+        manifest_.skipped.empty() ? std::string()
+                                  : " · " + std::to_string(manifest_.skipped.size()) + " skipped");
     if (manifest_.classes.size() < 2) {
       throw Error("manifest " + config_.manifest.string() +
                   " has one class only; a classifier needs at least two");
@@ -373,7 +374,8 @@ class Trainer {
       saved_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     try {
-      const SlideInput input = open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_boxes_);
+      const SlideInput input =
+          open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_boxes_);
       const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
       progress.width = source->width();
@@ -448,7 +450,8 @@ class Trainer {
       SlideProgress progress{
           "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
       try {
-        const SlideInput input = open_slide_input(config_, entry.slide, options_of(entry), {}, &tissue_boxes_);
+        const SlideInput input =
+            open_slide_input(config_, entry.slide, options_of(entry), {}, &tissue_boxes_);
         const std::shared_ptr<core::TileSource>& source = input.view;
         progress.height = source->height();
         progress.width = source->width();
@@ -598,6 +601,7 @@ class Trainer {
   fs::path run_dir_;
   io::Manifest manifest_;
   std::vector<const io::ManifestEntry*> train_, val_, test_;
+  std::string data_summary_;
   at::Tensor class_weights_;
   std::unique_ptr<core::Graph> graph_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

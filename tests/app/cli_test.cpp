@@ -89,3 +89,34 @@ TEST(Cli, MissingSubcommandIsAUsageError) {
 }
 
 }  // namespace
+
+// Training, evaluation and heatmaps refuse bad input in one line with exit code 1 (the work
+// failed) or 2 (the command line is wrong); the runs themselves are tested in tests/pipelines.
+TEST(CliTrain, BadConfigsAreOneLineErrorsNamingTheKey) {
+  CliRun run = run_cli("train lr=0.1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("manifest is required"), std::string::npos) << run.output;
+  run = run_cli("train manifest=x.csv learning_rate=1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("unknown key 'learning_rate'"), std::string::npos) << run.output;
+  run = run_cli("train --config /no/such/run.yaml");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("/no/such/run.yaml"), std::string::npos) << run.output;
+  run = run_cli("train --config a.yaml --resume runs/x");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("either --config or --resume"), std::string::npos) << run.output;
+  run = run_cli("train manifest=/no/such/data.csv");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("/no/such/data.csv"), std::string::npos) << run.output;
+}
+
+TEST(CliTrain, EvalAndHeatmapNameAMissingCheckpoint) {
+  CliRun run = run_cli("eval --checkpoint /no/such/best.h5");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("/no/such/best.h5 does not exist"), std::string::npos) << run.output;
+  run = run_cli("heatmap --checkpoint /no/such/best.h5 --slide s.svs");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("/no/such/best.h5"), std::string::npos) << run.output;
+  run = run_cli("heatmap --checkpoint x.h5");  // no --slide
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+}
