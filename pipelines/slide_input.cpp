@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -71,7 +73,25 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
   options.mean = io::kImageNetMean;
   options.std = io::kImageNetStd;
   in.pixels = std::make_shared<io::SlideTileSource>(in.slide, in.choice, options);
+  std::shared_ptr<core::TileSource> pixels = in.pixels;
   std::optional<core::Region> tissue, roi;
+  if (config.tissue_fill) {
+    const io::TissueMask mask = io::tissue_mask(*in.slide);
+    if (mask.empty()) {
+      spdlog::warn("{}: no tissue found; tissue_fill leaves the slide as it is", path.string());
+    } else {
+      std::vector<float> white;
+      for (size_t c = 0; c < 3; ++c) white.push_back((1.0F - options.mean[c]) / options.std[c]);
+      const at::Tensor pixels_mask = at::from_blob(const_cast<uint8_t*>(mask.pixels.data()),
+                                                   {mask.height, mask.width}, at::kByte)
+                                         .clone();
+      const double per_x = static_cast<double>(mask.slide_width) / static_cast<double>(mask.width) /
+                           in.level0_per_pixel;
+      const double per_y = static_cast<double>(mask.slide_height) /
+                           static_cast<double>(mask.height) / in.level0_per_pixel;
+      pixels = std::make_shared<MaskedTileSource>(pixels, pixels_mask, per_x, per_y, white);
+    }
+  }
   if (config.tissue_bbox) {
     TissueBoxCache local;
     TissueBoxCache& cache = tissue_boxes != nullptr ? *tissue_boxes : local;
@@ -93,7 +113,7 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
                                                     in.slide->level(0).height, tissue, roi);
     view.crop = to_pixels(level0, in.level0_per_pixel, in.choice.height, in.choice.width);
   }
-  auto source = std::make_shared<ViewTileSource>(in.pixels, view);
+  auto source = std::make_shared<ViewTileSource>(pixels, view);
   in.crop = view.crop.empty() ? core::Region{{0, in.pixels->height()}, {0, in.pixels->width()}}
                               : view.crop;
   in.view = source;

@@ -94,6 +94,7 @@ const std::map<std::string, Setter>& setters() {
       {"level", set_optional(&TrainConfig::level, "a level index")},
       {"base_mpp", set_optional(&TrainConfig::base_mpp, "microns per pixel, a number")},
       {"tissue_bbox", set(&TrainConfig::tissue_bbox, "true or false")},
+      {"tissue_fill", set(&TrainConfig::tissue_fill, "true or false")},
       {"model", set(&TrainConfig::model, "a model name")},
       {"pool", set(&TrainConfig::pool, "avg or max")},
       {"dropout", set(&TrainConfig::dropout, "a number")},
@@ -256,6 +257,7 @@ std::string TrainConfig::to_yaml() const {
   optional("level", level);
   optional("base_mpp", base_mpp);
   out << YAML::Key << "tissue_bbox" << YAML::Value << tissue_bbox;
+  out << YAML::Key << "tissue_fill" << YAML::Value << tissue_fill;
   out << YAML::Key << "model" << YAML::Value << model;
   out << YAML::Key << "pool" << YAML::Value << pool;
   out << YAML::Key << "dropout" << YAML::Value << dropout;

@@ -24,6 +24,7 @@ struct TrainConfig {
   std::optional<int> level;
   std::optional<double> base_mpp;  // mpp of level 0 for slides that do not record it
   bool tissue_bbox = false;        // train on the tissue's bounding box only
+  bool tissue_fill = false;        // pixels off the tissue mask become glass-white
   // Model
   std::string model = "vgg-mini";
   std::string pool = "avg";  // the head's global pool: avg or max

@@ -78,4 +78,33 @@ void ViewTileSource::will_read(const std::vector<core::Region>& upcoming) {
   source_->will_read(mapped);
 }
 
+MaskedTileSource::MaskedTileSource(std::shared_ptr<core::TileSource> source, at::Tensor mask,
+                                   double pixels_per_mask_x, double pixels_per_mask_y,
+                                   std::vector<float> fill)
+    : source_(std::move(source)),
+      mask_(mask.ne(0)),
+      per_x_(pixels_per_mask_x),
+      per_y_(pixels_per_mask_y),
+      fill_(at::tensor(fill).view({1, -1, 1, 1})) {
+  if (!source_) throw Error("a masked source needs a tile source");
+  if (mask_.dim() != 2 || mask_.numel() == 0) throw Error("a tissue mask must be a 2-D image");
+  if (static_cast<int64_t>(fill.size()) != source_->channels()) {
+    throw Error("the fill value needs one number per channel");
+  }
+}
+
+at::Tensor MaskedTileSource::read(const core::Region& r) {
+  at::Tensor t = source_->read(r);
+  // The mask pixel under each row's and column's centre.
+  const auto index = [](const core::Window& w, double per, int64_t size) {
+    at::Tensor i = (at::arange(w.begin, w.end, at::kDouble) + 0.5) / per;
+    return i.floor().to(at::kLong).clamp(0, size - 1);
+  };
+  const at::Tensor rows = index(r.y, per_y_, mask_.size(0));
+  const at::Tensor cols = index(r.x, per_x_, mask_.size(1));
+  const at::Tensor keep =
+      mask_.index_select(0, rows).index_select(1, cols).view({1, 1, r.y.size(), r.x.size()});
+  return at::where(keep, t, fill_.to(t.scalar_type())).contiguous();
+}
+
 }  // namespace tessel::pipelines

@@ -47,4 +47,28 @@ class ViewTileSource : public core::TileSource {
   int64_t height_ = 0, width_ = 0;
 };
 
+// Another source with the pixels off a mask replaced by a fixed value per channel: the tissue
+// mask's "background" for training on tissue only. Each pixel is judged by the mask pixel under
+// its centre, so a pixel's value never depends on the window it is read in.
+class MaskedTileSource : public core::TileSource {
+ public:
+  // `mask` (mask_height × mask_width, non-zero = keep) covers the image at `pixels_per_mask_x`
+  // and `pixels_per_mask_y` image pixels per mask pixel; `fill` holds one value per channel.
+  MaskedTileSource(std::shared_ptr<core::TileSource> source, at::Tensor mask,
+                   double pixels_per_mask_x, double pixels_per_mask_y, std::vector<float> fill);
+  int64_t channels() const override { return source_->channels(); }
+  int64_t height() const override { return source_->height(); }
+  int64_t width() const override { return source_->width(); }
+  at::Tensor read(const core::Region& r) override;
+  void will_read(const std::vector<core::Region>& upcoming) override {
+    source_->will_read(upcoming);
+  }
+
+ private:
+  std::shared_ptr<core::TileSource> source_;
+  at::Tensor mask_;  // bool, mask_height × mask_width
+  double per_x_, per_y_;
+  at::Tensor fill_;  // 1×C×1×1
+};
+
 }  // namespace tessel::pipelines

@@ -134,6 +134,7 @@ TEST_F(TrainTest, StoppingMidBatchAndResumingIsExactWithAugmentationOn) {
     c.optimizer = "sgd";
     c.flips = c.rotations = true;
     c.color_jitter = 0.1;
+    c.tissue_bbox = c.tissue_fill = true;  // the slide inputs the pipeline builds, all of them
     c.schedule = "cosine";
     c.warmup_epochs = 0.5;
     return c;

@@ -114,5 +114,34 @@ TEST(ViewTileSource, TiledTrainingOnAViewMatchesPlainAutogradOnTheTransformedIma
   }
 }
 
+TEST(MaskedTileSource, FillsPixelsOffTheMaskAndEveryWindowAgreesWithTheWholeImage) {
+  const at::Tensor image = at::rand({1, 3, 29, 41}, at::kDouble);
+  // A 5×7 mask at 29/5 × 41/7 image pixels per mask pixel: keep a checkerboard.
+  const at::Tensor mask = (at::arange(35).view({5, 7}) % 2).to(at::kByte);
+  MaskedTileSource masked(std::make_shared<core::TensorTileSource>(image), mask, 41.0 / 7, 29.0 / 5,
+                          {-1.0F, -2.0F, -3.0F});
+  const at::Tensor whole = masked.read({{0, 29}, {0, 41}});
+  for (int64_t y = 0; y < 29; ++y) {
+    for (int64_t x = 0; x < 41; ++x) {
+      const auto my = static_cast<int64_t>((static_cast<double>(y) + 0.5) / (29.0 / 5));
+      const auto mx = static_cast<int64_t>((static_cast<double>(x) + 0.5) / (41.0 / 7));
+      const bool keep = mask[my][mx].item<int64_t>() != 0;
+      for (int64_t c = 0; c < 3; ++c) {
+        const double want = keep ? image[0][c][y][x].item<double>() : -1.0 - static_cast<double>(c);
+        ASSERT_EQ(whole[0][c][y][x].item<double>(), want) << y << "," << x;
+      }
+    }
+  }
+  std::mt19937_64 rng(2);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t y0 = static_cast<int64_t>(rng() % 29), x0 = static_cast<int64_t>(rng() % 41);
+    const int64_t y1 = y0 + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(29 - y0));
+    const int64_t x1 = x0 + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(41 - x0));
+    const at::Tensor want = whole.index({at::indexing::Slice(), at::indexing::Slice(),
+                                         at::indexing::Slice(y0, y1), at::indexing::Slice(x0, x1)});
+    ASSERT_TRUE(at::equal(masked.read({{y0, y1}, {x0, x1}}), want));
+  }
+}
+
 }  // namespace
 }  // namespace tessel::pipelines
