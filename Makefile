@@ -44,7 +44,7 @@ demo: build
 	$(TESSEL) doctor
 	@if [ -f sample_data/manifest.csv ] && [ -f sample_data/lesions.json ]; then \
 	  echo "demo: sample_data/ exists (delete it to regenerate)"; else \
-	  $(TESSEL) sample-data --out sample_data --slides 24 --size 8192 --seed 1; fi
+	  $(TESSEL) sample-data --out sample_data --slides 24 --size 8192 --seed 1 --force; fi
 	rm -rf $(DEMO_RUN)
 	$(TESSEL) train --config sample_data/demo.yaml output=$(DEMO_RUN)
 	$(TESSEL) eval --checkpoint $(DEMO_RUN)/checkpoints/best.h5 --split test \
