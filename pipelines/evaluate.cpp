@@ -176,8 +176,18 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
       core::infer(model.graph, plan, *input.view, request.observer).to(at::kFloat);
   const int64_t rows = maps.size(2), cols = maps.size(3);
   HeatmapResult result;
-  const at::Tensor pooled = model.config.pool == "max" ? maps.amax({2, 3}) : maps.mean({2, 3});
-  result.slide_probabilities = to_vector(at::softmax(pooled.to(at::kDouble), 1));
+  if (model.config.pool == "max") {
+    // A max over positions does not commute with the classifier (max of W·f ≠ W·max f): the
+    // slide's prediction comes from the pooled network itself, one more pass.
+    TrainedModel pooled = load_trained_model(request.checkpoint);
+    const at::Tensor logits = core::infer(
+        pooled.graph, plan_for(pooled.graph, pooled.config, height, width, request.budget),
+        *input.view, request.observer);
+    result.slide_probabilities = to_vector(at::softmax(logits.to(at::kDouble), 1));
+  } else {
+    // An average commutes with the classifier: the mean class map is the slide's logits.
+    result.slide_probabilities = to_vector(at::softmax(maps.mean({2, 3}).to(at::kDouble), 1));
+  }
   const at::Tensor scores = at::softmax(maps, 1).contiguous();
 
   io::Heatmap& h = result.heatmap;

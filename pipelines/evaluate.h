@@ -67,7 +67,9 @@ struct HeatmapResult {
 };
 
 // Class activation maps computed tile by tile at the last feature map's resolution: for a
-// global-average-pool + linear head, the mean of the class map is exactly the slide's logits.
+// global-average-pool + linear head, the mean of the class map is exactly the slide's logits;
+// for a max-pool head the map is the classifier applied at each position (the slide's
+// prediction then comes from the pooled network).
 // Scores are the per-cell softmax over classes. Writes <slide>.heatmap.tif, .heatmap.png and
 // .heatmap.geojson into out_dir.
 HeatmapResult make_heatmap(const HeatmapRequest& request);

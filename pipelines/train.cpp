@@ -64,6 +64,7 @@ struct Position {
   int64_t epoch = 0;          // 0-based epoch in progress
   int64_t slide = 0;          // slides of that epoch already trained
   int64_t step = 0;           // optimizer steps taken
+  int64_t batch_slides = 0;   // slides whose gradient is in the current batch (skips excluded)
   double train_loss_sum = 0;  // over the epoch's slides so far
   std::vector<std::vector<double>> train_probabilities;
   std::vector<int64_t> train_labels;
@@ -75,6 +76,7 @@ struct Position {
     return {{"epoch", epoch},
             {"slide", slide},
             {"step", step},
+            {"batch_slides", batch_slides},
             {"train_loss_sum", train_loss_sum},
             {"train_probabilities", train_probabilities},
             {"train_labels", train_labels},
@@ -87,6 +89,7 @@ struct Position {
     p.epoch = j.at("epoch");
     p.slide = j.at("slide");
     p.step = j.at("step");
+    p.batch_slides = j.at("batch_slides");
     p.train_loss_sum = j.at("train_loss_sum");
     p.train_probabilities = j.at("train_probabilities").get<std::vector<std::vector<double>>>();
     p.train_labels = j.at("train_labels").get<std::vector<int64_t>>();
@@ -334,13 +337,18 @@ class Trainer {
       // The rate of the optimizer step this slide's gradient goes into.
       lr_ = learning_rate(config_, position_.epoch,
                           static_cast<double>(i - i % config_.batch) / static_cast<double>(count));
-      train_slide(*order[static_cast<size_t>(i)], i, count);
-      // The optimizer steps after every `batch` slides and after the epoch's last slide.
+      if (train_slide(*order[static_cast<size_t>(i)], i, count)) ++position_.batch_slides;
+      // The optimizer steps after every `batch` slides and after the epoch's last slide, unless
+      // every slide of the batch was skipped (a step on zero gradients would still move Adam's
+      // and momentum's weights).
       if ((i + 1) % config_.batch == 0 || i + 1 == count) {
-        set_learning_rate(*optimizer_, lr_);
-        optimizer_->step();
+        if (position_.batch_slides > 0) {
+          set_learning_rate(*optimizer_, lr_);
+          optimizer_->step();
+          ++position_.step;
+        }
         optimizer_->zero_grad();
-        ++position_.step;
+        position_.batch_slides = 0;
       }
       if (stop_requested() && i + 1 < count) {
         ++position_.slide;
@@ -356,7 +364,8 @@ class Trainer {
     return true;
   }
 
-  void train_slide(const io::ManifestEntry& entry, int64_t index, int64_t count) {
+  // Trains one slide into the batch's gradients; false when it had to be skipped.
+  bool train_slide(const io::ManifestEntry& entry, int64_t index, int64_t count) {
     const auto t0 = Clock::now();
     std::mt19937_64 view_rng(
         stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kViewStream));
@@ -415,7 +424,7 @@ class Trainer {
       spdlog::warn("skipping {} in epoch {}: {}", entry.slide.string(), position_.epoch + 1,
                    e.what());
       ++skipped_in_epoch_;
-      return;
+      return false;
     }
     progress.done = true;
     progress.seconds = seconds_since(t0);
@@ -436,6 +445,7 @@ class Trainer {
                     {"step", position_.step},
                     {"measured_peak_bytes", progress.measured_peak_bytes},
                     {"predicted_peak_bytes", progress.predicted_peak_bytes}});
+    return true;
   }
 
   // Validation over the val split: the network's probabilities per slide.

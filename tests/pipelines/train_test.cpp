@@ -194,7 +194,13 @@ TEST_F(TrainTest, TiledTrainingEndsWhereUntiledTrainingEnds) {
 }
 
 TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
-  train(TrainRequest{config("run")});
+  for (const std::string pool : {"avg", "max"}) {
+    TrainConfig c = config("run-" + pool);
+    c.pool = pool;
+    c.epochs = 1;
+    train(TrainRequest{c});
+  }
+  fs::rename(runs_.path() / "run-avg", runs_.path() / "run");
   const fs::path checkpoint = runs_.path() / "run" / "checkpoints" / "last.h5";
   EvaluationRequest eval;
   eval.checkpoint = checkpoint;
@@ -229,12 +235,84 @@ TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
     EXPECT_NEAR(normal + tumour, 1.0, 1e-5);
     EXPECT_EQ(cell["geometry"]["coordinates"][0][0], (std::vector<int64_t>{160, 80}));
   }
+  // A max-pool head: the heatmap's slide prediction is the pooled network's.
+  EvaluationRequest eval_max = eval;
+  eval_max.checkpoint = runs_.path() / "run-max" / "checkpoints" / "last.h5";
+  eval_max.predictions_csv.clear();
+  const EvaluationResult m = evaluate(eval_max);
+  HeatmapRequest max_request;
+  max_request.checkpoint = eval_max.checkpoint;
+  max_request.slide = m.predictions[0].slide;
+  max_request.out_dir = runs_.path() / "heatmaps-max";
+  const HeatmapResult hm = make_heatmap(max_request);
+  for (size_t k = 0; k < hm.slide_probabilities.size(); ++k) {
+    EXPECT_NEAR(hm.slide_probabilities[k], m.predictions[0].probabilities[k], 1e-5);
+  }
+
   HeatmapRequest wrong;
   wrong.checkpoint = checkpoint;
   wrong.slide = r.predictions[0].slide;
   wrong.out_dir = runs_.path() / "heatmaps";
   wrong.class_name = "fibrosis";
   EXPECT_THROW(make_heatmap(wrong), Error);
+}
+
+TEST_F(TrainTest, InitialWeightsComeFromACheckpointByNameWithAReport) {
+  train(TrainRequest{config("first")});
+  const fs::path first = runs_.path() / "first" / "checkpoints" / "last.h5";
+  TrainConfig c = config("second");
+  c.init_weights = first;
+  c.epochs = 1;
+  c.lr = 1e-12;  // the step leaves the weights (almost) where they were loaded
+  train(TrainRequest{c});
+  const auto loaded = weights(runs_.path() / "second");
+  const auto source = io::read_checkpoint(first).weights;
+  ASSERT_EQ(loaded.size(), source.size());
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    EXPECT_LT(core::relative_error(loaded[i].tensor, source[i].tensor), 1e-6) << loaded[i].name;
+  }
+  TrainConfig missing = config("missing");
+  missing.init_weights = runs_.path() / "no-such.h5";
+  try {
+    train(TrainRequest{missing});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such.h5"), std::string::npos) << e.what();
+  }
+}
+
+// The real vendor files of ../shared/slides: an Aperio SVS with an mpp (CMU-1) and one without
+// (TCGA, given by the manifest's mpp column), one epoch, and a heatmap of CMU-1.
+TEST_F(TrainTest, TrainsOnRealVendorSlidesAndDrawsAHeatmapOfCmu1) {
+  const std::string slides = TESSEL_SHARED_SLIDES;
+  const fs::path csv = runs_.write("real.csv", "slide,label,split,mpp\n" + slides +
+                                                   "/cmu-1-small-region.svs,a,train,\n" + slides +
+                                                   "/tcga-cr-7395-01a-01-ts1.svs,b,train,0.25\n");
+  TrainConfig c = config("real");
+  c.manifest = csv;
+  c.level.reset();
+  c.mpp = 4.0;
+  c.epochs = 1;
+  const TrainSummary s = train(TrainRequest{c});
+  EXPECT_EQ(s.steps, 2);
+  EXPECT_EQ(s.skipped_slides, 0);
+  HeatmapRequest h;
+  h.checkpoint = runs_.path() / "real" / "checkpoints" / "last.h5";
+  h.slide = slides + "/cmu-1-small-region.svs";
+  h.out_dir = runs_.path() / "real" / "heatmaps";
+  const HeatmapResult r = make_heatmap(h);
+  EXPECT_TRUE(fs::exists(r.png));
+  // CMU-1 is 2220×2967 at 0.499 µm: at 4 µm 277×370 px, 69×92 cells of stride 4.
+  EXPECT_EQ(r.heatmap.cols, 69);
+  EXPECT_EQ(r.heatmap.rows, 92);
+  // Without its mpp column the TCGA slide (no mpp in the file) is refused with the reason.
+  const fs::path bad = runs_.write(
+      "bad-real.csv", "slide,label,split\n" + slides + "/cmu-1-small-region.svs,a,train\n" +
+                          slides + "/tcga-cr-7395-01a-01-ts1.svs,b,train\n");
+  c.manifest = bad;
+  c.output = runs_.path() / "bad-real";
+  const TrainSummary skipped = train(TrainRequest{c});
+  EXPECT_EQ(skipped.steps, 1);  // CMU-1 trained, TCGA skipped with a warning
 }
 
 TEST_F(TrainTest, AManifestWithoutUsableSlidesIsAClearError) {
