@@ -148,7 +148,8 @@ def run_one(args, segments):
               "repeat": args.repeat, "step_ms": [], "step_ms_median": 0,
               "forward_ms_median": 0, "backward_ms_median": 0, "measured_peak_bytes": 0,
               "max_rss_bytes": 0, "segments": segments, "forward_tiles": 0,
-              "backward_tiles": 0, "peak_source": "rss above the start of the first step"}
+              "backward_tiles": 0, "peak_source": "max RSS above the RSS at the start of the first step "
+              "(includes the first allocation of gradients and momentum)"}
     predicted = predicted_bytes(layers, height, width, segments)
     result["predicted_bytes"] = {"total": predicted}
     limit = parse_bytes(args.memory_limit)
