@@ -76,9 +76,11 @@ def layer_plan(model):
 
 
 def predicted_bytes(layers, height, width, segments):
-    """Float32 bytes the step keeps for backward: every layer's output under plain autograd (as
-    PyTorch saves them), the segment boundaries plus one segment's outputs under checkpointing,
-    and a backward transient of three of the largest activation."""
+    """Bytes the step keeps for backward: every tensor autograd saves under plain autograd (conv
+    and batch-norm outputs, activations shared with them when in place, as without checkpointing;
+    max-pool outputs and their int64 indices), the segment boundaries plus one segment's under
+    checkpointing (activations not in place there), and a backward transient of three of the
+    largest activation; plus parameters, gradients and momentum."""
     c, h, w = 3, height, width
     sizes = [c * h * w]
     params = 0
@@ -86,15 +88,20 @@ def predicted_bytes(layers, height, width, segments):
         if layer[0] == "conv":
             c = layer[2]
             params += layer[1] * layer[2] * layer[3] ** 2
+            sizes.append(c * h * w)
+        elif layer[0] == "bn":
+            sizes.append(c * h * w)
         elif layer[0] == "pool":
             h, w = h // 2, w // 2
-        sizes.append(c * h * w)
+            sizes.append(3 * c * h * w)  # output and int64 indices
+        elif segments:
+            sizes.append(c * h * w)  # relu / leaky ReLU, not in place under checkpointing
     kept = sum(sizes)
     if segments:
         per = max(1, len(sizes) // segments)
         chunks = [sum(sizes[i:i + per]) for i in range(0, len(sizes), per)]
         kept = sum(sizes[::per]) + max(chunks)
-    return 4 * (kept + 3 * max(sizes) + 4 * params)
+    return 4 * (kept + 3 * max(sizes) + 3 * params)
 
 
 def build(torch, layers, inplace, classes=2):
