@@ -11,7 +11,7 @@ namespace tessel::app {
 void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
-                memory_limit = "20GiB";
+                memory_limit = "20GiB", timeline;
     int repeat = 3, warmup = 1;
   };
   auto args = std::make_shared<Args>();
@@ -30,6 +30,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       ->capture_default_str();
   cmd->add_option("--repeat", args->repeat, "Timed steps")->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option(
+      "--timeline", args->timeline,
+      "Write the last step's memory timeline here (JSON lines; bench/plot.py draws it)");
   cmd->callback([args, &registry] {
     registry.selected = [args] {
       pipelines::BenchPoint p;
@@ -40,6 +43,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.memory_limit_bytes = core::parse_bytes(args->memory_limit);
       p.repeat = args->repeat;
       p.warmup = args->warmup;
+      p.timeline = args->timeline;
       const pipelines::BenchResult r = pipelines::bench_step(p);
       std::cout << pipelines::to_json(p, r) << "\n";
       return r.status == "error" ? 1 : 0;

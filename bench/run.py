@@ -5,6 +5,11 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run              the published table (about 30-40 minutes on the 2-core machine)
   bench/run --quick      a smoke run of a few seconds: the harness works (no timing claims)
   bench/run --only read  just the slide-reading section (`tessel bench read`, 20000² JPEG TIFF)
+
+Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
+user would pick instead, PyTorch from Python (bench/pytorch_step.py with Debian's /usr/bin/python3):
+plain autograd and checkpoint_sequential (the fastest of 2, 4, 8 segments). Plots (PNG, with
+python3-matplotlib): time and peak memory vs pixels per model, and one step's memory timeline.
 """
 import argparse
 import datetime
@@ -23,14 +28,36 @@ FULL = [
     # (model, sizes, tiled budget)
     ("vgg-mini", [512, 1024, 2048, 4096, 8192], "1GiB"),
     ("vgg16", [512, 1024, 2048], "2GiB"),
+    ("darknet19", [512, 1024, 2048, 4096], "2GiB"),
 ]
-QUICK = [("tiny", [128, 256], "64MiB")]
+QUICK = [("tiny", [128], "64MiB")]
+STRATEGIES = ["none", "grid", "rows", "auto", "pytorch", "pytorch-checkpoint"]
+# Debian's python3, with python3-torch and python3-matplotlib (TESSEL_BENCH_PYTHON: another).
+SYSTEM_PYTHON = os.environ.get("TESSEL_BENCH_PYTHON", "/usr/bin/python3")
+# The timeline plot: one step of a tiled plan (model, size, strategy, budget).
+TIMELINE_FULL = ("vgg-mini", 2048, "grid", "1GiB")
+TIMELINE_QUICK = ("tiny", 128, "grid", "1MiB")
 
 
-def run_point(tessel, model, size, strategy, budget, repeat, warmup):
+def run_point(tessel, model, size, strategy, budget, repeat, warmup, timeline=None):
     cmd = [tessel, "bench", "step", "--model", model, "--size", f"{size}x{size}",
            "--strategy", strategy, "--budget", budget, "--repeat", str(repeat),
            "--warmup", str(warmup), "--memory-limit", "20GiB", "--log-level", "warn"]
+    if timeline:
+        cmd += ["--timeline", timeline]
+    return run_process(cmd, model, size, strategy)
+
+
+def run_pytorch_point(model, size, method, threads, repeat, warmup, segments):
+    cmd = [SYSTEM_PYTHON, os.path.join(ROOT, "bench", "pytorch_step.py"), "--model", model,
+           "--size", f"{size}x{size}", "--method", method, "--threads", str(threads),
+           "--repeat", str(repeat), "--warmup", str(warmup), "--segments", segments,
+           "--memory-limit", "20GiB"]
+    return run_process(cmd, model, size, method)
+
+
+def run_process(cmd, model, size, strategy):
+    """One point in a fresh process; a killed process (the OOM killer) is out of memory."""
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -43,12 +70,12 @@ def run_point(tessel, model, size, strategy, budget, repeat, warmup):
     return point
 
 
-def plan_speed(tessel, runs=5):
-    """Wall time of `tessel plan` for VGG-16 on a 200000² slide (process start included)."""
+def plan_speed(tessel, runs=5, size=200000):
+    """Wall time of `tessel plan` for VGG-16 on a size² slide (process start included)."""
     times = []
     for _ in range(runs):
         t0 = time.time()
-        subprocess.run([tessel, "plan", "--model", "vgg16", "--size", "200000x200000",
+        subprocess.run([tessel, "plan", "--model", "vgg16", "--size", f"{size}x{size}",
                         "--budget", "8GiB"], check=True, capture_output=True)
         times.append(time.time() - t0)
     return sorted(times)[len(times) // 2]
@@ -102,6 +129,35 @@ def fmt_mib(b):
     return f"{b / MiB:,.0f}"
 
 
+def system_python_has(module):
+    """Whether Debian's python3 can import `module` (the python3 on PATH may be another one)."""
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        return False
+    return subprocess.run([SYSTEM_PYTHON, "-c", f"import {module}"],
+                          capture_output=True).returncode == 0
+
+
+def ratio(p, base):
+    if not base or p is base or not base.get("step_ms_median"):
+        return ""
+    return f"{p['step_ms_median'] / base['step_ms_median']:.2f}"
+
+
+def predicted_total(p):
+    pred = p.get("predicted_bytes", {})
+    if "working_set" in pred:  # Tessel's planner: the step's own bytes, model state excluded
+        return pred["checkpoints"] + pred["working_set"] + pred["head"]
+    return pred.get("total", 0)
+
+
+def tiles_cell(p):
+    if p["strategy"] == "pytorch-checkpoint":
+        return f"{p.get('segments', 0)} segments"
+    if p["strategy"] == "pytorch":
+        return ""
+    return f"{p['forward_tiles']}/{p['backward_tiles']}"
+
+
 def tables(points):
     out = []
     by_model = {}
@@ -111,28 +167,25 @@ def tables(points):
         budget = next((p["budget_bytes"] for p in pts if p.get("strategy") != "none"
                        and p.get("budget_bytes")), 0)
         out.append(f"\n### {model} (tiled budget {budget / GiB:g} GiB)\n")
-        out.append("| size | strategy | step s (median) | fwd s | bwd s | × plain | measured peak MiB "
-                   "| predicted MiB | max RSS MiB | tiles fwd/bwd | status |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
-        plain = {p["height"]: p for p in pts if p["strategy"] == "none" and p["status"] == "ok"}
-        for p in sorted(pts, key=lambda p: (p["height"], ["none", "grid", "rows", "auto"].index(
-                p["strategy"]))):
+        out.append("| size | strategy | step s (median) | fwd s | bwd s | × plain | × pytorch "
+                   "| measured peak MiB | predicted MiB | max RSS MiB | tiles fwd/bwd | status |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        ok = [p for p in pts if p["status"] == "ok"]
+        plain = {p["height"]: p for p in ok if p["strategy"] == "none"}
+        pytorch = {p["height"]: p for p in ok if p["strategy"] == "pytorch"}
+        for p in sorted(pts, key=lambda p: (p["height"], STRATEGIES.index(p["strategy"]))):
             size = f"{p['height']}²"
             if p["status"] != "ok":
                 msg = p.get("message", "").split(":")[0][:60]
-                out.append(f"| {size} | {p['strategy']} | – | – | – | – | – | – | – | – | "
+                out.append(f"| {size} | {p['strategy']} | – | – | – | – | – | – | – | – | – | "
                            f"{p['status']} {msg} |")
                 continue
-            ratio = ""
-            if p["height"] in plain and p["strategy"] != "none":
-                ratio = f"{p['step_ms_median'] / plain[p['height']]['step_ms_median']:.2f}"
-            pred = p["predicted_bytes"]
-            predicted = pred["checkpoints"] + pred["working_set"] + pred["head"]
             out.append(
                 f"| {size} | {p['strategy']} | {p['step_ms_median'] / 1000:.2f} | "
                 f"{p['forward_ms_median'] / 1000:.2f} | {p['backward_ms_median'] / 1000:.2f} | "
-                f"{ratio} | {fmt_mib(p['measured_peak_bytes'])} | {fmt_mib(predicted)} | "
-                f"{fmt_mib(p['max_rss_bytes'])} | {p['forward_tiles']}/{p['backward_tiles']} | ok |")
+                f"{ratio(p, plain.get(p['height']))} | {ratio(p, pytorch.get(p['height']))} | "
+                f"{fmt_mib(p['measured_peak_bytes'])} | {fmt_mib(predicted_total(p))} | "
+                f"{fmt_mib(p['max_rss_bytes'])} | {tiles_cell(p)} | ok |")
     return "\n".join(out)
 
 
@@ -148,6 +201,40 @@ def machine():
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.platform()}"
+
+
+def record(points, f, p):
+    points.append(p)
+    f.write(json.dumps(p) + "\n")
+    f.flush()
+    print(f"bench: {p['model']} {p['height']}² {p['strategy']}: {p['status']} "
+          f"{p.get('step_ms_median', 0) / 1000:.2f} s/step, peak "
+          f"{p.get('measured_peak_bytes', 0) / MiB:.0f} MiB", flush=True)
+
+
+def plots(tessel, out, quick):
+    """The PNGs: time and peak memory vs pixels per model, and one step's memory timeline."""
+    if not system_python_has("matplotlib"):
+        print(f"bench: skipping the plots: {SYSTEM_PYTHON} cannot import matplotlib (install "
+              "python3-matplotlib: scripts/setup)", flush=True)
+        return []
+    model, size, strategy, budget = TIMELINE_QUICK if quick else TIMELINE_FULL
+    timeline = out.replace(".jsonl", "-timeline.jsonl")
+    p = run_point(tessel, model, size, strategy, budget, 1, 0 if quick else 1, timeline)
+    cmd = [SYSTEM_PYTHON, os.path.join(ROOT, "bench", "plot.py"), "--points", out,
+           "--prefix", out.replace(".jsonl", "")]
+    if p["status"] == "ok":
+        cmd += ["--timeline", timeline]
+    else:
+        print(f"bench: no timeline plot: the point {model} {size}² {strategy} {budget} "
+              f"ended {p['status']}", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench: bench/plot.py failed: {proc.stderr.strip()[-500:]}")
+    pngs = proc.stdout.split()
+    for png in pngs:
+        print(f"bench: wrote {png}", flush=True)
+    return pngs
 
 
 def main():
@@ -170,6 +257,10 @@ def main():
     points = []
     if args.only == "read":
         scenarios = []
+    baselines = args.only != "read" and system_python_has("torch")
+    if args.only != "read" and not baselines:
+        print(f"bench: skipping the PyTorch baselines: {SYSTEM_PYTHON} cannot import torch "
+              "(install python3-torch: scripts/setup)", flush=True)
     with open(out, "w") as f:
         for model, sizes, budget in scenarios:
             for size in sizes:
@@ -180,17 +271,22 @@ def main():
                 for strategy in ("none", "grid", "rows"):
                     b = "0" if strategy == "none" else budget
                     p = run_point(args.tessel, model, size, strategy, b, repeat, warmup)
-                    points.append(p)
-                    f.write(json.dumps(p) + "\n")
-                    f.flush()
-                    print(f"bench: {model} {size}² {strategy}: {p['status']} "
-                          f"{p.get('step_ms_median', 0) / 1000:.2f} s/step, peak "
-                          f"{p.get('measured_peak_bytes', 0) / MiB:.0f} MiB", flush=True)
+                    record(points, f, p)
+                if not baselines:
+                    continue
+                threads = next((q["threads"] for q in points if q.get("threads")), 2)
+                segments = "2" if args.quick else "2,4,8"
+                for method in ("pytorch", "pytorch-checkpoint"):
+                    p = run_pytorch_point(model, size, method, threads, repeat, warmup, segments)
+                    record(points, f, p)
     read_report = ""
     if args.only != "step":
         settings = READ_QUICK if args.quick else READ_FULL
         read_points = run_read(args.tessel, settings["size"], settings["limit"])
-        with open(out.replace("step-", "read-"), "w") as f:
+        # Next to the step results, never over them (--out may not contain "step-").
+        read_out = os.path.join(os.path.dirname(out),
+                                "read-" + os.path.basename(out).replace("step-", ""))
+        with open(read_out, "w") as f:
             for p in read_points:
                 f.write(json.dumps(p) + "\n")
         read_report = read_table(read_points)
@@ -199,13 +295,20 @@ def main():
             write_read_table_into_readme(read_table(read_points))
     if args.only == "read":
         return
-    planner_s = plan_speed(args.tessel, 1 if args.quick else 5)
-    print(f"bench: tessel plan vgg16 200000² 8GiB: {planner_s:.2f} s (process wall time)")
+    # Quick: a 20000² slide; since offload plans, 200000² in 8 GiB takes ~25 s (NOTES.md).
+    plan_size = 20000 if args.quick else 200000
+    planner_s = plan_speed(args.tessel, 1 if args.quick else 5, plan_size)
+    print(f"bench: tessel plan vgg16 {plan_size}² 8GiB: {planner_s:.2f} s (process wall time)")
     report = (f"Machine: {machine()}. Date: {stamp}. Threads: "
               f"{points[0].get('threads', '?')}.\n" + tables(points) +
-              f"\n\nPlanner: `tessel plan --model vgg16 --size 200000x200000 --budget 8GiB` "
+              f"\n\nPlanner: `tessel plan --model vgg16 --size {plan_size}x{plan_size} "
+              f"--budget 8GiB` "
               f"takes {planner_s:.2f} s wall time, process start included (median of "
               f"{1 if args.quick else 5}).\n" + read_report + "\n")
+    pngs = plots(args.tessel, out, args.quick)
+    if pngs:
+        report += "\nPlots: " + ", ".join(os.path.relpath(p, os.path.dirname(out))
+                                          for p in pngs) + "\n"
     with open(out.replace(".jsonl", ".md"), "w") as f:
         f.write(report)
     print(report)

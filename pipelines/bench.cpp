@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "core/executor.h"
@@ -15,6 +18,7 @@
 #include "core/planner.h"
 #include "core/runtime.h"
 #include "models/zoo.h"
+#include "pipelines/run_files.h"
 
 namespace tessel::pipelines {
 
@@ -31,6 +35,78 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// One step's memory over time: a poller reads the tracking allocator's live and peak bytes (so
+// plain steps, which emit no tile events, have a timeline too), and the executor's samples
+// after each tile add the tile store's categories and which pass and segment ran.
+class TimelineRecorder : public core::Observer {
+ public:
+  TimelineRecorder() : start_(std::chrono::steady_clock::now()), start_live_(live()) {
+    poller_ = std::jthread([this](const std::stop_token& stop) {
+      while (!stop.stop_requested()) {
+        add({{"type", "poll"}, {"live", live()}, {"peak", core::MemoryTracker::peak_bytes()}});
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+
+  void on_tile(const core::TileEvent& e) override {
+    const std::scoped_lock lock(mutex_);
+    last_tile_ = {{"segment", e.segment},
+                  {"tile", e.tile},
+                  {"tiles", e.tiles},
+                  {"pass", e.pass == core::TileEvent::kForward ? "forward" : "backward"}};
+  }
+
+  void on_memory(const core::MemorySample& m) override {
+    nlohmann::json j = {{"type", "tile"},
+                        {"live", m.live},
+                        {"peak", m.peak},
+                        {"budget", m.budget},
+                        {"by_category", m.by_category}};
+    {
+      const std::scoped_lock lock(mutex_);
+      j.update(last_tile_);
+    }
+    add(std::move(j));
+  }
+
+  // Stops polling and writes the header line (the live bytes at the start: parameters,
+  // gradients, optimizer state and the image) and every sample in time order.
+  void write(const std::filesystem::path& path, const BenchPoint& p, int64_t budget_bytes) {
+    poller_.request_stop();
+    poller_.join();
+    std::ostringstream text;
+    text << nlohmann::json{{"type", "step"},
+                           {"model", p.model},
+                           {"height", p.height},
+                           {"width", p.width},
+                           {"strategy", core::to_string(p.strategy)},
+                           {"budget", budget_bytes},
+                           {"start_live", start_live_}}
+                .dump()
+         << "\n";
+    for (const nlohmann::json& j : samples_) text << j.dump() << "\n";
+    write_text_atomically(path, text.str());
+  }
+
+ private:
+  static int64_t live() { return core::MemoryTracker::live_bytes(); }
+
+  void add(nlohmann::json j) {
+    j["t_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+                    .count();
+    const std::scoped_lock lock(mutex_);
+    samples_.push_back(std::move(j));
+  }
+
+  std::chrono::steady_clock::time_point start_;
+  int64_t start_live_;
+  std::mutex mutex_;
+  nlohmann::json last_tile_ = nlohmann::json::object();
+  std::vector<nlohmann::json> samples_;
+  std::jthread poller_;  // last: stopped before the members it writes to are destroyed
+};
 
 }  // namespace
 
@@ -73,12 +149,20 @@ BenchResult bench_step(const BenchPoint& p) {
     return at::cross_entropy_loss(logits, t);
   };
   for (int i = 0; i < p.warmup + p.repeat; ++i) {
+    const bool record = !p.timeline.empty() && i == p.warmup + p.repeat - 1;
+    std::unique_ptr<TimelineRecorder> timeline;
+    core::StepOptions step_options;
+    if (record) {
+      timeline = std::make_unique<TimelineRecorder>();
+      step_options.observer = timeline.get();
+    }
     const auto t0 = std::chrono::steady_clock::now();
     optimizer.zero_grad();
-    const core::StepResult s = core::train_step(graph, plan, source, target, loss);
+    const core::StepResult s = core::train_step(graph, plan, source, target, loss, step_options);
     optimizer.step();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (record) timeline->write(p.timeline, p, plan.budget_bytes);
     if (i < p.warmup) continue;
     r.step_ms.push_back(ms);
     r.forward_ms.push_back(s.forward_ms);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct BenchPoint {
   int repeat = 3;
   int warmup = 1;
   uint64_t seed = 1;
+  // When set, the last timed step's memory timeline is written here as JSON lines: live and
+  // peak bytes polled every millisecond or two, and the executor's per-tile samples (with the
+  // tile store's categories) — bench/plot.py draws it.
+  std::filesystem::path timeline;
 };
 
 struct BenchResult {

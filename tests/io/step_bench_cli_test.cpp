@@ -1,0 +1,81 @@
+// Runs `tessel bench step --timeline` as bench/run does for its memory-timeline plot, on the tiny
+// network (no timing claims): the file bench/plot.py reads.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/run_cli.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tessel::testing::run_cli;
+
+fs::path temporary_file(const std::string& name) {
+  const fs::path path = fs::temp_directory_path() /
+                        ("tessel_step_bench_cli_" + std::to_string(getpid()) + "_" + name);
+  fs::remove(path);
+  return path;
+}
+
+std::vector<nlohmann::json> read_lines(const fs::path& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+int64_t count_type(const std::vector<nlohmann::json>& lines, const std::string& type) {
+  return std::count_if(lines.begin(), lines.end(),
+                       [&](const nlohmann::json& j) { return j["type"] == type; });
+}
+
+TEST(BenchStepCli, WritesTheLastStepsMemoryTimelineWithTilesOfBothPasses) {
+  const fs::path timeline = temporary_file("grid.jsonl");
+  const auto run = run_cli(
+      "bench step --model tiny --size 128x128 --strategy grid --budget 1MiB --repeat 2 "
+      "--warmup 0 --log-level warn --timeline " +
+      timeline.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<nlohmann::json> lines = read_lines(timeline);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0]["type"], "step");
+  EXPECT_EQ(lines[0]["budget"], 1 << 20);
+  EXPECT_GT(lines[0]["start_live"].get<int64_t>(), 0);
+  EXPECT_EQ(count_type(lines, "step"), 1) << "one step recorded, the last";
+  EXPECT_GT(count_type(lines, "poll"), 0);
+  bool forward = false, backward = false;
+  for (const nlohmann::json& j : lines) {
+    if (j["type"] == "step") continue;
+    EXPECT_GE(j["t_ms"].get<double>(), 0);
+    EXPECT_GT(j["live"].get<int64_t>(), 0);
+    EXPECT_GE(j["peak"].get<int64_t>(), j["live"].get<int64_t>());
+    if (j["type"] == "tile") {
+      forward = forward || j["pass"] == "forward";
+      backward = backward || j["pass"] == "backward";
+    }
+  }
+  EXPECT_TRUE(forward && backward) << "tile samples of both passes";
+  fs::remove(timeline);
+}
+
+TEST(BenchStepCli, RecordsATimelineForAPlainStepToo) {
+  const fs::path timeline = temporary_file("plain.jsonl");
+  const auto run = run_cli(
+      "bench step --model tiny --size 128x128 --strategy none --repeat 1 --warmup 0 "
+      "--log-level warn --timeline " +
+      timeline.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<nlohmann::json> lines = read_lines(timeline);
+  EXPECT_GT(count_type(lines, "poll"), 0);
+  EXPECT_EQ(count_type(lines, "tile"), 0) << "a plain step has no tiles";
+  fs::remove(timeline);
+}
+
+}  // namespace
