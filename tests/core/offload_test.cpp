@@ -439,10 +439,13 @@ TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
   mo.in_channels = 3;
   const Graph g = models::build_model("vgg-mini", mo);
   const Shape in{3, 2048, 2048};
-  const int64_t budget = int64_t{80} << 20;
+  // Below the smallest all-resident plan (~30 MiB): only offloading fits.
+  const int64_t budget = int64_t{25} << 20;
   PlanOptions o;
   const Plan plan = make_plan(g, in, budget, o);
   ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
+  // Where a resident plan fits, nothing is offloaded.
+  EXPECT_FALSE(make_plan(g, in, int64_t{80} << 20, o).offloads());
   EXPECT_LE(plan.predicted.total(), budget);
   int64_t offloaded = 0;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
@@ -464,10 +467,9 @@ TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
   }
   EXPECT_GT(offloaded, 0);
   EXPECT_GT(plan.window_bytes, 0);
-  // Without offload the same budget needs other checkpoints and finer tiles (more recompute):
-  // offload won on cost, not because nothing else fits.
+  // Offload is what makes this budget fit: without it no plan does.
   o.offload = PlanOptions::Offload::kNever;
-  EXPECT_FALSE(make_plan(g, in, budget, o).offloads());
+  EXPECT_THROW(make_plan(g, in, budget, o), Error);
   // With room for everything, nothing moves.
   EXPECT_FALSE(make_plan(g, in, int64_t{4} << 30, PlanOptions{}).offloads());
 }
