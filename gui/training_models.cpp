@@ -1,0 +1,102 @@
+// LibTorch (through core/plan.h) before Qt: Qt defines `slots` as a macro, LibTorch uses it as a
+// name.
+#include "core/plan.h"
+// clang-format off
+#include "gui/training_models.h"
+// clang-format on
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessel::gui {
+
+void TileStateModel::reset() { *this = TileStateModel(); }
+
+void TileStateModel::apply(const core::TileEvent& e) {
+  if (e.segment != segment_ || e.pass != pass_ || static_cast<int64_t>(states_.size()) != e.tiles) {
+    if (segment_ >= 0) finished_.emplace_back(segment_, pass_);
+    segment_ = e.segment;
+    pass_ = e.pass;
+    states_.assign(static_cast<size_t>(std::max<int64_t>(e.tiles, 0)), TileState::kPending);
+    rects_.assign(states_.size(), QRectF());
+    extent_ = QRectF();
+    current_ = -1;
+  }
+  segments_ = std::max(segments_, e.segment + 1);
+  if (e.tile < 0 || e.tile >= static_cast<int64_t>(states_.size())) return;
+  const auto i = static_cast<size_t>(e.tile);
+  const QRectF r(static_cast<double>(e.out.x.begin), static_cast<double>(e.out.y.begin),
+                 static_cast<double>(e.out.x.size()), static_cast<double>(e.out.y.size()));
+  rects_[i] = r;
+  extent_ = extent_.isNull() ? r : extent_.united(r);
+  if (e.done) {
+    states_[i] = TileState::kDone;
+    ++tiles_done_;
+  } else {
+    states_[i] = e.pass == core::TileEvent::kForward ? TileState::kForward : TileState::kBackward;
+    current_ = e.tile;
+  }
+}
+
+int64_t TileStateModel::count(TileState state) const {
+  return std::count(states_.begin(), states_.end(), state);
+}
+
+bool TileStateModel::segment_done(int segment, core::TileEvent::Pass pass) const {
+  return std::find(finished_.begin(), finished_.end(), std::make_pair(segment, pass)) !=
+         finished_.end();
+}
+
+void MemorySeries::clear() { *this = MemorySeries(); }
+
+void MemorySeries::add(double seconds, const core::MemorySample& s) {
+  live_.append(QPointF(seconds, static_cast<double>(s.live)));
+  peak_.append(QPointF(seconds, static_cast<double>(s.peak)));
+  for (const auto& [name, bytes] : s.by_category) {
+    categories_[name].append(QPointF(seconds, static_cast<double>(bytes)));
+  }
+  if (s.budget > 0) budget_ = s.budget;
+  largest_ = std::max({largest_, s.live, s.peak, budget_});
+  if (live_.size() > kMaxPoints) thin();
+}
+
+void MemorySeries::add_slide(const pipelines::SlideProgress& s) {
+  if (!s.done) return;
+  predicted_peak_ = s.predicted_peak_bytes;
+  measured_peak_ = s.measured_peak_bytes;
+  if (s.budget_bytes > 0) budget_ = s.budget_bytes;
+  largest_ = std::max({largest_, predicted_peak_, measured_peak_, budget_});
+}
+
+void MemorySeries::thin() {
+  const auto halve = [](QVector<QPointF>& points) {
+    QVector<QPointF> kept;
+    kept.reserve(points.size() / 2 + 1);
+    for (qsizetype i = 0; i < points.size(); i += 2) kept.append(points[i]);
+    if (!points.isEmpty() && (points.size() - 1) % 2 != 0) kept.append(points.back());
+    points = std::move(kept);
+  };
+  halve(live_);
+  halve(peak_);
+  for (auto& [name, points] : categories_) halve(points);
+}
+
+void MetricsSeries::clear() { *this = MetricsSeries(); }
+
+void MetricsSeries::add(const pipelines::EpochReport& e) {
+  const auto x = static_cast<double>(e.epoch);
+  train_loss_.append(QPointF(x, e.train_loss));
+  largest_loss_ = std::max(largest_loss_, e.train_loss);
+  if (e.val.count > 0) {
+    val_loss_.append(QPointF(x, e.val.loss));
+    largest_loss_ = std::max(largest_loss_, e.val.loss);
+    val_accuracy_.append(QPointF(x, e.val.accuracy));
+    val_balanced_.append(QPointF(x, e.val.balanced_accuracy));
+    if (!std::isnan(e.val.auc)) val_auc_.append(QPointF(x, e.val.auc));
+  }
+  if (e.best) best_epoch_ = static_cast<int>(e.epoch);
+}
+
+QString format_bytes(int64_t bytes) { return QString::fromStdString(core::format_bytes(bytes)); }
+
+}  // namespace tessel::gui
