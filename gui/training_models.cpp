@@ -61,9 +61,9 @@ void MemorySeries::add(double seconds, const core::MemorySample& s) {
 }
 
 void MemorySeries::add_slide(const pipelines::SlideProgress& s) {
-  if (!s.done) return;
-  predicted_peak_ = s.predicted_peak_bytes;
-  measured_peak_ = s.measured_peak_bytes;
+  // The plan's prediction comes when the slide starts, the measurement when it is done.
+  if (s.predicted_peak_bytes > 0) predicted_peak_ = s.predicted_peak_bytes;
+  if (s.done) measured_peak_ = s.measured_peak_bytes;
   if (s.budget_bytes > 0) budget_ = s.budget_bytes;
   largest_ = std::max({largest_, predicted_peak_, measured_peak_, budget_});
 }

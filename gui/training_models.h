@@ -64,13 +64,13 @@ class MemorySeries {
 
   void clear();
   void add(double seconds, const core::MemorySample& sample);
-  void add_slide(const pipelines::SlideProgress& slide);  // a finished slide's peaks
+  void add_slide(const pipelines::SlideProgress& slide);  // its predicted / measured peak
 
   const QVector<QPointF>& live() const { return live_; }
   const QVector<QPointF>& peak() const { return peak_; }
   const std::map<std::string, QVector<QPointF>>& by_category() const { return categories_; }
   int64_t budget() const { return budget_; }
-  int64_t predicted_peak() const { return predicted_peak_; }  // the last slide's plan, 0: none
+  int64_t predicted_peak() const { return predicted_peak_; }  // the current slide's plan, 0: none
   int64_t measured_peak() const { return measured_peak_; }    // the last slide's, -1: unknown
   int64_t largest() const { return largest_; }                // for the axis
   double last_seconds() const { return live_.isEmpty() ? 0 : live_.back().x(); }
