@@ -9,6 +9,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QScrollArea>
 #include <QStatusBar>
 
 #include <exception>
@@ -48,7 +49,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   addDockWidget(Qt::RightDockWidgetArea, properties_dock);
   addDockWidget(Qt::BottomDockWidgetArea, dataset_dock);
   training_ = new TrainingPanel(this);
-  training_dock_ = dock(tr("Training"), QStringLiteral("training"), training_, this);
+  // Scrolled, so the panel's charts never squeeze the viewer when the dock is short.
+  auto* training_scroll = new QScrollArea(this);
+  training_scroll->setWidget(training_);
+  training_scroll->setWidgetResizable(true);
+  training_scroll->setFrameShape(QFrame::NoFrame);
+  training_dock_ = dock(tr("Training"), QStringLiteral("training"), training_scroll, this);
   addDockWidget(Qt::BottomDockWidgetArea, training_dock_);
   tabifyDockWidget(dataset_dock, training_dock_);
   dataset_dock->raise();

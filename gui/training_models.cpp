@@ -85,14 +85,19 @@ void MetricsSeries::clear() { *this = MetricsSeries(); }
 
 void MetricsSeries::add(const pipelines::EpochReport& e) {
   const auto x = static_cast<double>(e.epoch);
-  train_loss_.append(QPointF(x, e.train_loss));
-  largest_loss_ = std::max(largest_loss_, e.train_loss);
+  // An epoch whose slides were all skipped has no loss (NaN): the chart leaves a gap.
+  const auto append = [x](QVector<QPointF>& points, double value) {
+    if (std::isfinite(value)) points.append(QPointF(x, value));
+  };
+  ++epochs_;
+  append(train_loss_, e.train_loss);
+  if (std::isfinite(e.train_loss)) largest_loss_ = std::max(largest_loss_, e.train_loss);
   if (e.val.count > 0) {
-    val_loss_.append(QPointF(x, e.val.loss));
-    largest_loss_ = std::max(largest_loss_, e.val.loss);
-    val_accuracy_.append(QPointF(x, e.val.accuracy));
-    val_balanced_.append(QPointF(x, e.val.balanced_accuracy));
-    if (!std::isnan(e.val.auc)) val_auc_.append(QPointF(x, e.val.auc));
+    append(val_loss_, e.val.loss);
+    if (std::isfinite(e.val.loss)) largest_loss_ = std::max(largest_loss_, e.val.loss);
+    append(val_accuracy_, e.val.accuracy);
+    append(val_balanced_, e.val.balanced_accuracy);
+    append(val_auc_, e.val.auc);
   }
   if (e.best) best_epoch_ = static_cast<int>(e.epoch);
 }

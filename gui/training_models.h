@@ -92,17 +92,18 @@ class MetricsSeries {
   void clear();
   void add(const pipelines::EpochReport& epoch);
 
-  int epochs() const { return static_cast<int>(train_loss_.size()); }
+  int epochs() const { return epochs_; }
   const QVector<QPointF>& train_loss() const { return train_loss_; }
   const QVector<QPointF>& val_loss() const { return val_loss_; }
   const QVector<QPointF>& val_accuracy() const { return val_accuracy_; }
   const QVector<QPointF>& val_balanced_accuracy() const { return val_balanced_; }
-  const QVector<QPointF>& val_auc() const { return val_auc_; }  // NaN AUCs left out
+  const QVector<QPointF>& val_auc() const { return val_auc_; }  // NaN values are left out
   double largest_loss() const { return largest_loss_; }
   int best_epoch() const { return best_epoch_; }  // 0: none yet
 
  private:
   QVector<QPointF> train_loss_, val_loss_, val_accuracy_, val_balanced_, val_auc_;
+  int epochs_ = 0;
   double largest_loss_ = 0;
   int best_epoch_ = 0;
 };

@@ -2,6 +2,8 @@
 // memory series (by category, budget, predicted and measured peaks, bounded), the metrics.
 #include <QTest>
 
+#include <limits>
+
 #include "gui/training_models.h"
 
 namespace tessel::gui {
@@ -138,6 +140,11 @@ class TrainingModelsTest : public QObject {
     QVERIFY(metrics.val_auc().isEmpty());
     QCOMPARE(metrics.largest_loss(), 0.9);
     QCOMPARE(metrics.best_epoch(), 2);
+    e.epoch = 3;
+    e.train_loss = std::numeric_limits<double>::quiet_NaN();  // every slide skipped
+    metrics.add(e);
+    QCOMPARE(metrics.epochs(), 3);
+    QCOMPARE(metrics.train_loss().size(), 2);
   }
 };
 

@@ -189,7 +189,8 @@ class TrainingPanelTest : public QObject {
     QVERIFY(panel->metrics_chart()->points() >= 1);
     QVERIFY(panel->slides_done() > 0);
     QVERIFY(!panel->log()->toPlainText().isEmpty());
-    QVERIFY(!panel->tile_progress()->thumbnail().isNull());
+    // The thumbnail is read off the UI thread and may land after a run this short.
+    QTRY_VERIFY_WITH_TIMEOUT(!panel->tile_progress()->thumbnail().isNull(), kTimeoutMs);
     qInfo(
         "tile events %lld, memory points %d, category series %d, epochs %d, slides %d; "
         "largest UI-thread stall while training: %lld ms over %d ticks",
@@ -217,8 +218,7 @@ class TrainingPanelTest : public QObject {
     const auto watch = QObject::connect(panel, &TrainingPanel::batchApplied, panel, [&] {
       const TileStateModel& t = panel->tiles();
       if (grabbed || !panel->running() || panel->metrics().epochs() < 1 || t.tiles() < 4 ||
-          t.count(TileState::kDone) < 2 ||
-          panel->tile_progress()->thumbnail().isNull()) {
+          t.count(TileState::kDone) < 2 || panel->tile_progress()->thumbnail().isNull()) {
         return;
       }
       grabbed = true;
@@ -241,6 +241,9 @@ class TrainingPanelTest : public QObject {
     QVERIFY(window_.slide_view()->has_heatmap());
     window_.training()->opacity_slider()->setValue(30);
     QCOMPARE(window_.slide_view()->heatmap_opacity(), 0.3);
+    window_.training()->opacity_slider()->setValue(60);
+    QTRY_VERIFY_WITH_TIMEOUT(window_.slide_view()->visible_tiles_loaded(), kTimeoutMs);
+    save_screenshot(&window_, QStringLiteral("viewer-heatmap"));
   }
 
   void aHeatmapOfAMissingCheckpointIsAMessage() {
