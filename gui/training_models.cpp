@@ -20,6 +20,8 @@ void TileStateModel::apply(const core::TileEvent& e) {
     states_.assign(static_cast<size_t>(std::max<int64_t>(e.tiles, 0)), TileState::kPending);
     rects_.assign(states_.size(), QRectF());
     extent_ = QRectF();
+    cols_ = 0;
+    max_row_ = max_col_ = 0;
     current_ = -1;
   }
   segments_ = std::max(segments_, e.segment + 1);
@@ -29,6 +31,9 @@ void TileStateModel::apply(const core::TileEvent& e) {
                  static_cast<double>(e.out.x.size()), static_cast<double>(e.out.y.size()));
   rects_[i] = r;
   extent_ = extent_.isNull() ? r : extent_.united(r);
+  if (e.row > 0 && cols_ == 0) cols_ = (e.tile - e.col) / e.row;
+  max_row_ = std::max(max_row_, e.row);
+  max_col_ = std::max(max_col_, e.col);
   if (e.done) {
     states_[i] = TileState::kDone;
     ++tiles_done_;
@@ -36,6 +41,18 @@ void TileStateModel::apply(const core::TileEvent& e) {
     states_[i] = e.pass == core::TileEvent::kForward ? TileState::kForward : TileState::kBackward;
     current_ = e.tile;
   }
+}
+
+QRectF TileStateModel::extent() const {
+  const auto n = static_cast<int64_t>(states_.size());
+  if (n == 0 || extent_.isNull()) return {};
+  // Until a second row shows the width of the grid, guess it square.
+  const int64_t cols =
+      cols_ > 0 ? cols_
+                : std::max(max_col_ + 1, static_cast<int64_t>(std::ceil(std::sqrt(double(n)))));
+  const int64_t rows = (n + cols - 1) / cols;
+  return QRectF(0, 0, extent_.right() * static_cast<double>(cols) / double(max_col_ + 1),
+                extent_.bottom() * static_cast<double>(rows) / double(max_row_ + 1));
 }
 
 int64_t TileStateModel::count(TileState state) const {

@@ -37,8 +37,9 @@ class TileStateModel {
   int64_t current_tile() const { return current_; }  // -1: none yet
   // A tile's rectangle in the segment's output activation (empty until its event was seen).
   QRectF rect(int64_t tile) const { return rects_.at(static_cast<size_t>(tile)); }
-  // The segment's output as far as its tiles have shown it: where the grid is drawn.
-  QRectF extent() const { return extent_; }
+  // The segment's output, where the grid is drawn: the tiles seen so far scaled up to the whole
+  // grid (its columns follow from any tile past the first row: tile = row · cols + col).
+  QRectF extent() const;
   int64_t tiles_done() const { return tiles_done_; }  // finished tiles on this slide, all passes
   // Segments whose pass has finished on this slide, by direction.
   bool segment_done(int segment, core::TileEvent::Pass pass) const;
@@ -49,7 +50,9 @@ class TileStateModel {
   core::TileEvent::Pass pass_ = core::TileEvent::kForward;
   std::vector<TileState> states_;
   std::vector<QRectF> rects_;
-  QRectF extent_;
+  QRectF extent_;     // of the tiles seen
+  int64_t cols_ = 0;  // 0: not known yet
+  int64_t max_row_ = 0, max_col_ = 0;
   int64_t current_ = -1;
   int64_t tiles_done_ = 0;
   std::vector<std::pair<int, core::TileEvent::Pass>> finished_;

@@ -49,6 +49,17 @@ class TrainingModelsTest : public QObject {
     QCOMPARE(model.rect(3), QRectF(10, 10, 10, 10));
   }
 
+  void theGridsExtentIsKnownBeforeAllItsTilesHaveRun() {
+    TileStateModel model;
+    // 3 rows × 2 columns of 10 px tiles. Only the first seen: guessed near-square, 3 columns.
+    core::TileEvent e = tile(0, 0, 6, core::TileEvent::kForward, false);
+    model.apply(e);
+    QCOMPARE(model.extent(), QRectF(0, 0, 30, 20));
+    e = tile(0, 2, 6, core::TileEvent::kForward, false);  // row 1, col 0: two columns
+    model.apply(e);
+    QCOMPARE(model.extent(), QRectF(0, 0, 20, 30));
+  }
+
   void aNewSegmentOrPassStartsANewGridAndTheOldOneCountsAsDone() {
     TileStateModel model;
     model.apply(tile(0, 0, 4, core::TileEvent::kForward, true));
