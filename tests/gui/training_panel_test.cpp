@@ -166,6 +166,9 @@ class TrainingPanelTest : public QObject {
       const TileStateModel& t = panel->tiles();
       most_states = std::max(most_states, t.tiles());
       most_done = std::max(most_done, t.count(TileState::kDone));
+      // Stop as soon as an epoch is shown: on these tiny slides an epoch takes a fraction of a
+      // second, and a click after the test's own polling could come after the run ended.
+      if (panel->metrics().epochs() >= 1) panel->stop();
     });
     QTRY_VERIFY_WITH_TIMEOUT(panel->tile_events() > 0, kTimeoutMs);
     QTRY_VERIFY_WITH_TIMEOUT(panel->metrics().epochs() >= 1 || !panel->running(), kTimeoutMs);
@@ -178,6 +181,11 @@ class TrainingPanelTest : public QObject {
     QVERIFY(panel->start_button()->isEnabled());
 
     QVERIFY(panel->summary().has_value());
+    // Stopped after the current slide of epoch 2 (or, on a fast machine, the run was done first).
+    QVERIFY(panel->summary()->interrupted || panel->summary()->epochs_done == 2);
+    qInfo("stop: %s after %lld epoch(s)",
+          panel->summary()->interrupted ? "interrupted" : "finished",
+          static_cast<long long>(panel->summary()->epochs_done));
     QVERIFY(std::filesystem::exists(run / "checkpoints" / "last.h5"));
     QVERIFY(panel->checkpoint_edit()->text().endsWith(QStringLiteral(".h5")));
     QVERIFY(most_states > 0);
@@ -200,6 +208,27 @@ class TrainingPanelTest : public QObject {
     if (qEnvironmentVariableIntValue("TESSEL_TIMING_CHECKS") == 1) {
       QVERIFY2(stalls.largest_ms() < 100, qPrintable(QString::number(stalls.largest_ms())));
     }
+  }
+
+  // A long run stopped on its first tiles: it ends after the current slide, interrupted, with a
+  // checkpoint to resume from.
+  void stopEndsTheRunAfterTheCurrentSlideWithACheckpoint() {
+    TrainingPanel* panel = window_.training();
+    panel->epochs_edit()->setValue(200);
+    const auto run = runs_.path() / "stopped";
+    panel->output_edit()->setText(QString::fromStdString(run.string()));
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QTRY_VERIFY_WITH_TIMEOUT(panel->tile_events() > 0, kTimeoutMs);
+    panel->stop();
+    QVERIFY(!panel->stop_button()->isEnabled());
+    QVERIFY(panel->message().startsWith(QStringLiteral("Stopping")));
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY(panel->summary()->interrupted);
+    QVERIFY(panel->summary()->epochs_done < 200);
+    QVERIFY(panel->message().startsWith(QStringLiteral("Stopped")));
+    QVERIFY(std::filesystem::exists(run / "checkpoints" / "last.h5"));
+    panel->epochs_edit()->setValue(2);
   }
 
   // For the docs: level 0 (512²) in 8 MiB, so the planner tiles each slide and the grid shows;
