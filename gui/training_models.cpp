@@ -43,13 +43,29 @@ void TileStateModel::apply(const core::TileEvent& e) {
   }
 }
 
+int64_t TileStateModel::grid_cols() const {
+  const auto n = static_cast<int64_t>(states_.size());
+  // Until a second row shows the width of the grid, guess it square.
+  return cols_ > 0 ? cols_
+                   : std::max(max_col_ + 1, static_cast<int64_t>(std::ceil(std::sqrt(double(n)))));
+}
+
+QRectF TileStateModel::rect(int64_t tile) const {
+  const QRectF& seen = rects_.at(static_cast<size_t>(tile));
+  if (!seen.isNull()) return seen;
+  const QRectF all = extent();
+  if (all.isNull()) return {};
+  const int64_t cols = grid_cols();
+  const int64_t rows = (static_cast<int64_t>(states_.size()) + cols - 1) / cols;
+  const double w = all.width() / static_cast<double>(cols);
+  const double h = all.height() / static_cast<double>(rows);
+  return QRectF(static_cast<double>(tile % cols) * w, static_cast<double>(tile / cols) * h, w, h);
+}
+
 QRectF TileStateModel::extent() const {
   const auto n = static_cast<int64_t>(states_.size());
   if (n == 0 || extent_.isNull()) return {};
-  // Until a second row shows the width of the grid, guess it square.
-  const int64_t cols =
-      cols_ > 0 ? cols_
-                : std::max(max_col_ + 1, static_cast<int64_t>(std::ceil(std::sqrt(double(n)))));
+  const int64_t cols = grid_cols();
   const int64_t rows = (n + cols - 1) / cols;
   return QRectF(0, 0, extent_.right() * static_cast<double>(cols) / double(max_col_ + 1),
                 extent_.bottom() * static_cast<double>(rows) / double(max_row_ + 1));

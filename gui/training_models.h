@@ -35,11 +35,13 @@ class TileStateModel {
   TileState state(int64_t tile) const { return states_.at(static_cast<size_t>(tile)); }
   int64_t count(TileState state) const;
   int64_t current_tile() const { return current_; }  // -1: none yet
-  // A tile's rectangle in the segment's output activation (empty until its event was seen).
-  QRectF rect(int64_t tile) const { return rects_.at(static_cast<size_t>(tile)); }
+  // A tile's rectangle in the segment's output activation: as its event said, or for a tile not
+  // reached yet, its cell of the estimated grid (extent() divided evenly).
+  QRectF rect(int64_t tile) const;
   // The segment's output, where the grid is drawn: the tiles seen so far scaled up to the whole
   // grid (its columns follow from any tile past the first row: tile = row · cols + col).
   QRectF extent() const;
+  int64_t grid_cols() const;  // known from a second-row tile, else guessed near-square
   int64_t tiles_done() const { return tiles_done_; }  // finished tiles on this slide, all passes
   // Segments whose pass has finished on this slide, by direction.
   bool segment_done(int segment, core::TileEvent::Pass pass) const;

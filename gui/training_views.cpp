@@ -67,7 +67,7 @@ void TileProgressWidget::paintEvent(QPaintEvent*) {
     painter.setPen(QPen(QColor(255, 255, 255, 120), 0));
     for (int64_t i = 0; i < model_->tiles(); ++i) {
       const QRectF r = model_->rect(i);
-      if (r.isEmpty()) continue;  // not reached yet: its place is unknown until its event
+      if (r.isEmpty()) continue;
       painter.setBrush(colour(model_->state(i)));
       painter.drawRect(on_screen(r));
     }

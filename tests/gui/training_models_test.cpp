@@ -55,9 +55,12 @@ class TrainingModelsTest : public QObject {
     core::TileEvent e = tile(0, 0, 6, core::TileEvent::kForward, false);
     model.apply(e);
     QCOMPARE(model.extent(), QRectF(0, 0, 30, 20));
+    QCOMPARE(model.rect(4), QRectF(10, 10, 10, 10));      // not reached: its cell in the guess
     e = tile(0, 2, 6, core::TileEvent::kForward, false);  // row 1, col 0: two columns
     model.apply(e);
+    QCOMPARE(model.grid_cols(), 2);
     QCOMPARE(model.extent(), QRectF(0, 0, 20, 30));
+    QCOMPARE(model.rect(5), QRectF(10, 20, 10, 10));
   }
 
   void aNewSegmentOrPassStartsANewGridAndTheOldOneCountsAsDone() {
