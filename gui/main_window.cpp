@@ -9,11 +9,13 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QScrollArea>
 #include <QStatusBar>
 
 #include <exception>
 
 #include "core/version.h"
+#include "gui/heatmap_overlay.h"
 #include "pipelines/environment.h"
 
 namespace tessel::gui {
@@ -46,6 +48,16 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   addDockWidget(Qt::RightDockWidgetArea, overview_dock);
   addDockWidget(Qt::RightDockWidgetArea, properties_dock);
   addDockWidget(Qt::BottomDockWidgetArea, dataset_dock);
+  training_ = new TrainingPanel(this);
+  // Scrolled, so the panel's charts never squeeze the viewer when the dock is short.
+  auto* training_scroll = new QScrollArea(this);
+  training_scroll->setWidget(training_);
+  training_scroll->setWidgetResizable(true);
+  training_scroll->setFrameShape(QFrame::NoFrame);
+  training_dock_ = dock(tr("Training"), QStringLiteral("training"), training_scroll, this);
+  addDockWidget(Qt::BottomDockWidgetArea, training_dock_);
+  tabifyDockWidget(dataset_dock, training_dock_);
+  dataset_dock->raise();
   // The slide gets most of the window; the docks what they need to be read.
   resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
   resizeDocks({dataset_dock}, {250}, Qt::Vertical);
@@ -64,6 +76,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(dataset_, &DatasetPanel::manifestLoaded, this,
           [this](const QString& summary) { statusBar()->showMessage(summary); });
   connect(dataset_, &DatasetPanel::manifestFailed, this, &MainWindow::show_error);
+  connect(training_, &TrainingPanel::runStarted, this, [this] {
+    training_dock_->raise();
+    statusBar()->showMessage(training_->message());
+  });
+  connect(training_, &TrainingPanel::runFinished, this,
+          [this](const QString& text) { statusBar()->showMessage(text); });
+  connect(training_, &TrainingPanel::runFailed, this, &MainWindow::show_error);
+  connect(training_, &TrainingPanel::heatmapRequested, this, &MainWindow::show_heatmap);
+  connect(training_, &TrainingPanel::heatmapOpacityChanged, view_, &SlideView::set_heatmap_opacity);
 
   create_menus();
   statusBar()->showMessage(tr("Open a slide or a manifest from the File menu, or drop one here."));
@@ -123,6 +144,7 @@ void MainWindow::open_path(const QString& path) {
 void MainWindow::open_manifest(const QString& csv) {
   statusBar()->showMessage(tr("Opening %1…").arg(csv));
   dataset_->open_manifest(csv);
+  training_->set_manifest(csv);  // the dataset shown is the one a run trains on
 }
 
 void MainWindow::open_slide(const QString& path) {
@@ -167,6 +189,49 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   setWindowTitle(QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
   statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));
   emit slideOpened(path);
+}
+
+void MainWindow::show_heatmap(const QString& checkpoint) {
+  if (slide_path_.isEmpty() || !view_->has_slide()) {
+    show_error(tr("Open a slide in the viewer first: the heatmap is drawn over it."));
+    emit heatmapFailed(last_error_);
+    return;
+  }
+  if (heatmap_busy_) return;
+  heatmap_busy_ = true;
+  const quint64 serial = serial_;
+  const QString slide = slide_path_;
+  statusBar()->showMessage(tr("Computing the heatmap of %1 with %2…").arg(slide, checkpoint));
+  pool_.start([this, serial, slide, checkpoint] {
+    try {
+      HeatmapOverlay overlay =
+          compute_heatmap_overlay(checkpoint.toStdString(), slide.toStdString());
+      QMetaObject::invokeMethod(
+          this,
+          [this, serial, overlay = std::move(overlay)] {
+            heatmap_busy_ = false;
+            if (serial != serial_) return;  // another slide is shown now
+            view_->set_heatmap(overlay.image, overlay.level0);
+            view_->set_heatmap_opacity(training_->opacity_slider()->value() / 100.0);
+            training_->set_heatmap_legend(overlay.class_name);
+            statusBar()->showMessage(
+                tr("Heatmap of %1 (also written to %2)")
+                    .arg(overlay.class_name, QString::fromStdString(overlay.png.string())));
+            emit heatmapShown(overlay.class_name);
+          },
+          Qt::QueuedConnection);
+    } catch (const std::exception& e) {
+      const QString reason = QString::fromStdString(e.what());
+      QMetaObject::invokeMethod(
+          this,
+          [this, reason] {
+            heatmap_busy_ = false;
+            show_error(reason);
+            emit heatmapFailed(reason);
+          },
+          Qt::QueuedConnection);
+    }
+  });
 }
 
 void MainWindow::show_error(const QString& message) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <QAction>
+#include <QDockWidget>
 #include <QLabel>
 #include <QMainWindow>
 #include <QString>
@@ -13,6 +14,7 @@
 #include "gui/overview_widget.h"
 #include "gui/properties_panel.h"
 #include "gui/slide_view.h"
+#include "gui/training_panel.h"
 
 namespace tessel::gui {
 
@@ -37,10 +39,16 @@ class MainWindow : public QMainWindow {
   PropertiesPanel* properties() { return properties_; }
   DatasetPanel* dataset() { return dataset_; }
   QAction* tissue_action() { return tissue_action_; }
+  TrainingPanel* training() { return training_; }
+  // Returns at once; heatmapShown or a message (last_error) follow.
+  void show_heatmap(const QString& checkpoint);
+  bool computing_heatmap() const { return heatmap_busy_; }
 
  signals:
   void slideOpened(QString path);
   void slideFailed(QString message);
+  void heatmapShown(QString class_name);
+  void heatmapFailed(QString message);
 
  protected:
   void dragEnterEvent(QDragEnterEvent* event) override;
@@ -55,6 +63,9 @@ class MainWindow : public QMainWindow {
   OverviewWidget* overview_;
   PropertiesPanel* properties_;
   DatasetPanel* dataset_;
+  TrainingPanel* training_;
+  QDockWidget* training_dock_;
+  bool heatmap_busy_ = false;
   QAction* tissue_action_ = nullptr;
   QLabel* zoom_label_;
   QThreadPool pool_;

@@ -32,6 +32,7 @@ void SlideView::set_document(SlideDocument doc) {
   doc_ = std::move(doc);
   overview_ = doc_.overview.isNull() ? QPixmap() : QPixmap::fromImage(doc_.overview);
   tissue_ = doc_.tissue.isNull() ? QPixmap() : QPixmap::fromImage(doc_.tissue);
+  heatmap_ = QPixmap();
   message_.clear();
   fitted_ = isVisible();  // a hidden widget's size is not yet the one it will show at
   pending_ = 0;
@@ -182,6 +183,15 @@ void SlideView::paintEvent(QPaintEvent*) {
     painter.setRenderHint(QPainter::SmoothPixmapTransform, true);
     painter.drawPixmap(slide_on_screen, tissue_, QRectF(tissue_.rect()));
   }
+  if (!heatmap_.isNull()) {
+    // Cells as blocks: a score belongs to its whole cell, smoothing would invent gradients.
+    painter.setRenderHint(QPainter::SmoothPixmapTransform, false);
+    painter.setOpacity(heatmap_opacity_);
+    painter.drawPixmap(QRectF(to_screen(view_, size(), heatmap_level0_.topLeft()),
+                              to_screen(view_, size(), heatmap_level0_.bottomRight())),
+                       heatmap_, QRectF(heatmap_.rect()));
+    painter.setOpacity(1.0);
+  }
   draw_scale_bar(painter);
   if (!message_.isEmpty()) {
     painter.setPen(QColor(255, 120, 100));
@@ -222,6 +232,17 @@ void SlideView::resizeEvent(QResizeEvent*) {
     return;
   }
   set_view(view_);
+}
+
+void SlideView::set_heatmap(const QImage& image, QRectF level0) {
+  heatmap_ = image.isNull() ? QPixmap() : QPixmap::fromImage(image);
+  heatmap_level0_ = level0;
+  update();
+}
+
+void SlideView::set_heatmap_opacity(double opacity) {
+  heatmap_opacity_ = std::clamp(opacity, 0.0, 1.0);
+  update();
 }
 
 void SlideView::set_tissue_visible(bool visible) {

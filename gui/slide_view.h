@@ -60,6 +60,13 @@ class SlideView : public QWidget {
   void set_tissue_visible(bool visible);
   bool tissue_visible() const { return tissue_visible_; }
 
+  // A score map over the slide: `image` (one pixel per cell, alpha where there is no cell) drawn
+  // over `level0` at `opacity`; a null image removes it. Cleared when another slide opens.
+  void set_heatmap(const QImage& image, QRectF level0);
+  void set_heatmap_opacity(double opacity);
+  bool has_heatmap() const { return !heatmap_.isNull(); }
+  double heatmap_opacity() const { return heatmap_opacity_; }
+
  signals:
   void viewChanged(QRectF level0);
   void visibleTilesLoaded();
@@ -94,6 +101,9 @@ class SlideView : public QWidget {
   int level_ = 0;
   int pending_ = 0;
   bool tissue_visible_ = false;
+  QPixmap heatmap_;
+  QRectF heatmap_level0_;
+  double heatmap_opacity_ = 0.6;
   bool fitted_ = false;  // set_document waits for a real size before fitting
   QString message_;
   QPoint drag_from_;

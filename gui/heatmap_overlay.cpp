@@ -1,0 +1,39 @@
+// LibTorch (through pipelines/evaluate.h) before Qt: Qt defines `slots` as a macro.
+#include "pipelines/evaluate.h"
+// clang-format off
+#include "gui/heatmap_overlay.h"
+// clang-format on
+
+#include "io/heatmap_writer.h"
+
+namespace tessel::gui {
+
+HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
+                                       const std::filesystem::path& slide,
+                                       std::filesystem::path out_dir) {
+  if (out_dir.empty()) out_dir = checkpoint.parent_path().parent_path() / "heatmaps";
+  pipelines::HeatmapRequest request;
+  request.checkpoint = checkpoint;
+  request.slide = slide;
+  request.out_dir = out_dir;
+  const pipelines::HeatmapResult result = pipelines::make_heatmap(request);
+  const io::Heatmap& map = result.heatmap;
+  HeatmapOverlay overlay;
+  overlay.class_name = QString::fromStdString(map.classes.back());
+  overlay.png = result.png;
+  const std::vector<float>& scores = map.of(map.classes.back());
+  overlay.image =
+      QImage(static_cast<int>(map.cols), static_cast<int>(map.rows), QImage::Format_ARGB32);
+  for (int64_t r = 0; r < map.rows; ++r) {
+    auto* line = reinterpret_cast<QRgb*>(overlay.image.scanLine(static_cast<int>(r)));
+    for (int64_t c = 0; c < map.cols; ++c) {
+      const auto rgb = io::turbo(scores[static_cast<size_t>(r * map.cols + c)]);
+      line[c] = qRgb(rgb[0], rgb[1], rgb[2]);
+    }
+  }
+  overlay.level0 =
+      QRectF(map.origin_x, map.origin_y, map.cell_width * map.cols, map.cell_height * map.rows);
+  return overlay;
+}
+
+}  // namespace tessel::gui

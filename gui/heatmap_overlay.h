@@ -1,0 +1,27 @@
+// A checkpoint's heatmap over a slide as the viewer draws it: pipelines::make_heatmap (which also
+// writes the TIFF, PNG and GeoJSON next to the run), its score map as a turbo-coloured image of
+// one pixel per cell, and where that image lies in level-0 pixels. Slow: call off the UI thread.
+#pragma once
+
+#include <QImage>
+#include <QRectF>
+#include <QString>
+
+#include <filesystem>
+
+namespace tessel::gui {
+
+struct HeatmapOverlay {
+  QImage image;   // cols × rows, ARGB32, io::turbo of the class's score
+  QRectF level0;  // the cells' extent over the slide
+  QString class_name;
+  std::filesystem::path png;  // the overlay PNG make_heatmap wrote
+};
+
+// Writes into `out_dir` (empty: <run folder>/heatmaps beside the checkpoint's checkpoints/).
+// Throws tessel::Error naming the checkpoint or slide that cannot be used.
+HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
+                                       const std::filesystem::path& slide,
+                                       std::filesystem::path out_dir = {});
+
+}  // namespace tessel::gui

@@ -1,0 +1,118 @@
+// The models behind the training views, fed from the observer's events on the UI thread and free
+// of widgets so tests drive them with synthetic events: the current segment's tile grid and each
+// tile's state, the memory series over time, and the per-epoch metrics.
+#pragma once
+
+#include <QPointF>
+#include <QRectF>
+#include <QString>
+#include <QVector>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/observer.h"
+#include "pipelines/train.h"
+
+namespace tessel::gui {
+
+enum class TileState : uint8_t { kPending, kForward, kBackward, kDone };
+
+// The tiles of the segment and pass that runs now. A new (segment, pass) starts a new grid of
+// pending tiles: partitions differ between segments and between forward and backward.
+class TileStateModel {
+ public:
+  void reset();  // a new slide
+  void apply(const core::TileEvent& event);
+
+  bool empty() const { return states_.empty(); }
+  int segment() const { return segment_; }
+  int segments() const { return segments_; }  // segments seen on this slide
+  core::TileEvent::Pass pass() const { return pass_; }
+  int64_t tiles() const { return static_cast<int64_t>(states_.size()); }
+  TileState state(int64_t tile) const { return states_.at(static_cast<size_t>(tile)); }
+  int64_t count(TileState state) const;
+  int64_t current_tile() const { return current_; }  // -1: none yet
+  // A tile's rectangle in the segment's output activation: as its event said, or for a tile not
+  // reached yet, its cell of the estimated grid (extent() divided evenly).
+  QRectF rect(int64_t tile) const;
+  // The segment's output, where the grid is drawn: the tiles seen so far scaled up to the whole
+  // grid (its columns follow from any tile past the first row: tile = row · cols + col).
+  QRectF extent() const;
+  int64_t grid_cols() const;  // known from a second-row tile, else guessed near-square
+  int64_t tiles_done() const { return tiles_done_; }  // finished tiles on this slide, all passes
+  // Segments whose pass has finished on this slide, by direction.
+  bool segment_done(int segment, core::TileEvent::Pass pass) const;
+
+ private:
+  int segment_ = -1;
+  int segments_ = 0;
+  core::TileEvent::Pass pass_ = core::TileEvent::kForward;
+  std::vector<TileState> states_;
+  std::vector<QRectF> rects_;
+  QRectF extent_;     // of the tiles seen
+  int64_t cols_ = 0;  // 0: not known yet
+  int64_t max_row_ = 0, max_col_ = 0;
+  int64_t current_ = -1;
+  int64_t tiles_done_ = 0;
+  std::vector<std::pair<int, core::TileEvent::Pass>> finished_;
+};
+
+// Live and peak bytes over time and by category, the budget, and the plan's predicted peak next
+// to the measured one per slide. Bounded: past kMaxPoints every other point is dropped, so a long
+// run keeps its shape at a fixed cost.
+class MemorySeries {
+ public:
+  static constexpr int kMaxPoints = 2000;
+
+  void clear();
+  void add(double seconds, const core::MemorySample& sample);
+  void add_slide(const pipelines::SlideProgress& slide);  // its predicted / measured peak
+
+  const QVector<QPointF>& live() const { return live_; }
+  const QVector<QPointF>& peak() const { return peak_; }
+  const std::map<std::string, QVector<QPointF>>& by_category() const { return categories_; }
+  int64_t budget() const { return budget_; }
+  int64_t predicted_peak() const { return predicted_peak_; }  // the current slide's plan, 0: none
+  int64_t measured_peak() const { return measured_peak_; }    // the last slide's, -1: unknown
+  int64_t largest() const { return largest_; }                // for the axis
+  double last_seconds() const { return live_.isEmpty() ? 0 : live_.back().x(); }
+
+ private:
+  void thin();
+
+  QVector<QPointF> live_, peak_;
+  std::map<std::string, QVector<QPointF>> categories_;
+  int64_t budget_ = 0;
+  int64_t predicted_peak_ = 0;
+  int64_t measured_peak_ = -1;
+  int64_t largest_ = 0;
+};
+
+// Per epoch: training loss, validation loss and the validation metrics.
+class MetricsSeries {
+ public:
+  void clear();
+  void add(const pipelines::EpochReport& epoch);
+
+  int epochs() const { return epochs_; }
+  const QVector<QPointF>& train_loss() const { return train_loss_; }
+  const QVector<QPointF>& val_loss() const { return val_loss_; }
+  const QVector<QPointF>& val_accuracy() const { return val_accuracy_; }
+  const QVector<QPointF>& val_balanced_accuracy() const { return val_balanced_; }
+  const QVector<QPointF>& val_auc() const { return val_auc_; }  // NaN values are left out
+  double largest_loss() const { return largest_loss_; }
+  int best_epoch() const { return best_epoch_; }  // 0: none yet
+
+ private:
+  QVector<QPointF> train_loss_, val_loss_, val_accuracy_, val_balanced_, val_auc_;
+  int epochs_ = 0;
+  double largest_loss_ = 0;
+  int best_epoch_ = 0;
+};
+
+QString format_bytes(int64_t bytes);
+
+}  // namespace tessel::gui

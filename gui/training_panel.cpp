@@ -1,0 +1,482 @@
+// LibTorch-free headers only before Qt's: Qt defines `slots` as a macro.
+#include "gui/training_panel.h"
+
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLinearGradient>
+#include <QPainter>
+#include <QSplitter>
+#include <QVBoxLayout>
+
+#include <exception>
+#include <fstream>
+
+#include "gui/slide_document.h"
+#include "io/heatmap_writer.h"
+#include "io/manifest.h"
+
+namespace tessel::gui {
+
+namespace {
+
+QString duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) {
+    return QStringLiteral("%1:%2:%3")
+        .arg(s / 3600)
+        .arg(s / 60 % 60, 2, 10, QLatin1Char('0'))
+        .arg(s % 60, 2, 10, QLatin1Char('0'));
+  }
+  return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
+}
+
+QImage turbo_bar(int width, int height) {
+  QImage bar(width, height, QImage::Format_RGB32);
+  for (int x = 0; x < width; ++x) {
+    const auto c = io::turbo(static_cast<float>(x) / static_cast<float>(std::max(1, width - 1)));
+    for (int y = 0; y < height; ++y) bar.setPixel(x, y, qRgb(c[0], c[1], c[2]));
+  }
+  return bar;
+}
+
+}  // namespace
+
+TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
+  thumbnails_.setMaxThreadCount(1);
+
+  manifest_ = new QLineEdit(this);
+  manifest_->setPlaceholderText(tr("dataset CSV"));
+  auto* browse = new QPushButton(tr("…"), this);
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Manifest"), {},
+                                                      tr("Manifests (*.csv);;All files (*)"));
+    if (!path.isEmpty()) manifest_->setText(path);
+  });
+  auto* manifest_row = new QHBoxLayout();
+  manifest_row->addWidget(manifest_);
+  manifest_row->addWidget(browse);
+  model_ = new QComboBox(this);
+  model_->setEditable(true);
+  model_->addItems({QStringLiteral("vgg-mini"), QStringLiteral("tiny"), QStringLiteral("resnet18"),
+                    QStringLiteral("resnet34")});
+  resolution_kind_ = new QComboBox(this);
+  resolution_kind_->addItems({QStringLiteral("level"), QStringLiteral("mpp")});
+  resolution_value_ = new QDoubleSpinBox(this);
+  resolution_value_->setDecimals(3);
+  resolution_value_->setRange(0, 1000);
+  connect(resolution_kind_, &QComboBox::currentTextChanged, this, [this](const QString& kind) {
+    resolution_value_->setDecimals(kind == QLatin1String("level") ? 0 : 3);
+  });
+  resolution_value_->setDecimals(0);
+  auto* resolution_row = new QHBoxLayout();
+  resolution_row->addWidget(resolution_kind_);
+  resolution_row->addWidget(resolution_value_, 1);
+  budget_ = new QLineEdit(this);
+  strategy_ = new QComboBox(this);
+  strategy_->setEditable(true);
+  strategy_->addItems({QStringLiteral("auto"), QStringLiteral("none"), QStringLiteral("grid"),
+                       QStringLiteral("rows")});
+  epochs_ = new QSpinBox(this);
+  epochs_->setRange(1, 100000);
+  lr_ = new QDoubleSpinBox(this);
+  lr_->setDecimals(6);
+  lr_->setRange(0, 10);
+  lr_->setSingleStep(1e-4);
+  batch_ = new QSpinBox(this);
+  batch_->setRange(1, 100000);
+  output_ = new QLineEdit(this);
+
+  auto* form = new QFormLayout();
+  form->addRow(tr("Manifest"), manifest_row);
+  form->addRow(tr("Model"), model_);
+  form->addRow(tr("Resolution"), resolution_row);
+  form->addRow(tr("Memory budget"), budget_);
+  form->addRow(tr("Strategy"), strategy_);
+  form->addRow(tr("Epochs"), epochs_);
+  form->addRow(tr("Learning rate"), lr_);
+  form->addRow(tr("Batch (slides)"), batch_);
+  form->addRow(tr("Output folder"), output_);
+
+  auto* load = new QPushButton(tr("Load…"), this);
+  auto* save = new QPushButton(tr("Save…"), this);
+  start_button_ = new QPushButton(tr("Start"), this);
+  stop_button_ = new QPushButton(tr("Stop"), this);
+  stop_button_->setToolTip(tr("Stops after the current slide and writes a checkpoint"));
+  connect(load, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Training config"), {},
+                                                      tr("Configs (*.yaml *.yml *.json)"));
+    if (!path.isEmpty()) load_config(path);
+  });
+  connect(save, &QPushButton::clicked, this, [this] {
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Training config"), {}, tr("Configs (*.yaml *.yml)"));
+    if (!path.isEmpty()) save_config(path);
+  });
+  connect(start_button_, &QPushButton::clicked, this, [this] { start(); });
+  connect(stop_button_, &QPushButton::clicked, this, &TrainingPanel::stop);
+  auto* buttons = new QHBoxLayout();
+  for (QPushButton* b : {load, save, start_button_, stop_button_}) buttons->addWidget(b);
+
+  message_label_ = new QLabel(this);
+  message_label_->setWordWrap(true);
+  message_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  // Heatmaps of a checkpoint over the viewer's slide.
+  checkpoint_ = new QLineEdit(this);
+  checkpoint_->setPlaceholderText(tr("checkpoint .h5"));
+  auto* heatmap_button = new QPushButton(tr("Heatmap of the viewer's slide"), this);
+  connect(heatmap_button, &QPushButton::clicked, this,
+          [this] { emit heatmapRequested(checkpoint_->text()); });
+  opacity_ = new QSlider(Qt::Horizontal, this);
+  opacity_->setRange(0, 100);
+  opacity_->setValue(60);
+  connect(opacity_, &QSlider::valueChanged, this,
+          [this](int value) { emit heatmapOpacityChanged(value / 100.0); });
+  legend_ = new QLabel(this);
+  auto* heatmap_box = new QGroupBox(tr("Heatmap"), this);
+  auto* heatmap_form = new QFormLayout(heatmap_box);
+  heatmap_form->addRow(tr("Checkpoint"), checkpoint_);
+  heatmap_form->addRow(heatmap_button);
+  heatmap_form->addRow(tr("Opacity"), opacity_);
+  heatmap_form->addRow(legend_);
+  set_heatmap_legend({});
+
+  auto* left = new QWidget(this);
+  auto* left_layout = new QVBoxLayout(left);
+  left_layout->setContentsMargins(0, 0, 0, 0);
+  left_layout->addLayout(form);
+  left_layout->addLayout(buttons);
+  left_layout->addWidget(message_label_);
+  left_layout->addWidget(heatmap_box);
+  left_layout->addStretch(1);
+
+  tile_progress_ = new TileProgressWidget(&tiles_, this);
+  memory_chart_ = new MemoryChart(this);
+  metrics_chart_ = new MetricsChart(this);
+  log_ = new QPlainTextEdit(this);
+  log_->setReadOnly(true);
+  log_->setMaximumBlockCount(5000);  // a long run's log stays cheap to append to
+  log_->setLineWrapMode(QPlainTextEdit::NoWrap);
+  auto* views = new QWidget(this);
+  auto* grid = new QGridLayout(views);
+  grid->setContentsMargins(0, 0, 0, 0);
+  grid->addWidget(tile_progress_, 0, 0);
+  grid->addWidget(memory_chart_, 0, 1);
+  grid->addWidget(metrics_chart_, 1, 0);
+  grid->addWidget(log_, 1, 1);
+  grid->setColumnStretch(0, 2);
+  grid->setColumnStretch(1, 3);
+
+  auto* splitter = new QSplitter(Qt::Horizontal, this);
+  splitter->addWidget(left);
+  splitter->addWidget(views);
+  splitter->setStretchFactor(1, 1);
+  auto* layout = new QHBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(splitter);
+
+  connect(&run_, &TrainingRun::events, this, &TrainingPanel::apply);
+  connect(&run_, &TrainingRun::finished, this, [this](const pipelines::TrainSummary& s) {
+    summary_ = s;
+    const QString text =
+        tr("%1 after %2 epoch(s), %3 step(s) in %4 s; best epoch %5; run folder %6%7")
+            .arg(s.interrupted ? tr("Stopped (checkpoint written)") : tr("Finished"))
+            .arg(s.epochs_done)
+            .arg(s.steps)
+            .arg(s.seconds, 0, 'f', 1)
+            .arg(s.best_epoch)
+            .arg(QString::fromStdString(s.run_dir.string()))
+            .arg(s.skipped_slides > 0 ? tr("; %1 slide(s) skipped").arg(s.skipped_slides)
+                                      : QString()) +
+        (last_warning_.isEmpty() ? QString() : tr(". Warning: %1").arg(last_warning_));
+    show_message(text, !last_warning_.isEmpty());
+    const auto best = s.run_dir / "checkpoints" / "best.h5";
+    const auto last = s.run_dir / "checkpoints" / "last.h5";
+    checkpoint_->setText(
+        QString::fromStdString((std::filesystem::exists(best) ? best : last).string()));
+    update_buttons();
+    emit runFinished(text);
+  });
+  connect(&run_, &TrainingRun::failed, this, [this](const QString& reason) {
+    show_message(tr("Training failed: %1").arg(reason), true);
+    update_buttons();
+    emit runFailed(reason);
+  });
+
+  set_config(pipelines::TrainConfig());
+  update_buttons();
+}
+
+TrainingPanel::~TrainingPanel() {
+  thumbnails_.clear();
+  thumbnails_.waitForDone();
+}
+
+void TrainingPanel::set_heatmap_legend(const QString& class_name) {
+  QImage bar = turbo_bar(160, 12);
+  QPixmap legend(220, 30);
+  legend.fill(Qt::transparent);
+  QPainter p(&legend);
+  p.drawImage(QPoint(10, 0), bar);
+  p.setPen(palette().windowText().color());
+  p.drawText(QRect(0, 13, 20, 16), Qt::AlignCenter, QStringLiteral("0"));
+  p.drawText(QRect(160, 13, 20, 16), Qt::AlignCenter, QStringLiteral("1"));
+  p.drawText(QRect(30, 13, 130, 16), Qt::AlignCenter,
+             class_name.isEmpty() ? tr("score") : tr("score of %1").arg(class_name));
+  p.end();
+  legend_->setPixmap(legend);
+}
+
+void TrainingPanel::set_config(const pipelines::TrainConfig& c) {
+  base_ = c;
+  manifest_->setText(QString::fromStdString(c.manifest.string()));
+  model_->setCurrentText(QString::fromStdString(c.model));
+  if (c.mpp) {
+    resolution_kind_->setCurrentText(QStringLiteral("mpp"));
+    resolution_value_->setValue(*c.mpp);
+  } else {
+    resolution_kind_->setCurrentText(QStringLiteral("level"));
+    resolution_value_->setValue(c.level.value_or(0));
+  }
+  budget_->setText(QString::fromStdString(c.budget));
+  strategy_->setCurrentText(QString::fromStdString(c.strategy));
+  epochs_->setValue(static_cast<int>(c.epochs));
+  lr_->setValue(c.lr);
+  batch_->setValue(static_cast<int>(c.batch));
+  output_->setText(QString::fromStdString(c.output.string()));
+}
+
+std::optional<pipelines::TrainConfig> TrainingPanel::config() {
+  // The base config without its resolution (the form sets exactly one), then the form's keys
+  // as the CLI's key=value overrides: the same parser, the same messages.
+  pipelines::TrainConfig base = base_;
+  base.mpp.reset();
+  base.level.reset();
+  base.magnification.reset();
+  const bool level = resolution_kind_->currentText() == QLatin1String("level");
+  std::vector<std::string> overrides = {
+      "manifest=" + manifest_->text().toStdString(),
+      "model=" + model_->currentText().toStdString(),
+      level ? "level=" + std::to_string(static_cast<int>(resolution_value_->value()))
+            : "mpp=" + QString::number(resolution_value_->value()).toStdString(),
+      "budget=" + budget_->text().toStdString(),
+      "strategy=" + strategy_->currentText().toStdString(),
+      "epochs=" + std::to_string(epochs_->value()),
+      "lr=" + QString::number(lr_->value(), 'g', 8).toStdString(),
+      "batch=" + std::to_string(batch_->value()),
+      "output=" + output_->text().toStdString(),
+  };
+  try {
+    return pipelines::parse_train_config(base.to_yaml(), "the training panel", overrides);
+  } catch (const std::exception& e) {
+    show_message(QString::fromStdString(e.what()), true);
+    return std::nullopt;
+  }
+}
+
+bool TrainingPanel::load_config(const QString& path) {
+  try {
+    set_config(pipelines::load_train_config(path.toStdString()));
+    show_message(tr("Loaded %1").arg(path), false);
+    return true;
+  } catch (const std::exception& e) {
+    show_message(QString::fromStdString(e.what()), true);
+    return false;
+  }
+}
+
+bool TrainingPanel::save_config(const QString& path) {
+  const auto c = config();
+  if (!c) return false;
+  std::ofstream out(path.toStdString());
+  out << c->to_yaml();
+  out.close();
+  if (!out) {
+    show_message(tr("Cannot write %1").arg(path), true);
+    return false;
+  }
+  base_ = *c;
+  show_message(tr("Saved %1").arg(path), false);
+  return true;
+}
+
+void TrainingPanel::set_manifest(const QString& csv) { manifest_->setText(csv); }
+
+bool TrainingPanel::start() {
+  if (run_.running()) return false;
+  const auto c = config();
+  if (!c) return false;
+  tiles_.reset();
+  memory_.clear();
+  metrics_.clear();
+  summary_.reset();
+  tile_events_ = 0;
+  slides_done_ = 0;
+  slides_total_ = 0;
+  slide_tiles_done_ = 0;
+  current_slide_.clear();
+  current_name_.clear();
+  last_warning_.clear();
+  log_->clear();
+  tile_progress_->set_thumbnail({});
+  tile_progress_->set_caption({}, {});
+  memory_chart_->refresh(memory_);
+  metrics_chart_->refresh(metrics_);
+  run_start_ = slide_start_ = std::chrono::steady_clock::now();
+  // The slides' paths for their thumbnails: the pipeline reports file names.
+  slide_paths_.clear();
+  const std::filesystem::path csv = c->manifest;
+  thumbnails_.start([this, csv] {
+    try {
+      const io::Manifest manifest = io::load_manifest(csv);
+      QHash<QString, QString> paths;
+      for (const auto& e : manifest.entries) {
+        paths.insert(QString::fromStdString(e.slide.filename().string()),
+                     QString::fromStdString(e.slide.string()));
+      }
+      QMetaObject::invokeMethod(
+          this,
+          [this, paths] {
+            slide_paths_ = paths;
+            // The first slide may have started before the manifest was read.
+            if (!current_name_.isEmpty() && tile_progress_->thumbnail().isNull()) {
+              load_thumbnail(current_name_.toStdString());
+            }
+          },
+          Qt::QueuedConnection);
+    } catch (const std::exception&) {
+      // The pipeline reports an unusable manifest itself.
+    }
+  });
+  run_.start(*c);
+  show_message(tr("Training into %1…").arg(QString::fromStdString(c->output.string())), false);
+  update_buttons();
+  emit runStarted();
+  return true;
+}
+
+void TrainingPanel::stop() {
+  if (!run_.running()) return;
+  run_.stop();
+  show_message(tr("Stopping after the current slide (a checkpoint is written)…"), false);
+  update_buttons();
+}
+
+void TrainingPanel::update_buttons() {
+  start_button_->setEnabled(!run_.running());
+  stop_button_->setEnabled(run_.running() && !run_.stopping());
+}
+
+void TrainingPanel::show_message(const QString& message, bool error) {
+  message_ = message;
+  message_label_->setText(message);
+  message_label_->setStyleSheet(error ? QStringLiteral("color: #b00020;") : QString());
+  emit message_changed(message);
+}
+
+void TrainingPanel::apply(const TrainingEvents& batch) {
+  bool memory_changed = false, metrics_changed = false;
+  for (const TrainingEvent& event : batch.events) {
+    if (const auto* tile = std::get_if<core::TileEvent>(&event)) {
+      tiles_.apply(*tile);
+      ++tile_events_;
+      if (tile->done) ++slide_tiles_done_;
+    } else if (const auto* m = std::get_if<TimedMemorySample>(&event)) {
+      memory_.add(m->seconds, m->sample);
+      memory_changed = true;
+    } else if (const auto* s = std::get_if<pipelines::SlideProgress>(&event)) {
+      on_slide(*s);
+      memory_changed = true;
+    } else if (const auto* e = std::get_if<pipelines::EpochReport>(&event)) {
+      metrics_.add(*e);
+      metrics_changed = true;
+    }
+  }
+  if (!batch.log.isEmpty()) {
+    log_->appendPlainText(batch.log.join(QLatin1Char('\n')));
+    // Warnings (a slide skipped: unreadable, or no plan fits the budget) show in the window too.
+    for (const QString& line : batch.log) {
+      if (line.contains(QLatin1String(" warning ")) || line.contains(QLatin1String(" error "))) {
+        last_warning_ = line.section(QLatin1Char(' '), 2);
+        show_message(last_warning_, true);
+      }
+    }
+  }
+  if (memory_changed) memory_chart_->refresh(memory_);
+  if (metrics_changed) metrics_chart_->refresh(metrics_);
+  const auto now = std::chrono::steady_clock::now();
+  const double slide_seconds = std::chrono::duration<double>(now - slide_start_).count();
+  const double run_seconds = std::chrono::duration<double>(now - run_start_).count();
+  QString rate =
+      tr("%1 tiles/s")
+          .arg(slide_seconds > 0 ? static_cast<double>(slide_tiles_done_) / slide_seconds : 0.0, 0,
+               'f', 1);
+  if (slides_done_ > 0 && slides_total_ > slides_done_) {
+    rate +=
+        tr(" · ETA ~%1").arg(duration(run_seconds / slides_done_ * (slides_total_ - slides_done_)));
+  }
+  tile_progress_->set_caption(current_slide_, rate);
+  emit batchApplied();
+}
+
+void TrainingPanel::on_slide(const pipelines::SlideProgress& s) {
+  memory_.add_slide(s);
+  if (!s.done && s.budget_bytes > 0 && s.predicted_peak_bytes > s.budget_bytes) {
+    last_warning_ = tr("%1: the plan needs %2, more than the %3 budget; raise the budget or let "
+                       "the strategy be auto so the slide is tiled")
+                        .arg(QString::fromStdString(s.slide), format_bytes(s.predicted_peak_bytes),
+                             format_bytes(s.budget_bytes));
+    show_message(last_warning_, true);
+  }
+  if (s.done) {
+    ++slides_done_;
+    return;
+  }
+  // Slides in the run: this phase's count for every epoch, plus the other phase's once seen.
+  if (s.phase == "train" && s.epoch == 1 && s.index == 0) slides_total_ = 0;
+  if (s.index == 0 && s.epoch == 1) slides_total_ += static_cast<int>(s.count * s.epochs);
+  tiles_.reset();
+  slide_tiles_done_ = 0;
+  slide_start_ = std::chrono::steady_clock::now();
+  current_slide_ = tr("epoch %1/%2 · %3 %4/%5 · %6")
+                       .arg(s.epoch)
+                       .arg(s.epochs)
+                       .arg(QString::fromStdString(s.phase))
+                       .arg(s.index + 1)
+                       .arg(s.count)
+                       .arg(QString::fromStdString(s.slide));
+  current_name_ = QString::fromStdString(s.slide);
+  load_thumbnail(s.slide);
+}
+
+void TrainingPanel::load_thumbnail(const std::string& slide_name) {
+  const QString name = QString::fromStdString(slide_name);
+  const auto cached = thumbnail_cache_.constFind(name);
+  if (cached != thumbnail_cache_.constEnd()) {
+    tile_progress_->set_thumbnail(*cached);
+    return;
+  }
+  tile_progress_->set_thumbnail({});
+  const QString path = slide_paths_.value(name);
+  if (path.isEmpty()) return;
+  thumbnails_.start([this, name, path] {
+    try {
+      const QImage overview = open_slide_document(path.toStdString()).overview;
+      QMetaObject::invokeMethod(
+          this,
+          [this, name, overview] {
+            thumbnail_cache_.insert(name, overview);
+            if (current_name_ == name) tile_progress_->set_thumbnail(overview);
+          },
+          Qt::QueuedConnection);
+    } catch (const std::exception&) {
+      // No thumbnail: the grid is drawn on a plain background; the pipeline logs the slide.
+    }
+  });
+}
+
+}  // namespace tessel::gui

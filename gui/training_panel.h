@@ -1,0 +1,126 @@
+// The training panel: the main config keys with validation messages (the same YAML files as
+// `tessel train --config`), Start / Stop, and the live views: tile progress over the slide's
+// thumbnail, memory chart, metrics chart, log. The run is a TrainingRun (worker thread); the
+// panel only applies its batched events to the models and repaints. Also asks for heatmaps of a
+// checkpoint over the viewer's slide (computed by the main window) with an opacity slider.
+#pragma once
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QHash>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSlider>
+#include <QSpinBox>
+#include <QThreadPool>
+#include <QWidget>
+
+#include <chrono>
+#include <optional>
+
+#include "gui/training_models.h"
+#include "gui/training_run.h"
+#include "gui/training_views.h"
+#include "pipelines/train_config.h"
+
+namespace tessel::gui {
+
+class TrainingPanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit TrainingPanel(QWidget* parent = nullptr);
+  ~TrainingPanel() override;
+
+  // The form as a config: the loaded file's other keys kept, the form's keys applied. Empty with
+  // message() saying why when the config is not valid.
+  std::optional<pipelines::TrainConfig> config();
+  void set_config(const pipelines::TrainConfig& config);  // fills the form
+  bool load_config(const QString& path);                  // false: message() says why
+  bool save_config(const QString& path);
+  void set_manifest(const QString& csv);
+
+  bool start();  // false: the config is not valid (message() says why) or a run is going
+  void stop();   // after the current slide, with a checkpoint
+  bool running() const { return run_.running(); }
+
+  const QString& message() const { return message_; }
+  const TileStateModel& tiles() const { return tiles_; }
+  const MemorySeries& memory() const { return memory_; }
+  const MetricsSeries& metrics() const { return metrics_; }
+  MemoryChart* memory_chart() { return memory_chart_; }
+  MetricsChart* metrics_chart() { return metrics_chart_; }
+  TileProgressWidget* tile_progress() { return tile_progress_; }
+  QPlainTextEdit* log() { return log_; }
+  int64_t tile_events() const { return tile_events_; }  // received since Start
+  int slides_done() const { return slides_done_; }
+  const std::optional<pipelines::TrainSummary>& summary() const { return summary_; }
+
+  // Form fields, for tests and the main window.
+  QLineEdit* manifest_edit() { return manifest_; }
+  QComboBox* model_edit() { return model_; }
+  QComboBox* resolution_kind() { return resolution_kind_; }
+  QDoubleSpinBox* resolution_value() { return resolution_value_; }
+  QSpinBox* epochs_edit() { return epochs_; }
+  QLineEdit* budget_edit() { return budget_; }
+  QComboBox* strategy_edit() { return strategy_; }
+  QLineEdit* output_edit() { return output_; }
+  QPushButton* start_button() { return start_button_; }
+  QPushButton* stop_button() { return stop_button_; }
+  QLineEdit* checkpoint_edit() { return checkpoint_; }
+  QSlider* opacity_slider() { return opacity_; }
+  // The heatmap's class and a turbo colour bar 0 … 1 (set by the main window).
+  void set_heatmap_legend(const QString& class_name);
+
+ signals:
+  void runStarted();
+  void runFinished(QString summary);
+  void runFailed(QString message);
+  void batchApplied();  // after each drained batch of events
+  void heatmapRequested(QString checkpoint);
+  void heatmapOpacityChanged(double opacity);
+  void message_changed(QString message);
+
+ private:
+  void show_message(const QString& message, bool error);
+  void apply(const TrainingEvents& batch);
+  void on_slide(const pipelines::SlideProgress& slide);
+  void update_buttons();
+  void load_thumbnail(const std::string& slide_name);
+
+  TrainingRun run_;
+  TileStateModel tiles_;
+  MemorySeries memory_;
+  MetricsSeries metrics_;
+  pipelines::TrainConfig base_;  // the loaded file; keys the form does not show come from it
+
+  QLineEdit *manifest_, *budget_, *output_, *checkpoint_;
+  QComboBox *model_, *resolution_kind_, *strategy_;
+  QDoubleSpinBox *resolution_value_, *lr_;
+  QSpinBox *epochs_, *batch_;
+  QPushButton *start_button_, *stop_button_;
+  QLabel *message_label_, *legend_;
+  QSlider* opacity_;
+  TileProgressWidget* tile_progress_;
+  MemoryChart* memory_chart_;
+  MetricsChart* metrics_chart_;
+  QPlainTextEdit* log_;
+  QString message_;
+  QString last_warning_;  // the run's latest warning (a skipped slide says why)
+
+  QThreadPool thumbnails_;
+  QHash<QString, QString> slide_paths_;  // file name → path, from the manifest at Start
+  QHash<QString, QImage> thumbnail_cache_;
+  QString current_slide_;
+  QString current_name_;  // the running slide's file name
+  std::chrono::steady_clock::time_point slide_start_, run_start_;
+  int64_t slide_tiles_done_ = 0;
+  int64_t tile_events_ = 0;
+  int slides_done_ = 0;
+  int slides_total_ = 0;  // train + val slides of the whole run, once known
+  std::optional<pipelines::TrainSummary> summary_;
+};
+
+}  // namespace tessel::gui

@@ -1,0 +1,168 @@
+// The models behind the training views fed synthetic events: the tile grid and its states, the
+// memory series (by category, budget, predicted and measured peaks, bounded), the metrics.
+#include <QTest>
+
+#include <limits>
+
+#include "gui/training_models.h"
+
+namespace tessel::gui {
+
+namespace {
+
+core::TileEvent tile(int segment, int64_t index, int64_t tiles, core::TileEvent::Pass pass,
+                     bool done) {
+  core::TileEvent e;
+  e.segment = segment;
+  e.tile = index;
+  e.tiles = tiles;
+  e.row = index / 2;
+  e.col = index % 2;
+  e.out.y = {e.row * 10, e.row * 10 + 10};
+  e.out.x = {e.col * 10, e.col * 10 + 10};
+  e.pass = pass;
+  e.done = done;
+  return e;
+}
+
+}  // namespace
+
+class TrainingModelsTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void tilesGoFromPendingThroughForwardToDoneAndTheCurrentOneIsKnown() {
+    TileStateModel model;
+    QVERIFY(model.empty());
+    model.apply(tile(0, 0, 4, core::TileEvent::kForward, false));
+    QCOMPARE(model.tiles(), 4);
+    QCOMPARE(model.state(0), TileState::kForward);
+    QCOMPARE(model.count(TileState::kPending), 3);
+    QCOMPARE(model.current_tile(), 0);
+    model.apply(tile(0, 0, 4, core::TileEvent::kForward, true));
+    model.apply(tile(0, 1, 4, core::TileEvent::kForward, false));
+    QCOMPARE(model.state(0), TileState::kDone);
+    QCOMPARE(model.current_tile(), 1);
+    QCOMPARE(model.tiles_done(), 1);
+    model.apply(tile(0, 3, 4, core::TileEvent::kForward, false));
+    QCOMPARE(model.extent(), QRectF(0, 0, 20, 20));
+    QCOMPARE(model.rect(3), QRectF(10, 10, 10, 10));
+  }
+
+  void theGridsExtentIsKnownBeforeAllItsTilesHaveRun() {
+    TileStateModel model;
+    // 3 rows × 2 columns of 10 px tiles. Only the first seen: guessed near-square, 3 columns.
+    core::TileEvent e = tile(0, 0, 6, core::TileEvent::kForward, false);
+    model.apply(e);
+    QCOMPARE(model.extent(), QRectF(0, 0, 30, 20));
+    QCOMPARE(model.rect(4), QRectF(10, 10, 10, 10));      // not reached: its cell in the guess
+    e = tile(0, 2, 6, core::TileEvent::kForward, false);  // row 1, col 0: two columns
+    model.apply(e);
+    QCOMPARE(model.grid_cols(), 2);
+    QCOMPARE(model.extent(), QRectF(0, 0, 20, 30));
+    QCOMPARE(model.rect(5), QRectF(10, 20, 10, 10));
+  }
+
+  void aNewSegmentOrPassStartsANewGridAndTheOldOneCountsAsDone() {
+    TileStateModel model;
+    model.apply(tile(0, 0, 4, core::TileEvent::kForward, true));
+    model.apply(tile(1, 0, 2, core::TileEvent::kForward, false));
+    QCOMPARE(model.segment(), 1);
+    QCOMPARE(model.segments(), 2);
+    QCOMPARE(model.tiles(), 2);
+    QVERIFY(model.segment_done(0, core::TileEvent::kForward));
+    QVERIFY(!model.segment_done(1, core::TileEvent::kForward));
+    model.apply(tile(1, 1, 2, core::TileEvent::kBackward, false));
+    QCOMPARE(model.pass(), core::TileEvent::kBackward);
+    QCOMPARE(model.state(1), TileState::kBackward);
+    QCOMPARE(model.state(0), TileState::kPending);
+    model.reset();
+    QVERIFY(model.empty());
+    QCOMPARE(model.segments(), 0);
+  }
+
+  void eventsOutsideTheGridAreIgnored() {
+    TileStateModel model;
+    model.apply(tile(0, 7, 4, core::TileEvent::kForward, false));
+    QCOMPARE(model.tiles(), 4);
+    QCOMPARE(model.count(TileState::kPending), 4);
+  }
+
+  void memorySeriesKeepLiveAndPeakByCategoryWithTheBudget() {
+    MemorySeries series;
+    core::MemorySample s;
+    s.live = 100;
+    s.peak = 150;
+    s.budget = 1000;
+    s.by_category = {{"parameters", 40}, {"checkpoints.disk", 10}};
+    series.add(0.5, s);
+    s.live = 300;
+    s.peak = 300;
+    series.add(1.0, s);
+    QCOMPARE(series.live().size(), 2);
+    QCOMPARE(series.live()[1], QPointF(1.0, 300));
+    QCOMPARE(series.peak()[0], QPointF(0.5, 150));
+    QCOMPARE(series.by_category().size(), size_t{2});
+    QCOMPARE(series.by_category().at("checkpoints.disk").size(), 2);
+    QCOMPARE(series.budget(), 1000);
+    QCOMPARE(series.largest(), 1000);
+    QCOMPARE(series.measured_peak(), -1);
+
+    pipelines::SlideProgress slide;
+    slide.done = true;
+    slide.predicted_peak_bytes = 900;
+    slide.measured_peak_bytes = 850;
+    series.add_slide(slide);
+    QCOMPARE(series.predicted_peak(), 900);
+    QCOMPARE(series.measured_peak(), 850);
+  }
+
+  void aLongRunKeepsTheMemorySeriesBoundedWithItsFirstAndLastPoints() {
+    MemorySeries series;
+    core::MemorySample s;
+    s.by_category = {{"tiles", 1}};
+    for (int i = 0; i < 10 * MemorySeries::kMaxPoints; ++i) {
+      s.live = i;
+      series.add(i, s);
+    }
+    QVERIFY(series.live().size() <= MemorySeries::kMaxPoints);
+    QVERIFY(series.live().size() > MemorySeries::kMaxPoints / 4);
+    QCOMPARE(series.live().front().x(), 0.0);
+    QCOMPARE(series.live().back().x(), 10.0 * MemorySeries::kMaxPoints - 1);
+    QCOMPARE(series.by_category().at("tiles").size(), series.live().size());
+  }
+
+  void metricsAreOnePointPerEpochAndValidationOnlyWhenThereIsOne() {
+    MetricsSeries metrics;
+    pipelines::EpochReport e;
+    e.epoch = 1;
+    e.train_loss = 0.7;
+    metrics.add(e);
+    QCOMPARE(metrics.epochs(), 1);
+    QVERIFY(metrics.val_loss().isEmpty());
+    e.epoch = 2;
+    e.train_loss = 0.5;
+    e.val.count = 2;
+    e.val.loss = 0.9;
+    e.val.accuracy = 0.5;
+    e.val.balanced_accuracy = 0.5;
+    e.val.auc = std::numeric_limits<double>::quiet_NaN();
+    e.best = true;
+    metrics.add(e);
+    QCOMPARE(metrics.train_loss()[1], QPointF(2, 0.5));
+    QCOMPARE(metrics.val_loss().size(), 1);
+    QVERIFY(metrics.val_auc().isEmpty());
+    QCOMPARE(metrics.largest_loss(), 0.9);
+    QCOMPARE(metrics.best_epoch(), 2);
+    e.epoch = 3;
+    e.train_loss = std::numeric_limits<double>::quiet_NaN();  // every slide skipped
+    metrics.add(e);
+    QCOMPARE(metrics.epochs(), 3);
+    QCOMPARE(metrics.train_loss().size(), 2);
+  }
+};
+
+}  // namespace tessel::gui
+
+QTEST_MAIN(tessel::gui::TrainingModelsTest)
+#include "training_models_test.moc"
