@@ -1,6 +1,7 @@
 #include "gui/training_run.h"
 
 #include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/dist_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -43,7 +44,20 @@ class LogSink : public spdlog::sinks::base_sink<std::mutex> {
 
 }  // namespace
 
+// One sink in the default logger, installed once, that forwards to the running run's sink:
+// spdlog's logger sink list is not safe to change while other threads log; a dist_sink's
+// add_sink/remove_sink take its own lock.
+static std::shared_ptr<spdlog::sinks::dist_sink_mt> run_log_sinks() {
+  static const auto sinks = [] {
+    auto d = std::make_shared<spdlog::sinks::dist_sink_mt>();
+    spdlog::default_logger()->sinks().push_back(d);
+    return d;
+  }();
+  return sinks;
+}
+
 TrainingRun::TrainingRun(QObject* parent) : QObject(parent) {
+  run_log_sinks();  // installed on the UI thread before any run's worker starts
   qRegisterMetaType<TrainingEvents>();
   qRegisterMetaType<pipelines::TrainSummary>();
   timer_.setInterval(kDrainMs);
@@ -54,10 +68,7 @@ TrainingRun::~TrainingRun() {
   stop_ = true;
   if (worker_.joinable()) worker_.join();
   if (log_sink_) {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(),
-                            std::static_pointer_cast<spdlog::sinks::sink>(log_sink_)),
-                sinks.end());
+    run_log_sinks()->remove_sink(std::static_pointer_cast<spdlog::sinks::sink>(log_sink_));
   }
 }
 
@@ -70,7 +81,7 @@ void TrainingRun::start(const pipelines::TrainConfig& config, bool resume) {
   start_ = std::chrono::steady_clock::now();
   auto sink = std::make_shared<LogSink>(this);
   sink->set_pattern("%H:%M:%S %l %v");
-  spdlog::default_logger()->sinks().push_back(sink);
+  run_log_sinks()->add_sink(sink);
   log_sink_ = sink;
   timer_.start();
   worker_ = std::thread([this, config, resume] {
@@ -110,10 +121,7 @@ void TrainingRun::done() {
   if (worker_.joinable()) worker_.join();
   timer_.stop();
   if (log_sink_) {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(),
-                            std::static_pointer_cast<spdlog::sinks::sink>(log_sink_)),
-                sinks.end());
+    run_log_sinks()->remove_sink(std::static_pointer_cast<spdlog::sinks::sink>(log_sink_));
     log_sink_.reset();
   }
   drain();  // the last events before the summary
