@@ -261,7 +261,8 @@ def main():
     if args.only != "read" and not baselines:
         print(f"bench: skipping the PyTorch baselines: {SYSTEM_PYTHON} cannot import torch "
               "(install python3-torch: scripts/setup)", flush=True)
-    with open(out, "w") as f:
+    # `--only read` leaves the step results as they are.
+    with open(out if args.only != "read" else os.devnull, "w") as f:
         for model, sizes, budget in scenarios:
             for size in sizes:
                 big = size * size >= 4096 * 4096 or (model == "vgg16" and size >= 2048)
@@ -295,7 +296,7 @@ def main():
             write_read_table_into_readme(read_table(read_points))
     if args.only == "read":
         return
-    # Quick: a 20000² slide; since offload plans, 200000² in 8 GiB takes ~25 s (NOTES.md).
+    # Quick: a 20000² slide, to keep the smoke run short; the full run times 200000².
     plan_size = 20000 if args.quick else 200000
     planner_s = plan_speed(args.tessel, 1 if args.quick else 5, plan_size)
     print(f"bench: tessel plan vgg16 {plan_size}² 8GiB: {planner_s:.2f} s (process wall time)")
