@@ -15,6 +15,7 @@
 
 #include "gui/main_window.h"
 #include "io/vips.h"
+#include "tests/gui/stall_meter.h"
 #include "tests/io/shared_slides.h"
 #include "tests/io/temp_folder.h"
 
@@ -25,28 +26,6 @@ namespace {
 constexpr int kTimeoutMs = 30000;
 
 QString slide(const char* name) { return QString::fromStdString(test::shared_slide(name)); }
-
-// The largest gap between ticks of a 5 ms timer on the UI thread while it lives: how long the
-// window could not repaint or answer the user.
-class StallMeter {
- public:
-  StallMeter() {
-    clock_.start();
-    QObject::connect(&timer_, &QTimer::timeout, [this] {
-      largest_ms_ = std::max(largest_ms_, clock_.restart());
-      ++ticks_;
-    });
-    timer_.start(5);
-  }
-  qint64 largest_ms() const { return largest_ms_; }
-  int ticks() const { return ticks_; }
-
- private:
-  QTimer timer_;
-  QElapsedTimer clock_;
-  qint64 largest_ms_ = 0;
-  int ticks_ = 0;
-};
 
 }  // namespace
 

@@ -20,6 +20,7 @@
 #include "io/sample_slides.h"
 #include "io/vips.h"
 #include "pipelines/train_config.h"
+#include "tests/gui/stall_meter.h"
 #include "tests/io/temp_folder.h"
 
 namespace tessel::gui {
@@ -27,28 +28,6 @@ namespace tessel::gui {
 namespace {
 
 constexpr int kTimeoutMs = 120000;
-
-// The largest gap between ticks of a 5 ms timer on the UI thread: how long the window could not
-// repaint or answer the user while a training ran.
-class StallMeter {
- public:
-  StallMeter() {
-    clock_.start();
-    QObject::connect(&timer_, &QTimer::timeout, [this] {
-      largest_ms_ = std::max(largest_ms_, clock_.restart());
-      ++ticks_;
-    });
-    timer_.start(5);
-  }
-  qint64 largest_ms() const { return largest_ms_; }
-  int ticks() const { return ticks_; }
-
- private:
-  QTimer timer_;
-  QElapsedTimer clock_;
-  qint64 largest_ms_ = 0;
-  int ticks_ = 0;
-};
 
 // Saves `widget` as <name>.png and a 256-colour <name>-docs.png (small enough for docs/).
 void save_screenshot(QWidget* widget, const QString& name) {
