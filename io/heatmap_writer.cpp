@@ -19,9 +19,8 @@ using vips::VImage;
 // Writes through "<path>.partial" and a rename, removing the partial file on failure.
 template <typename Write>
 void write_atomically(const std::filesystem::path& path, const char* what, Write&& write) {
-  std::filesystem::path partial = path;
-  partial += ".partial";
   // libvips picks the format from the name's extension: keep it last.
+  std::filesystem::path partial = path;
   partial.replace_filename(".partial-" + path.filename().string());
   try {
     write(partial);

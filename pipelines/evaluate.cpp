@@ -102,7 +102,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
   std::vector<std::vector<double>> probabilities;
   std::vector<int64_t> labels;
   double loss_sum = 0;
-  TissueBoxCache boxes;
+  TissueMaskCache masks;
   for (size_t i = 0; i < entries.size(); ++i) {
     const io::ManifestEntry& e = *entries[i];
     SlideProgress progress{"eval",
@@ -113,7 +113,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
                            e.slide.filename().string()};
     try {
       const SlideInput input = open_slide_input(
-          model.config, e.slide, slide_options(e.metadata, manifest.path, e.line), {}, &boxes);
+          model.config, e.slide, slide_options(e.metadata, manifest.path, e.line), {}, &masks);
       progress.height = input.view->height();
       progress.width = input.view->width();
       if (request.observer) request.observer->on_slide(progress);

@@ -62,7 +62,7 @@ io::Resolution resolution_of(const TrainConfig& c) {
 
 SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::path& path,
                             const SlideOptions& slide_options, View view,
-                            TissueBoxCache* tissue_boxes) {
+                            TissueMaskCache* tissue_masks) {
   SlideInput in;
   in.slide = std::make_shared<const io::Slide>(path);
   io::Resolution resolution = resolution_of(config);
@@ -75,35 +75,34 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
   in.pixels = std::make_shared<io::SlideTileSource>(in.slide, in.choice, options);
   std::shared_ptr<core::TileSource> pixels = in.pixels;
   std::optional<core::Region> tissue, roi;
-  if (config.tissue_fill) {
-    const io::TissueMask mask = io::tissue_mask(*in.slide);
-    if (mask.empty()) {
-      spdlog::warn("{}: no tissue found; tissue_fill leaves the slide as it is", path.string());
-    } else {
-      std::vector<float> white;
-      for (size_t c = 0; c < 3; ++c) white.push_back((1.0F - options.mean[c]) / options.std[c]);
-      const at::Tensor pixels_mask = at::from_blob(const_cast<uint8_t*>(mask.pixels.data()),
-                                                   {mask.height, mask.width}, at::kByte)
-                                         .clone();
-      const double per_x = static_cast<double>(mask.slide_width) / static_cast<double>(mask.width) /
-                           in.level0_per_pixel;
-      const double per_y = static_cast<double>(mask.slide_height) /
-                           static_cast<double>(mask.height) / in.level0_per_pixel;
-      pixels = std::make_shared<MaskedTileSource>(pixels, pixels_mask, per_x, per_y, white);
-    }
-  }
-  if (config.tissue_bbox) {
-    TissueBoxCache local;
-    TissueBoxCache& cache = tissue_boxes != nullptr ? *tissue_boxes : local;
+  if (config.tissue_fill || config.tissue_bbox) {
+    TissueMaskCache local;
+    TissueMaskCache& cache = tissue_masks != nullptr ? *tissue_masks : local;
     auto it = cache.find(path.string());
     if (it == cache.end()) {
-      const io::TissueMask mask = io::tissue_mask(*in.slide);
-      std::optional<core::Region> box;
-      if (!mask.empty()) box = mask.bbox;
-      it = cache.emplace(path.string(), box).first;
+      it = cache
+               .emplace(path.string(),
+                        std::make_shared<const io::TissueMask>(io::tissue_mask(*in.slide)))
+               .first;
     }
-    tissue = it->second;
-    if (!tissue) spdlog::warn("{}: no tissue found; using the whole slide", path.string());
+    const io::TissueMask& mask = *it->second;
+    if (mask.empty()) {
+      spdlog::warn("{}: no tissue found; using the whole slide as it is", path.string());
+    } else {
+      if (config.tissue_bbox) tissue = mask.bbox;
+      if (config.tissue_fill) {
+        std::vector<float> white;
+        for (size_t c = 0; c < 3; ++c) white.push_back((1.0F - options.mean[c]) / options.std[c]);
+        const at::Tensor keep = at::from_blob(const_cast<uint8_t*>(mask.pixels.data()),
+                                              {mask.height, mask.width}, at::kByte)
+                                    .clone();
+        const double per_x = static_cast<double>(mask.slide_width) /
+                             static_cast<double>(mask.width) / in.level0_per_pixel;
+        const double per_y = static_cast<double>(mask.slide_height) /
+                             static_cast<double>(mask.height) / in.level0_per_pixel;
+        pixels = std::make_shared<MaskedTileSource>(pixels, keep, per_x, per_y, white);
+      }
+    }
   }
   if (!slide_options.roi.empty()) {
     roi = io::read_roi(slide_options.roi, in.slide->level(0).width, in.slide->level(0).height).bbox;

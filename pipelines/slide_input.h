@@ -13,6 +13,7 @@
 #include "io/resolution.h"
 #include "io/slide.h"
 #include "io/slide_tile_source.h"
+#include "io/tissue.h"
 #include "pipelines/train_config.h"
 #include "pipelines/view_source.h"
 
@@ -37,15 +38,16 @@ struct SlideOptions {
 SlideOptions slide_options(const std::map<std::string, std::string>& metadata,
                            const std::filesystem::path& manifest, int line);
 
-// Level-0 tissue bounding boxes found so far, by slide path (a mask is made once per slide).
-using TissueBoxCache = std::map<std::string, std::optional<core::Region>>;
+// Tissue masks made so far, by slide path: a run makes each slide's mask once, for both the
+// bounding box and the fill, not once per epoch.
+using TissueMaskCache = std::map<std::string, std::shared_ptr<const io::TissueMask>>;
 
 // Opens `slide` as `config` says (resolution; tissue_bbox) and the row's options say (base mpp;
 // ROI), and applies `view`'s geometry and colour over the level-0 training region (tissue box ∩
 // ROI box, mapped to the resolution's pixels). Throws tessel::Error.
 SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::path& slide,
                             const SlideOptions& options = {}, View view = {},
-                            TissueBoxCache* tissue_boxes = nullptr);
+                            TissueMaskCache* tissue_masks = nullptr);
 
 io::Resolution resolution_of(const TrainConfig& config);
 

@@ -384,7 +384,7 @@ class Trainer {
     }
     try {
       const SlideInput input =
-          open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_boxes_);
+          open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_masks_);
       const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
       progress.width = source->width();
@@ -461,7 +461,7 @@ class Trainer {
           "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
       try {
         const SlideInput input =
-            open_slide_input(config_, entry.slide, options_of(entry), {}, &tissue_boxes_);
+            open_slide_input(config_, entry.slide, options_of(entry), {}, &tissue_masks_);
         const std::shared_ptr<core::TileSource>& source = input.view;
         progress.height = source->height();
         progress.width = source->width();
@@ -618,7 +618,7 @@ class Trainer {
   int64_t budget_bytes_ = 0;
   core::PlanOptions plan_options_;
   std::map<std::pair<int64_t, int64_t>, core::Plan> plans_;
-  TissueBoxCache tissue_boxes_;
+  TissueMaskCache tissue_masks_;
   Position position_;
   double lr_ = 0;
   int64_t peak_bytes_ = -1;
