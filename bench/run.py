@@ -12,10 +12,12 @@ plain autograd and checkpoint_sequential (the fastest of 2, 4, 8 segments). Plot
 python3-matplotlib): time and peak memory vs pixels per model, and one step's memory timeline.
 """
 import argparse
+import csv
 import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -26,10 +28,16 @@ MiB = 1 << 20
 
 FULL = [
     # (model, sizes, tiled budget)
-    ("vgg-mini", [512, 1024, 2048, 4096, 8192], "1GiB"),
-    ("vgg16", [512, 1024, 2048], "2GiB"),
+    ("vgg-mini", [512, 1024, 2048, 4096, 8192, 16384], "1GiB"),
+    ("vgg16", [512, 1024, 2048, 4096], "2GiB"),
     ("darknet19", [512, 1024, 2048, 4096], "2GiB"),
 ]
+# The points past what plain training can hold, kept to one tiled strategy (and the baselines'
+# instant refusals) so that the full run stays under ~40 minutes: (model, size) -> methods.
+LONG_POINTS = {
+    ("vgg-mini", 16384): ["none", "grid", "pytorch"],
+    ("vgg16", 4096): ["none", "grid", "pytorch"],
+}
 QUICK = [("tiny", [128], "64MiB")]
 STRATEGIES = ["none", "grid", "rows", "auto", "pytorch", "pytorch-checkpoint"]
 # Debian's python3, with python3-torch and python3-matplotlib (TESSEL_BENCH_PYTHON: another).
@@ -114,15 +122,7 @@ def read_table(points):
 
 
 def write_read_table_into_readme(table):
-    path = os.path.join(ROOT, "bench", "README.md")
-    with open(path) as f:
-        text = f.read()
-    if READ_TABLE_BEGIN not in text:
-        return
-    head, rest = text.split(READ_TABLE_BEGIN, 1)
-    tail = rest.split(READ_TABLE_END, 1)[1]
-    with open(path, "w") as f:
-        f.write(head + READ_TABLE_BEGIN + "\n" + table.strip() + "\n" + READ_TABLE_END + tail)
+    write_between_markers(READ_TABLE_BEGIN, READ_TABLE_END, table)
 
 
 def fmt_mib(b):
@@ -187,6 +187,61 @@ def tables(points):
                 f"{fmt_mib(p['measured_peak_bytes'])} | {fmt_mib(predicted_total(p))} | "
                 f"{fmt_mib(p['max_rss_bytes'])} | {tiles_cell(p)} | ok |")
     return "\n".join(out)
+
+
+def largest_table(points):
+    """Per model and method, the largest size that trained, and the smallest that did not."""
+    out = ["\n### The largest image each method trains on this machine\n",
+           "| model | method | largest trained | smallest refused or failed |", "|---|---|---|---|"]
+    models = []
+    for p in points:
+        if p["model"] not in models:
+            models.append(p["model"])
+    for model in models:
+        for method in STRATEGIES:
+            pts = [p for p in points if p["model"] == model and p["strategy"] == method]
+            if not pts:
+                continue
+            ok = [p["height"] for p in pts if p["status"] == "ok"]
+            bad = [p["height"] for p in pts if p["status"] != "ok"]
+            out.append(f"| {model} | {method} | {f'{max(ok)}²' if ok else '–'} | "
+                       f"{f'{min(bad)}²' if bad else 'none tried'} |")
+    return "\n".join(out)
+
+
+CSV_COLUMNS = ["model", "height", "width", "strategy", "status", "step_ms_median", "step_ms_min",
+               "step_ms_max", "forward_ms_median", "backward_ms_median", "measured_peak_bytes",
+               "max_rss_bytes", "predicted_total_bytes", "forward_tiles", "backward_tiles",
+               "offloaded_bytes", "segments", "threads", "wall_s", "message"]
+
+
+def write_csv(points, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for p in points:
+            times = p.get("step_ms") or []
+            row = dict(p, predicted_total_bytes=predicted_total(p) if p["status"] == "ok" else "",
+                       step_ms_min=min(times) if times else "",
+                       step_ms_max=max(times) if times else "")
+            w.writerow([row.get(c, "") for c in CSV_COLUMNS])
+
+
+STEP_TABLES_BEGIN = "<!-- step tables: bench/run writes between these lines -->"
+STEP_TABLES_END = "<!-- end of step tables -->"
+
+
+def write_between_markers(begin, end, text):
+    """Replaces README.md's text between two marker lines (nothing happens without them)."""
+    path = os.path.join(ROOT, "bench", "README.md")
+    with open(path) as f:
+        whole = f.read()
+    if begin not in whole or end not in whole:
+        return
+    head, rest = whole.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    with open(path, "w") as f:
+        f.write(head + begin + "\n" + text.strip() + "\n" + end + tail)
 
 
 def machine():
@@ -269,7 +324,10 @@ def main():
                 repeat, warmup = (1, 0) if big else (2, 1)
                 if args.quick:
                     repeat, warmup = 1, 0
+                methods = LONG_POINTS.get((model, size), STRATEGIES)
                 for strategy in ("none", "grid", "rows"):
+                    if strategy not in methods:
+                        continue
                     b = "0" if strategy == "none" else budget
                     p = run_point(args.tessel, model, size, strategy, b, repeat, warmup)
                     record(points, f, p)
@@ -278,6 +336,8 @@ def main():
                 threads = next((q["threads"] for q in points if q.get("threads")), 2)
                 segments = "2" if args.quick else "2,4,8"
                 for method in ("pytorch", "pytorch-checkpoint"):
+                    if method not in methods:
+                        continue
                     p = run_pytorch_point(model, size, method, threads, repeat, warmup, segments)
                     record(points, f, p)
     read_report = ""
@@ -305,14 +365,28 @@ def main():
               f"\n\nPlanner: `tessel plan --model vgg16 --size {plan_size}x{plan_size} "
               f"--budget 8GiB` "
               f"takes {planner_s:.2f} s wall time, process start included (median of "
-              f"{1 if args.quick else 5}).\n" + read_report + "\n")
+              f"{1 if args.quick else 5}).\n" + largest_table(points) + "\n")
+    write_csv(points, out.replace(".jsonl", ".csv"))
     pngs = plots(args.tessel, out, args.quick)
     if pngs:
         report += "\nPlots: " + ", ".join(os.path.relpath(p, os.path.dirname(out))
                                           for p in pngs) + "\n"
     with open(out.replace(".jsonl", ".md"), "w") as f:
-        f.write(report)
-    print(report)
+        f.write(report + read_report + "\n")
+    print(report + read_report)
+    if not args.quick and args.only is None:
+        # The plots sit next to README.md under fixed names, so the page's images stay put.
+        named = []
+        for png in pngs:
+            dest = os.path.join(ROOT, "bench", "plots",
+                                os.path.basename(png).replace(f"step-{stamp}", "step"))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copyfile(png, dest)
+            named.append(dest)
+        images = "\n".join(f"![{os.path.basename(d)}](plots/{os.path.basename(d)})"
+                           for d in named)
+        write_between_markers(STEP_TABLES_BEGIN, STEP_TABLES_END,
+                              f"Measured by `bench/run` on {stamp}.\n\n" + report + "\n" + images)
     bad = [p for p in points if p["status"] == "error"]
     sys.exit(1 if bad else 0)
 
