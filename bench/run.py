@@ -292,6 +292,18 @@ def plots(tessel, out, quick):
     return pngs
 
 
+def measure(args, model, size, method, budget, points):
+    """One point: Tessel's strategies through `tessel bench step`, the baselines through Python."""
+    big = size * size >= 4096 * 4096 or (model == "vgg16" and size >= 2048)
+    repeat, warmup = (1, 0) if big or args.quick else (2, 1)
+    if not method.startswith("pytorch"):
+        b = "0" if method == "none" else budget
+        return run_point(args.tessel, model, size, method, b, repeat, warmup)
+    threads = next((q["threads"] for q in points if q.get("threads")), 2)
+    segments = "2" if args.quick else "2,4,8"
+    return run_pytorch_point(model, size, method, threads, repeat, warmup, segments)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -300,6 +312,9 @@ def main():
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
     ap.add_argument("--only", choices=["step", "read"], default=None,
                     help="run one section only")
+    ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
+                    help="re-measure these points of today's run, keep the rest, rewrite the "
+                         "report")
     args = ap.parse_args()
     if not os.access(args.tessel, os.X_OK):
         sys.exit(f"bench: {args.tessel} is not built; run `make build` first")
@@ -316,37 +331,44 @@ def main():
     if args.only != "read" and not baselines:
         print(f"bench: skipping the PyTorch baselines: {SYSTEM_PYTHON} cannot import torch "
               "(install python3-torch: scripts/setup)", flush=True)
+    budgets = {model: budget for model, _, budget in FULL + QUICK}
+    if args.redo:
+        # Re-measures the named points (say, ones a noisy neighbour disturbed) and replaces them in
+        # the run's results; everything else, the slide-reading results included, is kept.
+        with open(out) as f:
+            points = [json.loads(line) for line in f if line.strip()]
+        for spec in args.redo.split(","):
+            model, size, method = spec.split(":")
+            size = int(size)
+            p = measure(args, model, size, method, budgets[model], points)
+            points = [q for q in points if (q["model"], q["height"], q["strategy"]) !=
+                      (model, size, method)] + [p]
+            print(f"bench: re-measured {model} {size}² {method}: {p['status']} "
+                  f"{p.get('step_ms_median', 0) / 1000:.2f} s/step", flush=True)
+        with open(out, "w") as f:
+            for p in points:
+                f.write(json.dumps(p) + "\n")
     # `--only read` leaves the step results as they are.
-    with open(out if args.only != "read" else os.devnull, "w") as f:
-        for model, sizes, budget in scenarios:
+    with open(out if args.only != "read" and not args.redo else os.devnull, "w") as f:
+        for model, sizes, budget in scenarios if not args.redo else []:
             for size in sizes:
-                big = size * size >= 4096 * 4096 or (model == "vgg16" and size >= 2048)
-                repeat, warmup = (1, 0) if big else (2, 1)
-                if args.quick:
-                    repeat, warmup = 1, 0
                 methods = LONG_POINTS.get((model, size), STRATEGIES)
-                for strategy in ("none", "grid", "rows"):
-                    if strategy not in methods:
-                        continue
-                    b = "0" if strategy == "none" else budget
-                    p = run_point(args.tessel, model, size, strategy, b, repeat, warmup)
-                    record(points, f, p)
-                if not baselines:
-                    continue
-                threads = next((q["threads"] for q in points if q.get("threads")), 2)
-                segments = "2" if args.quick else "2,4,8"
-                for method in ("pytorch", "pytorch-checkpoint"):
+                for method in ("none", "grid", "rows", "pytorch", "pytorch-checkpoint"):
                     if method not in methods:
                         continue
-                    p = run_pytorch_point(model, size, method, threads, repeat, warmup, segments)
-                    record(points, f, p)
+                    if method.startswith("pytorch") and not baselines:
+                        continue
+                    record(points, f, measure(args, model, size, method, budget, points))
     read_report = ""
-    if args.only != "step":
+    # Next to the step results, never over them (--out may not contain "step-").
+    read_out = os.path.join(os.path.dirname(out),
+                            "read-" + os.path.basename(out).replace("step-", ""))
+    if args.redo and os.path.exists(read_out):
+        with open(read_out) as f:
+            read_report = read_table([json.loads(line) for line in f if line.strip()])
+    elif args.only != "step":
         settings = READ_QUICK if args.quick else READ_FULL
         read_points = run_read(args.tessel, settings["size"], settings["limit"])
-        # Next to the step results, never over them (--out may not contain "step-").
-        read_out = os.path.join(os.path.dirname(out),
-                                "read-" + os.path.basename(out).replace("step-", ""))
         with open(read_out, "w") as f:
             for p in read_points:
                 f.write(json.dumps(p) + "\n")
