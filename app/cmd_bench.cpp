@@ -17,6 +17,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   auto args = std::make_shared<Args>();
   auto* bench = app.add_subcommand("bench", "Benchmarks (see bench/README.md)");
   bench->require_subcommand(1);
+  add_bench_train(bench, registry);
   auto* cmd = bench->add_subcommand(
       "step", "Time training steps of a model on a random image; print one JSON line");
   cmd->add_option("--model", args->model, "Network")->capture_default_str();

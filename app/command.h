@@ -25,6 +25,8 @@ struct CommandRegistry {
 void register_doctor(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_plan(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_bench(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+// `tessel bench train` (cmd_bench_train.cpp), added to the `bench` command.
+void add_bench_train(CLI::App* bench, CommandRegistry& registry);
 void register_gradcheck(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);

@@ -140,9 +140,7 @@ class TiledStep {
         // A pointwise op may overwrite its input when it is the only reader of a tensor the
         // producer freshly allocated (never a view of a checkpoint, the image, or an alias).
         const Node& producer = graph_.node(node.inputs[0]);
-        const bool fresh = producer.kind == OpKind::kConv || producer.kind == OpKind::kMaxPool ||
-                           producer.kind == OpKind::kAvgPool || producer.kind == OpKind::kAdd ||
-                           producer.kind == OpKind::kConcat;
+        const bool fresh = allocates_output(producer);
         const bool overwrite = fresh && producer.id != s.input &&
                                graph_.consumers()[static_cast<size_t>(producer.id)].size() == 1;
         acts[static_cast<size_t>(v)] = {forward_tile(node, r, ins, in_shapes, overwrite), r};

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace tessel::core {
@@ -17,12 +19,19 @@ at::Tensor param(const Node& n, const char* name) {
 
 at::Tensor buffer(const Node& n, const char* name) { return n.layer->named_buffers(false)[name]; }
 
-// Frozen batch norm as a per-channel affine (DESIGN.md "Batch norm").
-at::Tensor affine(const Node& n, const at::Tensor& x) {
-  const double eps = n.eps;
-  const at::Tensor scale = param(n, "weight") * at::rsqrt(buffer(n, "running_var") + eps);
+// Frozen batch norm as a per-channel affine (DESIGN.md "Batch norm"): x · scale + shift, with
+// the shift added in place so that the op allocates one output, not a product and a sum (which
+// held three activations at once: measured 1.66 GiB against 1.28 predicted, darknet19 2048²).
+// Autograd allows it: mul's backward keeps its inputs, not its output.
+std::pair<at::Tensor, at::Tensor> affine_terms(const Node& n) {
+  const at::Tensor scale = param(n, "weight") * at::rsqrt(buffer(n, "running_var") + n.eps);
   const at::Tensor shift = param(n, "bias") - buffer(n, "running_mean") * scale;
-  return x * scale.view({1, -1, 1, 1}) + shift.view({1, -1, 1, 1});
+  return {scale.view({1, -1, 1, 1}), shift.view({1, -1, 1, 1})};
+}
+
+at::Tensor affine(const Node& n, const at::Tensor& x) {
+  const auto [scale, shift] = affine_terms(n);
+  return at::mul(x, scale).add_(shift);
 }
 
 at::Tensor pointwise(const Node& n, const at::Tensor& x) {
@@ -56,6 +65,10 @@ at::Tensor pointwise_inplace(const Node& n, at::Tensor x) {
       return x.sigmoid_();
     case Pointwise::kTanh:
       return x.tanh_();
+    case Pointwise::kAffine: {
+      const auto [scale, shift] = affine_terms(n);
+      return x.mul_(scale).add_(shift);
+    }
     default:
       return pointwise(n, x);
   }
@@ -77,6 +90,24 @@ at::Tensor avg_counts(const AxisOp& op, const PoolSpec& spec, Window out, int64_
 }
 
 }  // namespace
+
+bool allocates_output(const Node& node) {
+  return node.kind != OpKind::kPointwise || node.pointwise != Pointwise::kIdentity;
+}
+
+bool runs_in_place(const Node& node) {
+  if (node.kind != OpKind::kPointwise) return false;
+  switch (node.pointwise) {
+    case Pointwise::kRelu:
+    case Pointwise::kLeakyRelu:
+    case Pointwise::kSigmoid:
+    case Pointwise::kTanh:
+    case Pointwise::kAffine:
+      return true;
+    default:
+      return false;
+  }
+}
 
 at::Tensor crop(const TileTensor& t, const Region& want) {
   if (want.empty()) {

@@ -17,6 +17,14 @@ struct TileTensor {
   Region region;
 };
 
+// Whether `node`'s output is a tensor it owns (freshly allocated, or its input overwritten when
+// that was fresh): every op but identity, which returns its input. The no-grad forward may then
+// let a single reader overwrite it (the planner counts the same, core/planner.cpp).
+bool allocates_output(const Node& node);
+
+// Whether a pointwise op can overwrite its input (relu, leaky relu, sigmoid, tanh, affine).
+bool runs_in_place(const Node& node);
+
 // Node `node` on whole activations, with the op's own padding and ceil mode.
 at::Tensor forward_plain(const Node& node, const std::vector<at::Tensor>& inputs);
 

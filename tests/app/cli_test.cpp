@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/version.h"
 
@@ -82,6 +84,30 @@ TEST(Cli, PlanOverTheBudgetShowsEachCheckpointsTierAndBytesMoved) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("\"tier\": \"disk\""), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("moved_bytes_per_step"), std::string::npos) << run.output;
+}
+
+TEST(Cli, BenchTrainRunsEachPointInItsOwnProcessAndWritesJsonLinesAndCsv) {
+  const std::string out = ::testing::TempDir() + "tessel-bench-train";
+  // Plain 96² is predicted at 1.1 MiB, over the 512 KiB "machine": recorded as out of memory,
+  // not run; grid in 400 KiB is predicted at 323 KiB and runs.
+  const CliRun run = run_cli(
+      "bench train --model tiny --sizes 40,96 --strategies none,grid "
+      "--budget 400KiB --memory-limit 512KiB --repeat 1 --warmup 0 --out " +
+      out);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream csv(out + "/results.csv");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 5u) << run.output;  // header + 2 sizes × 2 strategies
+  EXPECT_EQ(lines[0].rfind("model,height,width,strategy,", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind("tiny,40,40,none,", 0), 0u) << lines[1];
+  EXPECT_NE(lines[1].find(",ok,"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[3].find(",out_of_memory,"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[4].find(",ok,"), std::string::npos) << lines[4];
+  std::ifstream jsonl(out + "/results.jsonl");
+  int points = 0;
+  for (std::string line; std::getline(jsonl, line);) points += line.rfind("{\"", 0) == 0;
+  EXPECT_EQ(points, 4);
 }
 
 TEST(Cli, MissingSubcommandIsAUsageError) {

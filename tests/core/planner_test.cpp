@@ -149,7 +149,9 @@ TEST(Memory, PredictedPeakIsWithin15PercentOfMeasuredForBudgetedPlans) {
   for (const auto& [name, size, budget_mib] :
        {std::tuple<std::string, int64_t, int64_t>{"resnet18", 512, 330},
         {"resnet18", 768, 360},
-        {"vgg-mini", 1024, 160}}) {
+        {"vgg-mini", 1024, 160},
+        // Frozen batch norm (affine) and leaky relu: the affine once held a product and a sum.
+        {"darknet19", 1024, 350}}) {
     Graph g = models::build_model(name);
     for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
       PlanOptions o;
