@@ -11,8 +11,10 @@ namespace tessel::app {
 void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
-                memory_limit = "20GiB", timeline;
+                memory_limit = "20GiB", timeline, offload = "auto", scratch,
+                checkpoints_under = "0";
     int repeat = 3, warmup = 1;
+    bool keep_resident = false, cold_disk = false;
   };
   auto args = std::make_shared<Args>();
   auto* bench = app.add_subcommand("bench", "Benchmarks (see bench/README.md)");
@@ -34,6 +36,23 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option(
       "--timeline", args->timeline,
       "Write the last step's memory timeline here (JSON lines; bench/plot.py draws it)");
+  cmd->add_option("--offload", args->offload,
+                  "Where checkpoints beyond the budget go: auto (disk, only when no resident plan "
+                  "fits), never, host or disk (every checkpoint)")
+      ->check(CLI::IsMember({"auto", "never", "host", "disk"}))
+      ->capture_default_str();
+  cmd->add_flag("--keep-resident", args->keep_resident,
+                "Plan under the budget, then keep every checkpoint resident: the same tiles "
+                "without transfers (the peak exceeds the budget)");
+  cmd->add_option("--checkpoints-under", args->checkpoints_under,
+                  "Checkpoints at every candidate layer whose activation is at most this size "
+                  "(e.g. 512MiB) instead of the planner's choice (0: the planner's)")
+      ->capture_default_str();
+  cmd->add_option("--scratch", args->scratch,
+                  "Directory for the disk tier's scratch file (default: the temporary directory)");
+  cmd->add_flag("--cold-disk", args->cold_disk,
+                "The disk tier bypasses the page cache (flush and drop each block after writing "
+                "and reading it), so reads come from the device");
   cmd->callback([args, &registry] {
     registry.selected = [args] {
       pipelines::BenchPoint p;
@@ -45,6 +64,11 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.repeat = args->repeat;
       p.warmup = args->warmup;
       p.timeline = args->timeline;
+      p.offload = args->offload;
+      p.keep_resident = args->keep_resident;
+      p.scratch_dir = args->scratch;
+      p.cold_disk = args->cold_disk;
+      p.checkpoints_under_bytes = core::parse_bytes(args->checkpoints_under);
       const pipelines::BenchResult r = pipelines::bench_step(p);
       std::cout << pipelines::to_json(p, r) << "\n";
       return r.status == "error" ? 1 : 0;

@@ -5,6 +5,7 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run              the published table (about 30-40 minutes on the 2-core machine)
   bench/run --quick      a smoke run of a few seconds: the harness works (no timing claims)
   bench/run --only read  just the slide-reading section (`tessel bench read`, 20000² JPEG TIFF)
+  bench/run --only offload  just the offload section (checkpoints on disk vs resident)
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
 user would pick instead, PyTorch from Python (bench/pytorch_step.py with Debian's /usr/bin/python3):
@@ -302,6 +303,92 @@ def measure(args, model, size, method, budget, points):
     threads = next((q["threads"] for q in points if q.get("threads")), 2)
     segments = "2" if args.quick else "2,4,8"
     return run_pytorch_point(model, size, method, threads, repeat, warmup, segments)
+# Offload (issue 6): a step whose checkpoints exceed the budget several times, with the
+# checkpoints beyond it on disk (page cache bypassed: each block is flushed and dropped after
+# it is written and after it is read, so every read comes from the device), against the same
+# plan with every checkpoint resident. The planner alone never offloads vgg-mini in 1 GiB (its
+# cheapest plan streams the whole network as one segment, at any size): the checkpoints are
+# every candidate layer up to a size. (model, size, budget, checkpoints under, repeat, warmup).
+OFFLOAD_FULL = ("vgg-mini", 4096, "1GiB", "1GiB", 1, 0)
+OFFLOAD_QUICK = ("tiny", 128, "1MiB", "1MiB", 1, 0)
+OFFLOAD_TABLE_BEGIN = "<!-- offload table: bench/run --only offload writes between these lines -->"
+OFFLOAD_TABLE_END = "<!-- end of offload table -->"
+
+
+def run_offload_point(tessel, model, size, budget, under, repeat, warmup, extra, label,
+                      scratch):
+    cmd = [tessel, "bench", "step", "--model", model, "--size", f"{size}x{size}",
+           "--strategy", "grid", "--budget", budget, "--checkpoints-under", under,
+           "--repeat", str(repeat), "--warmup", str(warmup), "--memory-limit", "20GiB",
+           "--log-level", "warn"] + extra
+    if scratch:
+        cmd += ["--scratch", scratch]
+    p = run_process(cmd, model, size, "grid")
+    p["run"] = label
+    return p
+
+
+def offload_table(points):
+    resident = next((p for p in points if p["run"] == "resident" and p["status"] == "ok"), None)
+    p0 = points[0]
+    out = [f"\n### Offload: {p0['model']} {p0['height']}², grid, budget "
+           f"{fmt_mib(p0.get('budget_bytes', 0))} MiB, checkpoints "
+           f"{fmt_mib(p0.get('checkpoint_bytes', 0))} MiB\n",
+           "| run | step s | fwd s | bwd s | × resident | measured peak MiB | checkpoints offloaded "
+           "MiB | moved/step MiB (measured / predicted) | I/O thread busy s | step waited s "
+           "| hidden |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        if p["status"] != "ok":
+            out.append(f"| {p['run']} | – | – | – | – | – | – | – | – | – | – | "
+                       f"{p['status']} {p.get('message', '')[:60]} |")
+            continue
+        hidden = p.get("hidden_share")
+        moved = (f"{fmt_mib(p['moved_bytes'])} / {fmt_mib(p['moved_bytes_predicted'])}"
+                 if p.get("moved_bytes") else "–")
+        busy = f"{p['transfer_s']:.1f}" if p.get("transfer_s") else "–"
+        waited = f"{p['wait_s']:.1f}" if p.get("transfer_s") else "–"
+        out.append(f"| {p['run']} | {p['step_ms_median'] / 1000:.1f} | "
+                   f"{p['forward_ms_median'] / 1000:.1f} | {p['backward_ms_median'] / 1000:.1f} | "
+                   f"{ratio(p, resident)} | {fmt_mib(p['measured_peak_bytes'])} | "
+                   f"{fmt_mib(p.get('offloaded_bytes', 0))} | {moved} | {busy} | {waited} | "
+                   f"{'' if hidden is None else f'{hidden:.0%}'} |")
+    return "\n".join(out)
+
+
+def run_offload_section(args):
+    """The offload table: disk tier with a cold page cache, with the page cache, and resident."""
+    model, size, budget, under, repeat, warmup = OFFLOAD_QUICK if args.quick else OFFLOAD_FULL
+    stamp = datetime.date.today().isoformat()
+    out = args.out or os.path.join(ROOT, "bench", "results",
+                                   f"offload-{'quick' if args.quick else stamp}.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    # Quick: the tiny budget needs every checkpoint forced out to show the machinery.
+    mode = ["--offload", "disk"] if args.quick else ["--offload", "auto"]
+    runs = [("disk, page cache bypassed", mode + ["--cold-disk"]),
+            ("disk, page cache allowed", mode),
+            ("resident", mode + ["--keep-resident"])]
+    points = []
+    with open(out, "w") as f:
+        for label, extra in runs:
+            p = run_offload_point(args.tessel, model, size, budget, under, repeat, warmup, extra,
+                                  label, os.environ.get("TESSEL_BENCH_SCRATCH"))
+            points.append(p)
+            f.write(json.dumps(p) + "\n")
+            f.flush()
+            print(f"bench: offload {model} {size}² {label}: {p['status']} "
+                  f"{p.get('step_ms_median', 0) / 1000:.1f} s/step, hidden "
+                  f"{p.get('hidden_share')}", flush=True)
+    table = (f"Measured by `bench/run --only offload` on {stamp}. Machine: {machine()}. "
+             f"Threads: {points[0].get('threads', '?')}. Median of {repeat} step(s) after "
+             f"{warmup} warmup.\n" + offload_table(points))
+    print(table, flush=True)
+    with open(out.replace(".jsonl", ".md"), "w") as f:
+        f.write(table + "\n")
+    if not args.quick:
+        write_between_markers(OFFLOAD_TABLE_BEGIN, OFFLOAD_TABLE_END, table)
+    if any(p["status"] == "error" for p in points):
+        sys.exit(1)
 
 
 def main():
@@ -310,7 +397,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run of a few seconds")
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
-    ap.add_argument("--only", choices=["step", "read"], default=None,
+    ap.add_argument("--only", choices=["step", "read", "offload"], default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
                     help="re-measure these points of today's run, keep the rest, rewrite the "
@@ -318,6 +405,9 @@ def main():
     args = ap.parse_args()
     if not os.access(args.tessel, os.X_OK):
         sys.exit(f"bench: {args.tessel} is not built; run `make build` first")
+    if args.only == "offload":
+        run_offload_section(args)
+        return
 
     scenarios = QUICK if args.quick else FULL
     stamp = datetime.date.today().isoformat()

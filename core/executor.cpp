@@ -51,6 +51,7 @@ class TiledStep {
     if (plan.offloads()) {
       TileStoreOptions o;
       o.scratch_dir = options.scratch_dir;
+      o.bypass_page_cache = options.bypass_page_cache;
       o.window_bytes = plan.window_bytes > 0 ? plan.window_bytes : o.window_bytes;
       store_ = std::make_unique<TileStore>(o);
     }
@@ -475,6 +476,8 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.offload_written_bytes = st.written_bytes;
     result.offload_read_bytes = st.read_bytes;
     result.offload_wait_ms = st.wait_ms;
+    result.offload_write_ms = st.write_ms;
+    result.offload_read_ms = st.read_ms;
   }
   if (MemoryTracker::installed()) {
     result.measured_peak_bytes = MemoryTracker::peak_bytes() - live_at_start;

@@ -24,6 +24,8 @@ struct StepOptions {
   // Where checkpoints the plan offloads to disk go (core/tile_store.h); empty: the system's
   // temporary directory.
   std::filesystem::path scratch_dir;
+  // The disk tier bypasses the page cache (TileStoreOptions::bypass_page_cache; benchmarks).
+  bool bypass_page_cache = false;
 };
 
 struct StepResult {
@@ -34,10 +36,11 @@ struct StepResult {
   int64_t measured_peak_bytes = -1;  // above the live bytes at the start; -1 without tracker
   double forward_ms = 0, backward_ms = 0;
   int64_t forward_tiles = 0, backward_tiles = 0;
-  // Offload: bytes written to and read from the host or disk tier, and the time the step waited
-  // for them (transfers not hidden behind compute).
+  // Offload: bytes written to and read from the host or disk tier, the time the store's I/O
+  // thread spent moving them, and the time the step waited for them (transfers not hidden
+  // behind compute).
   int64_t offload_written_bytes = 0, offload_read_bytes = 0;
-  double offload_wait_ms = 0;
+  double offload_write_ms = 0, offload_read_ms = 0, offload_wait_ms = 0;
 };
 
 // Runs forward, loss and backward of `graph` on the image `source` serves, as `plan` says

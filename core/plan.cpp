@@ -201,6 +201,30 @@ std::string to_string(const Plan& plan, const Graph& graph) {
        << format_bytes(plan.window_bytes) << " window ahead of use, "
        << format_bytes(plan.moved_bytes()) << " moved per step\n";
   }
+  if (!plan.decisions.empty()) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "offload or recompute (DELTA), %s prices: %.3g ns per byte moved, %.3g GFLOP/s "
+                  "recompute\n",
+                  plan.prices.measured ? "measured" : "guessed",
+                  plan.prices.seconds_per_byte_moved * 1e9,
+                  plan.prices.seconds_per_flop > 0 ? 1e-9 / plan.prices.seconds_per_flop : 0.0);
+    os << buf;
+    for (const OffloadDecision& d : plan.decisions) {
+      std::string recompute = "no plan without it fits";
+      if (d.recompute_flops >= 0) {
+        std::snprintf(buf, sizeof buf, "recompute %.3g FLOPs: %.3g s",
+                      static_cast<double>(d.recompute_flops), d.recompute_s);
+        recompute = buf;
+      }
+      std::snprintf(buf, sizeof buf, "move %s: %.3g s", format_bytes(d.moved_bytes).c_str(),
+                    d.offload_s);
+      os << "  " << graph.node(d.checkpoint).name << ": "
+         << (d.offload ? "offloaded (" + std::string(buf) + "; " + recompute + ")"
+                       : "dropped, recomputed (" + recompute + "; " + std::string(buf) + ")")
+         << "\n";
+    }
+  }
   if (plan.plain_flops > 0 && plan.tiled_flops > 0) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "forward FLOPs %.3g (halo recompute ×%.2f)\n",

@@ -69,6 +69,26 @@ struct Segment {
   int64_t moved_bytes = 0;  // predicted bytes to and from the tier per step (it and its gradient)
 };
 
+// The machine's prices of the two ways to keep a checkpoint the budget cannot hold (DELTA):
+// moving it to the offload tier and back, or recomputing it. Measured by
+// core/offload_prices.h; unmeasured (zero) prices leave the planner's guessed ratio in charge.
+struct OffloadPrices {
+  double seconds_per_byte_moved = 0;  // written to the tier and read back, per byte each way
+  double seconds_per_flop = 0;        // forward FLOPs of a conv on this machine's threads
+  bool measured = false;              // false: the planner's guess (PlanOptions)
+};
+
+// DELTA's decision for one checkpoint beyond the budget: offload it (its bytes moved per step)
+// or drop it so the next segment recomputes it from the previous checkpoint (the FLOPs the
+// merged segment's larger halos add per step; -1 when no plan without it fits the budget).
+struct OffloadDecision {
+  NodeId checkpoint = -1;
+  int64_t moved_bytes = 0;
+  int64_t recompute_flops = -1;
+  double offload_s = 0, recompute_s = 0;  // per step, at the prices
+  bool offload = true;
+};
+
 struct Plan {
   Strategy strategy = Strategy::kNone;
   Shape input;
@@ -82,6 +102,10 @@ struct Plan {
   int64_t plain_flops = 0;   // forward FLOPs of the whole network on the whole image
   int64_t tiled_flops = 0;   // the same with halo recompute (forward pass), for cost comparisons
   int64_t window_bytes = 0;  // offload: bytes read ahead of use and written behind it
+  // Offload: the prices the planner used and its decision for each checkpoint it considered
+  // (kept in the tier, or dropped and recomputed).
+  OffloadPrices prices;
+  std::vector<OffloadDecision> decisions;
   int64_t moved_bytes() const;
   bool offloads() const;
 };

@@ -281,7 +281,11 @@ Analysis::TileCost worst_tile(const Analysis& a, const Segment& s, const Partiti
 
 struct Candidate {
   Plan plan;
-  double cost = kNever;     // FLOPs of forward + recompute + backward, halo included
+  double cost = kNever;   // FLOPs of forward + recompute + backward, halo included
+  double flops = kNever;  // the same without the price of moved bytes
+  Strategy strategy = Strategy::kAuto;
+  std::vector<NodeId> set;  // the checkpoint set it was built from, and its tiers
+  std::vector<Tier> tiers;
   int64_t needed = kUnfit;  // smallest budget this segmentation could ever fit
   std::string dominant;
 };
@@ -485,6 +489,10 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     plan.segments.push_back(std::move(s));
   }
   if (reduction >= 0) plan.checkpoints.pop_back();
+  c.flops = (budget > 0 && peak > budget) ? kNever : cost;
+  c.strategy = strategy;
+  c.set = checkpoints;
+  c.tiers = tiers;
   // The search prices an offloaded checkpoint at five passes over it (see moved_bytes); the
   // chosen plan gets the halo-exact count.
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
@@ -507,7 +515,33 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   return c;
 }
 
+// Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
+// forward and backward tiles (halos and block rounding included), its gradient written once
+// and read once.
+void count_moved_bytes(const Analysis& a, Plan& plan) {
+  for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+    Segment& s = plan.segments[i];
+    if (s.tier == Tier::kResident) continue;
+    const Segment& next = plan.segments[i + 1];
+    s.moved_bytes = 3 * a.bytes(s.output) + read_bytes(a, next, next.forward, s.output, s.blocks) +
+                    read_bytes(a, next, next.backward, s.output, s.blocks);
+  }
+}
+
 }  // namespace
+
+OffloadDecision decide_offload(NodeId checkpoint, int64_t moved_bytes, int64_t recompute_flops,
+                               const OffloadPrices& prices) {
+  OffloadDecision d;
+  d.checkpoint = checkpoint;
+  d.moved_bytes = moved_bytes;
+  d.recompute_flops = recompute_flops;
+  d.offload_s = static_cast<double>(moved_bytes) * prices.seconds_per_byte_moved;
+  d.recompute_s =
+      recompute_flops < 0 ? kNever : static_cast<double>(recompute_flops) * prices.seconds_per_flop;
+  d.offload = d.offload_s <= d.recompute_s;
+  return d;
+}
 
 std::vector<NodeId> checkpoint_candidates(const Graph& graph) {
   // reach[v]: the furthest node any edge from a node <= v goes to.
@@ -642,12 +676,23 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   off.block_bytes = options.offload_block_bytes > 0 ? options.offload_block_bytes
                                                     : std::max<int64_t>(off.window_bytes / 4, 1);
   using Offload = PlanOptions::Offload;
+  // The guess until the offloading search asks for measured prices.
+  constexpr double kGuessedSecondsPerFlop = 1e-11;  // 100 GFLOP/s
+  OffloadPrices prices{options.flops_per_byte_moved * kGuessedSecondsPerFlop,
+                       kGuessedSecondsPerFlop, false};
   Candidate best, smallest;
   // First every checkpoint set all resident; offload only when none of them fits. Pricing
   // offload against recompute for every set made planning VGG-16 on a 200000² slide take 25 s
   // instead of 0.4 s, and the price of a moved byte is a guess until it is measured (DELTA).
   for (const bool offloading : {false, true}) {
     if (offloading && (best.cost != kNever || options.offload != Offload::kAuto)) break;
+    if (offloading && options.measure_prices) {
+      const OffloadPrices measured = options.measure_prices();
+      if (measured.seconds_per_byte_moved > 0 && measured.seconds_per_flop > 0) {
+        prices = measured;
+        a.options.flops_per_byte_moved = prices.seconds_per_byte_moved / prices.seconds_per_flop;
+      }
+    }
     for (Strategy s : strategies) {
       for (const auto& set : sets) {
         std::vector<Tier> tiers(set.size() + 1, Tier::kResident);
@@ -693,17 +738,42 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                                                   (1.0 - options.headroom))) +
                 ", dominated by " + smallest.dominant);
   }
-  Plan plan = std::move(best.plan);
-  // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
-  // forward and backward tiles (halos and block rounding included), its gradient written once
-  // and read once.
-  for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
-    Segment& s = plan.segments[i];
-    if (s.tier == Tier::kResident) continue;
-    const Segment& next = plan.segments[i + 1];
-    s.moved_bytes = 3 * a.bytes(s.output) + read_bytes(a, next, next.forward, s.output, s.blocks) +
-                    read_bytes(a, next, next.backward, s.output, s.blocks);
+  // DELTA: each checkpoint the chosen plan offloads stays in the tier only if moving it costs
+  // no more than dropping it, so that the next segment recomputes it from the previous one.
+  // Dropping one changes the others' halos: decide again after each drop.
+  std::vector<OffloadDecision> decisions, drops;
+  count_moved_bytes(a, best.plan);
+  for (bool dropped =
+           best.plan.offloads() && options.offload == Offload::kAuto && !options.checkpoints;
+       dropped;) {
+    dropped = false;
+    decisions.clear();
+    for (size_t i = 0; i < best.set.size() && !dropped; ++i) {
+      if (i >= best.plan.segments.size() || best.plan.segments[i].tier == Tier::kResident) {
+        continue;
+      }
+      std::vector<NodeId> set = best.set;
+      std::vector<Tier> tiers = best.tiers;
+      set.erase(set.begin() + static_cast<ptrdiff_t>(i));
+      tiers.erase(tiers.begin() + static_cast<ptrdiff_t>(i));
+      Candidate without = build(a, best.strategy, set, last, reduction, fixed, target, tiers, off);
+      const int64_t extra = without.flops == kNever
+                                ? -1
+                                : static_cast<int64_t>(std::max(0.0, without.flops - best.flops));
+      decisions.push_back(
+          decide_offload(best.set[i], best.plan.segments[i].moved_bytes, extra, prices));
+      if (!decisions.back().offload) {
+        drops.push_back(decisions.back());
+        best = std::move(without);
+        count_moved_bytes(a, best.plan);
+        dropped = true;
+      }
+    }
   }
+  Plan plan = std::move(best.plan);
+  plan.prices = prices;
+  plan.decisions = std::move(drops);
+  plan.decisions.insert(plan.decisions.end(), decisions.begin(), decisions.end());
   plan.input = input;
   plan.shapes = a.shapes;
   plan.element_bytes = a.eb;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "core/graph.h"
@@ -18,7 +19,10 @@ struct PlanOptions {
   bool input_gradient = false;           // a gradient for the image is kept (saliency)
   bool streaming_reduction = true;       // a global pool after the last tiled op closes it
   // Plans aim at budget × (1 − headroom), for allocator effects the model does not capture
-  // (on vgg-mini 1024²–4096² its prediction was within 4% of the measured peak).
+  // (on vgg-mini 1024²–4096² its prediction was within 4% of the measured peak). Below a few
+  // MiB a fixed slack dominates instead: tiny at 128² and 256² measured 0.17–0.41 MiB above the
+  // prediction whatever the tile count (1 to 14 tiles), nothing at 512² in 4 MiB
+  // (bench/NOTES.md), so budgets under ~4 MiB are exceeded by up to ~0.4 MiB.
   double headroom = 0.08;
   // Fixed partitions instead of the budget search (tests, benchmarks). A tile size in output
   // pixels of each segment, or a count of tiles per axis.
@@ -41,7 +45,17 @@ struct PlanOptions {
   // price per machine: with a guessed price it put vgg-mini 8192² in 1 GiB on disk although a
   // resident plan fit, and made planning VGG-16 on 200000² take 25 s instead of 0.4 s.
   double flops_per_byte_moved = 100;
+  // The machine's measured prices (core/offload_prices.h), asked for once, only when no plan
+  // with every checkpoint resident fits: they replace the guess above, and each checkpoint the
+  // plan would offload is kept in the tier or dropped and recomputed, whichever costs less
+  // (DELTA). Empty: the guess, as 100 GFLOP/s against flops_per_byte_moved.
+  std::function<OffloadPrices()> measure_prices;
 };
+
+// DELTA's offload-or-recompute choice for one checkpoint, at `prices`: offload when moving
+// `moved_bytes` per step costs no more than recomputing `recompute_flops` (-1: cannot drop).
+OffloadDecision decide_offload(NodeId checkpoint, int64_t moved_bytes, int64_t recompute_flops,
+                               const OffloadPrices& prices);
 
 // Makes a plan for `graph` on an input of `input` (C×H×W) within `budget_bytes` (0: no limit).
 // Throws tessel::Error naming the node for an invalid graph or input, and, when no plan fits,

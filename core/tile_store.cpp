@@ -207,6 +207,8 @@ class TileStore::Impl {
     s.disk_bytes = disk_bytes;
     s.in_flight_bytes = in_flight;
     s.wait_ms = wait_ms;
+    s.write_ms = write_ms;
+    s.read_ms = read_ms;
     for (const auto& [id, b] : blocks) {
       if (b.resident.defined()) s.resident_bytes += b.bytes;
     }
@@ -297,8 +299,11 @@ class TileStore::Impl {
         if (job.write) {
           const at::Tensor src = b.host.defined() ? b.host : b.resident;
           lock.unlock();
+          const auto t0 = Clock::now();
           const uint64_t sum = write_block(src, b.offset, b.bytes);
+          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           lock.lock();
+          write_ms += ms;
           b.sum = sum;
           b.writing = false;
           in_flight -= b.bytes;
@@ -308,8 +313,11 @@ class TileStore::Impl {
           const std::vector<int64_t> sizes = b.sizes;
           const at::TensorOptions opts = b.options;
           lock.unlock();
+          const auto t0 = Clock::now();
           at::Tensor t = read_block(sizes, opts, offset, bytes, sum);
+          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           lock.lock();
+          read_ms += ms;
           b.resident = std::move(t);
           b.loading = false;
           read += bytes;
@@ -347,6 +355,17 @@ class TileStore::Impl {
       }
       done += n;
     }
+    if (options.bypass_page_cache) {
+      // Dirty pages cannot be dropped: write them out first, then drop them.
+      if (::sync_file_range(fd, offset, bytes,
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+        const int e = errno;
+        throw Error("cannot flush offloaded checkpoints to the scratch file " + file.string() +
+                    ": " + errno_text(e));
+      }
+      ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
+    }
     return sum;
   }
 
@@ -374,6 +393,8 @@ class TileStore::Impl {
       }
       done += n;
     }
+    // A block is read more than once (forward, backward): the next read must find a cold disk.
+    if (options.bypass_page_cache) ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
     if (checksum(p, bytes) != sum) {
       throw Error("the scratch file " + file.string() +
                   " was changed while the step ran (checksum mismatch); the offloaded "
@@ -397,7 +418,7 @@ class TileStore::Impl {
   ino_t inode = 0;
   dev_t device = 0;
   int64_t file_end = 0, in_flight = 0, written = 0, read = 0, host_bytes = 0, disk_bytes = 0;
-  double wait_ms = 0;
+  double wait_ms = 0, write_ms = 0, read_ms = 0;
   std::thread io;  // last: started after every member it uses
 };
 

@@ -19,6 +19,10 @@ struct TileStoreOptions {
   // Where the disk tier's scratch file lives; empty: the system's temporary directory.
   std::filesystem::path scratch_dir;
   int64_t window_bytes = int64_t{64} << 20;
+  // The cold-disk case (benchmarks): each write is flushed to the device and its pages dropped
+  // from the page cache (sync_file_range + posix_fadvise DONTNEED), so reads come from the disk,
+  // not from RAM the budget does not count. Off by default: the page cache only helps.
+  bool bypass_page_cache = false;
 };
 
 struct TileStoreStats {
@@ -27,6 +31,9 @@ struct TileStoreStats {
   int64_t host_bytes = 0, disk_bytes = 0;     // held in the other tiers
   int64_t in_flight_bytes = 0;                // writes not yet done
   double wait_ms = 0;                         // time the caller waited for a read or a write
+  // Time the I/O thread spent moving blocks (checksums and, when bypassing the page cache, the
+  // flush included): what wait_ms hides when it is smaller.
+  double write_ms = 0, read_ms = 0;
 };
 
 class TileStore {

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/memory.h"
+#include "core/offload_prices.h"
 #include "core/planner.h"
 #include "core/runtime.h"
 #include "models/zoo.h"
@@ -108,6 +109,15 @@ class TimelineRecorder : public core::Observer {
   std::jthread poller_;  // last: stopped before the members it writes to are destroyed
 };
 
+core::PlanOptions::Offload parse_offload(const std::string& name) {
+  using Offload = core::PlanOptions::Offload;
+  if (name == "auto") return Offload::kAuto;
+  if (name == "never") return Offload::kNever;
+  if (name == "host") return Offload::kHost;
+  if (name == "disk") return Offload::kDisk;
+  throw Error("unknown offload mode '" + name + "' (auto, never, host or disk)");
+}
+
 }  // namespace
 
 BenchResult bench_step(const BenchPoint& p) {
@@ -119,6 +129,31 @@ BenchResult bench_step(const BenchPoint& p) {
   const core::Shape input{3, p.height, p.width};
   core::PlanOptions options;
   options.strategy = p.strategy;
+  options.offload = parse_offload(p.offload);
+  options.measure_prices = [&] {
+    return core::measure_offload_prices(options.auto_tier, p.scratch_dir);
+  };
+  if (p.checkpoints_under_bytes > 0) {
+    std::vector<core::NodeId> set;
+    const std::vector<core::Shape> shapes = graph.shapes(input);
+    for (core::NodeId v : core::checkpoint_candidates(graph)) {
+      const core::Shape& s = shapes[static_cast<size_t>(v)];
+      if (s.channels * s.height * s.width * options.element_bytes <= p.checkpoints_under_bytes) {
+        set.push_back(v);
+      }
+    }
+    // The last candidates may lie past the last tiled layer: drop those.
+    for (; !set.empty(); set.pop_back()) {
+      core::PlanOptions unlimited = options;
+      unlimited.checkpoints = set;
+      try {
+        (void)core::make_plan(graph, input, 0, unlimited);
+        break;
+      } catch (const Error&) {
+      }
+    }
+    options.checkpoints = set;
+  }
   core::Plan plan;
   const int64_t limit = p.strategy == core::Strategy::kNone && p.budget_bytes == 0
                             ? p.memory_limit_bytes
@@ -129,6 +164,17 @@ BenchResult bench_step(const BenchPoint& p) {
     r.status = p.budget_bytes == 0 ? "out_of_memory" : "out_of_budget";
     r.message = e.what();
     return r;
+  }
+  for (const core::Segment& s : plan.segments) {
+    if (s.reduction >= 0) continue;
+    const core::Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+    const int64_t bytes = out.channels * out.height * out.width * plan.element_bytes;
+    r.checkpoint_bytes += bytes;
+    if (s.tier != core::Tier::kResident) r.offloaded_bytes += bytes;
+  }
+  r.predicted_moved_bytes = plan.moved_bytes();
+  if (p.keep_resident) {
+    for (core::Segment& s : plan.segments) s.tier = core::Tier::kResident;
   }
   r.plan = core::to_string(plan, graph);
   r.predicted = plan.predicted;
@@ -152,6 +198,8 @@ BenchResult bench_step(const BenchPoint& p) {
     const bool record = !p.timeline.empty() && i == p.warmup + p.repeat - 1;
     std::unique_ptr<TimelineRecorder> timeline;
     core::StepOptions step_options;
+    step_options.scratch_dir = p.scratch_dir;
+    step_options.bypass_page_cache = p.cold_disk;
     if (record) {
       timeline = std::make_unique<TimelineRecorder>();
       step_options.observer = timeline.get();
@@ -170,6 +218,9 @@ BenchResult bench_step(const BenchPoint& p) {
     r.measured_peak_bytes = std::max(r.measured_peak_bytes, s.measured_peak_bytes);
     r.forward_tiles = s.forward_tiles;
     r.backward_tiles = s.backward_tiles;
+    r.moved_bytes.push_back(s.offload_written_bytes + s.offload_read_bytes);
+    r.transfer_ms.push_back(s.offload_write_ms + s.offload_read_ms);
+    r.wait_ms.push_back(s.offload_wait_ms);
   }
   r.max_rss_bytes = max_rss_bytes();
   return r;
@@ -200,6 +251,22 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
                           {"head", r.predicted.tail},
                           {"total", r.predicted.total()}};
   j["segments"] = r.segments;
+  j["offload"] = p.keep_resident ? "resident" : p.offload;
+  j["cold_disk"] = p.cold_disk;
+  j["checkpoints_under_bytes"] = p.checkpoints_under_bytes;
+  j["checkpoint_bytes"] = r.checkpoint_bytes;
+  j["offloaded_bytes"] = r.offloaded_bytes;
+  j["moved_bytes_predicted"] = r.predicted_moved_bytes;
+  j["moved_bytes"] = r.moved_bytes.empty() ? 0 : r.moved_bytes.back();
+  j["transfer_s"] = median(r.transfer_ms) / 1000;
+  j["wait_s"] = median(r.wait_ms) / 1000;
+  // The share of the I/O thread's transfer time the step did not wait for, over the timed
+  // steps.
+  double transfer = 0, wait = 0;
+  for (double t : r.transfer_ms) transfer += t;
+  for (double w : r.wait_ms) wait += w;
+  j["hidden_share"] =
+      transfer > 0 ? nlohmann::json(std::max(0.0, 1 - wait / transfer)) : nlohmann::json(nullptr);
   j["forward_tiles"] = r.forward_tiles;
   j["backward_tiles"] = r.backward_tiles;
   return j.dump();

@@ -25,6 +25,16 @@ struct BenchPoint {
   // peak bytes polled every millisecond or two, and the executor's per-tile samples (with the
   // tile store's categories) — bench/plot.py draws it.
   std::filesystem::path timeline;
+  // Offload (bench/run --only offload): where the planner may move checkpoints, and the
+  // comparison point: the plan made under the budget, run with every checkpoint kept resident
+  // (the same tiles, so only the transfers differ; its peak exceeds the budget).
+  std::string offload = "auto";  // auto, never, host or disk (core::PlanOptions::Offload)
+  bool keep_resident = false;
+  // Checkpoints at every candidate whose activation is at most this many bytes, instead of the
+  // planner's search (which may stream the whole network as one segment and offload nothing).
+  int64_t checkpoints_under_bytes = 0;
+  std::filesystem::path scratch_dir;  // empty: the system's temporary directory
+  bool cold_disk = false;             // the disk tier bypasses the page cache
 };
 
 struct BenchResult {
@@ -37,6 +47,12 @@ struct BenchResult {
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
   int threads = 0;
   std::string plan;
+  // Offload, per timed step: the checkpoints (all, and those in the host or disk tier), the bytes
+  // it predicts to move, and what the tile store measured (bytes written + read, the I/O
+  // thread's busy time, the time the step waited for it).
+  int64_t checkpoint_bytes = 0, offloaded_bytes = 0, predicted_moved_bytes = 0;
+  std::vector<int64_t> moved_bytes;
+  std::vector<double> transfer_ms, wait_ms;
 };
 
 BenchResult bench_step(const BenchPoint& point);

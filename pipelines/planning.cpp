@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/offload_prices.h"
 #include "core/planner.h"
 #include "models/zoo.h"
 
@@ -49,8 +50,25 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                           {"head", m.tail},
                           {"total", m.total()}};
   j["forward_flops"] = {{"plain", plan.plain_flops}, {"tiled", plan.tiled_flops}};
+  nlohmann::json decisions = nlohmann::json::array();
+  for (const core::OffloadDecision& d : plan.decisions) {
+    decisions.push_back(
+        {{"checkpoint", graph.node(d.checkpoint).name},
+         {"decision", d.offload ? "offload" : "recompute"},
+         {"moved_bytes", d.moved_bytes},
+         {"offload_s", d.offload_s},
+         {"recompute_flops",
+          d.recompute_flops < 0 ? nlohmann::json(nullptr) : nlohmann::json(d.recompute_flops)},
+         {"recompute_s",
+          d.recompute_flops < 0 ? nlohmann::json(nullptr) : nlohmann::json(d.recompute_s)}});
+  }
   j["offload"] = {{"window_bytes", plan.window_bytes},
-                  {"moved_bytes_per_step", plan.moved_bytes()}};
+                  {"moved_bytes_per_step", plan.moved_bytes()},
+                  {"prices",
+                   {{"measured", plan.prices.measured},
+                    {"seconds_per_byte_moved", plan.prices.seconds_per_byte_moved},
+                    {"seconds_per_flop", plan.prices.seconds_per_flop}}},
+                  {"decisions", decisions}};
   return j.dump(2);
 }
 
@@ -62,6 +80,7 @@ PlanReport plan_model(const PlanRequest& r) {
   const core::Graph graph = models::build_model(r.model, mo);
   core::PlanOptions o;
   o.strategy = r.strategy;
+  o.measure_prices = [&] { return core::measure_offload_prices(o.auto_tier); };
   PlanReport report;
   report.plan = core::make_plan(graph, {mo.in_channels, r.height, r.width}, r.budget_bytes, o);
   report.table = core::to_string(report.plan, graph);

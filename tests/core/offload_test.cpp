@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
@@ -119,6 +122,49 @@ TEST(TileStore, BlocksComeBackBitForBitFromEveryTier) {
   }
   EXPECT_FALSE(fs::exists(file)) << "the scratch file is removed with the store";
   EXPECT_EQ(dir.files(), 0u);
+}
+
+// Pages of `file` in the page cache (mincore over a mapping of it).
+int64_t cached_pages(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + file.string());
+  const auto size = static_cast<size_t>(fs::file_size(file));
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) throw std::runtime_error("cannot map " + file.string());
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((size + page - 1) / page);
+  ::mincore(map, size, in_core.data());
+  ::munmap(map, size);
+  return std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; });
+}
+
+TEST(TileStore, BypassingThePageCacheLeavesNoBlockInItAndTimesTheTransfers) {
+  ScratchDir dir;
+  for (const bool bypass : {false, true}) {
+    TileStoreOptions o{dir.path(), 1 << 20};
+    o.bypass_page_cache = bypass;
+    TileStore store(o);
+    std::vector<at::Tensor> blocks;
+    std::vector<TileStore::BlockId> ids;
+    for (int i = 0; i < 4; ++i) {
+      blocks.push_back(random_image(8, 128, 128, static_cast<uint64_t>(i)));  // 1 MiB
+      ids.push_back(store.put(blocks.back(), Tier::kDisk));
+    }
+    store.flush();
+    const int64_t after_writes = cached_pages(store.scratch_file());
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_TRUE(at::equal(store.get(ids[i]), blocks[i]));
+    const int64_t after_reads = cached_pages(store.scratch_file());
+    if (bypass) {
+      EXPECT_EQ(after_writes, 0) << "written blocks were dropped from the page cache";
+      EXPECT_EQ(after_reads, 0) << "read blocks were dropped from the page cache";
+    } else {
+      EXPECT_GT(after_writes, 0) << "without bypass the page cache keeps written blocks";
+    }
+    const TileStoreStats st = store.stats();
+    EXPECT_GT(st.write_ms, 0);
+    EXPECT_GT(st.read_ms, 0);
+  }
 }
 
 TEST(TileStore, ScratchFilesOfCrashedRunsAreRemovedOnTheNextStart) {
@@ -271,7 +317,7 @@ TEST(Offload, PlansThatOffloadUnderATightBudgetMatchPlainAutograd) {
     Graph g = models::build_model(name, mo);
     g.module().to(at::kDouble);
     randomise(g, 6);
-    const Shape in{2, 121, 110};
+    const Shape in{2, 384, 352};
     for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
       PlanOptions o;
       o.strategy = s;
@@ -293,6 +339,63 @@ TEST(Offload, PlansThatOffloadUnderATightBudgetMatchPlainAutograd) {
       EXPECT_GT(c.offload_bytes, 0);
     }
   }
+}
+
+// DELTA's decision with measured prices: at a price per byte far above recompute the planner
+// drops checkpoints it would offload (and recomputes them from the previous one), at a price
+// far below it keeps them in the tier (dropping only those whose recompute costs nothing);
+// gradients are exact either way.
+TEST(Offload, MeasuredPricesDecideEachCheckpointAndGradientsStayExactEitherWay) {
+  ScratchDir dir;
+  StepOptions so;
+  so.scratch_dir = dir.path();
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  // tiny has too few checkpoints for a choice; vgg-mini has five.
+  Graph g = models::build_model("vgg-mini", mo);
+  g.module().to(at::kDouble);
+  randomise(g, 7);
+  const Shape in{2, 384, 352};
+  auto plan_at = [&](int64_t budget, double seconds_per_byte) {
+    PlanOptions o;
+    o.strategy = Strategy::kGrid;
+    o.element_bytes = 8;
+    int calls = 0;
+    o.measure_prices = [&calls, seconds_per_byte] {
+      ++calls;
+      return OffloadPrices{seconds_per_byte, 1e-11, true};
+    };
+    Plan plan = make_plan(g, in, budget, o);
+    EXPECT_LE(calls, 1) << "prices are asked for once";
+    EXPECT_EQ(calls == 1, plan.prices.measured) << "and only when offloading is considered";
+    return plan;
+  };
+  auto dropped = [](const Plan& p) {
+    return std::count_if(p.decisions.begin(), p.decisions.end(),
+                         [](const OffloadDecision& d) { return !d.offload; });
+  };
+  std::optional<Plan> moving, recomputing;
+  for (int64_t b = int64_t{256} << 20; b > (int64_t{1} << 20) && !recomputing; b = b * 31 / 32) {
+    try {
+      Plan cheap = plan_at(b, 1e-15), dear = plan_at(b, 1.0);
+      if (cheap.offloads() && dropped(dear) > dropped(cheap)) {
+        moving = std::move(cheap);
+        recomputing = std::move(dear);
+      }
+    } catch (const tessel::Error&) {
+      break;
+    }
+  }
+  ASSERT_TRUE(recomputing) << "no budget where the price changes the decision";
+  EXPECT_LT(recomputing->checkpoints.size(), moving->checkpoints.size());
+  for (const Plan* plan : {&*moving, &*recomputing}) {
+    const std::string table = to_string(*plan, g);
+    EXPECT_NE(table.find("offload or recompute (DELTA), measured prices"), std::string::npos)
+        << table;
+    const auto c = compare_with_plain(g, *plan, random_image(2, in.height, in.width, 7), 7, so);
+    EXPECT_LT(c.worst(), kTolerance) << table << c.to_string();
+  }
+  EXPECT_NE(to_string(*recomputing, g).find("dropped, recomputed"), std::string::npos);
 }
 
 // Records what the store holds, by tier, at every finished tile.
@@ -431,6 +534,19 @@ TEST(OffloadFaults, AFullDiskIsAClearErrorAndLeavesNoScratchFile) {
 
 namespace tessel::core {
 namespace {
+
+TEST(OffloadPlan, DecideOffloadTakesTheCheaperOfMovingAndRecomputing) {
+  const OffloadPrices prices{1e-9, 1e-11, true};  // 1 GB/s against 100 GFLOP/s
+  const OffloadDecision move = decide_offload(7, 1000000, 1000000000, prices);
+  EXPECT_TRUE(move.offload) << "1 ms of transfer against 10 ms of recompute";
+  EXPECT_DOUBLE_EQ(move.offload_s, 1e-3);
+  EXPECT_DOUBLE_EQ(move.recompute_s, 1e-2);
+  EXPECT_EQ(move.checkpoint, 7);
+  const OffloadDecision recompute = decide_offload(7, 1000000, 1000000, prices);
+  EXPECT_FALSE(recompute.offload) << "1 ms of transfer against 10 µs of recompute";
+  EXPECT_TRUE(decide_offload(7, int64_t{1} << 40, -1, prices).offload)
+      << "a checkpoint no plan can do without stays offloaded, whatever it costs";
+}
 
 // Pure planning: the budget covers the resident tier only, and every offloaded checkpoint says
 // how it is stored and what it moves.

@@ -1,0 +1,84 @@
+#include "core/offload_prices.h"
+
+#include <ATen/ATen.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "core/tile_store.h"
+
+namespace tessel::core {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Writes and reads of a block through the store: the I/O thread's busy time per byte each way
+// (the caller's waits would also count the thread hand-offs).
+double seconds_per_byte(Tier tier, const std::filesystem::path& scratch_dir) {
+  constexpr int64_t kBlockBytes = int64_t{8} << 20;
+  TileStoreOptions o;
+  o.scratch_dir = scratch_dir;
+  o.window_bytes = kBlockBytes;
+  o.bypass_page_cache = true;
+  TileStore store(o);
+  const at::Tensor block = at::rand({kBlockBytes / 4}, at::kFloat);
+  constexpr int kRepeat = 2;
+  for (int i = 0; i < kRepeat; ++i) {
+    const TileStore::BlockId id = store.put(block, tier);
+    store.flush();
+    (void)store.get(id);
+    store.erase(id);
+  }
+  // Zero for the host tier of a CPU build, which moves nothing.
+  const TileStoreStats st = store.stats();
+  return (st.write_ms + st.read_ms) / 1000 / (2.0 * kRepeat * static_cast<double>(kBlockBytes));
+}
+
+// A 3×3 conv of 32 channels on a 96² tile (about 0.3 GFLOP), the best of three after a warmup.
+double seconds_per_flop() {
+  constexpr int64_t kChannels = 32, kSize = 96;
+  const at::Tensor x = at::rand({1, kChannels, kSize, kSize});
+  const at::Tensor w = at::rand({kChannels, kChannels, 3, 3});
+  const double flops = 2.0 * kChannels * 9 * kChannels * kSize * kSize;
+  at::NoGradGuard no_grad;
+  (void)at::conv2d(x, w, {}, 1, 1);
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    (void)at::conv2d(x, w, {}, 1, 1);
+    const double s = seconds_since(t0);
+    best = i == 0 ? s : std::min(best, s);
+  }
+  return best / flops;
+}
+
+}  // namespace
+
+OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir) {
+  static std::mutex mutex;
+  static std::map<Tier, OffloadPrices> measured;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = measured.find(tier); it != measured.end()) return it->second;
+  const auto t0 = Clock::now();
+  OffloadPrices p;
+  p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir);
+  p.seconds_per_flop = seconds_per_flop();
+  p.measured = true;
+  spdlog::debug(
+      "offload prices ({}): {:.3g} ns per byte moved, {:.3g} GFLOP/s, measured in {:.2f} s",
+      to_string(tier), p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop,
+      seconds_since(t0));
+  measured[tier] = p;
+  return p;
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,17 @@
+// This machine's prices for DELTA's offload-or-recompute decision (core/planner.h): the time to
+// move a byte to the offload tier and back, and the time of a recompute FLOP.
+#pragma once
+
+#include <filesystem>
+
+#include "core/plan.h"
+
+namespace tessel::core {
+
+// Measured once per process and tier (later calls return the first result): a scratch block of
+// a few MiB written to and read back from the tile store (the disk tier bypassing the page
+// cache, the worst case a budget-bound machine sees), and a small conv timed on the compute
+// threads. About 0.1 s. Throws tessel::Error when the scratch directory is unusable.
+OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir = {});
+
+}  // namespace tessel::core
