@@ -15,8 +15,8 @@
 #include <exception>
 #include <fstream>
 
+#include "gui/heatmap_overlay.h"
 #include "gui/slide_document.h"
-#include "io/heatmap_writer.h"
 #include "io/manifest.h"
 
 namespace tessel::gui {
@@ -32,15 +32,6 @@ QString duration(double seconds) {
         .arg(s % 60, 2, 10, QLatin1Char('0'));
   }
   return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
-}
-
-QImage turbo_bar(int width, int height) {
-  QImage bar(width, height, QImage::Format_RGB32);
-  for (int x = 0; x < width; ++x) {
-    const auto c = io::turbo(static_cast<float>(x) / static_cast<float>(std::max(1, width - 1)));
-    for (int y = 0; y < height; ++y) bar.setPixel(x, y, qRgb(c[0], c[1], c[2]));
-  }
-  return bar;
 }
 
 }  // namespace
