@@ -210,6 +210,55 @@ class TrainingPanelTest : public QObject {
     panel->epochs_edit()->setValue(2);
   }
 
+  // The stopped run's folder holds last.h5, so the panel offers to resume it: Start reads
+  // Resume, and the run goes on from the checkpoint's epoch (the metrics start after the epochs
+  // already done) to the end; unchecked, the pipeline refuses to start afresh over the run and
+  // the window says why.
+  void resumesTheStoppedRunFromItsCheckpoint() {
+    TrainingPanel* panel = window_.training();
+    const auto run = runs_.path() / "stopped";
+    QVERIFY(panel->summary().has_value() && panel->summary()->interrupted);
+    const int64_t done = panel->summary()->epochs_done;
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "fresh").string()));
+    QVERIFY(!panel->resume_box()->isEnabled());
+    QVERIFY(!panel->resume_box()->isChecked());
+    QCOMPARE(panel->start_button()->text(), QStringLiteral("Start"));
+    panel->output_edit()->setText(QString::fromStdString(run.string()));
+    QVERIFY(panel->resume_box()->isEnabled());
+    QVERIFY(panel->resume_box()->isChecked());
+    QCOMPARE(panel->start_button()->text(), QStringLiteral("Resume"));
+
+    // Unchecked: the run folder is not overwritten; the pipeline's reason is in the window.
+    panel->resume_box()->setChecked(false);
+    QCOMPARE(panel->start_button()->text(), QStringLiteral("Start"));
+    QSignalSpy failed(panel, &TrainingPanel::runFailed);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(panel->message().contains(QStringLiteral("--resume")), qPrintable(panel->message()));
+
+    panel->resume_box()->setChecked(true);
+    panel->epochs_edit()->setValue(static_cast<int>(done) + 2);
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY(panel->message().startsWith(QStringLiteral("Resuming")));
+    QVERIFY(!panel->resume_box()->isEnabled());
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY(!panel->summary()->interrupted);
+    QCOMPARE(panel->summary()->epochs_done, done + 2);
+    // Two epochs reported, numbered after the ones the stopped run did.
+    QCOMPARE(panel->metrics().epochs(), 2);
+    QCOMPARE(panel->metrics().train_loss().front().x(), static_cast<double>(done + 1));
+    QCOMPARE(panel->metrics().train_loss().back().x(), static_cast<double>(done + 2));
+    const QString log = panel->log()->toPlainText();
+    QVERIFY2(log.contains(QStringLiteral("resuming ")) &&
+                 log.contains(QStringLiteral(" at epoch %1,").arg(done + 1)),
+             qPrintable(log.left(2000)));
+    QVERIFY(panel->resume_box()->isEnabled());  // the folder still holds a run to go on with
+    qInfo("resumed after %lld epoch(s) to %lld", static_cast<long long>(done),
+          static_cast<long long>(panel->summary()->epochs_done));
+    panel->epochs_edit()->setValue(2);
+  }
+
   // For the docs: level 0 (512²) in 8 MiB, so the planner tiles each slide and the grid shows;
   // the panel is grabbed from the UI thread while tiles are running after the first epoch.
   void rendersThePanelMidRunWithTheTileGridAndMemoryChart() {
