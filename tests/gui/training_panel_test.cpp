@@ -1,8 +1,10 @@
 // The training panel driven as a user would, in the main window: four tiny slides generated at
 // test time, their manifest opened, model tiny at level 1 for 2 epochs, Start, tile events and an
 // epoch arrive (a screenshot of the panel mid-run goes to the build tree), Stop, and the UI shows
-// what happened: tile states, memory points, metrics, log, a checkpoint; then a heatmap of that
-// checkpoint over a slide. Bad configs and a budget too small are messages, never a crash.
+// what happened: tile states, memory points, metrics, log, a checkpoint; a stopped run resumed
+// from the panel; then a heatmap of that checkpoint over a slide. Bad configs and a budget too
+// small are messages, never a crash. libvips (through glib, for tests/gui/screenshots.h) before Qt:
+// Qt defines `signals`.
 #include <vips/vips8>
 
 #include <QDir>
@@ -13,13 +15,13 @@
 #include <QTest>
 #include <QTimer>
 
-#include <cstring>
 #include <vector>
 
 #include "gui/main_window.h"
 #include "io/sample_slides.h"
 #include "io/vips.h"
 #include "pipelines/train_config.h"
+#include "tests/gui/screenshots.h"
 #include "tests/gui/stall_meter.h"
 #include "tests/io/temp_folder.h"
 
@@ -28,25 +30,6 @@ namespace tessel::gui {
 namespace {
 
 constexpr int kTimeoutMs = 120000;
-
-// Saves `widget` as <name>.png and a 256-colour <name>-docs.png (small enough for docs/).
-void save_screenshot(QWidget* widget, const QString& name) {
-  const QImage shot = widget->grab().toImage();
-  const QDir out(QStringLiteral(TESSEL_GUI_OUTPUT_DIR));
-  QVERIFY(shot.save(out.filePath(name + ".png"), "PNG", 0));
-  const QImage rgb = shot.convertToFormat(QImage::Format_RGB888);
-  std::vector<uint8_t> pixels(static_cast<size_t>(3) * rgb.width() * rgb.height());
-  for (int y = 0; y < rgb.height(); ++y) {
-    std::memcpy(pixels.data() + static_cast<size_t>(3) * rgb.width() * y, rgb.constScanLine(y),
-                static_cast<size_t>(3) * rgb.width());
-  }
-  const QString small = out.filePath(name + "-docs.png");
-  vips::VImage::new_from_memory(pixels.data(), pixels.size(), rgb.width(), rgb.height(), 3,
-                                VIPS_FORMAT_UCHAR)
-      .pngsave(small.toStdString().c_str(), vips::VImage::option()->set("palette", true));
-  qInfo("screenshot: %s (%dx%d), %s (%lld bytes)", qPrintable(out.filePath(name + ".png")),
-        shot.width(), shot.height(), qPrintable(small), QFileInfo(small).size());
-}
 
 }  // namespace
 
@@ -266,7 +249,11 @@ class TrainingPanelTest : public QObject {
     auto* dock = window_.findChild<QDockWidget*>(QStringLiteral("training"));
     QVERIFY(dock != nullptr);
     window_.resizeDocks({dock}, {560}, Qt::Vertical);
+    // The whole form, so this test also runs alone (the Xvfb screenshots run it and the next).
+    panel->set_manifest(manifest_);
     panel->model_edit()->setCurrentText(QStringLiteral("tiny"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("level"));
+    panel->strategy_edit()->setCurrentText(QStringLiteral("auto"));
     panel->resolution_value()->setValue(0);
     panel->epochs_edit()->setValue(3);
     panel->budget_edit()->setText(QStringLiteral("8MiB"));
