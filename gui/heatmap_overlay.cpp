@@ -4,6 +4,8 @@
 #include "gui/heatmap_overlay.h"
 // clang-format on
 
+#include <algorithm>
+
 #include "io/heatmap_writer.h"
 
 namespace tessel::gui {
@@ -34,6 +36,15 @@ HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
   overlay.level0 =
       QRectF(map.origin_x, map.origin_y, map.cell_width * map.cols, map.cell_height * map.rows);
   return overlay;
+}
+
+QImage turbo_bar(int width, int height) {
+  QImage bar(width, height, QImage::Format_RGB32);
+  for (int x = 0; x < width; ++x) {
+    const auto c = io::turbo(static_cast<float>(x) / static_cast<float>(std::max(1, width - 1)));
+    for (int y = 0; y < height; ++y) bar.setPixel(x, y, qRgb(c[0], c[1], c[2]));
+  }
+  return bar;
 }
 
 }  // namespace tessel::gui

@@ -24,4 +24,7 @@ HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
                                        const std::filesystem::path& slide,
                                        std::filesystem::path out_dir = {});
 
+// The legend's colour bar: io::turbo from 0 (left) to 1 (right), `width` × `height` pixels.
+QImage turbo_bar(int width, int height);
+
 }  // namespace tessel::gui

@@ -9,6 +9,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QSaveFile>
 #include <QScrollArea>
 #include <QStatusBar>
 
@@ -72,6 +73,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   });
   connect(view_, &SlideView::tileError, this, &MainWindow::show_error);
   connect(overview_, &OverviewWidget::centerRequested, view_, &SlideView::center_on);
+  connect(properties_, &PropertiesPanel::associatedImageFailed, this, &MainWindow::show_error);
   connect(dataset_, &DatasetPanel::slideActivated, this, &MainWindow::open_slide);
   connect(dataset_, &DatasetPanel::manifestLoaded, this,
           [this](const QString& summary) { statusBar()->showMessage(summary); });
@@ -109,6 +111,12 @@ void MainWindow::create_menus() {
                                                       tr("Manifests (*.csv);;All files (*)"));
     if (!path.isEmpty()) open_manifest(path);
   });
+  export_action_ = file->addAction(tr("&Export View…"), QKeySequence(tr("Ctrl+E")), this, [this] {
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Export the view"), QStringLiteral("view.png"), tr("PNG images (*.png)"));
+    if (!path.isEmpty()) export_view(path);
+  });
+  export_action_->setEnabled(false);  // until a slide is shown
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
 
@@ -180,11 +188,12 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   slide_path_ = path;
   last_error_.clear();
   const io::Slide& slide = *doc.slide;
-  properties_->show_slide(slide);
+  properties_->show_slide(doc.slide);
   overview_->set_overview(doc.overview, QSizeF(static_cast<double>(slide.level(0).width),
                                                static_cast<double>(slide.level(0).height)));
   const QString note = doc.tissue_note;
   view_->set_document(std::move(doc));
+  export_action_->setEnabled(true);
   overview_->set_viewport(view_->visible_level0_rect());
   setWindowTitle(QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
   statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));
@@ -211,7 +220,7 @@ void MainWindow::show_heatmap(const QString& checkpoint) {
           [this, serial, overlay = std::move(overlay)] {
             heatmap_busy_ = false;
             if (serial != serial_) return;  // another slide is shown now
-            view_->set_heatmap(overlay.image, overlay.level0);
+            view_->set_heatmap(overlay.image, overlay.level0, overlay.class_name);
             view_->set_heatmap_opacity(training_->opacity_slider()->value() / 100.0);
             training_->set_heatmap_legend(overlay.class_name);
             statusBar()->showMessage(
@@ -232,6 +241,22 @@ void MainWindow::show_heatmap(const QString& checkpoint) {
           Qt::QueuedConnection);
     }
   });
+}
+
+bool MainWindow::export_view(const QString& png) {
+  if (!view_->has_slide()) {
+    show_error(tr("Open a slide first: there is no view to export."));
+    return false;
+  }
+  const QImage image = view_->render_view();
+  QSaveFile file(png);  // a temporary name, renamed on commit: a failed export leaves no half PNG
+  if (!file.open(QIODevice::WriteOnly) || !image.save(&file, "PNG") || !file.commit()) {
+    show_error(tr("Cannot export the view to %1: %2").arg(png, file.errorString()));
+    return false;
+  }
+  statusBar()->showMessage(
+      tr("Exported the view to %1 (%2 × %3)").arg(png).arg(image.width()).arg(image.height()));
+  return true;
 }
 
 void MainWindow::show_error(const QString& message) {

@@ -43,6 +43,11 @@ class MainWindow : public QMainWindow {
   // Returns at once; heatmapShown or a message (last_error) follow.
   void show_heatmap(const QString& checkpoint);
   bool computing_heatmap() const { return heatmap_busy_; }
+  // File ▸ Export View…: what the viewer shows (slide, overlays, heatmap legend, scale bar) as a
+  // PNG of the viewer's size, written to a temporary name and renamed. False, with the reason in
+  // last_error, when no slide is shown or the file cannot be written.
+  bool export_view(const QString& png);
+  QAction* export_action() { return export_action_; }
 
  signals:
   void slideOpened(QString path);
@@ -67,6 +72,7 @@ class MainWindow : public QMainWindow {
   QDockWidget* training_dock_;
   bool heatmap_busy_ = false;
   QAction* tissue_action_ = nullptr;
+  QAction* export_action_ = nullptr;
   QLabel* zoom_label_;
   QThreadPool pool_;
   quint64 serial_ = 0;  // a slide opened after another one wins, whichever finishes first

@@ -2,6 +2,10 @@
 
 #include <QHeaderView>
 
+#include <exception>
+
+#include "gui/slide_document.h"
+
 namespace tessel::gui {
 
 namespace {
@@ -9,6 +13,11 @@ namespace {
 QString size_text(int64_t width, int64_t height) {
   return QStringLiteral("%1 × %2").arg(width).arg(height);
 }
+
+// Associated images' rows carry their name here; other rows carry nothing.
+constexpr int kAssociatedRole = Qt::UserRole + 1;
+// The window shows an image at most this size, scaled down keeping its aspect.
+constexpr QSize kAssociatedWindowMax(800, 600);
 
 }  // namespace
 
@@ -18,12 +27,76 @@ PropertiesPanel::PropertiesPanel(QWidget* parent) : QTreeWidget(parent) {
   header()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
   setRootIsDecorated(true);
   setAlternatingRowColors(true);
+  pool_.setMaxThreadCount(1);
+  associated_window_ = new QLabel(this, Qt::Window);
+  associated_window_->setAlignment(Qt::AlignCenter);
+  associated_window_->setBackgroundRole(QPalette::Dark);
+  associated_window_->setAutoFillBackground(true);
+  connect(this, &QTreeWidget::itemClicked, this, [this](QTreeWidgetItem* item) {
+    const QString name = item->data(0, kAssociatedRole).toString();
+    if (!name.isEmpty()) show_associated_image(name);
+  });
 }
 
-void PropertiesPanel::show_nothing() { clear(); }
+PropertiesPanel::~PropertiesPanel() {
+  pool_.clear();
+  pool_.waitForDone();
+}
 
-void PropertiesPanel::show_slide(const io::Slide& slide) {
+void PropertiesPanel::show_nothing() {
   clear();
+  slide_.reset();
+  associated_window_->hide();
+}
+
+QTreeWidgetItem* PropertiesPanel::associated_item(const QString& name) const {
+  const QList<QTreeWidgetItem*> found = findItems(tr("Associated images"), Qt::MatchExactly, 0);
+  if (found.isEmpty()) return nullptr;
+  for (int i = 0; i < found.front()->childCount(); ++i) {
+    QTreeWidgetItem* child = found.front()->child(i);
+    if (child->data(0, kAssociatedRole).toString() == name) return child;
+  }
+  return nullptr;
+}
+
+void PropertiesPanel::show_associated_image(const QString& name) {
+  if (!slide_) return;
+  // Read off the UI thread: a macro image is a JPEG of a few megapixels. The slide is shared
+  // with the task, so it outlives a slide change; a result for another slide is dropped.
+  pool_.start([this, slide = slide_, name] {
+    try {
+      QImage image = to_qimage(slide->read_associated_image(name.toStdString()));
+      QMetaObject::invokeMethod(
+          this,
+          [this, slide, name, image = std::move(image)] {
+            if (slide != slide_) return;
+            associated_image_ = image;
+            associated_window_->setPixmap(
+                QPixmap::fromImage(image.size().boundedTo(kAssociatedWindowMax) == image.size()
+                                       ? image
+                                       : image.scaled(kAssociatedWindowMax, Qt::KeepAspectRatio,
+                                                      Qt::SmoothTransformation)));
+            associated_window_->setWindowTitle(
+                tr("%1 — %2").arg(name, QString::fromStdString(slide->path().filename().string())));
+            associated_window_->adjustSize();
+            associated_window_->show();
+            associated_window_->raise();
+            emit associatedImageShown(name);
+          },
+          Qt::QueuedConnection);
+    } catch (const std::exception& e) {
+      const QString reason = QString::fromStdString(e.what());
+      QMetaObject::invokeMethod(
+          this, [this, reason] { emit associatedImageFailed(reason); }, Qt::QueuedConnection);
+    }
+  });
+}
+
+void PropertiesPanel::show_slide(std::shared_ptr<const io::Slide> shown) {
+  clear();
+  associated_window_->hide();
+  slide_ = std::move(shown);
+  const io::Slide& slide = *slide_;
   const auto row = [this](const QString& name, const QString& value) {
     return new QTreeWidgetItem(this, {name, value});  // owned by the tree
   };
@@ -53,7 +126,9 @@ void PropertiesPanel::show_slide(const io::Slide& slide) {
       row(tr("Associated images"), QString::number(slide.associated_image_names().size()));
   for (const std::string& name : slide.associated_image_names()) {
     const auto [w, h] = slide.associated_image_size(name);
-    new QTreeWidgetItem(associated, {QString::fromStdString(name), size_text(w, h)});
+    auto* item = new QTreeWidgetItem(associated, {QString::fromStdString(name), size_text(w, h)});
+    item->setData(0, kAssociatedRole, QString::fromStdString(name));
+    item->setToolTip(0, tr("Click to show the image"));
   }
   associated->setExpanded(true);
   auto* raw = row(tr("All properties"), QString::number(slide.properties().size()));

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <thread>
 
+#include "gui/heatmap_overlay.h"
 #include "gui/scale_bar.h"
 
 namespace tessel::gui {
@@ -191,6 +192,7 @@ void SlideView::paintEvent(QPaintEvent*) {
                               to_screen(view_, size(), heatmap_level0_.bottomRight())),
                        heatmap_, QRectF(heatmap_.rect()));
     painter.setOpacity(1.0);
+    draw_heatmap_legend(painter);
   }
   draw_scale_bar(painter);
   if (!message_.isEmpty()) {
@@ -224,6 +226,34 @@ void SlideView::draw_scale_bar(QPainter& painter) {
                    Qt::AlignLeft | Qt::AlignVCenter, text);
 }
 
+QRect SlideView::heatmap_legend_rect() const {
+  if (heatmap_.isNull()) return {};
+  constexpr int kWidth = 196, kHeight = 44, kMargin = 12;
+  return {width() - kMargin - kWidth, kMargin, kWidth, kHeight};
+}
+
+void SlideView::draw_heatmap_legend(QPainter& painter) {
+  // Drawn on the view itself, so an exported view says what its colours mean.
+  const QRect box = heatmap_legend_rect();
+  static const QImage bar = turbo_bar(160, 10);
+  painter.setRenderHint(QPainter::Antialiasing, true);
+  painter.setPen(Qt::NoPen);
+  painter.setBrush(QColor(255, 255, 255, 210));
+  painter.drawRoundedRect(box, 4, 4);
+  painter.setPen(QColor(20, 20, 20));
+  painter.drawText(QRect(box.left() + 8, box.top() + 3, box.width() - 16, 16),
+                   Qt::AlignLeft | Qt::AlignVCenter,
+                   heatmap_class_.isEmpty() ? tr("score") : tr("score of %1").arg(heatmap_class_));
+  const int bar_left = box.left() + (box.width() - bar.width()) / 2;
+  painter.drawImage(QPoint(bar_left, box.top() + 21), bar);
+  painter.drawText(QRect(bar_left - 16, box.top() + 19, 14, 14), Qt::AlignCenter,
+                   QStringLiteral("0"));
+  painter.drawText(QRect(bar_left + bar.width() + 2, box.top() + 19, 14, 14), Qt::AlignCenter,
+                   QStringLiteral("1"));
+}
+
+QImage SlideView::render_view() { return grab().toImage(); }
+
 void SlideView::resizeEvent(QResizeEvent*) {
   if (!doc_.slide) return;
   if (!fitted_) {
@@ -234,9 +264,10 @@ void SlideView::resizeEvent(QResizeEvent*) {
   set_view(view_);
 }
 
-void SlideView::set_heatmap(const QImage& image, QRectF level0) {
+void SlideView::set_heatmap(const QImage& image, QRectF level0, const QString& class_name) {
   heatmap_ = image.isNull() ? QPixmap() : QPixmap::fromImage(image);
   heatmap_level0_ = level0;
+  heatmap_class_ = class_name;
   update();
 }
 

@@ -1,7 +1,7 @@
 // The slide viewer: pans and zooms across pyramid levels, drawing tiles of the level that matches
 // the zoom (read by a TileLoader off the UI thread, kept in a byte-bounded TileCache), with the
-// overview and any cached coarser tiles underneath until they arrive, an optional tissue overlay
-// and an mpp-aware scale bar.
+// overview and any cached coarser tiles underneath until they arrive, an optional tissue overlay,
+// a heatmap overlay with its legend, and an mpp-aware scale bar.
 #pragma once
 
 #include <QImage>
@@ -61,11 +61,18 @@ class SlideView : public QWidget {
   bool tissue_visible() const { return tissue_visible_; }
 
   // A score map over the slide: `image` (one pixel per cell, alpha where there is no cell) drawn
-  // over `level0` at `opacity`; a null image removes it. Cleared when another slide opens.
-  void set_heatmap(const QImage& image, QRectF level0);
+  // over `level0` at `opacity`, with a legend (the colour bar 0 … 1 and "score of
+  // `class_name`") in the top-right corner; a null image removes it. Cleared when another slide
+  // opens.
+  void set_heatmap(const QImage& image, QRectF level0, const QString& class_name = {});
   void set_heatmap_opacity(double opacity);
   bool has_heatmap() const { return !heatmap_.isNull(); }
   double heatmap_opacity() const { return heatmap_opacity_; }
+  // Where the legend is drawn (empty without a heatmap), in widget pixels.
+  QRect heatmap_legend_rect() const;
+
+  // What the widget shows, as an image of its size: slide, overlays, legend, scale bar.
+  QImage render_view();
 
  signals:
   void viewChanged(QRectF level0);
@@ -90,6 +97,7 @@ class SlideView : public QWidget {
   void on_tile_failed(TileKey key, const QString& reason);
   void draw_level(QPainter& painter, int level, bool request_order);
   void draw_scale_bar(QPainter& painter);
+  void draw_heatmap_legend(QPainter& painter);
   double max_downsample() const;
 
   SlideDocument doc_;
@@ -103,6 +111,7 @@ class SlideView : public QWidget {
   bool tissue_visible_ = false;
   QPixmap heatmap_;
   QRectF heatmap_level0_;
+  QString heatmap_class_;
   double heatmap_opacity_ = 0.6;
   bool fitted_ = false;  // set_document waits for a real size before fitting
   QString message_;

@@ -15,8 +15,8 @@
 #include <exception>
 #include <fstream>
 
+#include "gui/heatmap_overlay.h"
 #include "gui/slide_document.h"
-#include "io/heatmap_writer.h"
 #include "io/manifest.h"
 
 namespace tessel::gui {
@@ -32,15 +32,6 @@ QString duration(double seconds) {
         .arg(s % 60, 2, 10, QLatin1Char('0'));
   }
   return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
-}
-
-QImage turbo_bar(int width, int height) {
-  QImage bar(width, height, QImage::Format_RGB32);
-  for (int x = 0; x < width; ++x) {
-    const auto c = io::turbo(static_cast<float>(x) / static_cast<float>(std::max(1, width - 1)));
-    for (int y = 0; y < height; ++y) bar.setPixel(x, y, qRgb(c[0], c[1], c[2]));
-  }
-  return bar;
 }
 
 }  // namespace
@@ -120,6 +111,12 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   connect(stop_button_, &QPushButton::clicked, this, &TrainingPanel::stop);
   auto* buttons = new QHBoxLayout();
   for (QPushButton* b : {load, save, start_button_, stop_button_}) buttons->addWidget(b);
+  resume_ = new QCheckBox(tr("Resume from the output folder's checkpoints/last.h5"), this);
+  resume_->setToolTip(
+      tr("The output folder holds a run: continue it (weights, optimizer, epoch and slide) as "
+         "`tessel train --resume` does. Unchecked, choose another output folder."));
+  connect(resume_, &QCheckBox::toggled, this, &TrainingPanel::update_buttons);
+  connect(output_, &QLineEdit::textChanged, this, &TrainingPanel::update_resume);
 
   message_label_ = new QLabel(this);
   message_label_->setWordWrap(true);
@@ -150,6 +147,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   left_layout->setContentsMargins(0, 0, 0, 0);
   left_layout->addLayout(form);
   left_layout->addLayout(buttons);
+  left_layout->addWidget(resume_);
   left_layout->addWidget(message_label_);
   left_layout->addWidget(heatmap_box);
   left_layout->addStretch(1);
@@ -198,11 +196,13 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
     const auto last = s.run_dir / "checkpoints" / "last.h5";
     checkpoint_->setText(
         QString::fromStdString((std::filesystem::exists(best) ? best : last).string()));
+    update_resume();
     update_buttons();
     emit runFinished(text);
   });
   connect(&run_, &TrainingRun::failed, this, [this](const QString& reason) {
     show_message(tr("Training failed: %1").arg(reason), true);
+    update_resume();
     update_buttons();
     emit runFailed(reason);
   });
@@ -352,8 +352,11 @@ bool TrainingPanel::start() {
       // The pipeline reports an unusable manifest itself.
     }
   });
-  run_.start(*c);
-  show_message(tr("Training into %1…").arg(QString::fromStdString(c->output.string())), false);
+  const bool resume = resume_->isEnabled() && resume_->isChecked();
+  run_.start(*c, resume);
+  show_message((resume ? tr("Resuming the run in %1…") : tr("Training into %1…"))
+                   .arg(QString::fromStdString(c->output.string())),
+               false);
   update_buttons();
   emit runStarted();
   return true;
@@ -368,7 +371,22 @@ void TrainingPanel::stop() {
 
 void TrainingPanel::update_buttons() {
   start_button_->setEnabled(!run_.running());
+  start_button_->setText(resume_available_ && resume_->isChecked() ? tr("Resume") : tr("Start"));
   stop_button_->setEnabled(run_.running() && !run_.stopping());
+  resume_->setEnabled(resume_available_ && !run_.running());
+}
+
+void TrainingPanel::update_resume() {
+  const QString output = output_->text();
+  std::error_code error;
+  const bool available =
+      !output.isEmpty() &&
+      std::filesystem::exists(
+          std::filesystem::path(output.toStdString()) / "checkpoints" / "last.h5", error);
+  // Checked when a run appears there: the pipeline refuses to start afresh over it.
+  if (available != resume_available_) resume_->setChecked(available);
+  resume_available_ = available;
+  update_buttons();
 }
 
 void TrainingPanel::show_message(const QString& message, bool error) {

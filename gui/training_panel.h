@@ -1,10 +1,13 @@
 // The training panel: the main config keys with validation messages (the same YAML files as
 // `tessel train --config`), Start / Stop, and the live views: tile progress over the slide's
-// thumbnail, memory chart, metrics chart, log. The run is a TrainingRun (worker thread); the
+// thumbnail, memory chart, metrics chart, log. When the output folder already holds a run
+// (checkpoints/last.h5), Start becomes Resume: the run continues from that checkpoint, as
+// `tessel train --resume` does. The run is a TrainingRun (worker thread); the
 // panel only applies its batched events to the models and repaints. Also asks for heatmaps of a
 // checkpoint over the viewer's slide (computed by the main window) with an opacity slider.
 #pragma once
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QHash>
@@ -42,8 +45,10 @@ class TrainingPanel : public QWidget {
   bool save_config(const QString& path);
   void set_manifest(const QString& csv);
 
-  bool start();  // false: the config is not valid (message() says why) or a run is going
-  void stop();   // after the current slide, with a checkpoint
+  // Resumes when resume_box() is checked (it can be only when the output folder holds
+  // checkpoints/last.h5). False: the config is not valid (message() says why) or a run is going.
+  bool start();
+  void stop();  // after the current slide, with a checkpoint
   bool running() const { return run_.running(); }
 
   const QString& message() const { return message_; }
@@ -69,6 +74,7 @@ class TrainingPanel : public QWidget {
   QLineEdit* output_edit() { return output_; }
   QPushButton* start_button() { return start_button_; }
   QPushButton* stop_button() { return stop_button_; }
+  QCheckBox* resume_box() { return resume_; }
   QLineEdit* checkpoint_edit() { return checkpoint_; }
   QSlider* opacity_slider() { return opacity_; }
   // The heatmap's class and a turbo colour bar 0 … 1 (set by the main window).
@@ -88,6 +94,7 @@ class TrainingPanel : public QWidget {
   void apply(const TrainingEvents& batch);
   void on_slide(const pipelines::SlideProgress& slide);
   void update_buttons();
+  void update_resume();  // the output folder's last.h5 enables (and, when it appears, checks) it
   void load_thumbnail(const std::string& slide_name);
 
   TrainingRun run_;
@@ -101,6 +108,8 @@ class TrainingPanel : public QWidget {
   QDoubleSpinBox *resolution_value_, *lr_;
   QSpinBox *epochs_, *batch_;
   QPushButton *start_button_, *stop_button_;
+  QCheckBox* resume_;
+  bool resume_available_ = false;
   QLabel *message_label_, *legend_;
   QSlider* opacity_;
   TileProgressWidget* tile_progress_;

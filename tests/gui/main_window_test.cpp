@@ -1,6 +1,7 @@
-// tessel-gui's main window driven as a user would: open a slide, zoom and pan until the visible
-// tiles are loaded, toggle the tissue overlay, open a manifest written at test time, double-click
-// a row; and broken inputs come back as messages, never a crash or a frozen window.
+// tessel-gui's main window driven as a user would: open a slide, show an associated image,
+// export the view with a heatmap overlay, zoom and pan until the visible tiles are loaded, toggle
+// the tissue overlay, open a manifest written at test time, double-click a row; and broken inputs
+// come back as messages, never a crash or a frozen window.
 #include <QAbstractItemView>
 #include <QApplication>
 #include <QDragEnterEvent>
@@ -13,7 +14,11 @@
 #include <QTimer>
 #include <QUrl>
 
+#include <cmath>
+#include <cstdlib>
+
 #include "gui/main_window.h"
+#include "io/heatmap_writer.h"
 #include "io/vips.h"
 #include "tests/gui/stall_meter.h"
 #include "tests/io/shared_slides.h"
@@ -59,6 +64,113 @@ class MainWindowTest : public QObject {
     QCOMPARE(window_.overview()->viewport(), view->visible_level0_rect());
     QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
     QVERIFY(view->cache().size() > 0);
+  }
+
+  // CMU-1's label, macro and thumbnail are listed; clicking one shows it, read off the UI thread,
+  // with the pixels io::Slide reads.
+  void theAssociatedImagesAreListedAndAClickShowsOne() {
+    PropertiesPanel* properties = window_.properties();
+    QCOMPARE(properties->value(QStringLiteral("Associated images")), QStringLiteral("3"));
+    const io::Slide slide(test::shared_slide("cmu-1-small-region.svs"));
+    for (const char* name : {"label", "macro", "thumbnail"}) {
+      const QTreeWidgetItem* item = properties->associated_item(QString::fromLatin1(name));
+      QVERIFY2(item != nullptr, name);
+      const auto [w, h] = slide.associated_image_size(name);
+      QCOMPARE(item->text(1), QStringLiteral("%1 × %2").arg(w).arg(h));
+    }
+    QVERIFY(properties->associated_item(QStringLiteral("Vendor")) == nullptr);
+    QVERIFY(!properties->associated_window()->isVisible());
+
+    QSignalSpy shown(properties, &PropertiesPanel::associatedImageShown);
+    QTreeWidgetItem* macro = properties->associated_item(QStringLiteral("macro"));
+    properties->scrollToItem(macro);
+    QTest::mouseClick(properties->viewport(), Qt::LeftButton, {},
+                      properties->visualItemRect(macro).center());
+    QVERIFY(shown.wait(kTimeoutMs));
+    QCOMPARE(shown.front().front().toString(), QStringLiteral("macro"));
+    QVERIFY(properties->associated_window()->isVisible());
+    QVERIFY(properties->associated_window()->windowTitle().contains(QStringLiteral("macro")));
+    const QImage expected = to_qimage(slide.read_associated_image("macro"));
+    QCOMPARE(properties->associated_image().size(), expected.size());
+    QVERIFY(properties->associated_image() == expected);
+    const QPixmap shown_pixmap = properties->associated_window()->pixmap();
+    QVERIFY(!shown_pixmap.isNull());
+    QVERIFY(shown_pixmap.width() <= 800 && shown_pixmap.height() <= 600);
+    qInfo("macro %dx%d shown at %dx%d", expected.width(), expected.height(), shown_pixmap.width(),
+          shown_pixmap.height());
+    properties->associated_window()->close();
+  }
+
+  // File ▸ Export View…: the PNG is the viewer's size, and with a heatmap (one blue cell over the
+  // whole slide, at 60%) the slide's pixels are the plain view's blended with blue, the glass
+  // around the slide is unchanged, and the legend is drawn; a path that cannot be written is a
+  // message.
+  void exportsTheViewWithItsHeatmapOverlayAndLegendAsAPng() {
+    SlideView* view = window_.slide_view();
+    QVERIFY(view->has_slide());
+    QVERIFY(window_.export_action()->isEnabled());
+    test::TempFolder folder;
+    const QString plain_png = QString::fromStdString((folder.path() / "plain.png").string());
+    const QString overlay_png = QString::fromStdString((folder.path() / "overlay.png").string());
+    QVERIFY2(window_.export_view(plain_png), qPrintable(window_.last_error()));
+    QImage blue(1, 1, QImage::Format_ARGB32);
+    blue.fill(QColor(0, 0, 255));
+    view->set_heatmap(blue, QRectF(0, 0, 2220, 2967), QStringLiteral("tumor"));
+    view->set_heatmap_opacity(0.6);
+    QVERIFY2(window_.export_view(overlay_png), qPrintable(window_.last_error()));
+    const QRect legend = view->heatmap_legend_rect();
+    view->set_heatmap({}, {});
+
+    const QImage plain = QImage(plain_png).convertToFormat(QImage::Format_RGB32);
+    const QImage overlay = QImage(overlay_png).convertToFormat(QImage::Format_RGB32);
+    QCOMPARE(plain.size(), view->size() * view->devicePixelRatio());
+    QCOMPARE(overlay.size(), plain.size());
+    // Inside the slide, away from the legend and scale bar: plain × 0.4 + blue × 0.6.
+    const QRectF slide_rect(to_screen(view->view(), view->size(), QPointF(0, 0)),
+                            to_screen(view->view(), view->size(), QPointF(2220, 2967)));
+    const QRect inside =
+        slide_rect.toAlignedRect().intersected(view->rect()).adjusted(4, 60, -4, -60);
+    QVERIFY(!inside.isEmpty());
+    int checked = 0, changed = 0;
+    for (int y = inside.top(); y < inside.bottom(); y += 7) {
+      for (int x = inside.left(); x < inside.right(); x += 7) {
+        const QColor p = plain.pixelColor(x, y), o = overlay.pixelColor(x, y);
+        const auto blend = [](int under, int over) { return 0.4 * under + 0.6 * over; };
+        QVERIFY2(std::abs(o.red() - blend(p.red(), 0)) <= 3 &&
+                     std::abs(o.green() - blend(p.green(), 0)) <= 3 &&
+                     std::abs(o.blue() - blend(p.blue(), 255)) <= 3,
+                 qPrintable(QStringLiteral("(%1, %2): plain %3, overlay %4")
+                                .arg(x)
+                                .arg(y)
+                                .arg(p.name(), o.name())));
+        ++checked;
+        if (o != p) ++changed;
+      }
+    }
+    QVERIFY(checked > 100);
+    QCOMPARE(changed, checked);
+    // The glass beside the portrait slide is not covered.
+    QVERIFY(slide_rect.left() > 8);
+    const QPoint glass(4, view->height() / 2);
+    QCOMPARE(overlay.pixelColor(glass), plain.pixelColor(glass));
+    // The legend: the colour bar's ends are turbo(0) and turbo(1), unblended, in the top right.
+    QVERIFY(legend.right() < overlay.width() && legend.top() >= 0 &&
+            legend.left() > overlay.width() / 2);
+    const int bar_left = legend.left() + (legend.width() - 160) / 2, bar_y = legend.top() + 26;
+    const auto turbo = [](float v) {
+      const auto c = io::turbo(v);
+      return QColor(c[0], c[1], c[2]);
+    };
+    QCOMPARE(overlay.pixelColor(bar_left, bar_y), turbo(0));
+    QCOMPARE(overlay.pixelColor(bar_left + 159, bar_y), turbo(1));
+    QVERIFY(plain.pixelColor(bar_left, bar_y) != turbo(0));
+    QVERIFY(view->heatmap_legend_rect().isEmpty());  // removed with the heatmap
+    qInfo("exported %dx%d; %d of %d sampled slide pixels blended with the overlay", overlay.width(),
+          overlay.height(), changed, checked);
+
+    QVERIFY(!window_.export_view(QStringLiteral("/nonexistent/folder/view.png")));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("/nonexistent/folder/view.png")),
+             qPrintable(window_.last_error()));
   }
 
   void zoomingAndPanningLoadTheNewlyVisibleTilesWithoutStallingTheWindow() {

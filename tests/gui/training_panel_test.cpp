@@ -1,8 +1,10 @@
 // The training panel driven as a user would, in the main window: four tiny slides generated at
 // test time, their manifest opened, model tiny at level 1 for 2 epochs, Start, tile events and an
 // epoch arrive (a screenshot of the panel mid-run goes to the build tree), Stop, and the UI shows
-// what happened: tile states, memory points, metrics, log, a checkpoint; then a heatmap of that
-// checkpoint over a slide. Bad configs and a budget too small are messages, never a crash.
+// what happened: tile states, memory points, metrics, log, a checkpoint; a stopped run resumed
+// from the panel; then a heatmap of that checkpoint over a slide. Bad configs and a budget too
+// small are messages, never a crash. libvips (through glib, for tests/gui/screenshots.h) before Qt:
+// Qt defines `signals`.
 #include <vips/vips8>
 
 #include <QDir>
@@ -13,13 +15,13 @@
 #include <QTest>
 #include <QTimer>
 
-#include <cstring>
 #include <vector>
 
 #include "gui/main_window.h"
 #include "io/sample_slides.h"
 #include "io/vips.h"
 #include "pipelines/train_config.h"
+#include "tests/gui/screenshots.h"
 #include "tests/gui/stall_meter.h"
 #include "tests/io/temp_folder.h"
 
@@ -28,25 +30,6 @@ namespace tessel::gui {
 namespace {
 
 constexpr int kTimeoutMs = 120000;
-
-// Saves `widget` as <name>.png and a 256-colour <name>-docs.png (small enough for docs/).
-void save_screenshot(QWidget* widget, const QString& name) {
-  const QImage shot = widget->grab().toImage();
-  const QDir out(QStringLiteral(TESSEL_GUI_OUTPUT_DIR));
-  QVERIFY(shot.save(out.filePath(name + ".png"), "PNG", 0));
-  const QImage rgb = shot.convertToFormat(QImage::Format_RGB888);
-  std::vector<uint8_t> pixels(static_cast<size_t>(3) * rgb.width() * rgb.height());
-  for (int y = 0; y < rgb.height(); ++y) {
-    std::memcpy(pixels.data() + static_cast<size_t>(3) * rgb.width() * y, rgb.constScanLine(y),
-                static_cast<size_t>(3) * rgb.width());
-  }
-  const QString small = out.filePath(name + "-docs.png");
-  vips::VImage::new_from_memory(pixels.data(), pixels.size(), rgb.width(), rgb.height(), 3,
-                                VIPS_FORMAT_UCHAR)
-      .pngsave(small.toStdString().c_str(), vips::VImage::option()->set("palette", true));
-  qInfo("screenshot: %s (%dx%d), %s (%lld bytes)", qPrintable(out.filePath(name + ".png")),
-        shot.width(), shot.height(), qPrintable(small), QFileInfo(small).size());
-}
 
 }  // namespace
 
@@ -210,6 +193,55 @@ class TrainingPanelTest : public QObject {
     panel->epochs_edit()->setValue(2);
   }
 
+  // The stopped run's folder holds last.h5, so the panel offers to resume it: Start reads
+  // Resume, and the run goes on from the checkpoint's epoch (the metrics start after the epochs
+  // already done) to the end; unchecked, the pipeline refuses to start afresh over the run and
+  // the window says why.
+  void resumesTheStoppedRunFromItsCheckpoint() {
+    TrainingPanel* panel = window_.training();
+    const auto run = runs_.path() / "stopped";
+    QVERIFY(panel->summary().has_value() && panel->summary()->interrupted);
+    const int64_t done = panel->summary()->epochs_done;
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "fresh").string()));
+    QVERIFY(!panel->resume_box()->isEnabled());
+    QVERIFY(!panel->resume_box()->isChecked());
+    QCOMPARE(panel->start_button()->text(), QStringLiteral("Start"));
+    panel->output_edit()->setText(QString::fromStdString(run.string()));
+    QVERIFY(panel->resume_box()->isEnabled());
+    QVERIFY(panel->resume_box()->isChecked());
+    QCOMPARE(panel->start_button()->text(), QStringLiteral("Resume"));
+
+    // Unchecked: the run folder is not overwritten; the pipeline's reason is in the window.
+    panel->resume_box()->setChecked(false);
+    QCOMPARE(panel->start_button()->text(), QStringLiteral("Start"));
+    QSignalSpy failed(panel, &TrainingPanel::runFailed);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(panel->message().contains(QStringLiteral("--resume")), qPrintable(panel->message()));
+
+    panel->resume_box()->setChecked(true);
+    panel->epochs_edit()->setValue(static_cast<int>(done) + 2);
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY(panel->message().startsWith(QStringLiteral("Resuming")));
+    QVERIFY(!panel->resume_box()->isEnabled());
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY(!panel->summary()->interrupted);
+    QCOMPARE(panel->summary()->epochs_done, done + 2);
+    // Two epochs reported, numbered after the ones the stopped run did.
+    QCOMPARE(panel->metrics().epochs(), 2);
+    QCOMPARE(panel->metrics().train_loss().front().x(), static_cast<double>(done + 1));
+    QCOMPARE(panel->metrics().train_loss().back().x(), static_cast<double>(done + 2));
+    const QString log = panel->log()->toPlainText();
+    QVERIFY2(log.contains(QStringLiteral("resuming ")) &&
+                 log.contains(QStringLiteral(" at epoch %1,").arg(done + 1)),
+             qPrintable(log.left(2000)));
+    QVERIFY(panel->resume_box()->isEnabled());  // the folder still holds a run to go on with
+    qInfo("resumed after %lld epoch(s) to %lld", static_cast<long long>(done),
+          static_cast<long long>(panel->summary()->epochs_done));
+    panel->epochs_edit()->setValue(2);
+  }
+
   // For the docs: level 0 (512²) in 8 MiB, so the planner tiles each slide and the grid shows;
   // the panel is grabbed from the UI thread while tiles are running after the first epoch.
   void rendersThePanelMidRunWithTheTileGridAndMemoryChart() {
@@ -217,7 +249,11 @@ class TrainingPanelTest : public QObject {
     auto* dock = window_.findChild<QDockWidget*>(QStringLiteral("training"));
     QVERIFY(dock != nullptr);
     window_.resizeDocks({dock}, {560}, Qt::Vertical);
+    // The whole form, so this test also runs alone (the Xvfb screenshots run it and the next).
+    panel->set_manifest(manifest_);
     panel->model_edit()->setCurrentText(QStringLiteral("tiny"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("level"));
+    panel->strategy_edit()->setCurrentText(QStringLiteral("auto"));
     panel->resolution_value()->setValue(0);
     panel->epochs_edit()->setValue(3);
     panel->budget_edit()->setText(QStringLiteral("8MiB"));
