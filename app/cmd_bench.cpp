@@ -4,6 +4,7 @@
 #include "app/command.h"
 #include "app/parse.h"
 #include "pipelines/bench.h"
+#include "pipelines/distributed_bench.h"
 #include "pipelines/read_bench.h"
 
 namespace tessel::app {
@@ -93,6 +94,38 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   read_cmd->callback([read, &registry] {
     registry.selected = [read] {
       pipelines::bench_read(*read, [](const std::string& line) { std::cout << line << std::endl; });
+      return 0;
+    };
+  });
+
+  // Under a launcher (docs/distributed.md): every rank runs it, rank 0 prints.
+  struct AllreduceArgs {
+    std::string model = "vgg-mini";
+    int repeat = 10, warmup = 2;
+    double bucket_mib = 25;
+    pipelines::DistributedOptions dist;
+  };
+  auto ar = std::make_shared<AllreduceArgs>();
+  auto* ar_cmd = bench->add_subcommand(
+      "allreduce",
+      "Time one step's gradient allreduce over the ranks a launcher started; one JSON line");
+  ar_cmd->add_option("--model", ar->model, "Network whose gradients are summed")
+      ->capture_default_str();
+  ar_cmd->add_option("--repeat", ar->repeat, "Timed exchanges")->capture_default_str();
+  ar_cmd->add_option("--warmup", ar->warmup, "Untimed exchanges first")->capture_default_str();
+  ar_cmd->add_option("--bucket-mib", ar->bucket_mib, "Flat bucket size")->capture_default_str();
+  ar_cmd->add_option("--rendezvous", ar->dist.rendezvous, "env:// or file:///shared/path")
+      ->capture_default_str();
+  ar_cmd->add_option("--dist-timeout", ar->dist.timeout_seconds, "Seconds")->capture_default_str();
+  ar_cmd->callback([ar, &registry] {
+    registry.selected = [ar] {
+      const bool file = ar->dist.rendezvous.starts_with("file://");
+      pipelines::Communicator communicator(
+          pipelines::distributed_env(pipelines::process_environment(), !file), ar->dist);
+      const pipelines::AllreduceBenchResult r =
+          pipelines::bench_allreduce(communicator, ar->model, ar->repeat, ar->warmup,
+                                     static_cast<int64_t>(ar->bucket_mib * (1 << 20)));
+      if (communicator.rank() == 0) std::cout << pipelines::to_json(r) << std::endl;
       return 0;
     };
   });

@@ -1,16 +1,21 @@
 // `tessel train --config run.yaml [key=value ...]`, `tessel train --resume RUN_DIR`: slide-level
 // training (pipelines/train.h). Ctrl-C or SIGTERM stops after the current slide and writes a
-// checkpoint; a second Ctrl-C ends at once.
+// checkpoint; a second Ctrl-C ends at once. With --distributed, one process per rank
+// (docs/distributed.md); a stop on any rank stops them all after the current step.
 #include <unistd.h>
 
+#include <spdlog/sinks/sink.h>
+#include <spdlog/spdlog.h>
 #include <atomic>
 #include <csignal>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "app/command.h"
 #include "app/progress.h"
 #include "core/error.h"
+#include "pipelines/distributed.h"
 #include "pipelines/train.h"
 
 namespace tessel::app {
@@ -29,6 +34,8 @@ struct TrainArgs {
   std::string config;
   std::string resume;
   std::vector<std::string> overrides;
+  bool distributed = false;
+  pipelines::DistributedOptions dist;
 };
 
 }  // namespace
@@ -43,6 +50,16 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--resume", args->resume,
                   "Continue the run in this folder from its last checkpoint (its config.yaml, "
                   "then any key=value given here)");
+  cmd->add_flag("--distributed", args->distributed,
+                "Data-parallel over the processes a launcher started (torchrun, srun, mpirun; "
+                "docs/distributed.md)");
+  cmd->add_option("--rendezvous", args->dist.rendezvous,
+                  "With --distributed: env:// (MASTER_ADDR:MASTER_PORT) or file:///shared/path")
+      ->capture_default_str();
+  cmd->add_option("--dist-timeout", args->dist.timeout_seconds,
+                  "With --distributed: seconds to wait for the other ranks before failing")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("overrides", args->overrides, "key=value settings over the config file");
   cmd->callback([&registry, args] {
     registry.selected = [args] {
@@ -61,14 +78,26 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       } else {
         request.config = pipelines::load_train_config(args->config, args->overrides);
       }
+      std::optional<pipelines::Communicator> communicator;
+      if (args->distributed) {
+        const bool file = args->dist.rendezvous.starts_with("file://");
+        communicator.emplace(
+            pipelines::distributed_env(pipelines::process_environment(), /*need_master=*/!file),
+            args->dist);
+        request.communicator = &*communicator;
+      }
+      const bool lead = !communicator || communicator->rank() == 0;
+      // Ranks other than 0 keep the console for warnings; their full log is train.rank<r>.log.
+      if (!lead) spdlog::default_logger()->sinks().front()->set_level(spdlog::level::warn);
       ProgressPrinter progress(isatty(STDERR_FILENO) == 1);
-      request.observer = &progress;
+      if (lead) request.observer = &progress;
       request.stop = &g_stop;
       std::signal(SIGINT, on_signal);
       std::signal(SIGTERM, on_signal);
       const pipelines::TrainSummary s = pipelines::train(request);
       std::signal(SIGINT, SIG_DFL);
       std::signal(SIGTERM, SIG_DFL);
+      if (!lead) return 0;
       std::cout << (s.interrupted ? "stopped" : "trained") << " " << s.epochs_done << " epoch(s), "
                 << s.steps << " step(s) in " << static_cast<int64_t>(s.seconds) << " s; run folder "
                 << s.run_dir.string() << "\n";

@@ -6,6 +6,7 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --quick      a smoke run of a few seconds: the harness works (no timing claims)
   bench/run --only read  just the slide-reading section (`tessel bench read`, 20000² JPEG TIFF)
   bench/run --only offload  just the offload section (checkpoints on disk vs resident)
+  bench/run --only dist  data-parallel training: 1 vs 2 local ranks, allreduce time per step
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
 user would pick instead, PyTorch from Python (bench/pytorch_step.py with Debian's /usr/bin/python3):
@@ -389,6 +390,88 @@ def run_offload_section(args):
         write_between_markers(OFFLOAD_TABLE_BEGIN, OFFLOAD_TABLE_END, table)
     if any(p["status"] == "error" for p in points):
         sys.exit(1)
+# Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
+# local ranks over loopback TCP, each at 1 thread. Kept apart from the step benchmark above.
+DIST_MODELS = ["vgg-mini", "vgg16"]
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(tessel, args, world, cwd):
+    """`tessel ARGS` as `world` local ranks (torchrun-style environment); rank 0's stdout."""
+    port = str(free_port())
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen([tessel] + args, env=env, cwd=cwd, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outputs = [p.communicate() for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        if p.returncode != 0:
+            sys.exit(f"bench: {' '.join(args)} failed: {err.strip()[-800:]}")
+    return outputs[0][0]
+
+
+def run_dist(tessel, out, quick):
+    import tempfile
+    stamp = datetime.date.today().isoformat()
+    out = out or os.path.join(ROOT, "bench", "results", f"dist-{'quick' if quick else stamp}.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    slides, size, epochs = (6, 512, 2) if quick else (16, 2048, 2)
+    points = []
+    with tempfile.TemporaryDirectory(prefix="tessel-dist-bench-") as tmp, open(out, "w") as f:
+        subprocess.run([tessel, "sample-data", "--out", os.path.join(tmp, "slides"), "--slides",
+                        str(slides), "--size", str(size), "--seed", "1"], check=True,
+                       capture_output=True)
+        config = os.path.join(tmp, "run.yaml")
+        with open(config, "w") as c:
+            c.write(f"manifest: {tmp}/slides/manifest.csv\nmodel: {'tiny' if quick else 'vgg-mini'}"
+                    f"\nlevel: 1\nepochs: {epochs}\nbatch: 2\noptimizer: sgd\nbudget: 1GiB\n")
+        for world in (1, 2):
+            run = os.path.join(tmp, f"run-{world}")
+            args = ["--threads", "1", "train", "--config", config, f"output={run}"]
+            if world > 1:
+                args.append("--distributed")
+            run_ranks(tessel, args, world, tmp)
+            with open(os.path.join(run, "metrics.csv")) as m:
+                rows = list(csv.DictReader(m))
+            events = [json.loads(line) for line in open(os.path.join(run, "events.jsonl"))]
+            exchanges = [e for e in events if e["type"] == "allreduce"]
+            seconds = float(rows[-1]["seconds"])  # the last epoch: no start-up in it
+            with open(os.path.join(tmp, "slides", "manifest.csv")) as m:
+                splits = [row["split"] for row in csv.DictReader(m)]
+            epoch_slides = splits.count("train") + splits.count("val")
+            p = {"kind": "train", "world_size": world, "threads_per_rank": 1,
+                 "epoch_seconds": seconds, "epoch_slides": epoch_slides,
+                 "slides_per_second": epoch_slides / seconds,
+                 "allreduce_seconds": exchanges[-1]["seconds"] if exchanges else 0,
+                 "allreduce_calls": exchanges[-1]["calls"] if exchanges else 0}
+            points.append(p)
+            f.write(json.dumps(p) + "\n")
+            print(f"bench: train {world} rank(s): epoch {seconds:.1f} s, "
+                  f"{p['slides_per_second']:.2f} slides/s", flush=True)
+        for model in (["tiny"] if quick else DIST_MODELS):
+            line = run_ranks(tessel, ["--threads", "1", "bench", "allreduce", "--model", model,
+                                      "--repeat", "3" if quick else "10"], 2, tmp)
+            p = json.loads(line.strip().splitlines()[-1])
+            p["step_ms_median"] = sorted(p["step_ms"])[len(p["step_ms"]) // 2]
+            points.append(p)
+            f.write(json.dumps(p) + "\n")
+            print(f"bench: allreduce {model} ({p['gradient_bytes'] / MiB:.1f} MiB) on 2 ranks: "
+                  f"{p['step_ms_median']:.1f} ms", flush=True)
+    one, two = points[0], points[1]
+    print(f"Machine: {machine()}. Date: {stamp}.\n"
+          f"Slides per second (train + val, last epoch of {epochs}, 1 thread per rank): 1 rank "
+          f"{one['slides_per_second']:.2f}, 2 ranks {two['slides_per_second']:.2f} "
+          f"({two['slides_per_second'] / one['slides_per_second']:.2f}×)"
+          f"; allreduce over the epoch on rank 0: {two['allreduce_seconds']:.2f} s in "
+          f"{two['allreduce_calls']} steps (waiting for the other rank included)")
 
 
 def main():
@@ -397,7 +480,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run of a few seconds")
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
-    ap.add_argument("--only", choices=["step", "read", "offload"], default=None,
+    ap.add_argument("--only", choices=["step", "read", "offload", "dist"], default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
                     help="re-measure these points of today's run, keep the rest, rewrite the "
@@ -407,6 +490,9 @@ def main():
         sys.exit(f"bench: {args.tessel} is not built; run `make build` first")
     if args.only == "offload":
         run_offload_section(args)
+        return
+    if args.only == "dist":
+        run_dist(args.tessel, args.out, args.quick)
         return
 
     scenarios = QUICK if args.quick else FULL

@@ -20,6 +20,7 @@
 #include "io/checkpoint.h"
 #include "io/manifest.h"
 #include "models/zoo.h"
+#include "pipelines/distributed.h"
 #include "pipelines/logging.h"
 #include "pipelines/optimizer.h"
 #include "pipelines/run_files.h"
@@ -102,10 +103,23 @@ struct Position {
 
 constexpr const char* kAccumulatedGrad = ".accumulated_grad";
 
+// A trained or validated slide's outcome, by its position in the epoch's order (or the val split).
+struct SlideResult {
+  int64_t index = 0;
+  std::vector<double> probabilities;
+  int64_t label = 0;
+  double loss = 0;
+};
+
 class Trainer {
  public:
   explicit Trainer(const TrainRequest& request)
-      : request_(request), config_(request.config), run_dir_(config_.output) {}
+      : request_(request),
+        config_(request.config),
+        run_dir_(config_.output),
+        communicator_(request.communicator),
+        rank_(communicator_ != nullptr ? communicator_->rank() : 0),
+        world_(communicator_ != nullptr ? communicator_->world_size() : 1) {}
 
   TrainSummary run() {
     const auto t0 = Clock::now();
@@ -114,6 +128,21 @@ class Trainer {
     spdlog::info("{}", data_summary_);
     build_model();
     if (request_.resume) resume();
+    if (communicator_ != nullptr) {
+      // Every rank starts from rank 0's weights, whatever it initialised or read.
+      std::vector<at::Tensor> weights;
+      for (const io::NamedTensor& w : io::named_weights(graph_->module())) {
+        weights.push_back(w.tensor);
+      }
+      at::NoGradGuard no_grad;
+      communicator_->broadcast(weights);
+      if (config_.batch < world_) {
+        spdlog::warn(
+            "batch {} < {} ranks: each step trains {} slide(s), so {} rank(s) idle; set batch to a "
+            "multiple of the rank count",
+            config_.batch, world_, config_.batch, world_ - config_.batch);
+      }
+    }
 
     TrainSummary summary;
     summary.run_dir = run_dir_;
@@ -128,7 +157,7 @@ class Trainer {
       report.seconds = seconds_since(epoch_start);
       summary.last_val = report.val;
       if (request_.observer) request_.observer->on_epoch(report);
-      if (stop_requested() && position_.epoch + 1 < config_.epochs) {
+      if (agreed_stop() && position_.epoch + 1 < config_.epochs) {
         ++position_.epoch;  // last.h5 holds the start of the next epoch
         summary.interrupted = true;
         spdlog::warn("stopped on request after epoch {}; continue with --resume {}",
@@ -148,7 +177,9 @@ class Trainer {
     summary.best_epoch = position_.best_epoch;
     summary.best_metric = position_.best_metric;
     summary.seconds = seconds_since(t0);
-    write_summary(summary);
+    if (lead()) write_summary(summary);
+    // A rank lost at the very end still fails the others.
+    if (communicator_ != nullptr) communicator_->barrier();
     return summary;
   }
 
@@ -167,14 +198,17 @@ class Trainer {
       throw Error("cannot resume: " + (run_dir_ / "checkpoints" / "last.h5").string() +
                   " does not exist");
     }
-    add_log_file(run_dir_ / "train.log");
+    // Rank 0 writes the run's files; the others only their own log and slide events.
+    add_log_file(run_dir_ / (lead() ? "train.log" : fmt::format("train.rank{}.log", rank_)));
+    events_ = std::make_unique<JsonLines>(
+        run_dir_ / (lead() ? "events.jsonl" : fmt::format("events.rank{}.jsonl", rank_)));
+    if (!lead()) return;
     write_text_atomically(run_dir_ / "config.yaml", config_.to_yaml());
     metrics_csv_ = std::make_unique<CsvLog>(
         run_dir_ / "metrics.csv",
         std::vector<std::string>{"epoch", "lr", "train_loss", "train_accuracy", "val_loss",
                                  "val_accuracy", "val_balanced_accuracy", "val_auc", "best",
                                  "seconds", "measured_peak_bytes"});
-    events_ = std::make_unique<JsonLines>(run_dir_ / "events.jsonl");
   }
 
   void load_data() {
@@ -271,9 +305,11 @@ class Trainer {
       }
     }
     restore_optimizer_state(config_, *optimizer_, graph_->module(), optimizer_tensors);
+    // A checkpoint written mid-batch (by one process) holds the batch's gradient so far: rank 0
+    // carries it, so that the sum over the ranks counts it once.
     for (auto& item : graph_->module().named_parameters()) {
       const auto it = accumulated.find(item.key());
-      if (it != accumulated.end()) item.value().mutable_grad() = it->second.clone();
+      if (it != accumulated.end() && lead()) item.value().mutable_grad() = it->second.clone();
     }
     try {
       position_ = Position::from_json(json::parse(state.run_state));
@@ -286,6 +322,72 @@ class Trainer {
   }
 
   bool stop_requested() const { return request_.stop != nullptr && request_.stop->load(); }
+
+  bool lead() const { return rank_ == 0; }
+
+  // Whether to stop: with several ranks, whether any rank was asked to (a collective call).
+  bool agreed_stop() {
+    if (communicator_ == nullptr) return stop_requested();
+    const at::Tensor flag = at::full({1}, stop_requested() ? 1.0 : 0.0, at::kDouble);
+    communicator_->allreduce_sum({flag});
+    return flag.item<double>() > 0;
+  }
+
+  // Every rank's results for the positions [begin, end) (each position trained by at most one
+  // rank), in order. A table with a row per position, zero where a rank has no result, summed over
+  // the ranks: adding zeros is exact, so every rank ends with the same numbers. `with` are summed
+  // in the same collective call.
+  std::vector<SlideResult> gathered(const std::vector<SlideResult>& mine, int64_t begin,
+                                    int64_t end, std::vector<at::Tensor> with = {}) {
+    if (communicator_ == nullptr || (end == begin && with.empty())) return mine;
+    const auto classes = static_cast<int64_t>(manifest_.classes.size());
+    at::Tensor table = at::zeros({end - begin, classes + 3}, at::kDouble);
+    auto rows = table.accessor<double, 2>();
+    for (const SlideResult& r : mine) {
+      const int64_t row = r.index - begin;
+      rows[row][0] = 1;
+      rows[row][1] = r.loss;
+      rows[row][2] = static_cast<double>(r.label);
+      for (int64_t k = 0; k < classes; ++k)
+        rows[row][3 + k] = r.probabilities[static_cast<size_t>(k)];
+    }
+    with.push_back(table);
+    communicator_->allreduce_sum(with);
+    std::vector<SlideResult> all;
+    for (int64_t row = 0; row < end - begin; ++row) {
+      if (rows[row][0] < 0.5) continue;
+      SlideResult r{begin + row, {}, static_cast<int64_t>(std::lround(rows[row][2])), rows[row][1]};
+      for (int64_t k = 0; k < classes; ++k) r.probabilities.push_back(rows[row][3 + k]);
+      all.push_back(std::move(r));
+    }
+    return all;
+  }
+
+  // The batch's trained slides into the position, in order; with several ranks, the batch's
+  // gradients summed over the ranks first.
+  void record_batch(int64_t begin, int64_t end) {
+    std::vector<at::Tensor> grads;
+    if (communicator_ != nullptr) {
+      for (at::Tensor& p : graph_->module().parameters()) {
+        // A rank without a slide in this batch (or whose slides were skipped) adds zeros.
+        if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+        grads.push_back(p.grad());
+      }
+    }
+    const auto t0 = Clock::now();
+    const std::vector<SlideResult> batch = gathered(pending_, begin, end, grads);
+    if (communicator_ != nullptr) {
+      allreduce_seconds_ += seconds_since(t0);
+      ++allreduce_calls_;
+    }
+    for (const SlideResult& r : batch) {
+      position_.train_probabilities.push_back(r.probabilities);
+      position_.train_labels.push_back(r.label);
+      position_.train_loss_sum += r.loss;
+      ++position_.batch_slides;
+    }
+    pending_.clear();
+  }
 
   SlideOptions options_of(const io::ManifestEntry& entry) const {
     return slide_options(entry.metadata, manifest_.path, entry.line);
@@ -334,14 +436,23 @@ class Trainer {
     }
     for (; position_.slide < count; ++position_.slide) {
       const int64_t i = position_.slide;
+      const int64_t batch_start = i - i % config_.batch;
       // The rate of the optimizer step this slide's gradient goes into.
       lr_ = learning_rate(config_, position_.epoch,
-                          static_cast<double>(i - i % config_.batch) / static_cast<double>(count));
-      if (train_slide(*order[static_cast<size_t>(i)], i, count)) ++position_.batch_slides;
+                          static_cast<double>(batch_start) / static_cast<double>(count));
+      if ((i - batch_start) % world_ == rank_) {
+        train_slide(*order[static_cast<size_t>(i)], i, count);
+      }
+      const bool batch_end = (i + 1) % config_.batch == 0 || i + 1 == count;
+      // One process records each slide at once (a stop mid-batch saves it); several ranks once
+      // per batch, in one collective call with the gradients.
+      if (communicator_ == nullptr || batch_end) {
+        record_batch(communicator_ != nullptr ? batch_start : i, i + 1);
+      }
       // The optimizer steps after every `batch` slides and after the epoch's last slide, unless
       // every slide of the batch was skipped (a step on zero gradients would still move Adam's
       // and momentum's weights).
-      if ((i + 1) % config_.batch == 0 || i + 1 == count) {
+      if (batch_end) {
         if (position_.batch_slides > 0) {
           set_learning_rate(*optimizer_, lr_);
           optimizer_->step();
@@ -350,7 +461,9 @@ class Trainer {
         optimizer_->zero_grad();
         position_.batch_slides = 0;
       }
-      if (stop_requested() && i + 1 < count) {
+      // Several ranks agree to stop at a step's end, so that no rank holds half a batch.
+      const bool stop = communicator_ == nullptr ? stop_requested() : batch_end && agreed_stop();
+      if (stop && i + 1 < count) {
         ++position_.slide;
         save_checkpoint("last.h5");
         spdlog::warn(
@@ -410,10 +523,10 @@ class Trainer {
       const at::Tensor logits = r.logits.to(at::kDouble);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
       const at::Tensor p = at::softmax(logits, 1).flatten();
-      position_.train_probabilities.emplace_back(p.data_ptr<double>(),
-                                                 p.data_ptr<double>() + p.numel());
-      position_.train_labels.push_back(entry.class_index);
-      position_.train_loss_sum += progress.loss;
+      pending_.push_back({index,
+                          {p.data_ptr<double>(), p.data_ptr<double>() + p.numel()},
+                          entry.class_index,
+                          progress.loss});
       progress.tiles = r.forward_tiles + r.backward_tiles;
       progress.wait_seconds = static_cast<double>(input.pixels->cache_stats().wait_ns) * 1e-9;
       progress.measured_peak_bytes = r.measured_peak_bytes;
@@ -449,12 +562,11 @@ class Trainer {
   }
 
   // Validation over the val split: the network's probabilities per slide.
+  // With several ranks, rank r validates slides r, r + N, ... and the results are gathered.
   ClassificationMetrics validate() {
-    std::vector<std::vector<double>> probabilities;
-    std::vector<int64_t> labels;
-    double loss_sum = 0;
+    std::vector<SlideResult> mine;
     const auto count = static_cast<int64_t>(val_.size());
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = rank_; i < count; i += world_) {
       const io::ManifestEntry& entry = *val_[static_cast<size_t>(i)];
       const auto t0 = Clock::now();
       SlideProgress progress{
@@ -472,9 +584,10 @@ class Trainer {
         const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
         progress.loss = at::cross_entropy_loss(logits, target).item<double>();
         const at::Tensor p = at::softmax(logits, 1).flatten();
-        probabilities.emplace_back(p.data_ptr<double>(), p.data_ptr<double>() + p.numel());
-        labels.push_back(entry.class_index);
-        loss_sum += progress.loss;
+        mine.push_back({i,
+                        {p.data_ptr<double>(), p.data_ptr<double>() + p.numel()},
+                        entry.class_index,
+                        progress.loss});
       } catch (const Error& e) {
         spdlog::warn("skipping {} in validation: {}", entry.slide.string(), e.what());
         continue;
@@ -482,6 +595,14 @@ class Trainer {
       progress.done = true;
       progress.seconds = seconds_since(t0);
       if (request_.observer) request_.observer->on_slide(progress);
+    }
+    std::vector<std::vector<double>> probabilities;
+    std::vector<int64_t> labels;
+    double loss_sum = 0;
+    for (const SlideResult& r : gathered(mine, 0, count)) {
+      probabilities.push_back(r.probabilities);
+      labels.push_back(r.label);
+      loss_sum += r.loss;
     }
     ClassificationMetrics m = classification_metrics(probabilities, labels);
     m.loss = labels.empty() ? std::nan("") : loss_sum / static_cast<double>(labels.size());
@@ -537,11 +658,13 @@ class Trainer {
     if (report.best) save_checkpoint("best.h5");
     --position_.epoch;
     const auto number = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
-    metrics_csv_->write({std::to_string(report.epoch), number(report.lr), number(report.train_loss),
-                         number(report.train.accuracy), number(report.val.loss),
-                         number(report.val.accuracy), number(report.val.balanced_accuracy),
-                         number(report.val.auc), report.best ? "1" : "0",
-                         number(seconds_since(epoch_clock_)), std::to_string(peak_bytes_)});
+    if (metrics_csv_) {
+      metrics_csv_->write(
+          {std::to_string(report.epoch), number(report.lr), number(report.train_loss),
+           number(report.train.accuracy), number(report.val.loss), number(report.val.accuracy),
+           number(report.val.balanced_accuracy), number(report.val.auc), report.best ? "1" : "0",
+           number(seconds_since(epoch_clock_)), std::to_string(peak_bytes_)});
+    }
     epoch_clock_ = Clock::now();
     const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
     events_->write({{"type", "epoch"},
@@ -556,11 +679,22 @@ class Trainer {
                     {"best", report.best},
                     {"measured_peak_bytes", peak_bytes_},
                     {"skipped", skipped_in_epoch_}});
+    if (communicator_ != nullptr) {
+      // The gradient exchanges of the epoch: the wait for the slowest rank plus the transfer.
+      events_->write({{"type", "allreduce"},
+                      {"epoch", report.epoch},
+                      {"ranks", world_},
+                      {"calls", allreduce_calls_},
+                      {"seconds", allreduce_seconds_}});
+    }
+    allreduce_seconds_ = 0;
+    allreduce_calls_ = 0;
     skipped_in_epoch_ = 0;
     return report;
   }
 
   void save_checkpoint(const std::string& name) {
+    if (!lead()) return;
     io::CheckpointState state;
     state.weights = io::named_weights(graph_->module());
     state.optimizer = optimizer_state(config_, *optimizer_, graph_->module());
@@ -609,6 +743,11 @@ class Trainer {
   const TrainRequest& request_;
   TrainConfig config_;
   fs::path run_dir_;
+  Communicator* communicator_;
+  int rank_, world_;
+  std::vector<SlideResult> pending_;  // this rank's slides of the batch, not yet recorded
+  double allreduce_seconds_ = 0;      // in this epoch
+  int64_t allreduce_calls_ = 0;
   io::Manifest manifest_;
   std::vector<const io::ManifestEntry*> train_, val_, test_;
   std::string data_summary_;

@@ -16,6 +16,8 @@
 
 namespace tessel::pipelines {
 
+class Communicator;  // pipelines/distributed.h
+
 // One slide's pass through the engine: started (done = false), then finished.
 struct SlideProgress {
   std::string phase;  // "train" or "val"
@@ -74,6 +76,11 @@ struct TrainRequest {
   // When set, training stops after the current slide and writes last.h5 (Ctrl-C, pre-emption).
   const std::atomic<bool>* stop = nullptr;
   TrainObserver* observer = nullptr;
+  // Data-parallel training (pipelines/distributed.h, docs/distributed.md): every rank runs this
+  // with the same config. Rank r trains positions r, r + N, ... of each batch, so batch b holds the
+  // slides it holds in one process; gradients and per-slide results are summed over the ranks
+  // before each step, and the steps equal one process's. Rank 0 alone writes the run's files.
+  Communicator* communicator = nullptr;
 };
 
 // Throws tessel::Error for a manifest that cannot be used, a run folder that cannot be written,

@@ -1,0 +1,81 @@
+// Data-parallel training across processes and nodes (`tessel train --distributed`,
+// docs/distributed.md): who this process is, read from whichever launcher started it (torchrun,
+// SLURM, Open MPI), the rendezvous, and the few collectives training needs. LibTorch's c10d
+// process group (Gloo) does the communication; its headers stay in distributed.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace at {
+class Tensor;
+}  // namespace at
+
+namespace tessel::pipelines {
+
+// This process's place in the job.
+struct DistributedEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;       // on its node
+  std::string master_addr;  // rank 0's host, where the TCP rendezvous listens
+  int master_port = 0;
+  std::string source;  // the launcher the values came from: "torchrun", "openmpi" or "slurm"
+};
+
+using Environment = std::map<std::string, std::string>;
+
+// This process's environment variables.
+Environment process_environment();
+
+// Reads the launcher's variables; torchrun's RANK/WORLD_SIZE win over Open MPI's, which win over
+// SLURM's (torchrun and mpirun are often started inside a SLURM allocation). MASTER_ADDR and
+// MASTER_PORT override the address SLURM and Open MPI would imply; without them SLURM's is the
+// first host of SLURM_JOB_NODELIST and the port 29500. Throws tessel::Error naming the variables
+// for no launcher at all, a partial set, a value that is not a number, or a rank outside the job.
+// `need_master`: the TCP rendezvous needs MASTER_ADDR (a file rendezvous does not).
+DistributedEnv distributed_env(const Environment& env, bool need_master = true);
+
+// SLURM's compressed host list: "node[01-04,07],gpu5" → node01 … node04, node07, gpu5. Throws
+// tessel::Error for unbalanced brackets or a bad range.
+std::vector<std::string> expand_nodelist(const std::string& nodelist);
+
+struct DistributedOptions {
+  // "env://" (or empty): a TCP store on MASTER_ADDR:MASTER_PORT, served by rank 0;
+  // "file:///shared/path": a file store on a file system every rank sees.
+  std::string rendezvous = "env://";
+  double timeout_seconds = 300;  // every rendezvous and collective; a dead rank fails the others
+};
+
+// One process group for the run. Every call is collective: every rank makes the same calls in the
+// same order, and a rank that died or stopped answering makes the others throw tessel::Error
+// (naming the rank count and the timeout) instead of hanging.
+class Communicator {
+ public:
+  Communicator(const DistributedEnv& env, const DistributedOptions& options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+
+  // Sums each tensor over the ranks, in place. Contiguous tensors of one dtype are packed into flat
+  // buckets of at most `bucket_bytes` that are reduced concurrently (few large messages instead of
+  // one per parameter).
+  void allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes = 25 << 20);
+  // Rank 0's values into every rank's tensors, in place.
+  void broadcast(const std::vector<at::Tensor>& tensors);
+  void barrier();
+
+ private:
+  struct Group;
+  DistributedEnv env_;
+  DistributedOptions options_;
+  std::unique_ptr<Group> group_;
+};
+
+}  // namespace tessel::pipelines

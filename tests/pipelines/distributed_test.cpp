@@ -1,0 +1,219 @@
+// `tessel train --distributed` as a launcher runs it: two local processes (ranks) against one
+// process with the same global batch, and a rank killed mid-run.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "core/gradcheck.h"
+#include "io/checkpoint.h"
+#include "io/sample_slides.h"
+#include "temp_folder.h"
+
+namespace tessel::pipelines {
+namespace {
+
+namespace fs = std::filesystem;
+using Env = std::map<std::string, std::string>;
+
+// A `tessel` process with extra environment variables, its output in `log`.
+pid_t spawn(const std::vector<std::string>& args, const Env& env, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(fd, STDOUT_FILENO);
+  dup2(fd, STDERR_FILENO);
+  for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
+  std::vector<char*> argv{const_cast<char*>(TESSEL_CLI)};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(TESSEL_CLI, argv.data());
+  _exit(127);
+}
+
+// The exit code; -1 when the process did not end within `limit` (it is killed then): a guard
+// against hanging the suite, not a timing claim.
+int wait_for(pid_t pid, std::chrono::seconds limit = std::chrono::seconds(120)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+std::string read_text(const fs::path& file) {
+  std::stringstream s;
+  s << std::ifstream(file).rdbuf();
+  return s.str();
+}
+
+// A TCP port nobody listens on now (the kernel's choice for port 0).
+int free_port() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t size = sizeof addr;
+  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &size);
+  close(s);
+  return ntohs(addr.sin_port);
+}
+
+// Eight 512² generated slides (4 train, 2 val, 2 test) and an unreadable one in the train split.
+class DistributedTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new test::TempFolder();
+    io::SampleDataOptions options;
+    options.slides = 8;
+    options.size = 512;
+    options.seed = 11;
+    io::write_sample_data(data_->path() / "slides", options);
+    data_->write("slides/broken.tif", "not a slide");
+    std::ofstream(data_->path() / "slides" / "manifest.csv", std::ios::app)
+        << "broken.tif,tumour,train,p-broken\n";
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+
+  fs::path config(const std::string& extra = "") const {
+    return runs_.write("run.yaml",
+                       "manifest: " + (data_->path() / "slides" / "manifest.csv").string() +
+                           "\nmodel: tiny\nlevel: 1\nbudget: 64MiB\noptimizer: sgd\nlr: 0.01\n"
+                           "flips: true\nbatch: 2\n" +
+                           extra);
+  }
+
+  std::vector<std::string> train_args(const std::string& run, const std::string& epochs) const {
+    return {"--threads",
+            "1",
+            "train",
+            "--config",
+            config().string(),
+            "epochs=" + epochs,
+            "output=" + (runs_.path() / run).string()};
+  }
+
+  static Env rank_env(int rank) {
+    return {
+        {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)}};
+  }
+
+  static test::TempFolder* data_;
+  test::TempFolder runs_;
+};
+test::TempFolder* DistributedTrain::data_ = nullptr;
+
+TEST_F(DistributedTrain, TwoRanksEndWithTheWeightsOfOneProcessWithTheSameGlobalBatch) {
+  ASSERT_EQ(wait_for(spawn(train_args("single", "2"), {}, runs_.path() / "single.log")), 0)
+      << read_text(runs_.path() / "single.log");
+
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> args = train_args("dist", "2");
+    const std::string store = "file://" + (runs_.path() / "store").string();
+    args.insert(args.end(), {"--distributed", "--rendezvous", store, "--dist-timeout", "60"});
+    ranks.push_back(
+        spawn(args, rank_env(rank), runs_.path() / ("rank" + std::to_string(rank) + ".log")));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    const fs::path log = runs_.path() / ("rank" + std::to_string(rank) + ".log");
+    EXPECT_EQ(wait_for(ranks[static_cast<size_t>(rank)]), 0) << read_text(log);
+  }
+
+  const fs::path single = runs_.path() / "single", dist = runs_.path() / "dist";
+  const io::CheckpointState a = io::read_checkpoint(single / "checkpoints" / "last.h5");
+  const io::CheckpointState b = io::read_checkpoint(dist / "checkpoints" / "last.h5");
+  // 5 train slides in batches of 2, 2, 1: 3 steps per epoch, one fewer in an epoch whose last
+  // batch is the broken slide alone.
+  EXPECT_GE(a.step, 5);
+  EXPECT_EQ(b.step, a.step);
+  ASSERT_EQ(a.weights.size(), b.weights.size());
+  for (size_t i = 0; i < a.weights.size(); ++i) {
+    EXPECT_EQ(a.weights[i].name, b.weights[i].name);
+    EXPECT_LT(core::relative_error(b.weights[i].tensor, a.weights[i].tensor), 1e-6)
+        << a.weights[i].name;
+  }
+  // The validation split, shared between the ranks and gathered, gives one process's numbers;
+  // the rows differ only in their seconds and peak bytes.
+  const auto metrics = [](const fs::path& run) {
+    std::ifstream in(run / "metrics.csv");
+    std::string rows;
+    for (std::string line; std::getline(in, line);) {
+      std::stringstream cells(line);
+      std::string cell;
+      for (int column = 0; column < 9 && std::getline(cells, cell, ','); ++column) {
+        rows += cell + ",";
+      }
+      rows += "\n";
+    }
+    return rows;
+  };
+  EXPECT_EQ(metrics(dist), metrics(single));
+  // Rank 1 logs beside rank 0's files and writes none of them.
+  EXPECT_TRUE(fs::exists(dist / "train.rank1.log"));
+  EXPECT_TRUE(fs::exists(dist / "events.rank1.jsonl"));
+  EXPECT_NE(read_text(dist / "train.log").find("skipping"), std::string::npos);
+}
+
+TEST_F(DistributedTrain, KillingARankStopsTheOtherWithAClearMessageAndLastH5Resumes) {
+  const std::string port = std::to_string(free_port());
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> args = train_args("killed", "200");
+    args.emplace_back("--distributed");
+    args.emplace_back("--dist-timeout");
+    args.emplace_back("5");
+    Env env = rank_env(rank);
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = port;
+    ranks.push_back(spawn(args, env, runs_.path() / ("rank" + std::to_string(rank) + ".log")));
+  }
+  const fs::path run = runs_.path() / "killed";
+  const fs::path last = run / "checkpoints" / "last.h5";
+  // After the first epoch's checkpoint, rank 1 dies.
+  for (int i = 0; i < 1200 && !fs::exists(last); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fs::exists(last)) << read_text(runs_.path() / "rank0.log");
+  kill(ranks[1], SIGKILL);
+  EXPECT_EQ(wait_for(ranks[1]), -2);
+  const int code = wait_for(ranks[0]);
+  const std::string output = read_text(runs_.path() / "rank0.log");
+  EXPECT_GT(code, 0) << output;  // an error exit, not a hang (-1) or a crash (-2)
+  EXPECT_NE(output.find("rank 0 of 2 (timeout 5 s, --dist-timeout)"), std::string::npos) << output;
+  EXPECT_NE(output.find("--resume"), std::string::npos) << output;
+
+  // The last checkpoint is whole, and one process continues the run from it.
+  const io::CheckpointState state = io::read_checkpoint(last);
+  EXPECT_GE(state.epoch, 1);
+  const int64_t epochs = state.epoch + 1;
+  ASSERT_EQ(wait_for(spawn({"--threads", "1", "train", "--resume", run.string(),
+                            "epochs=" + std::to_string(epochs)},
+                           {}, runs_.path() / "resume.log")),
+            0)
+      << read_text(runs_.path() / "resume.log");
+  EXPECT_EQ(io::read_checkpoint(last).epoch, epochs);
+}
+
+}  // namespace
+}  // namespace tessel::pipelines
