@@ -429,10 +429,12 @@ void TrainingPanel::apply(const TrainingEvents& batch) {
   const auto now = std::chrono::steady_clock::now();
   const double slide_seconds = std::chrono::duration<double>(now - slide_start_).count();
   const double run_seconds = std::chrono::duration<double>(now - run_start_).count();
+  // A rate over the slide's first instants is noise (a tile done 10 µs in read as 100,000
+  // tiles/s): it shows once the slide has run half a second.
   QString rate =
-      tr("%1 tiles/s")
-          .arg(slide_seconds > 0 ? static_cast<double>(slide_tiles_done_) / slide_seconds : 0.0, 0,
-               'f', 1);
+      slide_seconds >= 0.5
+          ? tr("%1 tiles/s").arg(static_cast<double>(slide_tiles_done_) / slide_seconds, 0, 'f', 1)
+          : tr("– tiles/s");
   if (slides_done_ > 0 && slides_total_ > slides_done_) {
     rate +=
         tr(" · ETA ~%1").arg(duration(run_seconds / slides_done_ * (slides_total_ - slides_done_)));
