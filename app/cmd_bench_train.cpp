@@ -90,13 +90,6 @@ std::string tail(const std::string& text, size_t n) {
   return text.size() <= n ? text : text.substr(text.size() - n);
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 // One CSV field: quoted when it holds a comma, a quote or a line break.
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -209,10 +202,9 @@ int sweep(const SweepArgs& a) {
       csv_out << csv_row(p) << "\n" << std::flush;
       const std::string status = p.value("status", "");
       if (status == "ok") {
-        std::vector<double> steps = p["step_ms"].get<std::vector<double>>();
-        std::cout << a.model << " " << size << "² " << strategy << ": " << median_of(steps) / 1000
-                  << " s/step, peak " << p.value("measured_peak_bytes", int64_t{0}) / (1 << 20)
-                  << " MiB\n"
+        std::cout << a.model << " " << size << "² " << strategy << ": "
+                  << p.value("step_ms_median", 0.0) / 1000 << " s/step, peak "
+                  << p.value("measured_peak_bytes", int64_t{0}) / (1 << 20) << " MiB\n"
                   << std::flush;
       } else {
         std::cout << a.model << " " << size << "² " << strategy << ": " << status << " "

@@ -514,8 +514,14 @@ def main():
         with open(out) as f:
             points = [json.loads(line) for line in f if line.strip()]
         for spec in args.redo.split(","):
-            model, size, method = spec.split(":")
-            size = int(size)
+            try:
+                model, size, method = spec.split(":")
+                size = int(size)
+                budgets[model]
+                STRATEGIES.index(method)
+            except (ValueError, KeyError):
+                sys.exit(f"bench: --redo {spec}: expected MODEL:SIZE:METHOD with a model of "
+                         f"{', '.join(budgets)} and a method of {', '.join(STRATEGIES)}")
             p = measure(args, model, size, method, budgets[model], points)
             points = [q for q in points if (q["model"], q["height"], q["strategy"]) !=
                       (model, size, method)] + [p]

@@ -19,7 +19,7 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 int64_t elements(const Shape& s) { return s.channels * s.height * s.width; }
 int64_t elements(const Node& n, const Region& r) { return n.channels * r.area(); }
 
-// Bytes of a conv's weight (0 for other ops).
+// Elements of a conv's weight (0 for other ops).
 int64_t weight_elements(const Node& n) {
   if (n.kind != OpKind::kConv) return 0;
   const ConvSpec& c = *n.conv;
@@ -244,8 +244,7 @@ std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId outpu
 }
 
 // The largest working set over the tiles of a partition: every row or column when there are
-// few, else the first, middle and last of each axis (interior tiles of an even partition are
-// alike).
+// few, else the picks below on each axis.
 Analysis::TileCost worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
   // Border tiles and their neighbours (clipped halos), the middle one, and the largest interior
   // one: the partition's tiles differ by one row or column (26 rows over 64 output rows are 2 or

@@ -169,6 +169,24 @@ TEST(TiledStep, PointwiseOpsMatch) {
   }
 }
 
+// The no-grad forward overwrites a tensor in place when its producer allocated it and nothing
+// else reads it: chains of pointwise ops (batch norm → leaky relu → batch norm → relu), a tensor
+// with two readers (never overwritten), and identity, which allocates nothing (the op after it
+// must not overwrite the tensor identity passed through).
+TEST(TiledStep, InPlacePointwiseChainsMatch) {
+  Graph g(2);
+  NodeId x = g.conv(g.input(), ConvSpec(2, 4, 3).padding(1));
+  x = g.relu(g.frozen_batch_norm(g.leaky_relu(g.frozen_batch_norm(x), 0.1)));
+  const NodeId shared = g.conv(x, ConvSpec(4, 4, 3).padding(1));
+  x = g.add(g.frozen_batch_norm(shared), g.sigmoid(shared));
+  // relu after identity would overwrite `passed`, which sigmoid reads after it.
+  const NodeId passed = g.conv(x, ConvSpec(4, 3, 1));
+  const NodeId through = g.relu(g.identity(passed));
+  x = g.add(through, g.sigmoid(passed));
+  x = g.conv(g.tanh(g.identity(x)), ConvSpec(3, 2, 3).padding(1));
+  expect_exact(g, "pointwise chains", 29, 23);
+}
+
 TEST(TiledStep, ResidualAndConcatJoinsMatch) {
   Graph g(2);
   NodeId x = g.relu(g.conv(g.input(), ConvSpec(2, 4, 3).padding(1)));
