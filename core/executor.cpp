@@ -279,10 +279,11 @@ class TiledStep {
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
     StoredActivation* stored_grad_in = nullptr;
     if (want_input_grad && stored_in != nullptr) {
-      // The input's gradient goes to the store block by block, each after its last addition.
+      // The input's gradient goes to the store block by block, each after its last addition;
+      // the blocks follow this segment's backward tiles (core/plan.h).
       const Segment& producer = plan_.segments[static_cast<size_t>(index) - 1];
       stored_grads_[static_cast<size_t>(s.input)] = std::make_unique<StoredActivation>(
-          *store_, in_shape, producer.blocks, producer.tier, at::TensorOptions().dtype(dtype_));
+          *store_, in_shape, s.input_grad_blocks, producer.tier, at::TensorOptions().dtype(dtype_));
       stored_grad_in = stored_grads_[static_cast<size_t>(s.input)].get();
       std::vector<Region> additions;
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {

@@ -66,6 +66,13 @@ struct Segment {
   // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
   Tier tier = Tier::kResident;
   Partition blocks;
+  // Of an offloaded checkpoint, its first blocks (row-major) stay resident: the budget the
+  // plan's other passes leave free while the checkpoint lives (partly resident checkpoints).
+  int64_t resident_blocks = 0, resident_bytes = 0;
+  // When the input is offloaded: the blocks its gradient accumulates in. Their edges are those
+  // of the backward tiles' input regions (split to the block size), so a block is complete after
+  // the last tile that adds to it and only the strips where tiles overlap stay open across tiles.
+  Partition input_grad_blocks;
   int64_t moved_bytes = 0;  // predicted bytes to and from the tier per step (it and its gradient)
 };
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/tile_ops.h"
@@ -313,16 +314,85 @@ struct Offloading {
     p.x_edges = subdivide(forward.x_edges, width);
     return p;
   }
-  // A gradient while it accumulates: blocks touched by one tile row and not yet by the next, a
-  // full-width strip of two block rows (and a few halo rows) on top of in_use.
-  int64_t accumulating(const Analysis& a, NodeId v, const Partition& blocks) const {
-    const Shape& s = a.shapes[static_cast<size_t>(v)];
-    int64_t tallest = 1;
-    for (int64_t r = 0; r < blocks.rows(); ++r) {
-      tallest = std::max(tallest, blocks.y_edges[static_cast<size_t>(r) + 1] -
-                                      blocks.y_edges[static_cast<size_t>(r)]);
+  // The gradient of segment `s`'s offloaded input while the backward tiles of `part` add into
+  // it (in reverse row-major order, as the executor runs them). Its blocks are the cells between
+  // the edges of the tiles' input regions, split to the block size: a block is stored after the
+  // last tile that adds to it, so only cells where tiles' regions overlap stay open across tiles.
+  // Regions are separable per axis (one tile per row and one per column give them all) and grow
+  // with the tile index, so the tiles adding to a cell are a contiguous range of rows × columns.
+  //
+  // Open bytes while tile (r, c) runs: the part of row r's region shared with row r − 1 or r + 1
+  // (open from the first of those rows to the last, bounded by the full width), and in row r
+  // alone the strip shared by columns c and c + 1 (a column's overlap, the row's height).
+  // `every`: all rows and columns (the chosen partition); else the three around the middle,
+  // which the budget search can afford for partitions of thousands of tiles.
+  static int64_t open_bytes(const Analysis& a, const Segment& s, const Partition& part,
+                            bool every) {
+    const auto v = static_cast<size_t>(s.input);
+    const Shape& in = a.shapes[static_cast<size_t>(s.input)];
+    const int64_t rows = part.rows(), cols = part.cols();
+    std::vector<int64_t> rs, cs;
+    if (every) {
+      for (int64_t r = 0; r < rows; ++r) rs.push_back(r);
+      for (int64_t c = 0; c < cols; ++c) cs.push_back(c);
+    } else {
+      for (int64_t d = -1; d <= 1; ++d) {
+        if (rows / 2 + d >= 0 && rows / 2 + d < rows) rs.push_back(rows / 2 + d);
+        if (cols / 2 + d >= 0 && cols / 2 + d < cols) cs.push_back(cols / 2 + d);
+      }
     }
-    return std::min(a.bytes(v), s.channels * s.width * a.eb * (2 * tallest + 4));
+    std::vector<Window> ny, nx;
+    for (int64_t r : rs) {
+      ny.push_back(segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(r * cols))[v].y);
+    }
+    for (int64_t c : cs) {
+      nx.push_back(segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(c))[v].x);
+    }
+    int64_t overlap_x = 0;  // the widest strip two neighbouring columns share
+    for (size_t j = 0; j + 1 < nx.size(); ++j) {
+      overlap_x = std::max(overlap_x, intersect(nx[j], nx[j + 1]).size());
+    }
+    int64_t worst = 0;
+    for (size_t i = 0; i < ny.size(); ++i) {
+      const Window up = i > 0 ? intersect(ny[i], ny[i - 1]) : Window{};
+      const Window down = i + 1 < ny.size() ? intersect(ny[i], ny[i + 1]) : Window{};
+      const int64_t shared = up.size() + down.size() - intersect(up, down).size();
+      worst = std::max(worst, shared * in.width + (ny[i].size() - shared) * overlap_x);
+    }
+    return worst * in.channels * a.eb;
+  }
+  // The gradient's blocks: the cells between the tiles' region edges, and the edges of the
+  // producer's backward tiles (`reader`, which read the gradient whole blocks at a time), split
+  // to the block size.
+  Partition grad_blocks(const Analysis& a, const Segment& s, const Partition& part,
+                        const Partition& reader) const {
+    const auto v = static_cast<size_t>(s.input);
+    const Shape& in = a.shapes[v];
+    std::vector<int64_t> ey = reader.y_edges, ex = reader.x_edges;
+    for (int64_t r = 0; r < part.rows(); ++r) {
+      const Window w =
+          segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(r * part.cols()))[v].y;
+      ey.insert(ey.end(), {std::clamp<int64_t>(w.begin, 0, in.height),
+                           std::clamp<int64_t>(w.end, 0, in.height)});
+    }
+    for (int64_t c = 0; c < part.cols(); ++c) {
+      const Window w = segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(c))[v].x;
+      ex.insert(ex.end(), {std::clamp<int64_t>(w.begin, 0, in.width),
+                           std::clamp<int64_t>(w.end, 0, in.width)});
+    }
+    for (auto* e : {&ey, &ex}) {
+      std::sort(e->begin(), e->end());
+      e->erase(std::unique(e->begin(), e->end()), e->end());
+    }
+    const int64_t per_pixel = std::max<int64_t>(1, in.channels * a.eb);
+    int64_t widest = 1;
+    for (size_t j = 0; j + 1 < ex.size(); ++j) widest = std::max(widest, ex[j + 1] - ex[j]);
+    const int64_t width = std::clamp<int64_t>(block_bytes / per_pixel, 1, widest);
+    const int64_t height = std::max<int64_t>(1, block_bytes / (per_pixel * width));
+    Partition p;
+    p.y_edges = subdivide(ey, height);
+    p.x_edges = subdivide(ex, width);
+    return p;
   }
 
   static std::vector<int64_t> subdivide(const std::vector<int64_t>& edges, int64_t side) {
@@ -336,22 +406,57 @@ struct Offloading {
   }
 };
 
-// Bytes of the blocks of node `v` that every tile of `part` over segment `s`'s output reads
-// (with halos and block rounding; the window's reuse of a block between tiles makes it less).
+// Bytes read back from the tier when the tiles of `part` over segment `s`'s output read node
+// `v`, stored in `blocks` (of which the first `resident` stay resident), in the order the
+// executor runs them (`reverse`: the backward pass). A block is read whole; one read again
+// before the distinct blocks scheduled in between fill `window` bytes is still in memory (the
+// tile store keeps a block whose next read is within the window). The other activations read
+// in the same pass share the window, so this counts somewhat less than the store moves.
 int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
-                   const Partition& blocks) {
-  auto rounded = [](const std::vector<int64_t>& edges, const Window& w) {
-    if (w.size() <= 0) return int64_t{0};
-    const auto lo = std::upper_bound(edges.begin(), edges.end(), w.begin) - 1;
-    const auto hi = std::lower_bound(edges.begin(), edges.end(), w.end);
-    return *hi - *lo;
+                   const Partition& blocks, int64_t window, bool reverse, int64_t resident = 0) {
+  auto span = [](const std::vector<int64_t>& edges, const Window& w) {
+    const auto lo = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
+    const auto hi = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
+    return std::pair<int64_t, int64_t>{std::max<int64_t>(lo, 0), hi};
+  };
+  const int64_t per_pixel = a.graph.node(v).channels * a.eb;
+  std::vector<int64_t> order;  // block indices in read order
+  for (int64_t k = 0; k < part.tiles(); ++k) {
+    const int64_t t = reverse ? part.tiles() - 1 - k : k;
+    const Region r =
+        segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(t))[static_cast<size_t>(v)];
+    if (r.empty()) continue;
+    const auto [y0, y1] = span(blocks.y_edges, r.y);
+    const auto [x0, x1] = span(blocks.x_edges, r.x);
+    for (int64_t y = y0; y < y1; ++y) {
+      for (int64_t x = x0; x < x1; ++x) order.push_back(y * blocks.cols() + x);
+    }
+  }
+  auto bytes = [&](int64_t b) {
+    const Region r = blocks.tile(b);
+    return b < resident ? 0 : r.area() * per_pixel;
   };
   int64_t n = 0;
-  for (int64_t t = 0; t < part.tiles(); ++t) {
-    const auto need = segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(t));
-    const Region& r = need[static_cast<size_t>(v)];
-    n += a.graph.node(v).channels * rounded(blocks.y_edges, r.y) * rounded(blocks.x_edges, r.x) *
-         a.eb;
+  std::unordered_set<int64_t> in_memory, seen;
+  for (size_t p = 0; p < order.size(); ++p) {
+    const int64_t b = order[p];
+    if (!in_memory.count(b)) n += bytes(b);
+    // Kept when it is read again before the distinct blocks in between fill the window.
+    bool keep = false;
+    int64_t ahead = 0;
+    seen.clear();
+    for (size_t q = p + 1; q < order.size() && ahead < window; ++q) {
+      if (order[q] == b) {
+        keep = true;
+        break;
+      }
+      if (seen.insert(order[q]).second) ahead += bytes(order[q]);
+    }
+    if (keep) {
+      in_memory.insert(b);
+    } else {
+      in_memory.erase(b);
+    }
   }
   return n;
 }
@@ -392,15 +497,18 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t out_fwd = out_off ? off.in_use(a, s.output) : out_bytes;
     const int64_t out_bwd = out_off ? off.in_use(a, s.output) : 2 * out_bytes;
     const int64_t in_fwd = in_off ? off.in_use(a, s.input) : 0;
-    const int64_t in_bwd =
-        in_off ? off.in_use(a, s.input) + off.accumulating(a, s.input, plan.segments[i - 1].blocks)
-               : in_grad;
+    // An offloaded input's gradient also holds the blocks open while tiles add into it: that
+    // depends on the backward partition, so it is added per partition below.
+    const int64_t in_bwd = in_off ? off.in_use(a, s.input) : in_grad;
     const int64_t fwd_fixed = base + held + out_fwd + in_fwd;
     const int64_t bwd_fixed = base + held + out_bwd + in_bwd;
 
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
-      const auto tc = worst_tile(a, s, partition_for(strategy, out, n));
-      return (backward ? tc.backward_bytes : tc.forward_bytes) <= avail;
+      const Partition p = partition_for(strategy, out, n);
+      const auto tc = worst_tile(a, s, p);
+      if (!backward) return tc.forward_bytes <= avail;
+      const int64_t open = in_off ? Offloading::open_bytes(a, s, p, false) : 0;
+      return tc.backward_bytes + open <= avail;
     };
     auto choose = [&](bool backward) -> int64_t {
       const int64_t fixed_bytes = backward ? bwd_fixed : fwd_fixed;
@@ -432,10 +540,11 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     };
     const int64_t nf = choose(false), nb = choose(true);
     // The smallest working set this segmentation can reach: the finest partition.
-    const auto finest = a.tile_cost(
-        s.input, s.output, middle_tile(partition_for(strategy, out, max_count(strategy, out))));
-    finest_peak = std::max(
-        {finest_peak, fwd_fixed + finest.forward_bytes, bwd_fixed + finest.backward_bytes});
+    const Partition finest_partition = partition_for(strategy, out, max_count(strategy, out));
+    const auto finest = a.tile_cost(s.input, s.output, middle_tile(finest_partition));
+    const int64_t finest_open = in_off ? Offloading::open_bytes(a, s, finest_partition, false) : 0;
+    finest_peak = std::max({finest_peak, fwd_fixed + finest.forward_bytes,
+                            bwd_fixed + finest_open + finest.backward_bytes});
     if (nf < 0 || nb < 0) cost = kNever;
     if (nf == 0) {
       s.forward = s.backward = fixed_partition();
@@ -469,13 +578,17 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     cost += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
             3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles());
     plan.tiled_flops += s.halo_flops;
+    const int64_t in_open = in_off ? Offloading::open_bytes(a, s, s.backward, true) : 0;
+    if (i > 0 && tier(i - 1) != Tier::kResident) {
+      s.input_grad_blocks = off.grad_blocks(a, s, s.backward, plan.segments[i - 1].backward);
+    }
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
-    const int64_t bwd_peak = bwd_fixed + bc.backward_bytes;
+    const int64_t bwd_peak = bwd_fixed + in_open + bc.backward_bytes;
     if (std::max(fwd_peak, bwd_peak) > peak) {
       peak = std::max(fwd_peak, bwd_peak);
       at_peak = fixed;
       if (bwd_peak >= fwd_peak) {
-        at_peak.checkpoints = held + out_bwd + in_bwd;
+        at_peak.checkpoints = held + out_bwd + in_bwd + in_open;
         at_peak.working_set = bc.backward_bytes;
       } else {
         at_peak.checkpoints = held + out_fwd + in_fwd;
@@ -516,14 +629,17 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
 
 // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
 // forward and backward tiles (halos and block rounding included), its gradient written once
-// and read once.
+// and read by this segment's backward tiles (rounded to the gradient's blocks).
 void count_moved_bytes(const Analysis& a, Plan& plan) {
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     Segment& s = plan.segments[i];
     if (s.tier == Tier::kResident) continue;
     const Segment& next = plan.segments[i + 1];
-    s.moved_bytes = 3 * a.bytes(s.output) + read_bytes(a, next, next.forward, s.output, s.blocks) +
-                    read_bytes(a, next, next.backward, s.output, s.blocks);
+    const int64_t w = plan.window_bytes;
+    s.moved_bytes = 2 * a.bytes(s.output) +
+                    read_bytes(a, next, next.forward, s.output, s.blocks, w, false) +
+                    read_bytes(a, next, next.backward, s.output, s.blocks, w, true) +
+                    read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
   }
 }
 

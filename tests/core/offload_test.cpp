@@ -292,6 +292,11 @@ TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
       << to_string(plan, g);
   EXPECT_GT(r.offload_written_bytes, checkpoint_bytes);
   EXPECT_GT(r.offload_read_bytes, checkpoint_bytes);
+  // The planner's bytes moved (halos, block rounding and the window's reuse of blocks modelled)
+  // agree with what the store moved.
+  const double moved = static_cast<double>(r.offload_written_bytes + r.offload_read_bytes);
+  EXPECT_NEAR(static_cast<double>(plan.moved_bytes()) / moved, 1.0, 0.15)
+      << format_bytes(plan.moved_bytes()) << " predicted";
   std::cout << "budget " << format_bytes(budget) << ", checkpoints "
             << format_bytes(checkpoint_bytes) << ", measured peak "
             << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
@@ -580,6 +585,24 @@ TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
     }
     // Written, read forward and backward, gradient written and read: at least five passes.
     EXPECT_GE(s.moved_bytes, 5 * out.channels * out.height * out.width * 4);
+    // The gradient's blocks: each is complete after the last backward tile of the next segment
+    // that adds to it (their edges refine every tile's input region) and this segment's
+    // backward tiles read whole blocks (their edges refine its tile edges).
+    const Segment& next = plan.segments[i + 1];
+    const Partition& gb = next.input_grad_blocks;
+    ASSERT_EQ(gb.y_edges.back(), out.height);
+    ASSERT_EQ(gb.x_edges.back(), out.width);
+    auto has = [](const std::vector<int64_t>& edges, int64_t e) {
+      return std::find(edges.begin(), edges.end(), e) != edges.end();
+    };
+    for (int64_t t = 0; t < next.backward.tiles(); ++t) {
+      const Region r = segment_needs(g, plan.shapes, next.input, next.output,
+                                     next.backward.tile(t))[static_cast<size_t>(s.output)];
+      EXPECT_TRUE(has(gb.y_edges, r.y.begin) && has(gb.y_edges, r.y.end)) << r;
+      EXPECT_TRUE(has(gb.x_edges, r.x.begin) && has(gb.x_edges, r.x.end)) << r;
+    }
+    for (int64_t e : s.backward.y_edges) EXPECT_TRUE(has(gb.y_edges, e)) << e;
+    for (int64_t e : s.backward.x_edges) EXPECT_TRUE(has(gb.x_edges, e)) << e;
   }
   EXPECT_GT(offloaded, 0);
   EXPECT_GT(plan.window_bytes, 0);
