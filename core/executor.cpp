@@ -70,10 +70,12 @@ class TiledStep {
   // gradient of the image when asked for.
   at::Tensor backward(at::Tensor grad) {
     for (int i = static_cast<int>(plan_.segments.size()) - 1; i >= 0; --i) {
-      grad = backward_segment(i, grad);
       const auto out = static_cast<size_t>(plan_.segments[static_cast<size_t>(i)].output);
-      checkpoints_[out] = at::Tensor();
+      // An offloaded output is not read by its own segment's backward (its gradient is): its
+      // resident blocks go now (the planner counts them until the next segment's backward).
       stored_[out].reset();
+      grad = backward_segment(i, grad);
+      checkpoints_[out] = at::Tensor();
       stored_grads_[out].reset();
     }
     return grad;
@@ -190,8 +192,8 @@ class TiledStep {
     const auto options = at::TensorOptions().dtype(dtype_);
     StoredActivation* stored_out = nullptr;
     if (offloaded(index)) {
-      stored_[static_cast<size_t>(s.output)] =
-          std::make_unique<StoredActivation>(*store_, out_shape, s.blocks, s.tier, options);
+      stored_[static_cast<size_t>(s.output)] = std::make_unique<StoredActivation>(
+          *store_, out_shape, s.blocks, s.tier, options, s.resident_blocks);
       stored_out = stored_[static_cast<size_t>(s.output)].get();
     } else if (s.reduction < 0) {
       out = at::empty({1, out_shape.channels, out_shape.height, out_shape.width}, options);

@@ -141,6 +141,14 @@ int64_t parse_bytes(const std::string& text) {
   return static_cast<int64_t>(value * scale);
 }
 
+namespace {
+// "37%", or "<1%" for a share that rounds to nothing.
+std::string percent(int64_t part, int64_t whole) {
+  const int64_t p = (part * 100 + whole / 2) / std::max<int64_t>(1, whole);
+  return p == 0 && part > 0 ? "<1%" : std::to_string(p) + "%";
+}
+}  // namespace
+
 std::string to_string(const Plan& plan, const Graph& graph) {
   std::ostringstream os;
   os << "plan: strategy " << to_string(plan.strategy) << ", input " << to_string(plan.input);
@@ -166,7 +174,10 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols()),
         s.reduction >= 0 ? "none (" + describe(graph.node(s.reduction)) + " streamed)"
                          : format_bytes(out_bytes),
-        s.reduction >= 0 ? "-" : to_string(s.tier),
+        s.reduction >= 0 ? "-"
+        : s.resident_bytes > 0
+            ? to_string(s.tier) + " (" + percent(s.resident_bytes, out_bytes) + " resident)"
+            : to_string(s.tier),
         s.tier == Tier::kResident ? "-" : format_bytes(s.moved_bytes),
     });
   }

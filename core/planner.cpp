@@ -293,6 +293,7 @@ struct Candidate {
 // Sizes of the offload machinery (core/tile_store.h).
 struct Offloading {
   int64_t window_bytes = 0, block_bytes = 0;
+  bool partly_resident = false;  // keep blocks resident where the budget leaves room
   // Resident bytes the store holds for an offloaded activation while it is read or written:
   // the window ahead of reads (or behind writes), the blocks of the tile in hand beyond it.
   int64_t in_use(const Analysis& a, NodeId v) const {
@@ -461,6 +462,37 @@ int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, N
   return n;
 }
 
+// Partly resident checkpoints: the budget an offloading plan leaves free in the passes an
+// offloaded checkpoint lives through (its segment's forward to the next segment's backward)
+// keeps its first blocks resident, so they never move. Lifetimes nest (a later checkpoint lives
+// within an earlier one's), so giving the free bytes to the latest checkpoints first loses
+// nothing. `passes`: each pass's bytes at its peak (segment i's forward at 2i, backward at
+// 2i + 1); the resident blocks are added to their checkpoints.
+void keep_partly_resident(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
+                          int64_t budget) {
+  const size_t n = plan.segments.size();
+  for (size_t i = n; i-- > 0;) {
+    Segment& s = plan.segments[i];
+    if (s.tier == Tier::kResident || s.reduction >= 0 || i + 1 >= n) continue;
+    std::vector<size_t> lifetime;
+    for (size_t j = i; j < n; ++j) lifetime.push_back(2 * j);
+    for (size_t j = i + 1; j < n; ++j) lifetime.push_back(2 * j + 1);
+    int64_t free_bytes = budget;
+    for (size_t p : lifetime) free_bytes = std::min(free_bytes, budget - passes[p].total());
+    const int64_t per_pixel = a.graph.node(s.output).channels * a.eb;
+    int64_t kept = 0, blocks = 0;
+    for (; blocks < s.blocks.tiles(); ++blocks) {
+      const int64_t b = s.blocks.tile(blocks).area() * per_pixel;
+      if (kept + b > free_bytes) break;
+      kept += b;
+    }
+    if (blocks == 0) continue;
+    s.resident_blocks = blocks;
+    s.resident_bytes = kept;
+    for (size_t p : lifetime) passes[p].checkpoints += kept;
+  }
+}
+
 // `tiers[i]`: where segment i's output checkpoint lives (the last segment's stays resident).
 Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>& checkpoints,
                 NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t budget,
@@ -481,6 +513,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   int64_t peak = base, finest_peak = base;
   MemoryBreakdown at_peak = fixed;
   double cost = 0;
+  // What each pass holds at its peak: segment i's forward at 2i, its backward at 2i + 1.
+  std::vector<MemoryBreakdown> passes(2 * (bounds.size() - 1));
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     Segment s;
     s.input = bounds[i];
@@ -584,16 +618,16 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     }
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
     const int64_t bwd_peak = bwd_fixed + in_open + bc.backward_bytes;
+    MemoryBreakdown fwd_at = fixed, bwd_at = fixed;
+    fwd_at.checkpoints = held + out_fwd + in_fwd;
+    fwd_at.working_set = fc.forward_bytes;
+    bwd_at.checkpoints = held + out_bwd + in_bwd + in_open;
+    bwd_at.working_set = bc.backward_bytes;
+    passes[2 * i] = fwd_at;
+    passes[2 * i + 1] = bwd_at;
     if (std::max(fwd_peak, bwd_peak) > peak) {
       peak = std::max(fwd_peak, bwd_peak);
-      at_peak = fixed;
-      if (bwd_peak >= fwd_peak) {
-        at_peak.checkpoints = held + out_bwd + in_bwd + in_open;
-        at_peak.working_set = bc.backward_bytes;
-      } else {
-        at_peak.checkpoints = held + out_fwd + in_fwd;
-        at_peak.working_set = fc.forward_bytes;
-      }
+      at_peak = bwd_peak >= fwd_peak ? bwd_at : fwd_at;
     }
     if (s.tier != Tier::kResident) s.blocks = off.blocks(a, s.output, s.forward);
     if (!out_off) held += out_bytes;
@@ -601,6 +635,16 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     plan.segments.push_back(std::move(s));
   }
   if (reduction >= 0) plan.checkpoints.pop_back();
+  if (off.partly_resident && budget > 0 && peak <= budget) {
+    keep_partly_resident(a, plan, passes, budget);
+    peak = 0;
+    for (size_t p = 0; p < passes.size(); ++p) {
+      if (passes[p].total() > peak) {
+        peak = passes[p].total();
+        at_peak = passes[p];
+      }
+    }
+  }
   c.flops = (budget > 0 && peak > budget) ? kNever : cost;
   c.strategy = strategy;
   c.set = checkpoints;
@@ -610,7 +654,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.tier != Tier::kResident) {
-      cost += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(s.output));
+      cost += a.options.flops_per_byte_moved * 5.0 *
+              static_cast<double>(a.bytes(s.output) - s.resident_bytes);
     }
   }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
@@ -628,18 +673,19 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
 }
 
 // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
-// forward and backward tiles (halos and block rounding included), its gradient written once
-// and read by this segment's backward tiles (rounded to the gradient's blocks).
+// forward and backward tiles (halos, block rounding and the window's reuse included; resident
+// blocks never move), its gradient written once and read by this segment's backward tiles.
 void count_moved_bytes(const Analysis& a, Plan& plan) {
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     Segment& s = plan.segments[i];
     if (s.tier == Tier::kResident) continue;
     const Segment& next = plan.segments[i + 1];
     const int64_t w = plan.window_bytes;
-    s.moved_bytes = 2 * a.bytes(s.output) +
-                    read_bytes(a, next, next.forward, s.output, s.blocks, w, false) +
-                    read_bytes(a, next, next.backward, s.output, s.blocks, w, true) +
-                    read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
+    s.moved_bytes =
+        2 * a.bytes(s.output) - s.resident_bytes +
+        read_bytes(a, next, next.forward, s.output, s.blocks, w, false, s.resident_blocks) +
+        read_bytes(a, next, next.backward, s.output, s.blocks, w, true, s.resident_blocks) +
+        read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
   }
 }
 
@@ -790,6 +836,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                                                       : int64_t{64} << 20;
   off.block_bytes = options.offload_block_bytes > 0 ? options.offload_block_bytes
                                                     : std::max<int64_t>(off.window_bytes / 4, 1);
+  off.partly_resident = options.offload == PlanOptions::Offload::kAuto;
   using Offload = PlanOptions::Offload;
   // The guess until the offloading search asks for measured prices.
   constexpr double kGuessedSecondsPerFlop = 1e-11;  // 100 GFLOP/s

@@ -21,8 +21,13 @@ std::pair<size_t, size_t> span(const std::vector<int64_t>& edges, const Window& 
 }  // namespace
 
 StoredActivation::StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks,
-                                   Tier tier, at::TensorOptions options)
-    : store_(store), shape_(shape), blocks_(blocks), tier_(tier), options_(options) {
+                                   Tier tier, at::TensorOptions options, int64_t resident_blocks)
+    : store_(store),
+      shape_(shape),
+      blocks_(blocks),
+      tier_(tier),
+      options_(options),
+      resident_blocks_(resident_blocks) {
   if (blocks_.y_edges.back() != shape.height || blocks_.x_edges.back() != shape.width) {
     throw Error("internal: offload blocks of " + std::to_string(blocks_.y_edges.back()) + "×" +
                 std::to_string(blocks_.x_edges.back()) + " for a " + to_string(shape) +
@@ -51,7 +56,8 @@ std::vector<size_t> StoredActivation::overlapping(const Region& r) const {
 }
 
 void StoredActivation::store(Block& b) {
-  b.id = store_.put(b.open, tier_);
+  const bool resident = &b - block_.data() < resident_blocks_;
+  b.id = store_.put(b.open, resident ? Tier::kResident : tier_);
   b.open = at::Tensor();
 }
 

@@ -16,9 +16,9 @@ namespace tessel::core {
 class StoredActivation {
  public:
   // `blocks` partitions the 1×C×H×W activation `shape`; `options` are its tensors' dtype and
-  // device.
+  // device. The first `resident_blocks` blocks (row-major) stay resident, the others go to `tier`.
   StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks, Tier tier,
-                   at::TensorOptions options);
+                   at::TensorOptions options, int64_t resident_blocks = 0);
   ~StoredActivation();  // erases its blocks from the store
   StoredActivation(const StoredActivation&) = delete;
   StoredActivation& operator=(const StoredActivation&) = delete;
@@ -54,6 +54,7 @@ class StoredActivation {
   Partition blocks_;
   Tier tier_;
   at::TensorOptions options_;
+  int64_t resident_blocks_;
   std::vector<Block> block_;
 };
 

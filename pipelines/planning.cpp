@@ -37,6 +37,7 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"forward_working_bytes", s.forward_working_bytes},
         {"backward_working_bytes", s.backward_working_bytes},
         {"tier", s.reduction >= 0 ? "" : core::to_string(s.tier)},
+        {"resident_bytes", s.tier == core::Tier::kResident ? 0 : s.resident_bytes},
         {"moved_bytes_per_step", s.moved_bytes},
     });
   }
