@@ -15,7 +15,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                 memory_limit = "20GiB", timeline, offload = "auto", scratch,
                 checkpoints_under = "0";
     int repeat = 3, warmup = 1;
-    bool keep_resident = false, cold_disk = false, print_plan = false;
+    bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false;
   };
   auto args = std::make_shared<Args>();
   auto* bench = app.add_subcommand("bench", "Benchmarks (see bench/README.md)");
@@ -54,6 +54,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_flag("--cold-disk", args->cold_disk,
                 "The disk tier bypasses the page cache (flush and drop each block after writing "
                 "and reading it), so reads come from the device");
+  cmd->add_flag("--recompute-all", args->recompute_all,
+                "Keep no segment's autograd graph: every segment recomputes its forward in the "
+                "backward (the planner otherwise keeps graphs where the budget leaves room)");
   cmd->add_flag("--print-plan", args->print_plan,
                 "Print the plan the point ran (tessel plan's table) to standard error");
   cmd->callback([args, &registry] {
@@ -71,6 +74,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.keep_resident = args->keep_resident;
       p.scratch_dir = args->scratch;
       p.cold_disk = args->cold_disk;
+      p.keep_graphs = !args->recompute_all;
       p.checkpoints_under_bytes = core::parse_bytes(args->checkpoints_under);
       const pipelines::BenchResult r = pipelines::bench_step(p);
       if (args->print_plan) std::cerr << r.plan << "\n";

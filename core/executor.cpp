@@ -47,7 +47,8 @@ class TiledStep {
         dtype_(compute_dtype(graph, source)),
         checkpoints_(static_cast<size_t>(graph.size())),
         stored_(static_cast<size_t>(graph.size())),
-        stored_grads_(static_cast<size_t>(graph.size())) {
+        stored_grads_(static_cast<size_t>(graph.size())),
+        kept_(plan.segments.size()) {
     if (plan.offloads()) {
       TileStoreOptions o;
       o.scratch_dir = options.scratch_dir;
@@ -216,24 +217,32 @@ class TiledStep {
         store_->schedule(stored->reads(needs(s, s.forward.tile(t))[static_cast<size_t>(s.input)]));
       }
     }
-    // The last segment's last tile runs with autograd and keeps its graph when the backward
-    // pass uses the same tiles: backward starts with it, so it is not recomputed (for a
-    // one-tile plan, no recompute at all). Its graph is no larger than that tile's backward.
+    // A segment the plan keeps runs every tile with autograd and keeps its graph for the
+    // backward (core/plan.h). Otherwise the last segment's last tile does when the backward
+    // uses the same tiles: backward starts with it, so it is not recomputed (for a one-tile
+    // plan, no recompute at all). Its graph is no larger than that tile's backward.
+    const bool same_tiles =
+        s.forward.y_edges == s.backward.y_edges && s.forward.x_edges == s.backward.x_edges;
+    if (s.keep_graph && !same_tiles) {
+      throw Error("internal: a segment that keeps its graph must run the same tiles both ways");
+    }
     const bool last = index + 1 == static_cast<int>(plan_.segments.size());
-    const bool keep =
-        last && s.forward.y_edges == s.backward.y_edges && s.forward.x_edges == s.backward.x_edges;
+    const bool keep_last = training_ && last && same_tiles;
+    auto& kept = kept_[static_cast<size_t>(index)];
+    kept.assign(static_cast<size_t>(s.forward.tiles()), {});
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
       emit(index, s.forward, t, TileEvent::kForward, false);
       const Region tile = s.forward.tile(t);
       const std::vector<Region> need = needs(s, tile);
       const Region& in_region = need[static_cast<size_t>(s.input)];
       at::Tensor y;
-      if (keep && t + 1 == s.forward.tiles()) {
+      if ((training_ && s.keep_graph) || (keep_last && t + 1 == s.forward.tiles())) {
         at::AutoGradMode grad_mode(true);
-        kept_input_ = read_input(s, in_region).tensor.detach();
-        if (wants_input_grad(s)) kept_input_.requires_grad_(true);
-        kept_output_ = run_tile(s, need, {kept_input_, in_region});
-        y = kept_output_.detach();
+        KeptTile& k = kept[static_cast<size_t>(t)];
+        k.input = read_input(s, in_region).tensor.detach();
+        if (wants_input_grad(s)) k.input.requires_grad_(true);
+        k.output = run_tile(s, need, {k.input, in_region});
+        y = k.output.detach();
       } else {
         y = run_tile(s, need, read_input(s, in_region));
       }
@@ -298,11 +307,14 @@ class TiledStep {
     }
     // The store's reads in the order the tiles below make them: the input tile (unless the
     // last forward tile kept its graph), then the output gradient's tile.
+    auto& kept = kept_[static_cast<size_t>(index)];
+    auto is_kept = [&](int64_t t) {
+      return t < static_cast<int64_t>(kept.size()) && kept[static_cast<size_t>(t)].output.defined();
+    };
     if (store_ != nullptr) {
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region tile = s.backward.tile(t);
-        const bool kept = kept_output_.defined() && t == s.backward.tiles() - 1;
-        if (stored_in != nullptr && !kept) {
+        if (stored_in != nullptr && !is_kept(t)) {
           store_->schedule(stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]));
         }
         if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
@@ -315,11 +327,11 @@ class TiledStep {
       const std::vector<Region> need = needs(s, tile);
       const Region& in_region = need[static_cast<size_t>(s.input)];
       at::Tensor x, y;
-      if (kept_output_.defined()) {
-        x = std::move(kept_input_);
-        y = std::move(kept_output_);
-        kept_input_ = at::Tensor();
-        kept_output_ = at::Tensor();
+      if (is_kept(t)) {
+        KeptTile& k = kept[static_cast<size_t>(t)];
+        x = std::move(k.input);
+        y = std::move(k.output);
+        k = {};
       } else {
         x = read_input(s, in_region).tensor.detach();
         if (want_input_grad) x.requires_grad_(true);
@@ -377,8 +389,12 @@ class TiledStep {
   std::vector<at::Tensor> checkpoints_;  // whole activations, by node
   // Offloaded checkpoints and their gradients, by node.
   std::vector<std::unique_ptr<StoredActivation>> stored_, stored_grads_;
-  at::Tensor reduced_, reduced_index_;   // streaming reduction result (and argmax for max)
-  at::Tensor kept_input_, kept_output_;  // the last forward tile, with its autograd graph
+  at::Tensor reduced_, reduced_index_;  // streaming reduction result (and argmax for max)
+  // Forward tiles that keep their autograd graph for the backward, by segment and tile.
+  struct KeptTile {
+    at::Tensor input, output;
+  };
+  std::vector<std::vector<KeptTile>> kept_;
 };
 
 // Runs the nodes after `first` on whole activations with `value` as node `first`'s output (the

@@ -171,7 +171,8 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         std::to_string(s.output - s.input),
         to_string(out),
         std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()),
-        std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols()),
+        s.keep_graph ? "graph kept"
+                     : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols()),
         s.reduction >= 0 ? "none (" + describe(graph.node(s.reduction)) + " streamed)"
                          : format_bytes(out_bytes),
         s.reduction >= 0 ? "-"

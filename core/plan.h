@@ -62,6 +62,9 @@ struct Segment {
   int64_t forward_working_bytes = 0;   // predicted, largest tile
   int64_t backward_working_bytes = 0;  // predicted, largest tile
   int64_t halo_flops = 0;              // predicted forward FLOPs with halo recompute, all tiles
+  // The forward runs with autograd and keeps every tile's graph for the backward, which then
+  // recomputes nothing and runs the forward's tiles (the budget left room for them).
+  bool keep_graph = false;
   // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
   // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
   Tier tier = Tier::kResident;

@@ -54,6 +54,7 @@ struct Analysis {
   // inputs), then gradients flow down, freeing each node's saved tensors as it passes.
   struct TileCost {
     int64_t forward_bytes = 0, backward_bytes = 0, flops = 0;
+    int64_t kept_bytes = 0;  // what the tile's autograd graph holds after its forward (and y)
   };
   TileCost tile_cost(NodeId input, NodeId output, const Region& tile) const {
     const std::vector<Region> need = segment_needs(graph, shapes, input, output, tile);
@@ -171,6 +172,8 @@ struct Analysis {
     // backward also reorders the output gradient and its input (measured: input gradient +
     // output + max(input, output / 4) above the live gradients).
     int64_t held = kept;
+    const auto out_index = static_cast<size_t>(output);
+    cost.kept_bytes = kept + (kept_until[out_index] < 0 ? out_bytes[out_index] : 0);
     for (NodeId v = output; v > input; --v) {
       const Node& n = graph.node(v);
       const int64_t out = out_bytes[static_cast<size_t>(v)];
@@ -286,7 +289,8 @@ struct Candidate {
   Strategy strategy = Strategy::kAuto;
   std::vector<NodeId> set;  // the checkpoint set it was built from, and its tiers
   std::vector<Tier> tiers;
-  int64_t needed = kUnfit;  // smallest budget this segmentation could ever fit
+  std::vector<MemoryBreakdown> passes;  // each pass at its peak (see build)
+  int64_t needed = kUnfit;              // smallest budget this segmentation could ever fit
   std::string dominant;
 };
 
@@ -460,6 +464,54 @@ int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, N
     }
   }
   return n;
+}
+
+// The pass that holds most, and what it holds.
+std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& passes) {
+  std::pair<int64_t, MemoryBreakdown> top{0, {}};
+  for (const MemoryBreakdown& p : passes) {
+    if (p.total() > top.first) top = {p.total(), p};
+  }
+  return top;
+}
+
+// Kept graphs: a segment whose tiles' autograd graphs fit the budget its passes leave free runs
+// its forward with autograd and keeps every tile's graph, so its backward recomputes nothing
+// (what torch.utils.checkpoint_sequential does for its last segment, here for as many segments
+// as fit). A kept graph lives from the segment's forward to its backward: the passes of this
+// segment and every later one. Lifetimes nest, so the latest segments go first (their graphs
+// live through the fewest passes). Segments that
+// read or write the tile store are left as they are (their blocks follow their partitions).
+// The backward then runs the forward's tiles. `passes`: as in build, updated.
+void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
+                 int64_t budget) {
+  const size_t n = plan.segments.size();
+  for (size_t i = n; i-- > 0;) {
+    Segment& s = plan.segments[i];
+    const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
+    const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
+    if (stored_in || stored_out) continue;
+    int64_t kept = 0, working = 0;
+    for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+      const auto tc = a.tile_cost(s.input, s.output, s.forward.tile(t));
+      kept += tc.kept_bytes;
+      working = std::max(working, tc.backward_bytes - tc.kept_bytes);
+    }
+    // The forward with autograd and the backward without recompute hold the kept graphs and
+    // at most one tile's transients on top (its recompute-and-backward peak beyond its graph).
+    std::vector<MemoryBreakdown> after = passes;
+    bool fits = true;
+    for (size_t p = 2 * i; p < passes.size() && fits; ++p) {
+      after[p].checkpoints += kept;
+      if (p == 2 * i || p == 2 * i + 1) after[p].working_set = working;
+      fits = after[p].total() <= budget;
+    }
+    if (!fits) continue;
+    passes = std::move(after);
+    s.keep_graph = true;
+    s.backward = s.forward;
+    s.backward_working_bytes = working;
+  }
 }
 
 // Partly resident checkpoints: the budget an offloading plan leaves free in the passes an
@@ -637,14 +689,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   if (reduction >= 0) plan.checkpoints.pop_back();
   if (off.partly_resident && budget > 0 && peak <= budget) {
     keep_partly_resident(a, plan, passes, budget);
-    peak = 0;
-    for (size_t p = 0; p < passes.size(); ++p) {
-      if (passes[p].total() > peak) {
-        peak = passes[p].total();
-        at_peak = passes[p];
-      }
-    }
+    std::tie(peak, at_peak) = highest(passes);
   }
+  c.passes = std::move(passes);
   c.flops = (budget > 0 && peak > budget) ? kNever : cost;
   c.strategy = strategy;
   c.set = checkpoints;
@@ -931,6 +978,10 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
         dropped = true;
       }
     }
+  }
+  if (options.keep_graphs && target > 0 && best.plan.strategy != Strategy::kNone) {
+    keep_graphs(a, best.plan, best.passes, target);
+    std::tie(std::ignore, best.plan.predicted) = highest(best.passes);
   }
   Plan plan = std::move(best.plan);
   plan.prices = prices;

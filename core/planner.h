@@ -35,6 +35,9 @@ struct PlanOptions {
   // among offloading plans the cheapest wins, moved bytes priced below; kHost and kDisk move
   // every checkpoint a later segment reads (tests, `tessel gradcheck --offload disk`).
   enum class Offload { kNever, kAuto, kHost, kDisk };
+  // Segments whose tiles' autograd graphs fit what the budget leaves free keep them from the
+  // forward to the backward instead of recomputing (latest segments first; budgeted plans only).
+  bool keep_graphs = true;
   Offload offload = Offload::kAuto;
   Tier auto_tier = Tier::kDisk;      // where kAuto offloads: disk on CPU builds
   int64_t offload_window_bytes = 0;  // read-ahead and write-behind; 0: budget / 16, else 64 MiB

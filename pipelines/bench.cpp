@@ -130,6 +130,7 @@ BenchResult bench_step(const BenchPoint& p) {
   core::PlanOptions options;
   options.strategy = p.strategy;
   options.offload = parse_offload(p.offload);
+  options.keep_graphs = p.keep_graphs;
   options.measure_prices = [&] {
     return core::measure_offload_prices(options.auto_tier, p.scratch_dir);
   };
@@ -179,6 +180,7 @@ BenchResult bench_step(const BenchPoint& p) {
   r.plan = core::to_string(plan, graph);
   r.predicted = plan.predicted;
   r.segments = static_cast<int64_t>(plan.segments.size());
+  for (const core::Segment& s : plan.segments) r.kept_graphs.push_back(s.keep_graph);
   if (p.memory_limit_bytes > 0 && plan.predicted.total() > p.memory_limit_bytes) {
     r.status = "out_of_memory";
     r.message = "predicted peak " + core::format_bytes(plan.predicted.total()) +
@@ -253,6 +255,10 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["segments"] = r.segments;
   j["offload"] = p.keep_resident ? "resident" : p.offload;
   j["cold_disk"] = p.cold_disk;
+  j["keep_graphs"] = p.keep_graphs;
+  int64_t kept = 0;
+  for (bool k : r.kept_graphs) kept += k ? 1 : 0;
+  j["segments_kept"] = kept;
   j["checkpoints_under_bytes"] = p.checkpoints_under_bytes;
   j["checkpoint_bytes"] = r.checkpoint_bytes;
   j["offloaded_bytes"] = r.offloaded_bytes;

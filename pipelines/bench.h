@@ -35,6 +35,9 @@ struct BenchPoint {
   int64_t checkpoints_under_bytes = 0;
   std::filesystem::path scratch_dir;  // empty: the system's temporary directory
   bool cold_disk = false;             // the disk tier bypasses the page cache
+  // Segments keep their autograd graphs where the budget leaves room (core::PlanOptions);
+  // false: every segment recomputes its forward in the backward (the comparison point).
+  bool keep_graphs = true;
 };
 
 struct BenchResult {
@@ -45,6 +48,7 @@ struct BenchResult {
   int64_t max_rss_bytes = 0;        // the process's, from getrusage
   core::MemoryBreakdown predicted;
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
+  std::vector<bool> kept_graphs;  // per segment: the plan keeps its autograd graph
   int threads = 0;
   std::string plan;
   // Offload, per timed step: the checkpoints (all, and those in the host or disk tier), the bytes

@@ -34,6 +34,7 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"output", {out.channels, out.height, out.width}},
         {"forward", partition_json(s.forward)},
         {"backward", partition_json(s.backward)},
+        {"keep_graph", s.keep_graph},
         {"forward_working_bytes", s.forward_working_bytes},
         {"backward_working_bytes", s.backward_working_bytes},
         {"tier", s.reduction >= 0 ? "" : core::to_string(s.tier)},

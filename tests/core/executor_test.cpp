@@ -63,6 +63,56 @@ TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
   }
 }
 
+// Segments that keep their tiles' autograd graphs (where the budget leaves room) instead of
+// recomputing them: exact whether all, some or none of a plan's segments keep them.
+TEST(TiledStep, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
+  int mixed = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    Graph g = models::random_network(seed, 17, 2);
+    g.module().to(at::kDouble);
+    randomise(g, seed);
+    const Shape in{2, pick(17, 45), pick(17, 45)};
+    PlanOptions o =
+        fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 4), pick(1, 3));
+    o.streaming_reduction = pick(0, 3) != 0;
+    o.input_gradient = pick(0, 1) == 1;
+    std::vector<NodeId> ckpts;
+    for (NodeId v : checkpoint_candidates(g)) {
+      if (pick(0, 1) == 0) ckpts.push_back(v);
+    }
+    o.checkpoints = ckpts;
+    const int64_t unlimited = int64_t{1} << 40;
+    auto plan_for = [&](int64_t budget, bool keep) {
+      o.keep_graphs = keep;
+      try {
+        return make_plan(g, in, budget, o);
+      } catch (const tessel::Error&) {
+        o.checkpoints.reset();  // a checkpoint after the last tiled layer: plan without them
+        return make_plan(g, in, budget, o);
+      }
+    };
+    const Plan none = plan_for(unlimited, false);
+    const Plan all = plan_for(unlimited, true);
+    // A budget between the two peaks keeps some segments' graphs.
+    const int64_t between = (none.predicted.total() + all.predicted.total()) / 2;
+    const Plan some =
+        plan_for(static_cast<int64_t>(static_cast<double>(between) / (1 - o.headroom)) + 64, true);
+    int64_t kept = 0;
+    for (const Segment& s : some.segments) kept += s.keep_graph ? 1 : 0;
+    if (kept > 0 && kept < static_cast<int64_t>(some.segments.size())) ++mixed;
+    for (const Plan* plan : {&all, &some}) {
+      const auto c = compare_with_plain(g, *plan, random_image(2, in.height, in.width, seed), seed);
+      EXPECT_LT(c.worst(), kTolerance) << "seed " << seed << " input " << to_string(in) << "\n"
+                                       << to_string(*plan, g) << c.to_string();
+    }
+  }
+  EXPECT_GE(mixed, 10) << "plans where some segments keep their graphs and others recompute";
+}
+
 // One op between two 3×3 convs (so padding meets computed halos), on a prime-sized image cut
 // into uneven tiles.
 void expect_exact(Graph& g, const std::string& what, int64_t h = 23, int64_t w = 19) {
