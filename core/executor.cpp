@@ -192,11 +192,13 @@ class TiledStep {
     at::Tensor out, best_value, best_index;
     const auto options = at::TensorOptions().dtype(dtype_);
     StoredActivation* stored_out = nullptr;
+    // A one-tile segment that keeps its graph: the tile's output is the checkpoint (no copy).
+    const bool output_is_tile = training_ && s.keep_graph && s.forward.tiles() == 1;
     if (offloaded(index)) {
       stored_[static_cast<size_t>(s.output)] = std::make_unique<StoredActivation>(
           *store_, out_shape, s.blocks, s.tier, options, s.resident_blocks);
       stored_out = stored_[static_cast<size_t>(s.output)].get();
-    } else if (s.reduction < 0) {
+    } else if (s.reduction < 0 && !output_is_tile) {
       out = at::empty({1, out_shape.channels, out_shape.height, out_shape.width}, options);
     } else if (is_max) {
       best_value =
@@ -248,6 +250,8 @@ class TiledStep {
       }
       if (stored_out != nullptr) {
         stored_out->write(tile, y);
+      } else if (s.reduction < 0 && output_is_tile) {
+        out = y;
       } else if (s.reduction < 0) {
         crop({out, whole(out_shape)}, tile).copy_(y);
       } else if (!is_max) {

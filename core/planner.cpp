@@ -55,6 +55,7 @@ struct Analysis {
   struct TileCost {
     int64_t forward_bytes = 0, backward_bytes = 0, flops = 0;
     int64_t kept_bytes = 0;  // what the tile's autograd graph holds after its forward (and y)
+    int64_t kept_input_bytes = 0, kept_output_bytes = 0;  // the input's and y's part of it
   };
   TileCost tile_cost(NodeId input, NodeId output, const Region& tile) const {
     const std::vector<Region> need = segment_needs(graph, shapes, input, output, tile);
@@ -174,6 +175,9 @@ struct Analysis {
     int64_t held = kept;
     const auto out_index = static_cast<size_t>(output);
     cost.kept_bytes = kept + (kept_until[out_index] < 0 ? out_bytes[out_index] : 0);
+    cost.kept_output_bytes = out_bytes[out_index];
+    const auto in_index = static_cast<size_t>(input);
+    cost.kept_input_bytes = kept_until[in_index] >= 0 ? out_bytes[in_index] : 0;
     for (NodeId v = output; v > input; --v) {
       const Node& n = graph.node(v);
       const int64_t out = out_bytes[static_cast<size_t>(v)];
@@ -491,10 +495,15 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
     const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
     if (stored_in || stored_out) continue;
+    // A graph that saves its input tile saves a view of a resident checkpoint (no new bytes);
+    // a one-tile segment's output is its checkpoint (the executor keeps no copy).
+    const bool input_view = i > 0;
+    const bool output_is_checkpoint = s.forward.tiles() == 1 && s.reduction < 0;
     int64_t kept = 0, working = 0;
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
       const auto tc = a.tile_cost(s.input, s.output, s.forward.tile(t));
-      kept += tc.kept_bytes;
+      kept += tc.kept_bytes - (input_view ? tc.kept_input_bytes : 0) -
+              (output_is_checkpoint ? tc.kept_output_bytes : 0);
       working = std::max(working, tc.backward_bytes - tc.kept_bytes);
     }
     // The forward with autograd and the backward without recompute hold the kept graphs and

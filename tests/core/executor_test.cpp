@@ -97,8 +97,11 @@ TEST(TiledStep, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
     };
     const Plan none = plan_for(unlimited, false);
     const Plan all = plan_for(unlimited, true);
-    // A budget between the two peaks keeps some segments' graphs.
-    const int64_t between = (none.predicted.total() + all.predicted.total()) / 2;
+    // A budget between the two peaks keeps some segments' graphs (keeping can also lower the
+    // peak: a kept graph's input is a view of a checkpoint, and a pass without recompute holds
+    // less).
+    const int64_t between =
+        std::max(none.predicted.total(), (none.predicted.total() + all.predicted.total()) / 2);
     const Plan some =
         plan_for(static_cast<int64_t>(static_cast<double>(between) / (1 - o.headroom)) + 64, true);
     int64_t kept = 0;
