@@ -145,10 +145,20 @@ class Trainer {
         rank_(communicator_ != nullptr ? communicator_->rank() : 0),
         world_(communicator_ != nullptr ? communicator_->world_size() : 1) {}
 
+  ~Trainer() {
+    // A rank's scratch subfolder, when empty (its scratch files are removed with each step's
+    // store).
+    std::error_code error;
+    if (world_ > 1 && !scratch_dir_.empty()) fs::remove(scratch_dir_, error);
+  }
+
   TrainSummary run() {
     const auto t0 = Clock::now();
     // An explicit scratch directory is a command-line option: checked first, like the config.
     scratch_dir_ = request_.scratch_dir.empty() ? run_dir_ : request_.scratch_dir;
+    // Ranks on other nodes sharing the folder would take each other's scratch files for those of
+    // dead processes (the store knows pids, not hosts): one subfolder per rank.
+    if (world_ > 1) scratch_dir_ /= fmt::format("scratch-rank{}", rank_);
     if (!request_.scratch_dir.empty()) check_scratch_dir(scratch_dir_);
     load_data();  // before the run folder: a bad manifest leaves no run folder behind
     prepare_run_dir();
