@@ -481,8 +481,9 @@ class TileStore::Impl {
       done += n;
     }
     // A block is read more than once (forward, backward): the next read must find a cold disk.
-    if (options.bypass_page_cache && !direct)
+    if (options.bypass_page_cache && !direct) {
       ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
+    }
     if (checksum(p, bytes) != sum) {
       throw Error("the scratch file " + file.string() +
                   " was changed while the step ran (checksum mismatch); the offloaded "
@@ -514,7 +515,9 @@ class TileStore::Impl {
   BlockId next_id = 0;
   int fd = -1;
   int direct_fd = -1;  // the same file with O_DIRECT, when bypassing the page cache
-  std::unique_ptr<char, decltype(&std::free)> bounce{nullptr, &std::free};  // I/O thread's
+  // The I/O thread's copy buffer for direct writes (kBounceBytes, outside the memory tracker's
+  // count like the page cache it replaces).
+  std::unique_ptr<char, decltype(&std::free)> bounce{nullptr, &std::free};
   fs::path file;
   ino_t inode = 0;
   dev_t device = 0;
