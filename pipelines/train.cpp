@@ -323,13 +323,13 @@ class Trainer {
     plan_options_.strategy = core::parse_strategy(config_.strategy);
     plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
     // Asked for by the planner only when no plan with every checkpoint resident fits; measured
-    // once per process (core/offload_prices.h).
+    // once per process and scratch directory (core/offload_prices.h).
     plan_options_.measure_prices = [this] {
       const core::OffloadPrices p =
           core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_);
       if (!prices_logged_) {
         spdlog::info(
-            "offload prices (measured once per process) for the {} tier in {}: {:.3g} ns per "
+            "offload prices measured for the {} tier in {}: {:.3g} ns per "
             "byte moved there and back, {:.3g} GFLOP/s of recompute",
             core::to_string(plan_options_.auto_tier), scratch_dir_.string(),
             p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop);
