@@ -148,13 +148,15 @@ TEST(TileStore, BlocksComeBackBitForBitFromEveryTier) {
 // silently wrong block.
 TEST(TileStore, AFlippedByteAShortFileOrALostWriteIsAnErrorNamingTheFile) {
   for (const bool bypass : {false, true}) {
-    for (const std::string fault : {"flipped byte", "truncated", "lost write"}) {
+    for (const std::string fault :
+         {"flipped byte", "truncated", "truncated in the second half", "lost write"}) {
       SCOPED_TRACE(fault + (bypass ? ", page cache bypassed" : ""));
       ScratchDir dir;
       TileStoreOptions o{dir.path(), 4096};
       o.bypass_page_cache = bypass;
       TileStore store(o);
-      const at::Tensor a = random_image(4, 33, 35, 1);  // 36,960 bytes: a partial last page
+      // 1,280,000 bytes: a partial last page, and over 1 MiB, so direct reads go in two halves.
+      const at::Tensor a = random_image(4, 200, 200, 1);
       const at::Tensor b = random_image(4, 33, 35, 2);
       const TileStore::BlockId id = store.put(a, Tier::kDisk);
       (void)store.put(b, Tier::kDisk);
@@ -171,6 +173,8 @@ TEST(TileStore, AFlippedByteAShortFileOrALostWriteIsAnErrorNamingTheFile) {
         ASSERT_EQ(::pwrite(fd, &c, 1, 20001), 1);
       } else if (fault == "truncated") {
         ASSERT_EQ(::ftruncate(fd, 30000), 0);
+      } else if (fault == "truncated in the second half") {
+        ASSERT_EQ(::ftruncate(fd, 1000000), 0);
       } else {
         const std::vector<char> zeros(static_cast<size_t>(a.nbytes()), 0);
         ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(), 0), static_cast<ssize_t>(zeros.size()));
