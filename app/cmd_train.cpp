@@ -34,6 +34,7 @@ struct TrainArgs {
   std::string config;
   std::string resume;
   std::vector<std::string> overrides;
+  std::string scratch;
   bool distributed = false;
   pipelines::DistributedOptions dist;
 };
@@ -50,6 +51,9 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--resume", args->resume,
                   "Continue the run in this folder from its last checkpoint (its config.yaml, "
                   "then any key=value given here)");
+  cmd->add_option("--scratch", args->scratch,
+                  "Directory for the scratch file of checkpoints offloaded to disk when they do "
+                  "not fit the budget (default: the run folder)");
   cmd->add_flag("--distributed", args->distributed,
                 "Data-parallel over the processes a launcher started (torchrun, srun, mpirun; "
                 "docs/distributed.md)");
@@ -78,6 +82,7 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       } else {
         request.config = pipelines::load_train_config(args->config, args->overrides);
       }
+      request.scratch_dir = args->scratch;
       std::optional<pipelines::Communicator> communicator;
       if (args->distributed) {
         const bool file = args->dist.rendezvous.starts_with("file://");

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "core/tile_store.h"
 
@@ -65,9 +66,10 @@ double seconds_per_flop() {
 
 OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir) {
   static std::mutex mutex;
-  static std::map<Tier, OffloadPrices> measured;
+  static std::map<std::pair<Tier, std::filesystem::path>, OffloadPrices> measured;
   const std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = measured.find(tier); it != measured.end()) return it->second;
+  const auto key = std::make_pair(tier, scratch_dir);
+  if (auto it = measured.find(key); it != measured.end()) return it->second;
   const auto t0 = Clock::now();
   OffloadPrices p;
   p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir);
@@ -77,7 +79,7 @@ OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scr
       "offload prices ({}): {:.3g} ns per byte moved, {:.3g} GFLOP/s, measured in {:.2f} s",
       to_string(tier), p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop,
       seconds_since(t0));
-  measured[tier] = p;
+  measured[key] = p;
   return p;
 }
 

@@ -8,7 +8,8 @@
 
 namespace tessel::core {
 
-// Measured once per process and tier (later calls return the first result): a scratch block of
+// Measured once per process, tier and scratch directory (later calls return the first result;
+// another directory may be another disk): a scratch block of
 // a few MiB written to and read back from the tile store (the disk tier bypassing the page
 // cache, the worst case a budget-bound machine sees), and a small conv timed on the compute
 // threads. About 0.1 s. Throws tessel::Error when the scratch directory is unusable.

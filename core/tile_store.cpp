@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -32,20 +33,61 @@ using Clock = std::chrono::steady_clock;
 
 std::string errno_text(int e) { return std::strerror(e); }
 
-// FNV-1a over 64-bit words: cheap enough to run on every block, and any lost or stale write
-// changes it.
-uint64_t checksum(const void* data, int64_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 1469598103934665603ull;
-  int64_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 1099511628211ull;
+// FNV-1a over 64-bit words in eight independent lanes (word i feeds lane i mod 8), folded with
+// the length at the end. One serial FNV chain waits for each multiply (~5.5 GB/s here); eight
+// lanes run at memory speed (~15 GB/s, bench/NOTES.md). Each step is a bijection of its lane, so
+// a change to any one word (a flipped byte) always changes the sum; a lost, stale or partial
+// write changes it but with odds of 2^-64.
+class Checksum {
+ public:
+  static constexpr int64_t kStride = 64;  // bytes per round of the eight lanes
+
+  // In pieces: every piece but the last a multiple of kStride.
+  void update(const void* data, int64_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    int64_t i = 0;
+    for (; i + kStride <= bytes; i += kStride) {
+      uint64_t w[kLanes];
+      std::memcpy(w, p + i, kStride);
+      for (int k = 0; k < kLanes; ++k) lane_[k] = (lane_[k] ^ w[k]) * kPrime;
+    }
+    for (int k = 0; i < bytes; i += 8, ++k) {
+      uint64_t w = 0;
+      std::memcpy(&w, p + i, static_cast<size_t>(std::min<int64_t>(8, bytes - i)));
+      lane_[k] = (lane_[k] ^ w) * kPrime;
+    }
+    bytes_ += bytes;
   }
-  for (; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
+
+  uint64_t digest() const {
+    uint64_t h = (kBasis ^ static_cast<uint64_t>(bytes_)) * kPrime;
+    for (uint64_t l : lane_) h = (h ^ l) * kPrime;
+    return h;
+  }
+
+ private:
+  static constexpr int kLanes = 8;
+  static constexpr uint64_t kBasis = 1469598103934665603ull, kPrime = 1099511628211ull;
+  uint64_t lane_[kLanes] = {kBasis,     kBasis + 1, kBasis + 2, kBasis + 3,
+                            kBasis + 4, kBasis + 5, kBasis + 6, kBasis + 7};
+  int64_t bytes_ = 0;
+};
+
+uint64_t checksum(const void* data, int64_t bytes) {
+  Checksum c;
+  c.update(data, bytes);
+  return c.digest();
 }
+
+// Direct I/O (the cold-disk case): offsets, lengths and buffers aligned to this, which covers
+// 512- and 4096-byte devices.
+constexpr int64_t kDirectAlign = 4096;
+// A write that needs a copy goes in pieces this large (a 1 MiB O_DIRECT write here runs at 1.8
+// GB/s, a 4 MiB one at 2.4), copied and checksummed 1 MiB at a time, while it is in cache.
+constexpr int64_t kBounceBytes = int64_t{4} << 20, kCopyBytes = int64_t{1} << 20;
+constexpr int64_t kSplitReadBytes = int64_t{1} << 20;  // direct reads this large go in two halves
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 constexpr const char* kPrefix = "tessel-offload-";
 constexpr ptrdiff_t kSkipLimit = 256;  // how far ahead a read looks for itself in the schedule
@@ -87,6 +129,7 @@ class TileStore::Impl {
     cv.notify_all();
     io.join();
     if (fd >= 0) ::close(fd);
+    if (direct_fd >= 0) ::close(direct_fd);
     if (!file.empty()) {
       std::error_code ec;
       fs::remove(file, ec);
@@ -120,8 +163,9 @@ class TileStore::Impl {
         b.host =
             at::empty(b.sizes, b.options.device(at::kCPU).pinned_memory(true)).copy_(b.resident);
       }
-      b.offset = file_end;
-      file_end += b.bytes;
+      // Direct I/O writes whole aligned pages: each block starts on its own.
+      b.offset = direct_fd >= 0 ? round_up(file_end, kDirectAlign) : file_end;
+      file_end = b.offset + (direct_fd >= 0 ? round_up(b.bytes, kDirectAlign) : b.bytes);
       b.writing = true;
       in_flight += b.bytes;
       disk_bytes += b.bytes;
@@ -281,6 +325,16 @@ class TileStore::Impl {
     ::fstat(fd, &st);
     inode = st.st_ino;
     device = st.st_dev;
+    if (options.bypass_page_cache) {
+      // The cold disk without the page cache's CPU work (a copy, allocating, charging and
+      // dropping pages: most of the I/O thread's time when it flushed and dropped each block).
+      // File systems without O_DIRECT (tmpfs on older kernels) keep the flush-and-drop path.
+      direct_fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+      if (direct_fd < 0) {
+        spdlog::debug("no direct I/O on {} ({}): flushing and dropping pages instead",
+                      path.string(), errno_text(errno));
+      }
+    }
   }
 
   // I/O thread --------------------------------------------------------------------------------
@@ -337,12 +391,10 @@ class TileStore::Impl {
     }
   }
 
-  uint64_t write_block(const at::Tensor& src, int64_t offset, int64_t bytes) {
-    const auto* p = static_cast<const char*>(src.data_ptr());
-    const uint64_t sum = checksum(p, bytes);
+  void write_all(int to, const char* p, int64_t bytes, int64_t offset) {
     int64_t done = 0;
     while (done < bytes) {
-      const ssize_t n = ::pwrite(fd, p + done, static_cast<size_t>(bytes - done), offset + done);
+      const ssize_t n = ::pwrite(to, p + done, static_cast<size_t>(bytes - done), offset + done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         const int e = n < 0 ? errno : ENOSPC;
@@ -355,6 +407,42 @@ class TileStore::Impl {
       }
       done += n;
     }
+  }
+
+  // Direct I/O: straight from the block while it is aligned, the rest (an unaligned block, the
+  // last partial page, zero-padded) through a bounce buffer, checksummed while it is in cache.
+  uint64_t write_direct(const char* p, int64_t offset, int64_t bytes) {
+    if (!bounce) {
+      bounce.reset(static_cast<char*>(std::aligned_alloc(kDirectAlign, kBounceBytes)));
+      if (!bounce) throw Error("out of memory for the tile store's I/O buffer");
+    }
+    Checksum sum;
+    int64_t done = 0;
+    if (reinterpret_cast<uintptr_t>(p) % kDirectAlign == 0) {
+      done = bytes / kDirectAlign * kDirectAlign;
+      sum.update(p, done);
+      write_all(direct_fd, p, done, offset);
+    }
+    while (done < bytes) {
+      const int64_t n = std::min(kBounceBytes, bytes - done);
+      for (int64_t i = 0; i < n; i += kCopyBytes) {
+        const int64_t m = std::min(kCopyBytes, n - i);
+        std::memcpy(bounce.get() + i, p + done + i, static_cast<size_t>(m));
+        sum.update(bounce.get() + i, m);
+      }
+      const int64_t padded = round_up(n, kDirectAlign);
+      std::memset(bounce.get() + n, 0, static_cast<size_t>(padded - n));
+      write_all(direct_fd, bounce.get(), padded, offset + done);
+      done += n;
+    }
+    return sum.digest();
+  }
+
+  uint64_t write_block(const at::Tensor& src, int64_t offset, int64_t bytes) {
+    const auto* p = static_cast<const char*>(src.data_ptr());
+    if (direct_fd >= 0) return write_direct(p, offset, bytes);
+    const uint64_t sum = checksum(p, bytes);
+    write_all(fd, p, bytes, offset);
     if (options.bypass_page_cache) {
       // Dirty pages cannot be dropped: write them out first, then drop them.
       if (::sync_file_range(fd, offset, bytes,
@@ -369,6 +457,19 @@ class TileStore::Impl {
     return sum;
   }
 
+  // 0, an errno, or -1 when the file ends first.
+  static int read_all(int from, char* p, int64_t bytes, int64_t offset) {
+    int64_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::pread(from, p + done, static_cast<size_t>(bytes - done), offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno;
+      if (n == 0) return -1;
+      done += n;
+    }
+    return 0;
+  }
+
   at::Tensor read_block(const std::vector<int64_t>& sizes, const at::TensorOptions& opts,
                         int64_t offset, int64_t bytes, uint64_t sum) {
     // Reading through our descriptor would still succeed after an unlink: check that the file
@@ -379,28 +480,52 @@ class TileStore::Impl {
                   " holding offloaded checkpoints was deleted or replaced while the step ran; "
                   "the step cannot continue (keep the scratch directory for Tessel alone)");
     }
+    const bool direct = direct_fd >= 0 && opts.device().is_cpu();
     at::Tensor host =
-        at::empty(sizes, opts.device(at::kCPU).pinned_memory(!opts.device().is_cpu()));
+        direct ? aligned_empty(sizes, opts, round_up(bytes, kDirectAlign))
+               : at::empty(sizes, opts.device(at::kCPU).pinned_memory(!opts.device().is_cpu()));
     auto* p = static_cast<char*>(host.data_ptr());
-    int64_t done = 0;
-    while (done < bytes) {
-      const ssize_t n = ::pread(fd, p + done, static_cast<size_t>(bytes - done), offset + done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        throw Error("the scratch file " + file.string() + " is shorter than what was written (" +
-                    (n < 0 ? errno_text(errno) : std::string("truncated")) +
-                    "); the offloaded checkpoints are lost and the step cannot continue");
-      }
-      done += n;
+    // Direct reads take whole pages: the block's zero padding lands in the allocation's slack.
+    const int64_t length = direct ? round_up(bytes, kDirectAlign) : bytes;
+    // The device reads faster with two requests in flight (here 1.66 GB/s against 1.1 with
+    // one): a large direct read is split in two halves read at once.
+    const int64_t half =
+        direct && length >= kSplitReadBytes ? round_up(length / 2, kDirectAlign) : length;
+    int second = 0;
+    std::thread helper;
+    if (half < length) {
+      helper = std::thread(
+          [&] { second = read_all(direct_fd, p + half, length - half, offset + half); });
+    }
+    const int first = read_all(direct ? direct_fd : fd, p, half, offset);
+    if (helper.joinable()) helper.join();
+    if (first != 0 || second != 0) {
+      const int e = first != 0 ? first : second;
+      throw Error("the scratch file " + file.string() + " is shorter than what was written (" +
+                  (e > 0 ? errno_text(e) : std::string("truncated")) +
+                  "); the offloaded checkpoints are lost and the step cannot continue");
     }
     // A block is read more than once (forward, backward): the next read must find a cold disk.
-    if (options.bypass_page_cache) ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
+    if (options.bypass_page_cache && !direct) {
+      ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
+    }
     if (checksum(p, bytes) != sum) {
       throw Error("the scratch file " + file.string() +
                   " was changed while the step ran (checksum mismatch); the offloaded "
                   "checkpoints are lost and the step cannot continue");
     }
     return opts.device().is_cpu() ? host : host.to(opts.device());
+  }
+
+  // A CPU tensor whose data starts on a kDirectAlign boundary with room for `length` bytes,
+  // carved from an ordinary allocation (so the memory tracker counts it).
+  static at::Tensor aligned_empty(const std::vector<int64_t>& sizes, const at::TensorOptions& opts,
+                                  int64_t length) {
+    at::Tensor base = at::empty({length + kDirectAlign}, opts.dtype(at::kByte).device(at::kCPU));
+    auto* raw = static_cast<char*>(base.data_ptr());
+    char* p = raw + (kDirectAlign - reinterpret_cast<uintptr_t>(raw) % kDirectAlign) % kDirectAlign;
+    return at::from_blob(
+        p, sizes, [base](void*) mutable { base.reset(); }, opts.device(at::kCPU));
   }
 
   TileStoreOptions options;
@@ -414,6 +539,10 @@ class TileStore::Impl {
   bool stop = false;
   BlockId next_id = 0;
   int fd = -1;
+  int direct_fd = -1;  // the same file with O_DIRECT, when bypassing the page cache
+  // The I/O thread's copy buffer for direct writes (kBounceBytes, outside the memory tracker's
+  // count like the page cache it replaces).
+  std::unique_ptr<char, decltype(&std::free)> bounce{nullptr, &std::free};
   fs::path file;
   ino_t inode = 0;
   dev_t device = 0;

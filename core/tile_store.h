@@ -19,9 +19,10 @@ struct TileStoreOptions {
   // Where the disk tier's scratch file lives; empty: the system's temporary directory.
   std::filesystem::path scratch_dir;
   int64_t window_bytes = int64_t{64} << 20;
-  // The cold-disk case (benchmarks): each write is flushed to the device and its pages dropped
-  // from the page cache (sync_file_range + posix_fadvise DONTNEED), so reads come from the disk,
-  // not from RAM the budget does not count. Off by default: the page cache only helps.
+  // The cold-disk case (benchmarks): reads come from the disk, not from RAM the budget does not
+  // count. Direct I/O (O_DIRECT) where the file system has it, which also spares the I/O thread
+  // the page cache's CPU work; else each write is flushed to the device and its pages dropped
+  // (sync_file_range + posix_fadvise DONTNEED). Off by default: the page cache only helps.
   bool bypass_page_cache = false;
 };
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/executor.h"
+#include "core/offload_prices.h"
 #include "core/planner.h"
 #include "io/checkpoint.h"
 #include "io/manifest.h"
@@ -25,6 +26,11 @@ core::Plan plan_for(const core::Graph& graph, const TrainConfig& config, int64_t
   core::PlanOptions options;
   options.strategy = core::parse_strategy(config.strategy);
   options.optimizer_state_per_param = 0;  // no optimizer in inference
+  // Offload or recompute at this machine's prices, when no plan with every checkpoint resident
+  // fits. core::infer keeps its scratch file in the system's temporary directory: measured there.
+  options.measure_prices = [tier = options.auto_tier] {
+    return core::measure_offload_prices(tier);
+  };
   return core::make_plan(graph, {3, height, width},
                          core::parse_bytes(budget.empty() ? config.budget : budget), options);
 }

@@ -1,12 +1,16 @@
 #include "pipelines/train.h"
 
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -15,7 +19,9 @@
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/memory.h"
+#include "core/offload_prices.h"
 #include "core/planner.h"
+#include "core/tile_store.h"
 #include "core/version.h"
 #include "io/checkpoint.h"
 #include "io/manifest.h"
@@ -36,6 +42,24 @@ using nlohmann::json;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The scratch directory must take a file before the run starts: a store that cannot create its
+// scratch file mid-step would fail slide after slide. Removes what crashed runs left there.
+void check_scratch_dir(const fs::path& dir) {
+  const auto unusable = [&](const std::string& reason) {
+    return Error("cannot use " + dir.string() + " as the scratch directory for offloaded " +
+                 "checkpoints: " + reason + "; choose a writable directory with --scratch");
+  };
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw unusable(error.message());
+  const fs::path probe = dir / fmt::format(".tessel-scratch-probe-{}", ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw unusable(std::strerror(errno));
+  ::close(fd);
+  fs::remove(probe, error);
+  core::TileStore::remove_stale_scratch_files(dir);
 }
 
 // Independent, reproducible random streams for (seed, epoch, slide position, purpose), so a run
@@ -121,10 +145,24 @@ class Trainer {
         rank_(communicator_ != nullptr ? communicator_->rank() : 0),
         world_(communicator_ != nullptr ? communicator_->world_size() : 1) {}
 
+  ~Trainer() {
+    // A rank's scratch subfolder, when empty (its scratch files are removed with each step's
+    // store).
+    std::error_code error;
+    if (world_ > 1 && !scratch_dir_.empty()) fs::remove(scratch_dir_, error);
+  }
+
   TrainSummary run() {
     const auto t0 = Clock::now();
-    load_data();  // first: a bad manifest leaves no run folder behind
+    // An explicit scratch directory is a command-line option: checked first, like the config.
+    scratch_dir_ = request_.scratch_dir.empty() ? run_dir_ : request_.scratch_dir;
+    // Ranks on other nodes sharing the folder would take each other's scratch files for those of
+    // dead processes (the store knows pids, not hosts): one subfolder per rank.
+    if (world_ > 1) scratch_dir_ /= fmt::format("scratch-rank{}", rank_);
+    if (!request_.scratch_dir.empty()) check_scratch_dir(scratch_dir_);
+    load_data();  // before the run folder: a bad manifest leaves no run folder behind
     prepare_run_dir();
+    if (request_.scratch_dir.empty()) check_scratch_dir(scratch_dir_);
     spdlog::info("{}", data_summary_);
     build_model();
     if (request_.resume) resume();
@@ -284,6 +322,21 @@ class Trainer {
     budget_bytes_ = core::parse_bytes(config_.budget);
     plan_options_.strategy = core::parse_strategy(config_.strategy);
     plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
+    // Asked for by the planner only when no plan with every checkpoint resident fits; measured
+    // once per process and scratch directory (core/offload_prices.h).
+    plan_options_.measure_prices = [this] {
+      const core::OffloadPrices p =
+          core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_);
+      if (!prices_logged_) {
+        spdlog::info(
+            "offload prices measured for the {} tier in {}: {:.3g} ns per "
+            "byte moved there and back, {:.3g} GFLOP/s of recompute",
+            core::to_string(plan_options_.auto_tier), scratch_dir_.string(),
+            p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop);
+        prices_logged_ = true;
+      }
+      return p;
+    };
   }
 
   void resume() {
@@ -518,6 +571,7 @@ class Trainer {
       const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
       core::StepOptions options;
       options.observer = request_.observer;
+      options.scratch_dir = scratch_dir_;
       const core::StepResult r = core::train_step(*graph_, plan, *source, target, loss, options);
       // The slide's own (unweighted) cross-entropy, for the logs and the epoch's mean.
       const at::Tensor logits = r.logits.to(at::kDouble);
@@ -756,6 +810,8 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t budget_bytes_ = 0;
   core::PlanOptions plan_options_;
+  fs::path scratch_dir_;  // the disk tier's: --scratch or the run folder
+  bool prices_logged_ = false;
   std::map<std::pair<int64_t, int64_t>, core::Plan> plans_;
   TissueMaskCache tissue_masks_;
   Position position_;

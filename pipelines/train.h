@@ -81,10 +81,14 @@ struct TrainRequest {
   // slides it holds in one process; gradients and per-slide results are summed over the ranks
   // before each step, and the steps equal one process's. Rank 0 alone writes the run's files.
   Communicator* communicator = nullptr;
+  // Where the disk tier's scratch file goes when a plan offloads checkpoints (`--scratch`);
+  // empty: the run folder, so a crashed run's leftover is removed by the next run there.
+  std::filesystem::path scratch_dir{};
 };
 
-// Throws tessel::Error for a manifest that cannot be used, a run folder that cannot be written,
-// or a plan that does not fit the budget; slides that cannot be read are skipped and counted.
+// Throws tessel::Error for a manifest that cannot be used, a run folder or scratch directory that
+// cannot be written, or a plan that does not fit the budget; slides that cannot be read are skipped
+// and counted.
 TrainSummary train(const TrainRequest& request);
 
 }  // namespace tessel::pipelines

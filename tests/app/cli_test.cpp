@@ -137,6 +137,17 @@ TEST(CliTrain, BadConfigsAreOneLineErrorsNamingTheKey) {
   EXPECT_NE(run.output.find("/no/such/data.csv"), std::string::npos) << run.output;
 }
 
+TEST(CliTrain, AnUnusableScratchDirectoryIsAOneLineErrorNamingIt) {
+  const std::string file = ::testing::TempDir() + "tessel-cli-not-a-folder";
+  std::ofstream(file) << "x";
+  const CliRun run = run_cli("train --scratch " + file + "/scratch manifest=/no/such/data.csv");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("cannot use " + file + "/scratch as the scratch directory"),
+            std::string::npos)
+      << run.output;
+  std::remove(file.c_str());
+}
+
 TEST(CliTrain, EvalAndHeatmapNameAMissingCheckpoint) {
   CliRun run = run_cli("eval --checkpoint /no/such/best.h5");
   EXPECT_EQ(run.exit_code, 1) << run.output;

@@ -91,37 +91,104 @@ std::vector<NodeId> every_checkpoint(const Graph& g, const Shape& in) {
   return c;
 }
 
+// A block whose data starts on a page boundary (a view into a larger allocation), with a partial
+// last page: the direct-I/O path writes its whole pages straight from it.
+at::Tensor page_aligned_block(uint64_t seed) {
+  constexpr int64_t kPage = 4096, kElements = (3 * kPage + 104) / 8;
+  const at::Tensor base = at::empty({kElements + kPage / 8}, at::kDouble);
+  const auto address = reinterpret_cast<uintptr_t>(base.data_ptr());
+  const auto skip = static_cast<int64_t>((kPage - address % kPage) % kPage / 8);
+  at::Tensor block = base.narrow(0, skip, kElements);
+  block.copy_(random_image(1, 1, kElements, seed).flatten());
+  return block;
+}
+
+// In both modes: through the page cache, and bypassing it (direct I/O on file systems that have
+// it), with blocks of odd sizes, and page-aligned ones.
 TEST(TileStore, BlocksComeBackBitForBitFromEveryTier) {
-  ScratchDir dir;
-  fs::path file;
-  {
-    TileStore store({dir.path(), 2048});
-    std::vector<at::Tensor> blocks;
-    std::vector<TileStore::BlockId> ids;
-    for (int i = 0; i < 12; ++i) {
-      blocks.push_back(random_image(2, 5 + i, 7, static_cast<uint64_t>(i)));
-      ids.push_back(store.put(blocks.back(), i % 3 == 0 ? Tier::kHost : Tier::kDisk));
+  for (const bool bypass : {false, true}) {
+    ScratchDir dir;
+    fs::path file;
+    {
+      TileStoreOptions o{dir.path(), 2048};
+      o.bypass_page_cache = bypass;
+      TileStore store(o);
+      std::vector<at::Tensor> blocks;
+      std::vector<TileStore::BlockId> ids;
+      for (int i = 0; i < 12; ++i) {
+        blocks.push_back(i % 4 == 1 ? page_aligned_block(static_cast<uint64_t>(i))
+                                    : random_image(2, 5 + i, 7, static_cast<uint64_t>(i)));
+        ids.push_back(store.put(blocks.back(), i % 3 == 0 ? Tier::kHost : Tier::kDisk));
+      }
+      store.flush();
+      file = store.scratch_file();
+      EXPECT_TRUE(fs::exists(file));
+      // Read twice in a scheduled order, then once out of schedule.
+      std::vector<TileStore::BlockId> order;
+      for (int pass = 0; pass < 2; ++pass) {
+        for (int i = 11; i >= 0; --i) order.push_back(ids[static_cast<size_t>(i)]);
+      }
+      store.schedule(order);
+      for (TileStore::BlockId id : order) {
+        EXPECT_TRUE(at::equal(store.get(id), blocks[static_cast<size_t>(id)])) << "block " << id;
+      }
+      EXPECT_TRUE(at::equal(store.get(ids[4]), blocks[4]));
+      const TileStoreStats st = store.stats();
+      EXPECT_GT(st.read_bytes, 0);
+      EXPECT_GT(st.written_bytes, 0);
+      EXPECT_LE(st.resident_bytes, 2048 + blocks.back().nbytes() * 2) << "the window bounds memory";
     }
-    store.flush();
-    file = store.scratch_file();
-    EXPECT_TRUE(fs::exists(file));
-    // Read twice in a scheduled order, then once out of schedule.
-    std::vector<TileStore::BlockId> order;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int i = 11; i >= 0; --i) order.push_back(ids[static_cast<size_t>(i)]);
-    }
-    store.schedule(order);
-    for (TileStore::BlockId id : order) {
-      EXPECT_TRUE(at::equal(store.get(id), blocks[static_cast<size_t>(id)])) << "block " << id;
-    }
-    EXPECT_TRUE(at::equal(store.get(ids[4]), blocks[4]));
-    const TileStoreStats st = store.stats();
-    EXPECT_GT(st.read_bytes, 0);
-    EXPECT_GT(st.written_bytes, 0);
-    EXPECT_LE(st.resident_bytes, 2048 + blocks.back().nbytes() * 2) << "the window bounds memory";
+    EXPECT_FALSE(fs::exists(file)) << "the scratch file is removed with the store";
+    EXPECT_EQ(dir.files(), 0u);
   }
-  EXPECT_FALSE(fs::exists(file)) << "the scratch file is removed with the store";
-  EXPECT_EQ(dir.files(), 0u);
+}
+
+// The scratch file changed under the store: a flipped bit, a truncation, a block's bytes lost
+// (zeros where it was written). Each is an error naming the file, in both modes, never a
+// silently wrong block.
+TEST(TileStore, AFlippedByteAShortFileOrALostWriteIsAnErrorNamingTheFile) {
+  for (const bool bypass : {false, true}) {
+    for (const std::string fault :
+         {"flipped byte", "truncated", "truncated in the second half", "lost write"}) {
+      SCOPED_TRACE(fault + (bypass ? ", page cache bypassed" : ""));
+      ScratchDir dir;
+      TileStoreOptions o{dir.path(), 4096};
+      o.bypass_page_cache = bypass;
+      TileStore store(o);
+      // 1,280,000 bytes: a partial last page, and over 1 MiB, so direct reads go in two halves.
+      const at::Tensor a = random_image(4, 200, 200, 1);
+      const at::Tensor b = random_image(4, 33, 35, 2);
+      const TileStore::BlockId id = store.put(a, Tier::kDisk);
+      (void)store.put(b, Tier::kDisk);
+      store.flush();  // both written and, unscheduled, out of memory
+      const fs::path file = store.scratch_file();
+      ASSERT_EQ(store.stats().resident_bytes, 0);
+      // Block a is the file's first.
+      const int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+      ASSERT_GE(fd, 0);
+      if (fault == "flipped byte") {
+        unsigned char c = 0;
+        ASSERT_EQ(::pread(fd, &c, 1, 20001), 1);
+        c ^= 0x10;
+        ASSERT_EQ(::pwrite(fd, &c, 1, 20001), 1);
+      } else if (fault == "truncated") {
+        ASSERT_EQ(::ftruncate(fd, 30000), 0);
+      } else if (fault == "truncated in the second half") {
+        ASSERT_EQ(::ftruncate(fd, 1000000), 0);
+      } else {
+        const std::vector<char> zeros(static_cast<size_t>(a.nbytes()), 0);
+        ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(), 0), static_cast<ssize_t>(zeros.size()));
+      }
+      ::close(fd);
+      try {
+        const at::Tensor back = store.get(id);
+        ADD_FAILURE() << "expected an error; the block came back "
+                      << (at::equal(back, a) ? "unchanged" : "wrong");
+      } catch (const tessel::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 // Pages of `file` in the page cache (mincore over a mapping of it).

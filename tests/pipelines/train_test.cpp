@@ -327,5 +327,82 @@ TEST_F(TrainTest, AManifestWithoutUsableSlidesIsAClearError) {
   }
 }
 
+// The names of the tile store's scratch files in `dir` (core/tile_store.h).
+std::vector<std::string> scratch_files(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename().string();
+    if (name.starts_with("tessel-offload-") && name.ends_with(".scratch")) names.push_back(name);
+  }
+  return names;
+}
+
+// Looks for scratch files in a folder when a step's backward pass starts; stops the run after
+// its first slide.
+class ScratchWatcher : public TrainObserver {
+ public:
+  ScratchWatcher(fs::path dir, std::atomic<bool>& stop) : dir_(std::move(dir)), stop_(stop) {}
+  void on_tile(const core::TileEvent& e) override {
+    if (e.pass == core::TileEvent::kBackward && !scratch_files(dir_).empty()) seen = true;
+  }
+  void on_slide(const SlideProgress& s) override {
+    if (s.done) stop_ = true;
+  }
+  bool seen = false;
+
+ private:
+  fs::path dir_;
+  std::atomic<bool>& stop_;
+};
+
+// vgg-mini on 512² in 16 MiB: no plan with every checkpoint resident fits, and none without
+// maxpool4's checkpoint (`tessel plan --model vgg-mini --size 512x512 --budget 16MiB`), so the
+// planner offloads it to disk whatever the prices it measures in the scratch directory.
+TEST_F(TrainTest, OffloadedCheckpointsGoToTheRunFolderOrScratchAndNoScratchFileIsLeft) {
+  for (const bool explicit_scratch : {false, true}) {
+    TrainConfig c = config(explicit_scratch ? "offload-scratch" : "offload");
+    c.model = "vgg-mini";
+    c.level = 0;
+    c.optimizer = "sgd";
+    c.epochs = 1;
+    c.strategy = "grid";
+    c.budget = "16MiB";
+    TrainRequest request{c};
+    if (explicit_scratch) request.scratch_dir = runs_.path() / "scratch" / "here";
+    const fs::path where = explicit_scratch ? request.scratch_dir : c.output;
+    // A crashed run's leftover (a pid that cannot exist) is removed at the start.
+    fs::create_directories(where);
+    std::ofstream(where / "tessel-offload-999999999-0.scratch") << "x";
+    std::atomic<bool> stop{false};
+    ScratchWatcher watcher(where, stop);
+    request.observer = &watcher;
+    request.stop = &stop;
+    const TrainSummary s = train(request);
+    EXPECT_TRUE(s.interrupted);
+    EXPECT_EQ(s.skipped_slides, 0);
+    EXPECT_TRUE(watcher.seen) << "a scratch file in " << where << " during the steps";
+    EXPECT_EQ(scratch_files(where), std::vector<std::string>{}) << "none left after the run";
+    if (explicit_scratch) {
+      EXPECT_TRUE(scratch_files(c.output).empty());
+    }
+  }
+}
+
+TEST_F(TrainTest, AnUnusableScratchDirectoryIsAClearErrorBeforeTheRunStarts) {
+  const fs::path file = runs_.write("not-a-folder", "x");
+  TrainRequest request{config("no-scratch")};
+  request.scratch_dir = file / "scratch";
+  try {
+    train(request);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find((file / "scratch").string()), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--scratch"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(runs_.path() / "no-scratch")) << "no run folder was made";
+}
+
 }  // namespace
 }  // namespace tessel::pipelines
