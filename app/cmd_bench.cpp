@@ -13,7 +13,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   struct Args {
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
                 memory_limit = "20GiB", timeline, offload = "auto", scratch,
-                checkpoints_under = "0";
+                checkpoints_under = "0", offload_window = "0";
     int repeat = 3, warmup = 1;
     bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false;
   };
@@ -54,6 +54,10 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_flag("--cold-disk", args->cold_disk,
                 "The disk tier bypasses the page cache (flush and drop each block after writing "
                 "and reading it), so reads come from the device");
+  cmd->add_option("--offload-window", args->offload_window,
+                  "The tile store's read-ahead and write-behind window, counted in the budget "
+                  "(0: the planner's, budget / 16)")
+      ->capture_default_str();
   cmd->add_flag("--recompute-all", args->recompute_all,
                 "Keep no segment's autograd graph: every segment recomputes its forward in the "
                 "backward (the planner otherwise keeps graphs where the budget leaves room)");
@@ -75,6 +79,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.scratch_dir = args->scratch;
       p.cold_disk = args->cold_disk;
       p.keep_graphs = !args->recompute_all;
+      p.offload_window_bytes = core::parse_bytes(args->offload_window);
       p.checkpoints_under_bytes = core::parse_bytes(args->checkpoints_under);
       const pipelines::BenchResult r = pipelines::bench_step(p);
       if (args->print_plan) std::cerr << r.plan << "\n";

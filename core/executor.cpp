@@ -215,7 +215,7 @@ class TiledStep {
       }
       source_.will_read(schedule);
     } else if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
-      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+      for (int64_t t = prescheduled_forward_ == index ? 1 : 0; t < s.forward.tiles(); ++t) {
         store_->schedule(stored->reads(needs(s, s.forward.tile(t))[static_cast<size_t>(s.input)]));
       }
     }
@@ -233,6 +233,9 @@ class TiledStep {
     auto& kept = kept_[static_cast<size_t>(index)];
     kept.assign(static_cast<size_t>(s.forward.tiles()), {});
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+      if (t + 1 == s.forward.tiles() && stored_out != nullptr) {
+        preschedule(index + 1, s.forward.tiles() > 0, /*backward=*/false);
+      }
       emit(index, s.forward, t, TileEvent::kForward, false);
       const Region tile = s.forward.tile(t);
       const std::vector<Region> need = needs(s, tile);
@@ -318,7 +321,8 @@ class TiledStep {
     if (store_ != nullptr) {
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region tile = s.backward.tile(t);
-        if (stored_in != nullptr && !is_kept(t)) {
+        const bool prescheduled = prescheduled_backward_ == index && t == s.backward.tiles() - 1;
+        if (stored_in != nullptr && !is_kept(t) && !prescheduled) {
           store_->schedule(stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]));
         }
         if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
@@ -326,6 +330,7 @@ class TiledStep {
     }
     // Tiles in reverse order: the last forward tile may still hold its graph (forward_segment).
     for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+      if (t == 0 && store_ != nullptr) preschedule(index - 1, true, /*backward=*/true);
       emit(index, s.backward, t, TileEvent::kBackward, false);
       const Region tile = s.backward.tile(t);
       const std::vector<Region> need = needs(s, tile);
@@ -383,6 +388,28 @@ class TiledStep {
     return grad_in;
   }
 
+  // Cross-segment prefetch: while a segment runs its last tile, the store already reads what
+  // the next segment's first tile reads from an offloaded checkpoint (blocks written so far),
+  // so the next segment does not start by waiting. That segment then leaves those reads out of
+  // its own schedule, which keeps the schedule in the order the reads happen.
+  void preschedule(int next, bool ready, bool backward) {
+    if (!ready || next < 0 || next >= static_cast<int>(plan_.segments.size())) return;
+    const Segment& n = plan_.segments[static_cast<size_t>(next)];
+    const auto& stored = stored_[static_cast<size_t>(n.input)];
+    if (!stored) return;
+    const Partition& part = backward ? n.backward : n.forward;
+    const int64_t first = backward ? part.tiles() - 1 : 0;
+    if (backward && n.keep_graph) return;
+    const std::vector<TileStore::BlockId> ids =
+        stored->reads(needs(n, part.tile(first))[static_cast<size_t>(n.input)]);
+    for (TileStore::BlockId id : ids) {
+      if (id < 0) return;  // not written yet: the segment schedules it itself
+    }
+    store_->schedule(ids);
+    (backward ? prescheduled_backward_ : prescheduled_forward_) = next;
+  }
+
+  int prescheduled_forward_ = -1, prescheduled_backward_ = -1;
   bool training_;
   Graph& graph_;
   const Plan& plan_;

@@ -131,6 +131,7 @@ BenchResult bench_step(const BenchPoint& p) {
   options.strategy = p.strategy;
   options.offload = parse_offload(p.offload);
   options.keep_graphs = p.keep_graphs;
+  options.offload_window_bytes = p.offload_window_bytes;
   options.measure_prices = [&] {
     return core::measure_offload_prices(options.auto_tier, p.scratch_dir);
   };
@@ -180,6 +181,7 @@ BenchResult bench_step(const BenchPoint& p) {
   r.plan = core::to_string(plan, graph);
   r.predicted = plan.predicted;
   r.segments = static_cast<int64_t>(plan.segments.size());
+  r.window_bytes = plan.window_bytes;
   for (const core::Segment& s : plan.segments) r.kept_graphs.push_back(s.keep_graph);
   if (p.memory_limit_bytes > 0 && plan.predicted.total() > p.memory_limit_bytes) {
     r.status = "out_of_memory";
@@ -256,6 +258,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["offload"] = p.keep_resident ? "resident" : p.offload;
   j["cold_disk"] = p.cold_disk;
   j["keep_graphs"] = p.keep_graphs;
+  j["offload_window_bytes"] = r.window_bytes;
   int64_t kept = 0;
   for (bool k : r.kept_graphs) kept += k ? 1 : 0;
   j["segments_kept"] = kept;

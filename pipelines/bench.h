@@ -38,6 +38,7 @@ struct BenchPoint {
   // Segments keep their autograd graphs where the budget leaves room (core::PlanOptions);
   // false: every segment recomputes its forward in the backward (the comparison point).
   bool keep_graphs = true;
+  int64_t offload_window_bytes = 0;  // the tile store's read-ahead window; 0: the planner's
 };
 
 struct BenchResult {
@@ -49,6 +50,7 @@ struct BenchResult {
   core::MemoryBreakdown predicted;
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
   std::vector<bool> kept_graphs;  // per segment: the plan keeps its autograd graph
+  int64_t window_bytes = 0;       // the plan's offload window
   int threads = 0;
   std::string plan;
   // Offload, per timed step: the checkpoints (all, and those in the host or disk tier), the bytes
