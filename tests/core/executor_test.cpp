@@ -31,24 +31,42 @@ PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
   return o;
 }
 
+// A random case: a random network in float64 with random weights, an input of 17–45 pixels a
+// side (rarely a multiple of the tiles), grid or rows with up to `max_ty` × `max_tx` fixed
+// tiles, a streaming reduction three times in four, and each checkpoint candidate with
+// probability 1 / `one_in`.
+struct RandomCase {
+  Graph graph;
+  Shape input;
+  PlanOptions options;
+};
+RandomCase random_case(uint64_t seed, std::mt19937_64& rng, int64_t max_ty, int64_t max_tx,
+                       int64_t one_in) {
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  RandomCase c{models::random_network(seed, 17, 2), {}, {}};
+  c.graph.module().to(at::kDouble);
+  randomise(c.graph, seed);
+  c.input = {2, pick(17, 45), pick(17, 45)};
+  c.options =
+      fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, max_ty), pick(1, max_tx));
+  c.options.streaming_reduction = pick(0, 3) != 0;
+  std::vector<NodeId> ckpts;
+  for (NodeId v : checkpoint_candidates(c.graph)) {
+    if (pick(0, one_in - 1) == 0) ckpts.push_back(v);
+  }
+  c.options.checkpoints = ckpts;
+  return c;
+}
+
 TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
   for (uint64_t seed = 1; seed <= 80; ++seed) {
     std::mt19937_64 rng(seed * 7919);
-    auto pick = [&](int64_t lo, int64_t hi) {
-      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-    };
-    Graph g = models::random_network(seed, 17, 2);
-    g.module().to(at::kDouble);
-    randomise(g, seed);
-    const Shape in{2, pick(17, 45), pick(17, 45)};
-    PlanOptions o =
-        fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 5), pick(1, 4));
-    o.streaming_reduction = pick(0, 3) != 0;
-    std::vector<NodeId> ckpts;
-    for (NodeId v : checkpoint_candidates(g)) {
-      if (pick(0, 2) == 0) ckpts.push_back(v);
-    }
-    o.checkpoints = ckpts;
+    RandomCase rc = random_case(seed, rng, 5, 4, 3);
+    Graph& g = rc.graph;
+    const Shape& in = rc.input;
+    PlanOptions& o = rc.options;
     Plan plan;
     try {
       plan = make_plan(g, in, 0, o);
@@ -69,22 +87,11 @@ TEST(TiledStep, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
   int mixed = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     std::mt19937_64 rng(seed * 104729);
-    auto pick = [&](int64_t lo, int64_t hi) {
-      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-    };
-    Graph g = models::random_network(seed, 17, 2);
-    g.module().to(at::kDouble);
-    randomise(g, seed);
-    const Shape in{2, pick(17, 45), pick(17, 45)};
-    PlanOptions o =
-        fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 4), pick(1, 3));
-    o.streaming_reduction = pick(0, 3) != 0;
-    o.input_gradient = pick(0, 1) == 1;
-    std::vector<NodeId> ckpts;
-    for (NodeId v : checkpoint_candidates(g)) {
-      if (pick(0, 1) == 0) ckpts.push_back(v);
-    }
-    o.checkpoints = ckpts;
+    RandomCase rc = random_case(seed, rng, 4, 3, 2);
+    Graph& g = rc.graph;
+    const Shape& in = rc.input;
+    PlanOptions& o = rc.options;
+    o.input_gradient = seed % 2 == 0;
     const int64_t unlimited = int64_t{1} << 40;
     auto plan_for = [&](int64_t budget, bool keep) {
       o.keep_graphs = keep;

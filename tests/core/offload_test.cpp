@@ -74,6 +74,16 @@ PlanOptions forced_disk(Strategy s, int64_t ty, int64_t tx, int64_t window_bytes
   return o;
 }
 
+// A shipped model with two input channels in float64, with random weights.
+Graph float64_model(const std::string& name, uint64_t seed) {
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  Graph g = models::build_model(name, mo);
+  g.module().to(at::kDouble);
+  randomise(g, seed);
+  return g;
+}
+
 // Every checkpoint candidate the planner accepts for `g` (the last ones may lie past the last
 // tiled layer).
 std::vector<NodeId> every_checkpoint(const Graph& g, const Shape& in) {
@@ -420,11 +430,7 @@ TEST(Offload, PartlyResidentCheckpointsMatchPlainAutogradAndMoveWhatThePlanSays)
   ScratchDir dir;
   StepOptions so;
   so.scratch_dir = dir.path();
-  models::ModelOptions mo;
-  mo.in_channels = 2;
-  Graph g = models::build_model("tiny", mo);
-  g.module().to(at::kDouble);
-  randomise(g, 8);
+  Graph g = float64_model("tiny", 8);
   const Shape in{2, 384, 352};
   for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
     PlanOptions o;
@@ -471,12 +477,8 @@ TEST(Offload, MeasuredPricesDecideEachCheckpointAndGradientsStayExactEitherWay) 
   ScratchDir dir;
   StepOptions so;
   so.scratch_dir = dir.path();
-  models::ModelOptions mo;
-  mo.in_channels = 2;
   // tiny has too few checkpoints for a choice; vgg-mini has five.
-  Graph g = models::build_model("vgg-mini", mo);
-  g.module().to(at::kDouble);
-  randomise(g, 7);
+  Graph g = float64_model("vgg-mini", 7);
   const Shape in{2, 384, 352};
   auto plan_at = [&](int64_t budget, double seconds_per_byte) {
     PlanOptions o;
@@ -532,11 +534,7 @@ class TierRecorder : public Observer {
 TEST(Offload, MemoryEventsCarryTheTiers) {
   MemoryTracker::install();
   ScratchDir dir;
-  models::ModelOptions mo;
-  mo.in_channels = 2;
-  Graph g = models::build_model("tiny", mo);
-  g.module().to(at::kDouble);
-  randomise(g, 5);
+  Graph g = float64_model("tiny", 5);
   PlanOptions o = forced_disk(Strategy::kGrid, 3, 2);
   o.checkpoints = every_checkpoint(g, {2, 40, 36});
   const Plan plan = make_plan(g, {2, 40, 36}, 0, o);
