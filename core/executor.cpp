@@ -234,7 +234,7 @@ class TiledStep {
     kept.assign(static_cast<size_t>(s.forward.tiles()), {});
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
       if (t + 1 == s.forward.tiles() && stored_out != nullptr) {
-        preschedule(index + 1, s.forward.tiles() > 0, /*backward=*/false);
+        preschedule(index + 1, /*backward=*/false);
       }
       emit(index, s.forward, t, TileEvent::kForward, false);
       const Region tile = s.forward.tile(t);
@@ -313,7 +313,8 @@ class TiledStep {
                           at::TensorOptions().dtype(dtype_));
     }
     // The store's reads in the order the tiles below make them: the input tile (unless the
-    // last forward tile kept its graph), then the output gradient's tile.
+    // tile kept its graph from the forward, or the previous segment already scheduled it), then
+    // the output gradient's tile.
     auto& kept = kept_[static_cast<size_t>(index)];
     auto is_kept = [&](int64_t t) {
       return t < static_cast<int64_t>(kept.size()) && kept[static_cast<size_t>(t)].output.defined();
@@ -328,9 +329,9 @@ class TiledStep {
         if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
       }
     }
-    // Tiles in reverse order: the last forward tile may still hold its graph (forward_segment).
+    // Tiles in reverse order: kept tiles (forward_segment) give their graphs back.
     for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
-      if (t == 0 && store_ != nullptr) preschedule(index - 1, true, /*backward=*/true);
+      if (t == 0 && store_ != nullptr) preschedule(index - 1, /*backward=*/true);
       emit(index, s.backward, t, TileEvent::kBackward, false);
       const Region tile = s.backward.tile(t);
       const std::vector<Region> need = needs(s, tile);
@@ -392,8 +393,8 @@ class TiledStep {
   // the next segment's first tile reads from an offloaded checkpoint (blocks written so far),
   // so the next segment does not start by waiting. That segment then leaves those reads out of
   // its own schedule, which keeps the schedule in the order the reads happen.
-  void preschedule(int next, bool ready, bool backward) {
-    if (!ready || next < 0 || next >= static_cast<int>(plan_.segments.size())) return;
+  void preschedule(int next, bool backward) {
+    if (next < 0 || next >= static_cast<int>(plan_.segments.size())) return;
     const Segment& n = plan_.segments[static_cast<size_t>(next)];
     const auto& stored = stored_[static_cast<size_t>(n.input)];
     if (!stored) return;
