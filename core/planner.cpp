@@ -1,5 +1,7 @@
 #include "core/planner.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -995,6 +997,14 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   if (options.keep_graphs && target > 0 && best.plan.strategy != Strategy::kNone) {
     keep_graphs(a, best.plan, best.passes, target);
     std::tie(std::ignore, best.plan.predicted) = highest(best.passes);
+  }
+  if (spdlog::should_log(spdlog::level::debug)) {
+    for (size_t i = 0; i < best.passes.size(); ++i) {
+      const MemoryBreakdown& m = best.passes[i];
+      spdlog::debug("plan: segment {} {} predicted {} (checkpoints {}, working set {})", i / 2,
+                    i % 2 ? "backward" : "forward", format_bytes(m.total()),
+                    format_bytes(m.checkpoints), format_bytes(m.working_set));
+    }
   }
   Plan plan = std::move(best.plan);
   plan.prices = prices;
