@@ -304,10 +304,14 @@ struct Candidate {
 struct Offloading {
   int64_t window_bytes = 0, block_bytes = 0;
   bool partly_resident = false;  // keep blocks resident where the budget leaves room
-  // Resident bytes the store holds for an offloaded activation while it is read or written:
-  // the window ahead of reads (or behind writes), the blocks of the tile in hand beyond it.
-  int64_t in_use(const Analysis& a, NodeId v) const {
-    return std::min(a.bytes(v), 2 * window_bytes + 2 * block_bytes);
+  // Resident bytes the store holds during a pass: the blocks read ahead within the window (one
+  // may cross its end, one is in the caller's hand) and the writes behind it (in flight until
+  // one crosses the window). One window for all the activations the store holds: no more than
+  // `cap`, the bytes of the offloaded activations around the pass.
+  int64_t in_use(bool reads, bool writes, int64_t cap) const {
+    const int64_t r = reads ? window_bytes + 2 * block_bytes : 0;
+    const int64_t w = writes ? window_bytes + block_bytes : 0;
+    return std::min(cap, r + w);
   }
   // Blocks: each forward tile of the producer split into strips as wide as the tile (rows
   // tiles read whole strips) and at most block_bytes, so a tile fills whole blocks.
@@ -594,15 +598,24 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     s.tier = tier(i);
     const bool out_off = !counted(i), in_off = i > 0 && !counted(i - 1);
     // Forward: earlier checkpoints + this output; backward: the same + the output's gradient
-    // and the input's gradient. An offloaded checkpoint holds only the store's share in use.
-    const int64_t out_fwd = out_off ? off.in_use(a, s.output) : out_bytes;
-    const int64_t out_bwd = out_off ? off.in_use(a, s.output) : 2 * out_bytes;
-    const int64_t in_fwd = in_off ? off.in_use(a, s.input) : 0;
+    // and the input's gradient. An offloaded checkpoint holds only the store's share in use:
+    // this pass's reads and writes and those that reach into it (the next pass's first reads
+    // start in this one's last tile, the previous pass's writes drain in this one). Forward i
+    // reads its input, writes its output; backward i reads both (the output's gradient) and
+    // writes the input's gradient, and backward i - 1 reads segment i - 1's input.
+    const bool before_in_off = i > 1 && !counted(i - 2);
+    const int64_t cap = (in_off ? a.bytes(s.input) : 0) + (out_off ? a.bytes(s.output) : 0) +
+                        (before_in_off ? a.bytes(bounds[i - 1]) : 0);
+    const int64_t out_fwd = out_off ? 0 : out_bytes;
+    const int64_t out_bwd = out_off ? 0 : 2 * out_bytes;
     // An offloaded input's gradient also holds the blocks open while tiles add into it: that
     // depends on the backward partition, so it is added per partition below.
-    const int64_t in_bwd = in_off ? off.in_use(a, s.input) : in_grad;
-    const int64_t fwd_fixed = base + held + out_fwd + in_fwd;
-    const int64_t bwd_fixed = base + held + out_bwd + in_bwd;
+    const int64_t in_bwd = in_off ? 0 : in_grad;
+    const int64_t store_fwd = off.in_use(in_off || out_off, in_off || out_off, cap);
+    const int64_t store_bwd =
+        off.in_use(in_off || out_off || before_in_off, in_off || out_off, cap);
+    const int64_t fwd_fixed = base + held + out_fwd + store_fwd;
+    const int64_t bwd_fixed = base + held + out_bwd + in_bwd + store_bwd;
 
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
       const Partition p = partition_for(strategy, out, n);
@@ -677,7 +690,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     s.backward_working_bytes = bc.backward_bytes;
     s.halo_flops = fc.flops * s.forward.tiles();
     cost += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
-            3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles());
+            3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles()) +
+            a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
     plan.tiled_flops += s.halo_flops;
     const int64_t in_open = in_off ? Offloading::open_bytes(a, s, s.backward, true) : 0;
     if (i > 0 && tier(i - 1) != Tier::kResident) {
@@ -686,9 +700,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
     const int64_t bwd_peak = bwd_fixed + in_open + bc.backward_bytes;
     MemoryBreakdown fwd_at = fixed, bwd_at = fixed;
-    fwd_at.checkpoints = held + out_fwd + in_fwd;
+    fwd_at.checkpoints = held + out_fwd + store_fwd;
     fwd_at.working_set = fc.forward_bytes;
-    bwd_at.checkpoints = held + out_bwd + in_bwd + in_open;
+    bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open;
     bwd_at.working_set = bc.backward_bytes;
     passes[2 * i] = fwd_at;
     passes[2 * i + 1] = bwd_at;
@@ -915,6 +929,8 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       if (measured.seconds_per_byte_moved > 0 && measured.seconds_per_flop > 0) {
         prices = measured;
         a.options.flops_per_byte_moved = prices.seconds_per_byte_moved / prices.seconds_per_flop;
+        a.options.flops_per_tile =
+            options.flops_per_tile * kGuessedSecondsPerFlop / prices.seconds_per_flop;
       }
     }
     for (Strategy s : strategies) {
@@ -928,8 +944,8 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
         if (!offloading) {
           c = build(a, s, set, last, reduction, fixed, target, tiers, off);
         } else if (!set.empty()) {
-          // Offload every checkpoint, then bring back the largest ones that still fit, so the
-          // fewest bytes move.
+          // Offload every checkpoint, then bring back the largest ones that still fit and make
+          // the plan no dearer (the room a checkpoint takes can cost finer tiles elsewhere).
           std::fill(tiers.begin(), tiers.end(), options.auto_tier);
           c = build(a, s, set, last, reduction, fixed, target, tiers, off);
           if (c.cost != kNever) {
@@ -940,7 +956,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
             for (size_t i : order) {
               tiers[i] = Tier::kResident;
               Candidate r = build(a, s, set, last, reduction, fixed, target, tiers, off);
-              if (r.cost != kNever) {
+              if (r.cost <= c.cost) {
                 c = std::move(r);
               } else {
                 tiers[i] = options.auto_tier;

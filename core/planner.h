@@ -48,6 +48,12 @@ struct PlanOptions {
   // price per machine: with a guessed price it put vgg-mini 8192² in 1 GiB on disk although a
   // resident plan fit, and made planning VGG-16 on 200000² take 25 s instead of 0.4 s.
   double flops_per_byte_moved = 100;
+  // The price of a tile beyond its FLOPs, in FLOPs: reading and cropping its inputs, oneDNN's
+  // primitives for a new shape, a small tile's poorer use of the caches. Measured on vgg-mini
+  // 1024² (2 cores): 302 tiles took 1.0 s more than 38, ~0.15 s of it halo FLOPs, so ~3 ms a
+  // tile; priced at 2 ms at the guessed 100 GFLOP/s. It keeps the search from buying a few
+  // bytes with thousands of tiles (bench/NOTES.md, session 14).
+  double flops_per_tile = 2e8;
   // The machine's measured prices (core/offload_prices.h), asked for once, only when no plan
   // with every checkpoint resident fits: they replace the guess above, and each checkpoint the
   // plan would offload is kept in the tier or dropped and recomputed, whichever costs less

@@ -277,7 +277,8 @@ class TileStore::Impl {
     int64_t bytes = 0;
     for (BlockId id : reads_ahead) {
       auto it = blocks.find(id);
-      if (it == blocks.end()) continue;
+      // Resident-tier blocks stay in memory (the plan counts them) and take no room here.
+      if (it == blocks.end() || it->second.tier == Tier::kResident) continue;
       if (w.insert(id).second) bytes += it->second.bytes;
       if (bytes >= options.window_bytes) break;
     }
