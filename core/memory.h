@@ -1,5 +1,9 @@
 // Measured memory: a tracking CPU allocator installed through c10, counting live and peak bytes
-// of every tensor LibTorch allocates on the CPU (DESIGN.md "Memory").
+// of every tensor LibTorch allocates on the CPU (DESIGN.md "Memory"). It also keeps freed
+// blocks of 1 MiB and more for reuse (a fresh block's pages each fault on first touch), never
+// more than makes live + cached exceed the most bytes ever live: the process holds no more than
+// it held at its peak. A reused block's whole size counts as live (it may be up to 1/16 larger
+// than asked for).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,10 @@ class MemoryTracker {
   static int64_t peak_bytes();
   // Starts a new peak measurement from the current live bytes.
   static void reset_peak();
+  // Freed blocks kept for reuse, and giving them back to the system (when a run ends: the
+  // cache would otherwise keep up to the run's peak).
+  static int64_t cached_bytes();
+  static void release_cache();
 };
 
 }  // namespace tessel::core

@@ -825,6 +825,13 @@ class Trainer {
 
 }  // namespace
 
-TrainSummary train(const TrainRequest& request) { return Trainer(request).run(); }
+TrainSummary train(const TrainRequest& request) {
+  // The allocator's cache of freed blocks goes back to the system when the run ends, after the
+  // trainer's own tensors (core/memory.h): a GUI session would otherwise keep the run's peak.
+  struct ReleaseCache {
+    ~ReleaseCache() { core::MemoryTracker::release_cache(); }
+  } release;
+  return Trainer(request).run();
+}
 
 }  // namespace tessel::pipelines
