@@ -799,6 +799,59 @@ std::vector<NodeId> checkpoint_candidates(const Graph& graph) {
   return result;
 }
 
+namespace {
+
+// The cheapest plan over strategies and checkpoint sets, every checkpoint resident or (when
+// `offloading`) the cheapest mix of tiers; `smallest` keeps the plan that needs the least budget.
+Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
+                 const std::vector<std::vector<NodeId>>& sets, bool offloading,
+                 const PlanOptions& options, NodeId last, NodeId reduction,
+                 const MemoryBreakdown& fixed, int64_t target, const Offloading& off,
+                 Candidate& smallest) {
+  using Offload = PlanOptions::Offload;
+  Candidate best;
+  for (Strategy s : strategies) {
+    for (const auto& set : sets) {
+      std::vector<Tier> tiers(set.size() + 1, Tier::kResident);
+      if (options.offload == Offload::kHost || options.offload == Offload::kDisk) {
+        std::fill(tiers.begin(), tiers.end(),
+                  options.offload == Offload::kHost ? Tier::kHost : Tier::kDisk);
+      }
+      Candidate c;
+      if (!offloading) {
+        c = build(a, s, set, last, reduction, fixed, target, tiers, off);
+      } else if (!set.empty()) {
+        // Offload every checkpoint, then bring back the largest ones that still fit and make
+        // the plan no dearer (the room a checkpoint takes can cost finer tiles elsewhere).
+        std::fill(tiers.begin(), tiers.end(), options.auto_tier);
+        c = build(a, s, set, last, reduction, fixed, target, tiers, off);
+        if (c.cost != kNever) {
+          std::vector<size_t> order(set.size());
+          for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+          std::sort(order.begin(), order.end(),
+                    [&](size_t x, size_t y) { return a.bytes(set[x]) > a.bytes(set[y]); });
+          for (size_t i : order) {
+            tiers[i] = Tier::kResident;
+            Candidate r = build(a, s, set, last, reduction, fixed, target, tiers, off);
+            if (r.cost <= c.cost) {
+              c = std::move(r);
+            } else {
+              tiers[i] = options.auto_tier;
+            }
+          }
+        }
+      } else {
+        continue;
+      }
+      if (c.cost < best.cost) best = c;
+      if (c.needed < smallest.needed) smallest = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
   if (budget < 0) throw Error("the memory budget must be positive");
   if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
@@ -906,13 +959,33 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     }
   }
 
-  Offloading off;
-  off.window_bytes = options.offload_window_bytes > 0 ? options.offload_window_bytes
-                     : target > 0                     ? std::max<int64_t>(target / 16, 4096)
-                                                      : int64_t{64} << 20;
-  off.block_bytes = options.offload_block_bytes > 0 ? options.offload_block_bytes
-                                                    : std::max<int64_t>(off.window_bytes / 4, 1);
-  off.partly_resident = options.offload == PlanOptions::Offload::kAuto;
+  // The store's window. A larger one reads further ahead into the passes whose transfers
+  // outlast their compute (pools, forward passes) and leaves less room for tiles, which the cost
+  // below sees; the waits it saves it does not (a model of them from FLOPs mispredicted them:
+  // the early convs are memory-bound, ~10× slower than their FLOPs say). Measured on vgg-mini
+  // 4096² in 1 GiB on a cold disk (bench/NOTES.md, session 14): a window of 1/16 of the budget
+  // 27.5 s a step, 53% of the transfers hidden; 1/8 24.4 s, 68%; 1/4 21.3–23.9 s, 82–84%, for
+  // a plan whose cost was 1.5% above 1/16's. So the largest of 1/4, 1/8 and 1/16 whose plan
+  // costs at most 5% more than the cheapest; small budgets, where a large window forces much
+  // finer tiles, keep a small one.
+  std::vector<int64_t> windows;
+  if (options.offload_window_bytes > 0) {
+    windows = {options.offload_window_bytes};
+  } else if (target > 0) {
+    for (int64_t share : {4, 8, 16}) windows.push_back(std::max<int64_t>(target / share, 4096));
+  } else {
+    windows = {int64_t{64} << 20};
+  }
+  constexpr double kLargerWindowWorth = 1.05;
+  auto offloading_with = [&](int64_t window) {
+    Offloading o;
+    o.window_bytes = window;
+    o.block_bytes = options.offload_block_bytes > 0 ? options.offload_block_bytes
+                                                    : std::max<int64_t>(window / 4, 1);
+    o.partly_resident = options.offload == PlanOptions::Offload::kAuto;
+    return o;
+  };
+  Offloading off = offloading_with(windows.back());
   using Offload = PlanOptions::Offload;
   // The guess until the offloading search asks for measured prices.
   constexpr double kGuessedSecondsPerFlop = 1e-11;  // 100 GFLOP/s
@@ -933,41 +1006,25 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
             options.flops_per_tile * kGuessedSecondsPerFlop / prices.seconds_per_flop;
       }
     }
-    for (Strategy s : strategies) {
-      for (const auto& set : sets) {
-        std::vector<Tier> tiers(set.size() + 1, Tier::kResident);
-        if (options.offload == Offload::kHost || options.offload == Offload::kDisk) {
-          std::fill(tiers.begin(), tiers.end(),
-                    options.offload == Offload::kHost ? Tier::kHost : Tier::kDisk);
+    // Every window where the plan offloads (a resident search has no use for one).
+    const bool forced = options.offload == Offload::kHost || options.offload == Offload::kDisk;
+    const std::vector<int64_t> tried =
+        offloading || forced ? windows : std::vector<int64_t>{windows.back()};
+    std::vector<Candidate> by_window(tried.size());
+    for (size_t w = 0; w < tried.size(); ++w) {
+      const Offloading o = offloading_with(tried[w]);
+      by_window[w] = search(a, strategies, sets, offloading, options, last, reduction, fixed,
+                            target, o, smallest);
+    }
+    double cheapest = kNever;
+    for (const Candidate& c : by_window) cheapest = std::min(cheapest, c.cost);
+    for (size_t w = 0; w < tried.size(); ++w) {
+      if (cheapest != kNever && by_window[w].cost <= kLargerWindowWorth * cheapest) {
+        if (by_window[w].cost < best.cost || best.cost == kNever) {
+          best = std::move(by_window[w]);
+          off = offloading_with(tried[w]);
         }
-        Candidate c;
-        if (!offloading) {
-          c = build(a, s, set, last, reduction, fixed, target, tiers, off);
-        } else if (!set.empty()) {
-          // Offload every checkpoint, then bring back the largest ones that still fit and make
-          // the plan no dearer (the room a checkpoint takes can cost finer tiles elsewhere).
-          std::fill(tiers.begin(), tiers.end(), options.auto_tier);
-          c = build(a, s, set, last, reduction, fixed, target, tiers, off);
-          if (c.cost != kNever) {
-            std::vector<size_t> order(set.size());
-            for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-            std::sort(order.begin(), order.end(),
-                      [&](size_t x, size_t y) { return a.bytes(set[x]) > a.bytes(set[y]); });
-            for (size_t i : order) {
-              tiers[i] = Tier::kResident;
-              Candidate r = build(a, s, set, last, reduction, fixed, target, tiers, off);
-              if (r.cost <= c.cost) {
-                c = std::move(r);
-              } else {
-                tiers[i] = options.auto_tier;
-              }
-            }
-          }
-        } else {
-          continue;
-        }
-        if (c.cost < best.cost) best = c;
-        if (c.needed < smallest.needed) smallest = c;
+        break;
       }
     }
   }

@@ -40,7 +40,7 @@ struct PlanOptions {
   bool keep_graphs = true;
   Offload offload = Offload::kAuto;
   Tier auto_tier = Tier::kDisk;      // where kAuto offloads: disk on CPU builds
-  int64_t offload_window_bytes = 0;  // read-ahead and write-behind; 0: budget / 16, else 64 MiB
+  int64_t offload_window_bytes = 0;  // read-ahead and write-behind; 0: budget / 4, else 64 MiB
   int64_t offload_block_bytes = 0;   // the store's unit; 0: window / 4
   // The price of a byte moved to the tier and back, in FLOPs of recompute (a CPU's ~100 GFLOP/s
   // against a disk's ~1 GB/s), comparing offloading plans with each other. DELTA's
