@@ -25,9 +25,14 @@ void register_eval(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->capture_default_str();
   cmd->add_option("--out", *out, "Write per-slide predictions to this CSV");
   cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)");
-  cmd->callback([&registry, request, checkpoint, manifest, out] {
-    registry.selected = [request, checkpoint, manifest, out] {
+  auto scratch = std::make_shared<std::string>();
+  cmd->add_option("--scratch", *scratch,
+                  "Directory for the scratch file of checkpoints offloaded to disk when they do "
+                  "not fit the budget (default: the temporary directory)");
+  cmd->callback([&registry, request, checkpoint, manifest, out, scratch] {
+    registry.selected = [request, checkpoint, manifest, out, scratch] {
       request->checkpoint = *checkpoint;
+      request->scratch_dir = *scratch;
       request->manifest = *manifest;
       request->predictions_csv = *out;
       ProgressPrinter progress(isatty(STDERR_FILENO) == 1);

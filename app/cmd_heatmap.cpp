@@ -24,12 +24,17 @@ void register_heatmap(CLI::App& app, const GlobalOptions& /*global*/, CommandReg
   cmd->add_option("--out", *out, "Output folder")->capture_default_str();
   cmd->add_option("--class", request->class_name, "Class drawn (default: the last class)");
   cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)");
+  auto scratch = std::make_shared<std::string>();
+  cmd->add_option("--scratch", *scratch,
+                  "Directory for the scratch file of checkpoints offloaded to disk when they do "
+                  "not fit the budget (default: the temporary directory)");
   auto base_mpp = std::make_shared<double>(0);
   cmd->add_option("--base-mpp", *base_mpp, "µm per level-0 pixel, for a slide whose file lacks it")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--roi", request->roi, "GeoJSON region (QuPath export): map its bounding box");
-  cmd->callback([&registry, request, checkpoint, slide, out, base_mpp] {
-    registry.selected = [request, checkpoint, slide, out, base_mpp] {
+  cmd->callback([&registry, request, checkpoint, slide, out, base_mpp, scratch] {
+    registry.selected = [request, checkpoint, slide, out, base_mpp, scratch] {
+      request->scratch_dir = *scratch;
       if (*base_mpp > 0) request->base_mpp = *base_mpp;
       request->checkpoint = *checkpoint;
       request->slide = *slide;

@@ -12,4 +12,12 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// The machine's fault, not the input's: the scratch space for offloaded checkpoints is full,
+// unwritable or lost a file. A training run ends on it (every later slide would fail the same
+// way) instead of skipping the slide at hand.
+class ScratchError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace tessel

@@ -569,14 +569,12 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   return result;
 }
 
-at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, Observer* observer) {
+at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, const StepOptions& options) {
   check_plan(graph, plan, source);
   at::NoGradGuard no_grad;
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
     return run_from(graph, 0, read_whole(source, compute_dtype(graph, source)));
   }
-  StepOptions options;
-  options.observer = observer;
   TiledStep step(graph, plan, source, options, /*training=*/false);
   return run_from(graph, plan.tail_input, step.forward());
 }

@@ -50,6 +50,8 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
                       const LossFn& loss, const StepOptions& options = {});
 
 // Forward only, without autograd (evaluation, heatmaps): the network's output for the image.
-at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, Observer* observer = nullptr);
+// Of the options, the observer and where offloaded checkpoints go are used.
+at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source,
+                 const StepOptions& options = {});
 
 }  // namespace tessel::core

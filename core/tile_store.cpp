@@ -317,9 +317,10 @@ class TileStore::Impl {
     fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       const int e = errno;
-      throw Error("cannot create a scratch file for offloaded checkpoints in " + dir.string() +
-                  ": " + errno_text(e) +
-                  "; choose a writable scratch directory (--scratch) or a larger memory budget");
+      throw ScratchError(
+          "cannot create a scratch file for offloaded checkpoints in " + dir.string() + ": " +
+          errno_text(e) +
+          "; choose a writable scratch directory (--scratch) or a larger memory budget");
     }
     file = path;
     struct stat st {};
@@ -400,11 +401,12 @@ class TileStore::Impl {
       if (n <= 0) {
         const int e = n < 0 ? errno : ENOSPC;
         const bool full = e == ENOSPC || e == EFBIG || e == EDQUOT;
-        throw Error("cannot write offloaded checkpoints to the scratch file " + file.string() +
-                    ": " + errno_text(e) +
-                    (full ? " (the disk or its quota is full); free space there, choose another "
-                            "scratch directory (--scratch) or a larger memory budget"
-                          : ""));
+        throw ScratchError(
+            "cannot write offloaded checkpoints to the scratch file " + file.string() + ": " +
+            errno_text(e) +
+            (full ? " (the disk or its quota is full); free space there, choose another "
+                    "scratch directory (--scratch) or a larger memory budget"
+                  : ""));
       }
       done += n;
     }
@@ -450,8 +452,8 @@ class TileStore::Impl {
                             SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                                 SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
         const int e = errno;
-        throw Error("cannot flush offloaded checkpoints to the scratch file " + file.string() +
-                    ": " + errno_text(e));
+        throw ScratchError("cannot flush offloaded checkpoints to the scratch file " +
+                           file.string() + ": " + errno_text(e));
       }
       ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
     }
@@ -477,9 +479,10 @@ class TileStore::Impl {
     // on disk is still ours, so a deleted scratch file is an error, never stale data.
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0 || st.st_ino != inode || st.st_dev != device) {
-      throw Error("the scratch file " + file.string() +
-                  " holding offloaded checkpoints was deleted or replaced while the step ran; "
-                  "the step cannot continue (keep the scratch directory for Tessel alone)");
+      throw ScratchError(
+          "the scratch file " + file.string() +
+          " holding offloaded checkpoints was deleted or replaced while the step ran; "
+          "the step cannot continue (keep the scratch directory for Tessel alone)");
     }
     const bool direct = direct_fd >= 0 && opts.device().is_cpu();
     at::Tensor host =
@@ -502,18 +505,19 @@ class TileStore::Impl {
     if (helper.joinable()) helper.join();
     if (first != 0 || second != 0) {
       const int e = first != 0 ? first : second;
-      throw Error("the scratch file " + file.string() + " is shorter than what was written (" +
-                  (e > 0 ? errno_text(e) : std::string("truncated")) +
-                  "); the offloaded checkpoints are lost and the step cannot continue");
+      throw ScratchError("the scratch file " + file.string() +
+                         " is shorter than what was written (" +
+                         (e > 0 ? errno_text(e) : std::string("truncated")) +
+                         "); the offloaded checkpoints are lost and the step cannot continue");
     }
     // A block is read more than once (forward, backward): the next read must find a cold disk.
     if (options.bypass_page_cache && !direct) {
       ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
     }
     if (checksum(p, bytes) != sum) {
-      throw Error("the scratch file " + file.string() +
-                  " was changed while the step ran (checksum mismatch); the offloaded "
-                  "checkpoints are lost and the step cannot continue");
+      throw ScratchError("the scratch file " + file.string() +
+                         " was changed while the step ran (checksum mismatch); the offloaded "
+                         "checkpoints are lost and the step cannot continue");
     }
     return opts.device().is_cpu() ? host : host.to(opts.device());
   }
@@ -567,6 +571,22 @@ TileStoreStats TileStore::stats() const { return impl_->stats(); }
 std::filesystem::path TileStore::scratch_file() const {
   std::lock_guard<std::mutex> lock(impl_->m);
   return impl_->file;
+}
+
+void TileStore::check_scratch_dir(const fs::path& dir) {
+  const auto unusable = [&](const std::string& reason) {
+    return ScratchError("cannot use " + dir.string() + " as the scratch directory for offloaded " +
+                        "checkpoints: " + reason + "; choose a writable directory with --scratch");
+  };
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw unusable(error.message());
+  const fs::path probe = dir / (".tessel-scratch-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw unusable(errno_text(errno));
+  ::close(fd);
+  fs::remove(probe, error);
+  remove_stale_scratch_files(dir);
 }
 
 int TileStore::remove_stale_scratch_files(const std::filesystem::path& dir) {

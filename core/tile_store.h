@@ -64,6 +64,10 @@ class TileStore {
   TileStoreStats stats() const;
   std::filesystem::path scratch_file() const;  // empty until the first disk block
 
+  // The scratch directory must take a file before a run starts: a store that cannot create its
+  // scratch file mid-step would fail slide after slide. Creates it, and removes what crashed runs
+  // left there; throws tessel::ScratchError when it cannot.
+  static void check_scratch_dir(const std::filesystem::path& dir);
   // Scratch files are named tessel-offload-<pid>-<n>.scratch; those whose process is gone are
   // removed. Returns how many were removed.
   static int remove_stale_scratch_files(const std::filesystem::path& dir);

@@ -10,6 +10,7 @@
 #include "core/executor.h"
 #include "core/offload_prices.h"
 #include "core/planner.h"
+#include "core/tile_store.h"
 #include "io/checkpoint.h"
 #include "io/manifest.h"
 #include "models/zoo.h"
@@ -22,17 +23,26 @@ namespace {
 namespace fs = std::filesystem;
 
 core::Plan plan_for(const core::Graph& graph, const TrainConfig& config, int64_t height,
-                    int64_t width, const std::string& budget) {
+                    int64_t width, const std::string& budget, const fs::path& scratch_dir) {
   core::PlanOptions options;
   options.strategy = core::parse_strategy(config.strategy);
   options.optimizer_state_per_param = 0;  // no optimizer in inference
   // Offload or recompute at this machine's prices, when no plan with every checkpoint resident
-  // fits. core::infer keeps its scratch file in the system's temporary directory: measured there.
-  options.measure_prices = [tier = options.auto_tier] {
-    return core::measure_offload_prices(tier);
+  // fits: measured where the scratch file goes.
+  options.measure_prices = [tier = options.auto_tier, scratch_dir] {
+    return core::measure_offload_prices(tier, scratch_dir);
   };
   return core::make_plan(graph, {3, height, width},
                          core::parse_bytes(budget.empty() ? config.budget : budget), options);
+}
+
+// Where the request's offloaded checkpoints go, and who hears of the tiles.
+template <typename Request>
+core::StepOptions step_options(const Request& request) {
+  core::StepOptions options;
+  options.observer = request.observer;
+  options.scratch_dir = request.scratch_dir;
+  return options;
 }
 
 std::vector<double> to_vector(const at::Tensor& t) {
@@ -77,6 +87,7 @@ TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map) {
 }
 
 EvaluationResult evaluate(const EvaluationRequest& request) {
+  if (!request.scratch_dir.empty()) core::TileStore::check_scratch_dir(request.scratch_dir);
   TrainedModel model = load_trained_model(request.checkpoint);
   const fs::path manifest_path =
       request.manifest.empty() ? model.config.manifest : request.manifest;
@@ -123,10 +134,10 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
       progress.height = input.view->height();
       progress.width = input.view->width();
       if (request.observer) request.observer->on_slide(progress);
-      const core::Plan plan =
-          plan_for(model.graph, model.config, progress.height, progress.width, request.budget);
+      const core::Plan plan = plan_for(model.graph, model.config, progress.height, progress.width,
+                                       request.budget, request.scratch_dir);
       const at::Tensor logits =
-          core::infer(model.graph, plan, *input.view, request.observer).to(at::kDouble);
+          core::infer(model.graph, plan, *input.view, step_options(request)).to(at::kDouble);
       const at::Tensor target = at::tensor({static_cast<int64_t>(e.class_index)}, at::kLong);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
       loss_sum += progress.loss;
@@ -134,6 +145,8 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
       result.predictions.push_back({e.slide.string(), e.label, p});
       probabilities.push_back(std::move(p));
       labels.push_back(e.class_index);
+    } catch (const ScratchError&) {
+      throw;  // the scratch space, not the slide: every later slide would fail the same way
     } catch (const Error& error) {
       spdlog::warn("skipping {}: {}", e.slide.string(), error.what());
       ++result.skipped;
@@ -163,6 +176,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
 }
 
 HeatmapResult make_heatmap(const HeatmapRequest& request) {
+  if (!request.scratch_dir.empty()) core::TileStore::check_scratch_dir(request.scratch_dir);
   TrainedModel model = load_trained_model(request.checkpoint, /*class_map=*/true);
   const std::string class_name =
       request.class_name.empty() ? model.classes.back() : request.class_name;
@@ -176,10 +190,11 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   const int64_t height = input.view->height(), width = input.view->width();
   SlideProgress progress{"heatmap", 1, 1, 0, 1, request.slide.filename().string(), height, width};
   if (request.observer) request.observer->on_slide(progress);
-  const core::Plan plan = plan_for(model.graph, model.config, height, width, request.budget);
+  const core::Plan plan =
+      plan_for(model.graph, model.config, height, width, request.budget, request.scratch_dir);
   // 1×K×h×w class maps; their mean over positions is the pooled model's logits (average pool).
   const at::Tensor maps =
-      core::infer(model.graph, plan, *input.view, request.observer).to(at::kFloat);
+      core::infer(model.graph, plan, *input.view, step_options(request)).to(at::kFloat);
   const int64_t rows = maps.size(2), cols = maps.size(3);
   HeatmapResult result;
   if (model.config.pool == "max") {
@@ -187,8 +202,9 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
     // slide's prediction comes from the pooled network itself, one more pass.
     TrainedModel pooled = load_trained_model(request.checkpoint);
     const at::Tensor logits = core::infer(
-        pooled.graph, plan_for(pooled.graph, pooled.config, height, width, request.budget),
-        *input.view, request.observer);
+        pooled.graph,
+        plan_for(pooled.graph, pooled.config, height, width, request.budget, request.scratch_dir),
+        *input.view, step_options(request));
     result.slide_probabilities = to_vector(at::softmax(logits.to(at::kDouble), 1));
   } else {
     // An average commutes with the classifier: the mean class map is the slide's logits.

@@ -31,6 +31,8 @@ struct EvaluationRequest {
   std::string split = "test";             // train, val, test or all
   std::filesystem::path predictions_csv;  // empty: not written
   std::string budget;                     // empty: the checkpoint's
+  // Checkpoints offloaded to disk when they do not fit the budget; empty: the temporary directory.
+  std::filesystem::path scratch_dir;
   TrainObserver* observer = nullptr;
 };
 
@@ -57,6 +59,8 @@ struct HeatmapRequest {
   std::optional<double> base_mpp;  // µm per level-0 pixel, for a slide whose file lacks it
   std::filesystem::path roi;       // GeoJSON region: only its bounding box is mapped
   std::string budget;              // empty: the checkpoint's
+  // Checkpoints offloaded to disk when they do not fit the budget; empty: the temporary directory.
+  std::filesystem::path scratch_dir;
   TrainObserver* observer = nullptr;
 };
 

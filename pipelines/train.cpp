@@ -44,24 +44,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The scratch directory must take a file before the run starts: a store that cannot create its
-// scratch file mid-step would fail slide after slide. Removes what crashed runs left there.
-void check_scratch_dir(const fs::path& dir) {
-  const auto unusable = [&](const std::string& reason) {
-    return Error("cannot use " + dir.string() + " as the scratch directory for offloaded " +
-                 "checkpoints: " + reason + "; choose a writable directory with --scratch");
-  };
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) throw unusable(error.message());
-  const fs::path probe = dir / fmt::format(".tessel-scratch-probe-{}", ::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw unusable(std::strerror(errno));
-  ::close(fd);
-  fs::remove(probe, error);
-  core::TileStore::remove_stale_scratch_files(dir);
-}
-
 // Independent, reproducible random streams for (seed, epoch, slide position, purpose), so a run
 // resumed mid-epoch draws exactly what the uninterrupted run drew (SplitMix64 finaliser).
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -159,10 +141,10 @@ class Trainer {
     // Ranks on other nodes sharing the folder would take each other's scratch files for those of
     // dead processes (the store knows pids, not hosts): one subfolder per rank.
     if (world_ > 1) scratch_dir_ /= fmt::format("scratch-rank{}", rank_);
-    if (!request_.scratch_dir.empty()) check_scratch_dir(scratch_dir_);
+    if (!request_.scratch_dir.empty()) core::TileStore::check_scratch_dir(scratch_dir_);
     load_data();  // before the run folder: a bad manifest leaves no run folder behind
     prepare_run_dir();
-    if (request_.scratch_dir.empty()) check_scratch_dir(scratch_dir_);
+    if (request_.scratch_dir.empty()) core::TileStore::check_scratch_dir(scratch_dir_);
     spdlog::info("{}", data_summary_);
     build_model();
     if (request_.resume) resume();
@@ -585,6 +567,8 @@ class Trainer {
       progress.wait_seconds = static_cast<double>(input.pixels->cache_stats().wait_ns) * 1e-9;
       progress.measured_peak_bytes = r.measured_peak_bytes;
       peak_bytes_ = std::max(peak_bytes_, r.measured_peak_bytes);
+    } catch (const ScratchError&) {
+      throw;  // the scratch space, not the slide: every later slide would fail the same way
     } catch (const Error& e) {
       auto params = graph_->module().parameters();
       for (size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = saved_grads[k];
@@ -633,8 +617,10 @@ class Trainer {
         progress.width = source->width();
         const core::Plan& plan = plan_for(progress.height, progress.width);
         if (request_.observer) request_.observer->on_slide(progress);
-        const at::Tensor logits =
-            core::infer(*graph_, plan, *source, request_.observer).to(at::kDouble);
+        core::StepOptions options;
+        options.observer = request_.observer;
+        options.scratch_dir = scratch_dir_;
+        const at::Tensor logits = core::infer(*graph_, plan, *source, options).to(at::kDouble);
         const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
         progress.loss = at::cross_entropy_loss(logits, target).item<double>();
         const at::Tensor p = at::softmax(logits, 1).flatten();
@@ -642,6 +628,8 @@ class Trainer {
                         {p.data_ptr<double>(), p.data_ptr<double>() + p.numel()},
                         entry.class_index,
                         progress.loss});
+      } catch (const ScratchError&) {
+        throw;
       } catch (const Error& e) {
         spdlog::warn("skipping {} in validation: {}", entry.slide.string(), e.what());
         continue;

@@ -140,11 +140,18 @@ TEST(CliTrain, BadConfigsAreOneLineErrorsNamingTheKey) {
 TEST(CliTrain, AnUnusableScratchDirectoryIsAOneLineErrorNamingIt) {
   const std::string file = ::testing::TempDir() + "tessel-cli-not-a-folder";
   std::ofstream(file) << "x";
-  const CliRun run = run_cli("train --scratch " + file + "/scratch manifest=/no/such/data.csv");
-  EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_NE(run.output.find("cannot use " + file + "/scratch as the scratch directory"),
-            std::string::npos)
-      << run.output;
+  // Checked before anything else: the checkpoint and slide need not exist.
+  for (const std::string& command :
+       {"train --scratch " + file + "/scratch manifest=/no/such/data.csv",
+        "eval --scratch " + file + "/scratch --checkpoint /no/such/best.h5",
+        "heatmap --scratch " + file + "/scratch --checkpoint /no/such/best.h5 --slide s.svs"}) {
+    const CliRun run = run_cli(command);
+    EXPECT_EQ(run.exit_code, 1) << command << "\n" << run.output;
+    EXPECT_NE(run.output.find("cannot use " + file + "/scratch as the scratch directory"),
+              std::string::npos)
+        << command << "\n"
+        << run.output;
+  }
   std::remove(file.c_str());
 }
 

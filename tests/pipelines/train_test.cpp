@@ -389,6 +389,45 @@ TEST_F(TrainTest, OffloadedCheckpointsGoToTheRunFolderOrScratchAndNoScratchFileI
   }
 }
 
+// Empties the scratch files in a folder once the first backward pass starts (a full or swapped
+// disk, a cleaner run amok): the store's next read comes back short.
+class ScratchThief : public TrainObserver {
+ public:
+  explicit ScratchThief(fs::path dir) : dir_(std::move(dir)) {}
+  void on_tile(const core::TileEvent& e) override {
+    if (struck || e.pass != core::TileEvent::kBackward) return;
+    for (const std::string& name : scratch_files(dir_)) {
+      fs::resize_file(dir_ / name, 0);
+      struck = true;
+    }
+  }
+  bool struck = false;
+
+ private:
+  fs::path dir_;
+};
+
+TEST_F(TrainTest, AScratchFileLostMidRunEndsTheRunInsteadOfSkippingEverySlide) {
+  TrainConfig c = config("scratch-lost");
+  c.model = "vgg-mini";  // offloads on 512² in 16 MiB (see the test above)
+  c.level = 0;
+  c.optimizer = "sgd";
+  c.epochs = 1;
+  c.strategy = "grid";
+  c.budget = "16MiB";
+  TrainRequest request{c};
+  ScratchThief thief(c.output);
+  request.observer = &thief;
+  try {
+    train(request);
+    FAIL() << "expected the run to end on the lost scratch file";
+  } catch (const ScratchError& e) {
+    EXPECT_NE(std::string(e.what()).find("scratch file"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(thief.struck);
+  EXPECT_EQ(scratch_files(c.output), std::vector<std::string>{}) << "none left after the run";
+}
+
 TEST_F(TrainTest, AnUnusableScratchDirectoryIsAClearErrorBeforeTheRunStarts) {
   const fs::path file = runs_.write("not-a-folder", "x");
   TrainRequest request{config("no-scratch")};
