@@ -359,15 +359,19 @@ class ScratchWatcher : public TrainObserver {
 // vgg-mini on 512² in 16 MiB: no plan with every checkpoint resident fits, and none without
 // maxpool4's checkpoint (`tessel plan --model vgg-mini --size 512x512 --budget 16MiB`), so the
 // planner offloads it to disk whatever the prices it measures in the scratch directory.
+TrainConfig offloading(TrainConfig c) {
+  c.model = "vgg-mini";
+  c.level = 0;
+  c.optimizer = "sgd";
+  c.epochs = 1;
+  c.strategy = "grid";
+  c.budget = "16MiB";
+  return c;
+}
+
 TEST_F(TrainTest, OffloadedCheckpointsGoToTheRunFolderOrScratchAndNoScratchFileIsLeft) {
   for (const bool explicit_scratch : {false, true}) {
-    TrainConfig c = config(explicit_scratch ? "offload-scratch" : "offload");
-    c.model = "vgg-mini";
-    c.level = 0;
-    c.optimizer = "sgd";
-    c.epochs = 1;
-    c.strategy = "grid";
-    c.budget = "16MiB";
+    const TrainConfig c = offloading(config(explicit_scratch ? "offload-scratch" : "offload"));
     TrainRequest request{c};
     if (explicit_scratch) request.scratch_dir = runs_.path() / "scratch" / "here";
     const fs::path where = explicit_scratch ? request.scratch_dir : c.output;
@@ -408,13 +412,7 @@ class ScratchThief : public TrainObserver {
 };
 
 TEST_F(TrainTest, AScratchFileLostMidRunEndsTheRunInsteadOfSkippingEverySlide) {
-  TrainConfig c = config("scratch-lost");
-  c.model = "vgg-mini";  // offloads on 512² in 16 MiB (see the test above)
-  c.level = 0;
-  c.optimizer = "sgd";
-  c.epochs = 1;
-  c.strategy = "grid";
-  c.budget = "16MiB";
+  const TrainConfig c = offloading(config("scratch-lost"));
   TrainRequest request{c};
   ScratchThief thief(c.output);
   request.observer = &thief;
