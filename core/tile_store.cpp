@@ -1,6 +1,9 @@
 #include "core/tile_store.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -94,6 +98,8 @@ constexpr ptrdiff_t kSkipLimit = 256;  // how far ahead a read looks for itself 
 constexpr const char* kSuffix = ".scratch";
 
 std::atomic<int> g_file_counter{0};
+// How often the I/O thread checks that an accelerator's copy to host memory has landed.
+constexpr std::chrono::microseconds kPoll{50};
 
 }  // namespace
 
@@ -103,6 +109,9 @@ class TileStore::Impl {
     Tier tier = Tier::kResident;
     at::Tensor resident;  // in the compute device's memory, when it is there
     at::Tensor host;      // the host tier's copy (pinned on CUDA builds)
+    // On an accelerator: the copy on the store's stream that made `resident` (or `host`); the
+    // compute stream waits for it before using the block, the I/O thread before writing it.
+    std::shared_ptr<c10::Event> copied;
     std::vector<int64_t> sizes;
     at::TensorOptions options;
     int64_t bytes = 0, offset = -1;
@@ -150,19 +159,14 @@ class TileStore::Impl {
     b.bytes = static_cast<int64_t>(tensor.numel()) * static_cast<int64_t>(tensor.element_size());
     if (tier == Tier::kHost) {
       // On a CPU build host memory is the compute device's: the block stays where it is.
-      b.host = tensor.is_cpu() ? b.resident
-                               : at::empty(b.sizes, b.options.device(at::kCPU).pinned_memory(true))
-                                     .copy_(b.resident);
+      b.host = tensor.is_cpu() ? b.resident : copy_async(b.resident, pinned(b), b.copied);
       host_bytes += b.bytes;
       written += tensor.is_cpu() ? 0 : b.bytes;
       drop_unless_wanted(id);
     } else if (tier == Tier::kDisk) {
       open_file();
       // The I/O thread writes from host memory.
-      if (!tensor.is_cpu()) {
-        b.host =
-            at::empty(b.sizes, b.options.device(at::kCPU).pinned_memory(true)).copy_(b.resident);
-      }
+      if (!tensor.is_cpu()) b.host = copy_async(b.resident, pinned(b), b.copied);
       // Direct I/O writes whole aligned pages: each block starts on its own.
       b.offset = direct_fd >= 0 ? round_up(file_end, kDirectAlign) : file_end;
       file_end = b.offset + (direct_fd >= 0 ? round_up(b.bytes, kDirectAlign) : b.bytes);
@@ -205,7 +209,7 @@ class TileStore::Impl {
     }
     Block& b = it->second;
     if (!b.resident.defined() && b.tier == Tier::kHost) {
-      b.resident = b.host.to(b.options.device());
+      b.resident = copy_async(b.host, b.options, b.copied);
     }
     if (!b.resident.defined() && !b.loading) {
       b.loading = true;
@@ -217,6 +221,14 @@ class TileStore::Impl {
     wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     check();
     at::Tensor t = b.resident;
+    if (b.copied && !t.is_cpu()) {
+      // Made on the store's stream: the compute stream waits for the copy, and the caching
+      // allocator keeps the memory from the store's stream while the compute stream uses it.
+      const c10::impl::VirtualGuardImpl impl(t.device().type());
+      const c10::Stream compute = impl.getStream(t.device());
+      b.copied->block(compute);
+      impl.recordDataPtrOnStream(t.storage().data_ptr(), compute);
+    }
     drop_unless_wanted(id);
     refill();
     return t;
@@ -259,6 +271,53 @@ class TileStore::Impl {
     return s;
   }
 
+  // Accelerators ---------------------------------------------------------------------------
+  // Copies between an accelerator and host memory run on a stream of the store's own, so they
+  // overlap the compute stream's work; events order the two (DESIGN.md "Memory"). Unused on a
+  // CPU build, where the host tier is the compute device's memory.
+
+  static at::TensorOptions pinned(const Block& b) {
+    return b.options.device(at::kCPU).pinned_memory(true);
+  }
+
+  // `src` copied to a new tensor with `to`'s device (one of them an accelerator) on the store's
+  // stream, after the work the compute stream has queued so far (it may still be writing
+  // `src`); `done` records the copy's end.
+  at::Tensor copy_async(const at::Tensor& src, const at::TensorOptions& to,
+                        std::shared_ptr<c10::Event>& done) {
+    if (src.device() == to.device()) {
+      done.reset();
+      return src;  // a CPU build's host tier: the same memory
+    }
+    const c10::Device accel = src.is_cpu() ? to.device() : src.device();
+    const c10::impl::VirtualGuardImpl impl(accel.type());
+    const c10::Stream side = copy_stream(accel);
+    if (!src.is_cpu()) {
+      c10::Event queued(accel.type());
+      queued.record(impl.getStream(accel));
+      queued.block(side);
+    }
+    at::Tensor out;
+    {
+      const c10::StreamGuard guard(side);
+      out = at::empty(src.sizes(), to).copy_(src, /*non_blocking=*/true);
+    }
+    // The caching allocator must not give `src`'s memory to the compute stream before the copy
+    // has read it (the caller may drop `src` right away).
+    if (!src.is_cpu()) impl.recordDataPtrOnStream(src.storage().data_ptr(), side);
+    done = std::make_shared<c10::Event>(accel.type());
+    done->record(side);
+    return out;
+  }
+
+  c10::Stream copy_stream(c10::Device device) {
+    std::lock_guard<std::mutex> lock(stream_mutex);
+    if (!side_stream || side_stream->device() != device) {
+      side_stream = c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device);
+    }
+    return *side_stream;
+  }
+
   // Lock held from here on -------------------------------------------------------------------
 
   void check() {
@@ -298,7 +357,7 @@ class TileStore::Impl {
       Block& b = blocks[id];
       if (b.resident.defined() || b.loading) continue;
       if (b.tier == Tier::kHost) {
-        b.resident = b.host.to(b.options.device());
+        b.resident = copy_async(b.host, b.options, b.copied);
       } else if (b.tier == Tier::kDisk) {
         b.loading = true;
         jobs.push_back({false, id});
@@ -354,7 +413,10 @@ class TileStore::Impl {
       try {
         if (job.write) {
           const at::Tensor src = b.host.defined() ? b.host : b.resident;
+          const std::shared_ptr<c10::Event> copied = b.copied;
           lock.unlock();
+          // A block from an accelerator: its copy to host memory must have landed.
+          while (copied && !copied->query()) std::this_thread::sleep_for(kPoll);
           const auto t0 = Clock::now();
           const uint64_t sum = write_block(src, b.offset, b.bytes);
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -371,10 +433,13 @@ class TileStore::Impl {
           lock.unlock();
           const auto t0 = Clock::now();
           at::Tensor t = read_block(sizes, opts, offset, bytes, sum);
+          std::shared_ptr<c10::Event> copied;
+          if (!opts.device().is_cpu()) t = copy_async(t, opts, copied);
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           lock.lock();
           read_ms += ms;
           b.resident = std::move(t);
+          b.copied = std::move(copied);
           b.loading = false;
           read += bytes;
         }
@@ -519,7 +584,7 @@ class TileStore::Impl {
                          " was changed while the step ran (checksum mismatch); the offloaded "
                          "checkpoints are lost and the step cannot continue");
     }
-    return opts.device().is_cpu() ? host : host.to(opts.device());
+    return host;  // in host memory (pinned for an accelerator's block)
   }
 
   // A CPU tensor whose data starts on a kDirectAlign boundary with room for `length` bytes,
@@ -536,6 +601,8 @@ class TileStore::Impl {
   TileStoreOptions options;
   mutable std::mutex m;
   std::condition_variable cv;
+  std::mutex stream_mutex;                 // guards side_stream (both threads copy)
+  std::optional<c10::Stream> side_stream;  // an accelerator's copies (copy_async)
   std::unordered_map<BlockId, Block> blocks;
   std::unordered_set<BlockId> erased;
   std::deque<BlockId> reads_ahead;
