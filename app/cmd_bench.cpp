@@ -56,7 +56,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                 "and reading it), so reads come from the device");
   cmd->add_option("--offload-window", args->offload_window,
                   "The tile store's read-ahead and write-behind window, counted in the budget "
-                  "(0: the planner's, budget / 4)")
+                  "(0: the planner's choice of 1/4, 1/8 or 1/16 of the budget)")
       ->capture_default_str();
   cmd->add_flag("--recompute-all", args->recompute_all,
                 "Keep no segment's autograd graph: every segment recomputes its forward in the "

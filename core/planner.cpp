@@ -1020,7 +1020,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     for (const Candidate& c : by_window) cheapest = std::min(cheapest, c.cost);
     for (size_t w = 0; w < tried.size(); ++w) {
       if (cheapest != kNever && by_window[w].cost <= kLargerWindowWorth * cheapest) {
-        if (by_window[w].cost < best.cost || best.cost == kNever) {
+        if (by_window[w].cost < best.cost) {
           best = std::move(by_window[w]);
           off = offloading_with(tried[w]);
         }

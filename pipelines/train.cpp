@@ -512,6 +512,15 @@ class Trainer {
     return true;
   }
 
+  // Training and validation steps: progress to the observer, offloaded checkpoints to the run's
+  // scratch directory.
+  core::StepOptions step_options() const {
+    core::StepOptions options;
+    options.observer = request_.observer;
+    options.scratch_dir = scratch_dir_;
+    return options;
+  }
+
   // Trains one slide into the batch's gradients; false when it had to be skipped.
   bool train_slide(const io::ManifestEntry& entry, int64_t index, int64_t count) {
     const auto t0 = Clock::now();
@@ -551,10 +560,8 @@ class Trainer {
                batch_size;
       };
       const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
-      core::StepOptions options;
-      options.observer = request_.observer;
-      options.scratch_dir = scratch_dir_;
-      const core::StepResult r = core::train_step(*graph_, plan, *source, target, loss, options);
+      const core::StepResult r =
+          core::train_step(*graph_, plan, *source, target, loss, step_options());
       // The slide's own (unweighted) cross-entropy, for the logs and the epoch's mean.
       const at::Tensor logits = r.logits.to(at::kDouble);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
@@ -617,10 +624,8 @@ class Trainer {
         progress.width = source->width();
         const core::Plan& plan = plan_for(progress.height, progress.width);
         if (request_.observer) request_.observer->on_slide(progress);
-        core::StepOptions options;
-        options.observer = request_.observer;
-        options.scratch_dir = scratch_dir_;
-        const at::Tensor logits = core::infer(*graph_, plan, *source, options).to(at::kDouble);
+        const at::Tensor logits =
+            core::infer(*graph_, plan, *source, step_options()).to(at::kDouble);
         const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
         progress.loss = at::cross_entropy_loss(logits, target).item<double>();
         const at::Tensor p = at::softmax(logits, 1).flatten();
