@@ -104,7 +104,7 @@ void* alloc_huge(size_t nbytes) {
 
 class TrackingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t nbytes) const override {
+  c10::DataPtr allocate(size_t nbytes) override {
     const auto n = static_cast<int64_t>(nbytes);
     void* ptr = nullptr;
     int64_t bytes = n;
@@ -138,6 +138,9 @@ class TrackingAllocator final : public c10::Allocator {
     return {ptr, ptr, &tracked_free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tracked_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 
  private:
   // Under g_mutex. Returns the live bytes after.

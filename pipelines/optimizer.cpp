@@ -16,7 +16,7 @@ namespace tessel::pipelines {
 namespace {
 
 // LibTorch keys optimizer state by the parameter's TensorImpl address.
-std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+void* state_key(const at::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 // Adam and AdamW share their state's fields; one function serves both.
 template <typename State>
@@ -110,7 +110,7 @@ void restore_optimizer_state(const TrainConfig& c, torch::optim::Optimizer& opti
   try {
     for (const auto& item : module.named_parameters()) {
       const std::string& name = item.key();
-      const std::string key = state_key(item.value());
+      void* const key = state_key(item.value());
       if (c.optimizer == "sgd") {
         if (!saved.contains(name + ".momentum_buffer")) continue;
         auto s = std::make_unique<torch::optim::SGDParamState>();
