@@ -50,7 +50,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     int64_t tile = 0;
     uint64_t seed = 1;
     bool float32 = false;
-    std::string offload = "none", scratch;
+    std::string offload = "none", scratch, device = "auto";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -71,9 +71,13 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       ->capture_default_str();
   cmd->add_option("--scratch", args->scratch,
                   "Directory for the disk tier's scratch file (default: the temporary directory)");
+  cmd->add_option("--device", args->device,
+                  "cpu, cuda, cuda:N, or auto (the first GPU when there is one, else the CPU)")
+      ->capture_default_str();
   cmd->callback([args, &registry] {
     registry.selected = [args] {
       pipelines::GradcheckRequest r;
+      r.device = args->device;
       r.model = args->model;
       std::tie(r.height, r.width) = parse_size(args->size);
       r.strategy = core::parse_strategy(args->strategy);
@@ -87,9 +91,9 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       const auto report = pipelines::gradcheck(r);
       const auto& c = report.comparison;
       std::cout << report.plan_table << "max relative error ("
-                << (r.float64 ? "float64" : "float32") << "): output " << c.logits << ", loss "
-                << c.loss << ", input gradient " << c.input_grad << ", parameter gradients "
-                << c.worst_param << " (" << c.worst_param_name << ")\n";
+                << (r.float64 ? "float64" : "float32") << ", " << report.device << "): output "
+                << c.logits << ", loss " << c.loss << ", input gradient " << c.input_grad
+                << ", parameter gradients " << c.worst_param << " (" << c.worst_param_name << ")\n";
       if (r.offload != core::PlanOptions::Offload::kNever) {
         std::cout << "offload (" << args->offload << "): " << core::format_bytes(c.offload_bytes)
                   << " moved\n";

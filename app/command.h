@@ -25,8 +25,10 @@ struct CommandRegistry {
 void register_doctor(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_plan(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_bench(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
-// `tessel bench train` (cmd_bench_train.cpp), added to the `bench` command.
+// `tessel bench train` (cmd_bench_train.cpp), `bench read` and `bench allreduce`
+// (cmd_bench_io.cpp), added to the `bench` command in the full build.
 void add_bench_train(CLI::App* bench, CommandRegistry& registry);
+void add_bench_read_and_allreduce(CLI::App* bench, CommandRegistry& registry);
 void register_gradcheck(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_inspect(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);

@@ -35,6 +35,7 @@ int run(int argc, char** argv) {
   app::register_plan(app, global, registry);
   app::register_gradcheck(app, global, registry);
   app::register_bench(app, global, registry);
+#ifndef TESSEL_ENGINE_ONLY  // the commands that read slides or write runs (io/, pipelines/)
   app::register_inspect(app, global, registry);
   app::register_sample_data(app, global, registry);
   app::register_thumbnail(app, global, registry);
@@ -42,6 +43,7 @@ int run(int argc, char** argv) {
   app::register_train(app, global, registry);
   app::register_eval(app, global, registry);
   app::register_heatmap(app, global, registry);
+#endif
 
   try {
     app.parse(argc, argv);

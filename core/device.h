@@ -1,21 +1,54 @@
-// What the CUDA runtime reports, when Tessel was built with -DTESSEL_CUDA=ON. Device-specific
-// code lives in core/cuda/ and is compiled by nvcc only in such builds; everything else in the
-// engine is device-agnostic (tensors carry their device).
+// The devices the engine can run on, as LibTorch and the NVIDIA driver report them, and the one
+// place a device name from the user ("cpu", "cuda", "cuda:N") becomes a device. Needs no CUDA
+// headers: LibTorch's CUDA hooks say what it was built with, and the driver (libcuda, loaded
+// at run time where it exists) names the GPUs. Everything else in the engine is device-agnostic:
+// tensors carry their device.
 #pragma once
+
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tessel::core {
 
-struct CudaRuntimeInfo {
-  bool compiled = false;    // built with TESSEL_CUDA
-  int device_count = 0;     // devices the CUDA runtime sees
-  int64_t free_bytes = 0;   // on device 0
-  int64_t total_bytes = 0;  // on device 0
-  std::string error;        // why no device is usable, when none is
+struct GpuInfo {
+  int index = 0;
+  std::string name;  // "NVIDIA H100 80GB HBM3"
+  int compute_major = 0, compute_minor = 0;
+  int64_t total_bytes = 0;
 };
 
-CudaRuntimeInfo cuda_runtime_info();
+struct DeviceReport {
+  std::string torch_version;              // "2.11.0"
+  bool torch_cuda = false;                // this LibTorch has its CUDA library loaded
+  int cuda_built = 0;                     // CUDA runtime LibTorch was built with (13000); 0: none
+  int cudnn_built = 0, cudnn_loaded = 0;  // cuDNN LibTorch was built with / loaded now (91900)
+  int driver_cuda = 0;                    // the newest CUDA the driver supports; 0: no driver
+  std::vector<GpuInfo> gpus;              // the GPUs LibTorch can use
+  std::string problem;                    // why no GPU can be used, when none can, and what to do
+};
+
+// Asks LibTorch and the driver once per call; cheap (no CUDA context is made).
+DeviceReport device_report();
+
+// 13000 -> "13.0"; 91900 -> "9.19.0" (cuDNN's encoding).
+std::string cuda_version_string(int version);
+std::string cudnn_version_string(int version);
+
+// "cpu", "cuda" (the first GPU), "cuda:N", or "auto" (the first GPU when one is usable, else the
+// CPU). Throws tessel::Error naming what was found and what to install when a GPU was asked for
+// and cannot be used, or the index does not exist.
+c10::Device resolve_device(const std::string& name);
+
+// How tiled and plain steps are compared on a GPU: deterministic algorithms where LibTorch has
+// them (a warning where it has none), cuDNN without autotuning, and no TF32, so a float32
+// comparison measures the tiling, not the matrix units' rounding. Process-wide; a no-op on CPU.
+void use_exact_algorithms();
+
+// The device the tests run on: TESSEL_TEST_DEVICE from the environment (scripts/gpu-check sets
+// it to cuda), else the CPU.
+c10::Device test_device();
 
 }  // namespace tessel::core

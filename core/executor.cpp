@@ -24,11 +24,20 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The dtype a step computes in: the parameters', or, for a network without parameters, the
-// image's (a corner pixel is read to learn it), so a float64 image is never rounded to float.
-at::ScalarType compute_dtype(Graph& graph, TileSource& source) {
-  for (const auto& p : graph.module().parameters()) return p.scalar_type();
-  return source.read({{0, 1}, {0, 1}}).scalar_type();
+// The dtype and device a step computes in: the parameters', or, for a network without
+// parameters, the image's (a corner pixel is read to learn them), so a float64 image is never
+// rounded to float. A source's pixels are moved there (slides are decoded on the CPU).
+at::TensorOptions compute_options(Graph& graph, TileSource& source) {
+  for (const auto& p : graph.module().parameters()) {
+    return at::TensorOptions().dtype(p.scalar_type()).device(p.device());
+  }
+  const at::Tensor corner = source.read({{0, 1}, {0, 1}});
+  return at::TensorOptions().dtype(corner.scalar_type()).device(corner.device());
+}
+
+at::Tensor to_compute(const at::Tensor& t, const at::TensorOptions& options) {
+  if (t.scalar_type() == options.dtype() && t.device() == options.device()) return t;
+  return t.to(options.device(), options.dtype().toScalarType());
 }
 
 Region whole(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
@@ -64,7 +73,7 @@ class TiledStep {
         plan_(plan),
         source_(source),
         options_(options),
-        dtype_(compute_dtype(graph, source)),
+        tensor_options_(compute_options(graph, source)),
         checkpoints_(static_cast<size_t>(graph.size())),
         stored_(static_cast<size_t>(graph.size())),
         stored_grads_(static_cast<size_t>(graph.size())),
@@ -116,11 +125,9 @@ class TiledStep {
   TileTensor read_input(const Segment& s, const Region& r) {
     if (s.input == 0) {
       if (r.empty()) {
-        return {at::empty({1, source_.channels(), 0, 0}, at::TensorOptions().dtype(dtype_)), r};
+        return {at::empty({1, source_.channels(), 0, 0}, tensor_options_), r};
       }
-      at::Tensor t = source_.read(r);
-      if (t.scalar_type() != dtype_) t = t.to(dtype_);
-      return {t, r};
+      return {to_compute(source_.read(r), tensor_options_), r};
     }
     if (const auto& stored = stored_[static_cast<size_t>(s.input)]) return {stored->read(r), r};
     const at::Tensor& ckpt = checkpoints_[static_cast<size_t>(s.input)];
@@ -210,7 +217,7 @@ class TiledStep {
     const Node& reduction = graph_.node(s.reduction >= 0 ? s.reduction : 0);
     const bool is_max = s.reduction >= 0 && reduction.kind == OpKind::kGlobalMaxPool;
     at::Tensor out, best_value, best_index;
-    const auto options = at::TensorOptions().dtype(dtype_);
+    const at::TensorOptions& options = tensor_options_;
     StoredActivation* stored_out = nullptr;
     // A one-tile segment that keeps its graph: the tile's output is the checkpoint (no copy).
     const bool output_is_tile = training_ && s.keep_graph && s.forward.tiles() == 1;
@@ -224,7 +231,7 @@ class TiledStep {
       best_value =
           at::full({1, out_shape.channels}, -std::numeric_limits<double>::infinity(), options);
       best_index = at::full({1, out_shape.channels}, std::numeric_limits<int64_t>::max(),
-                            at::TensorOptions().dtype(at::kLong));
+                            options.dtype(at::kLong));
     } else {
       out = at::zeros({1, out_shape.channels}, options);
     }
@@ -321,7 +328,7 @@ class TiledStep {
       // the blocks follow this segment's backward tiles (core/plan.h).
       const Segment& producer = plan_.segments[static_cast<size_t>(index) - 1];
       stored_grads_[static_cast<size_t>(s.input)] = std::make_unique<StoredActivation>(
-          *store_, in_shape, s.input_grad_blocks, producer.tier, at::TensorOptions().dtype(dtype_));
+          *store_, in_shape, s.input_grad_blocks, producer.tier, tensor_options_);
       stored_grad_in = stored_grads_[static_cast<size_t>(s.input)].get();
       std::vector<Region> additions;
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
@@ -329,8 +336,7 @@ class TiledStep {
       }
       stored_grad_in->expect_additions(additions);
     } else if (want_input_grad) {
-      grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width},
-                          at::TensorOptions().dtype(dtype_));
+      grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
     }
     // The store's reads in the order the tiles below make them: the input tile (unless the
     // tile kept its graph from the forward, or the previous segment already scheduled it), then
@@ -440,7 +446,7 @@ class TiledStep {
   const Plan& plan_;
   TileSource& source_;
   const StepOptions& options_;
-  at::ScalarType dtype_;
+  at::TensorOptions tensor_options_;     // the dtype and device the step computes in
   std::unique_ptr<TileStore> store_;     // when the plan offloads; outlives what it stores
   std::vector<at::Tensor> checkpoints_;  // whole activations, by node
   // Offloaded checkpoints and their gradients, by node.
@@ -481,9 +487,8 @@ at::Tensor run_from(Graph& graph, NodeId first, const at::Tensor& value) {
   return values.back();
 }
 
-at::Tensor read_whole(TileSource& source, at::ScalarType dtype) {
-  at::Tensor image = source.read({{0, source.height()}, {0, source.width()}});
-  return image.scalar_type() == dtype ? image : image.to(dtype);
+at::Tensor read_whole(TileSource& source, const at::TensorOptions& options) {
+  return to_compute(source.read({{0, source.height()}, {0, source.width()}}), options);
 }
 
 void check_plan(const Graph& graph, const Plan& plan, const TileSource& source) {
@@ -511,7 +516,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   const auto t0 = Clock::now();
 
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    at::Tensor image = read_whole(source, compute_dtype(graph, source));
+    at::Tensor image = read_whole(source, compute_options(graph, source));
     if (options.input_gradient) image = image.detach().requires_grad_(true);
     const at::Tensor logits = run_from(graph, 0, image);
     const at::Tensor loss = loss_fn(logits, target);
@@ -573,7 +578,7 @@ at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, const StepO
   check_plan(graph, plan, source);
   at::NoGradGuard no_grad;
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    return run_from(graph, 0, read_whole(source, compute_dtype(graph, source)));
+    return run_from(graph, 0, read_whole(source, compute_options(graph, source)));
   }
   TiledStep step(graph, plan, source, options, /*training=*/false);
   return run_from(graph, plan.tail_input, step.forward());

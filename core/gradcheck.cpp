@@ -29,14 +29,14 @@ void randomise(Graph& graph, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
   at::NoGradGuard no_grad;
   for (auto& p : graph.module().named_parameters()) {
-    if (p.key().find(".bias") != std::string::npos) p.value().normal_(0.0, 0.5, gen);
+    if (p.key().find(".bias") != std::string::npos) fill_normal(p.value(), 0.0, 0.5, gen);
     if (p.key().rfind("bn", 0) == 0 && p.key().find(".weight") != std::string::npos) {
-      p.value().uniform_(0.5, 1.5, gen);
+      fill_uniform(p.value(), 0.5, 1.5, gen);
     }
   }
   for (auto& b : graph.module().named_buffers()) {
-    if (b.key().find("running_var") != std::string::npos) b.value().uniform_(0.5, 2.0, gen);
-    if (b.key().find("running_mean") != std::string::npos) b.value().normal_(0.0, 0.3, gen);
+    if (b.key().find("running_var") != std::string::npos) fill_uniform(b.value(), 0.5, 2.0, gen);
+    if (b.key().find("running_mean") != std::string::npos) fill_normal(b.value(), 0.0, 0.3, gen);
   }
 }
 
@@ -63,18 +63,27 @@ Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossF
 
 }  // namespace
 
-Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
+Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
                               uint64_t seed, const StepOptions& options) {
+  // Both steps run where the parameters live (the image's device for a network without any).
+  c10::Device device = image_anywhere.device();
+  for (const auto& p : graph.module().parameters()) {
+    device = p.device();
+    break;
+  }
+  const at::Tensor image = image_anywhere.to(device);
   const auto& out = plan.shapes.back();
   const bool spatial = graph.node(graph.output()).spatial();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 7);
   const at::Tensor projection =
-      spatial ? at::randn({1, out.channels, out.height, out.width}, gen, image.scalar_type())
-              : at::randn({1, out.channels}, gen, image.scalar_type());
+      (spatial ? at::randn({1, out.channels, out.height, out.width}, gen, image.scalar_type())
+               : at::randn({1, out.channels}, gen, image.scalar_type()))
+          .to(device);
   const int64_t target = static_cast<int64_t>(seed % static_cast<uint64_t>(out.channels));
+  const at::Tensor targets = at::full({1}, target, at::TensorOptions(at::kLong).device(device));
   const LossFn loss = [&](const at::Tensor& logits, const at::Tensor&) {
     if (spatial || out.channels == 1) return (logits * projection).sum();
-    return at::cross_entropy_loss(logits, at::full({1}, target, at::kLong));
+    return at::cross_entropy_loss(logits, targets);
   };
   Plan plain = plan;
   plain.strategy = Strategy::kNone;

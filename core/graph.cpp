@@ -344,8 +344,26 @@ void Graph::init_parameters(uint64_t seed) {
     auto weight = n.layer->named_parameters(false)["weight"];
     const int64_t fan_in = weight.numel() / weight.size(0);
     const double std = std::sqrt(2.0 / static_cast<double>(fan_in));  // Kaiming, ReLU gain
-    weight.normal_(0.0, std, gen);
+    fill_normal(weight, 0.0, std, gen);
     if (auto* bias = n.layer->named_parameters(false).find("bias")) bias->zero_();
+  }
+}
+
+void fill_normal(const at::Tensor& t, double mean, double std, at::Generator& gen) {
+  at::NoGradGuard no_grad;
+  if (t.is_cpu()) {
+    at::Tensor(t).normal_(mean, std, gen);
+  } else {
+    t.copy_(at::empty(t.sizes(), t.options().device(at::kCPU)).normal_(mean, std, gen));
+  }
+}
+
+void fill_uniform(const at::Tensor& t, double from, double to, at::Generator& gen) {
+  at::NoGradGuard no_grad;
+  if (t.is_cpu()) {
+    at::Tensor(t).uniform_(from, to, gen);
+  } else {
+    t.copy_(at::empty(t.sizes(), t.options().device(at::kCPU)).uniform_(from, to, gen));
   }
 }
 

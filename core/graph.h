@@ -187,7 +187,8 @@ class Graph {
   std::vector<Shape> shapes(const Shape& input) const;
 
   // Kaiming-normal conv/linear weights, zero biases; frozen batch norm: weight 1, bias 0,
-  // running mean 0, var 1 (callers may overwrite). Deterministic for a seed.
+  // running mean 0, var 1 (callers may overwrite). Deterministic for a seed, and the same
+  // values on every device (drawn on the CPU).
   void init_parameters(uint64_t seed);
 
  private:
@@ -204,5 +205,10 @@ class Graph {
 std::string to_string(OpKind kind);
 // "conv3x3/s2/p1", "maxpool2x2/s2", "relu", ... for plans and errors.
 std::string describe(const Node& node);
+
+// Fill `t` in place from a CPU generator, whatever its device: a seed gives the same values on
+// the CPU and on a GPU, so a run or a check can be repeated on either.
+void fill_normal(const at::Tensor& t, double mean, double std, at::Generator& gen);
+void fill_uniform(const at::Tensor& t, double from, double to, at::Generator& gen);
 
 }  // namespace tessel::core

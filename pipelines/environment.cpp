@@ -2,10 +2,14 @@
 
 #include <spdlog/version.h>
 
+#include <cstdio>
+
 #include "core/device.h"
 #include "core/runtime.h"
 #include "core/version.h"
+#ifndef TESSEL_ENGINE_ONLY
 #include "io/versions.h"
+#endif
 
 namespace tessel::pipelines {
 
@@ -15,10 +19,28 @@ Environment probe_environment() {
     env.entries.emplace_back(std::move(name), std::move(value));
   };
   add("tessel", kVersion);
-  add("libtorch", core::torch_version());
+  const core::DeviceReport devices = core::device_report();
+  std::string torch_line = devices.torch_version;
+  if (devices.torch_cuda) {
+    torch_line += " (built with CUDA " + core::cuda_version_string(devices.cuda_built);
+    if (devices.cudnn_built > 0) {
+      torch_line += ", cuDNN " + core::cudnn_version_string(devices.cudnn_built);
+      if (devices.cudnn_loaded > 0 && devices.cudnn_loaded != devices.cudnn_built) {
+        torch_line += "; cuDNN " + core::cudnn_version_string(devices.cudnn_loaded) + " loaded";
+      }
+    }
+    torch_line += ")";
+  } else {
+    torch_line += " (CPU-only)";
+  }
+  add("libtorch", torch_line);
+#ifndef TESSEL_ENGINE_ONLY
   add("openslide", io::openslide_version());
   add("libvips", io::vips_version());
   add("hdf5", io::hdf5_version());
+#else
+  add("slides", "not built (the engine-only build: -DTESSEL_ENGINE_ONLY=ON)");
+#endif
 #ifdef TESSEL_QT_VERSION
   add("qt", TESSEL_QT_VERSION " (tessel-gui)");
 #else
@@ -28,12 +50,22 @@ Environment probe_environment() {
                     std::to_string(SPDLOG_VER_PATCH));
   add("threads", std::to_string(core::intra_op_threads()) + " intra-op (of " +
                      std::to_string(core::hardware_threads()) + " hardware threads)");
-  const core::CudaRuntimeInfo cuda = core::cuda_runtime_info();
-  std::string cuda_line = core::cuda_available() ? "available" : "not available";
-  if (cuda.compiled) {
-    cuda_line += "; CUDA runtime sees " + std::to_string(cuda.device_count) + " device(s)";
+  std::string cuda_line;
+  if (devices.driver_cuda > 0) {
+    cuda_line = "driver supports CUDA " + core::cuda_version_string(devices.driver_cuda) + "; ";
   }
-  if (!cuda.error.empty()) cuda_line += " (" + cuda.error + ")";
+  if (devices.problem.empty()) {
+    cuda_line += std::to_string(devices.gpus.size()) + " GPU(s)";
+    for (const core::GpuInfo& g : devices.gpus) {
+      char memory[32];
+      std::snprintf(memory, sizeof memory, "%.1f GiB", g.total_bytes / double(1 << 30));
+      cuda_line += "\n" + std::string(8, ' ') + "cuda:" + std::to_string(g.index) + "  " + g.name +
+                   " (compute " + std::to_string(g.compute_major) + "." +
+                   std::to_string(g.compute_minor) + ", " + memory + ")";
+    }
+  } else {
+    cuda_line += "no GPU: " + devices.problem;
+  }
   add("cuda", cuda_line);
   return env;
 }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/offload_prices.h"
 #include "core/planner.h"
@@ -93,9 +94,11 @@ PlanReport plan_model(const PlanRequest& r) {
 GradcheckReport gradcheck(const GradcheckRequest& r) {
   core::Graph graph =
       r.model == "random" ? models::random_network(r.seed, 16, 3) : models::build_model(r.model);
+  const c10::Device device = core::resolve_device(r.device);
+  core::use_exact_algorithms();
   const at::ScalarType dtype = r.float64 ? at::kDouble : at::kFloat;
-  graph.module().to(dtype);
-  core::randomise(graph, r.seed);
+  graph.module().to(device, dtype);
+  core::randomise(graph, r.seed);  // the same weights on every device
   core::PlanOptions o;
   o.strategy = r.strategy;
   o.element_bytes = r.float64 ? 8 : 4;
@@ -131,6 +134,7 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so);
   report.tolerance = r.float64 ? 1e-10 : 1e-4;
   report.plan_table = core::to_string(plan, graph);
+  report.device = device.str();
   return report;
 }
 

@@ -37,13 +37,15 @@ struct GradcheckRequest {
   // kHost or kDisk: every checkpoint candidate becomes a checkpoint and moves to that tier, in
   // small blocks behind a small window, so the tile store's whole path is exercised.
   core::PlanOptions::Offload offload = core::PlanOptions::Offload::kNever;
-  std::string scratch_dir;  // empty: the system's temporary directory
+  std::string scratch_dir;      // empty: the system's temporary directory
+  std::string device = "auto";  // core::resolve_device: cpu, cuda, cuda:N, auto
 };
 
 struct GradcheckReport {
   core::Comparison comparison;
   double tolerance = 0;
   std::string plan_table;
+  std::string device;  // where both steps ran: "cpu", "cuda:0"
   bool passed() const { return comparison.worst() <= tolerance; }
 };
 

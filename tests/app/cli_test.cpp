@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/version.h"
 
 namespace {
@@ -40,6 +41,43 @@ TEST(Cli, DoctorPrintsEveryLibraryAndExitsZero) {
         << run.output;
   }
   EXPECT_NE(run.output.find("2 intra-op"), std::string::npos) << run.output;
+}
+
+TEST(Cli, DoctorNamesTheLibTorchItsCudaAndTheGpusOrWhyThereAreNone) {
+  const tessel::core::DeviceReport r = tessel::core::device_report();
+  const CliRun run = run_cli("doctor");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find(r.torch_version + " ("), std::string::npos) << run.output;
+  if (r.torch_cuda) {
+    EXPECT_NE(run.output.find("built with CUDA " + tessel::core::cuda_version_string(r.cuda_built)),
+              std::string::npos)
+        << run.output;
+  }
+  if (r.gpus.empty()) {
+    EXPECT_NE(run.output.find("no GPU: " + r.problem), std::string::npos) << run.output;
+  } else {
+    EXPECT_NE(run.output.find("cuda:0  " + r.gpus[0].name), std::string::npos) << run.output;
+  }
+}
+
+TEST(Cli, GradcheckOnAGpuThatIsNotThereIsOneLineSayingWhatWasFound) {
+  const tessel::core::DeviceReport r = tessel::core::device_report();
+  const std::string beyond = "cuda:" + std::to_string(r.gpus.size());
+  for (const std::string& device : r.gpus.empty() ? std::vector<std::string>{"cuda", "cuda:1"}
+                                                  : std::vector<std::string>{beyond}) {
+    const CliRun run = run_cli("gradcheck --model tiny --size 20x20 --device " + device);
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+    EXPECT_NE(run.output.find(r.gpus.empty() ? r.problem : "there is no " + beyond),
+              std::string::npos)
+        << run.output;
+  }
+  const CliRun bad = run_cli("gradcheck --device gpu0");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("unknown device 'gpu0'"), std::string::npos) << bad.output;
+  const CliRun cpu = run_cli("gradcheck --model tiny --size 23x19 --device cpu");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_NE(cpu.output.find("(float64, cpu)"), std::string::npos) << cpu.output;
 }
 
 TEST(Cli, UnknownFlagIsAOneLineErrorWithExitCodeTwo) {

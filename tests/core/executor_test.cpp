@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/gradcheck.h"
 #include "core/memory.h"
@@ -19,7 +20,7 @@ constexpr double kTolerance = 1e-10;
 
 at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({1, channels, h, w}, gen, at::kDouble);
+  return at::randn({1, channels, h, w}, gen, at::kDouble).to(test_device());
 }
 
 PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
@@ -46,7 +47,7 @@ RandomCase random_case(uint64_t seed, std::mt19937_64& rng, int64_t max_ty, int6
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   RandomCase c{models::random_network(seed, 17, 2), {}, {}};
-  c.graph.module().to(at::kDouble);
+  c.graph.module().to(test_device(), at::kDouble);
   randomise(c.graph, seed);
   c.input = {2, pick(17, 45), pick(17, 45)};
   c.options =
@@ -126,7 +127,7 @@ TEST(TiledStep, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
 // One op between two 3×3 convs (so padding meets computed halos), on a prime-sized image cut
 // into uneven tiles.
 void expect_exact(Graph& g, const std::string& what, int64_t h = 23, int64_t w = 19) {
-  g.module().to(at::kDouble);
+  g.module().to(test_device(), at::kDouble);
   randomise(g, 11);
   for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {4, 1}, {2, 5}}) {
     const Plan plan = make_plan(g, {2, h, w}, 0, fixed_tiles(Strategy::kGrid, ty, tx));
@@ -267,7 +268,7 @@ TEST(TiledStep, StreamingGlobalPoolsMatchWithAndWithoutCheckpoints) {
     mo.classes = 3;
     mo.global_max_pool = max;
     Graph g = models::build_model("tiny", mo);
-    g.module().to(at::kDouble);
+    g.module().to(test_device(), at::kDouble);
     randomise(g, 3);
     for (bool streaming : {true, false}) {
       for (int64_t tiles : {1, 3, 4}) {
@@ -286,7 +287,7 @@ TEST(TiledStep, StreamingGlobalPoolsMatchWithAndWithoutCheckpoints) {
 
 TEST(TiledStep, ImagesSmallerThanOneTileMatch) {
   Graph g = models::random_network(42, 8, 2);
-  g.module().to(at::kDouble);
+  g.module().to(test_device(), at::kDouble);
   randomise(g, 42);
   PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
   o.tile_size = 64;
@@ -301,7 +302,7 @@ TEST(TiledStep, BudgetedPlansOfTheShippedModelsMatch) {
     models::ModelOptions mo;
     mo.in_channels = 3;
     Graph g = models::build_model(name, mo);
-    g.module().to(at::kDouble);
+    g.module().to(test_device(), at::kDouble);
     randomise(g, 8);
     for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
       PlanOptions o;
@@ -325,7 +326,7 @@ namespace {
 TEST(Infer, TiledForwardEqualsPlainForward) {
   for (uint64_t seed = 100; seed < 110; ++seed) {
     Graph g = models::random_network(seed, 17, 2);
-    g.module().to(at::kDouble);
+    g.module().to(test_device(), at::kDouble);
     randomise(g, seed);
     const at::Tensor image = random_image(2, 29, 34, seed);
     TensorTileSource source(image);
@@ -353,7 +354,7 @@ TEST(Events, EveryTileStartsAndFinishesInScheduleOrderInBothPasses) {
   models::ModelOptions mo;
   mo.in_channels = 2;
   Graph g = models::build_model("tiny", mo);
-  g.module().to(at::kDouble);
+  g.module().to(test_device(), at::kDouble);
   randomise(g, 1);
   PlanOptions o = fixed_tiles(Strategy::kGrid, 3, 2);
   // Checkpoints named: at a fixed tile count the search would rather run fewer segments.
@@ -443,7 +444,7 @@ namespace {
 TEST(TiledStep, OnePixelTilesThroughResnetDownsamplingMatch) {
   models::ModelOptions mo;
   Graph g = models::build_model("resnet18", mo);
-  g.module().to(at::kDouble);
+  g.module().to(test_device(), at::kDouble);
   randomise(g, 1);
   NodeId act7 = -1;
   for (NodeId v : checkpoint_candidates(g)) {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <random>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/gradcheck.h"
 #include "core/memory.h"
@@ -33,7 +34,7 @@ constexpr double kTolerance = 1e-10;
 
 at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({1, channels, h, w}, gen, at::kDouble);
+  return at::randn({1, channels, h, w}, gen, at::kDouble).to(test_device());
 }
 
 // A fresh scratch directory per test, removed after.
@@ -79,7 +80,7 @@ Graph float64_model(const std::string& name, uint64_t seed) {
   models::ModelOptions mo;
   mo.in_channels = 2;
   Graph g = models::build_model(name, mo);
-  g.module().to(at::kDouble);
+  g.module().to(test_device(), at::kDouble);
   randomise(g, seed);
   return g;
 }
@@ -269,7 +270,7 @@ TEST(Offload, RandomNetworksWithEveryCheckpointOnDiskMatchPlainAutograd) {
       return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
     };
     Graph g = models::random_network(seed, 17, 2);
-    g.module().to(at::kDouble);
+    g.module().to(test_device(), at::kDouble);
     randomise(g, seed);
     const Shape in{2, pick(17, 41), pick(17, 41)};
     const Strategy s = seed % 2 ? Strategy::kGrid : Strategy::kRows;
@@ -297,7 +298,7 @@ TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutogra
     models::ModelOptions mo;
     mo.in_channels = 3;
     Graph g = models::build_model(name, mo);
-    g.module().to(at::kDouble);
+    g.module().to(test_device(), at::kDouble);
     randomise(g, 8);
     for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
       for (auto tier : {PlanOptions::Offload::kNever, PlanOptions::Offload::kDisk,
@@ -397,7 +398,7 @@ TEST(Offload, PlansThatOffloadUnderATightBudgetMatchPlainAutograd) {
   // The shipped models' parameters dominate a budget this small in float64: tiny only.
   for (const std::string name : {"tiny"}) {
     Graph g = models::build_model(name, mo);
-    g.module().to(at::kDouble);
+    g.module().to(test_device(), at::kDouble);
     randomise(g, 6);
     const Shape in{2, 384, 352};
     for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
@@ -552,7 +553,7 @@ TEST(Offload, MemoryEventsCarryTheTiers) {
 }
 
 Plan small_offloaded_plan(Graph& g) {
-  g.module().to(at::kDouble);
+  g.module().to(test_device(), at::kDouble);
   randomise(g, 5);
   PlanOptions o = forced_disk(Strategy::kGrid, 3, 2);
   o.checkpoints = every_checkpoint(g, {2, 40, 36});

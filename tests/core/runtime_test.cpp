@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/memory.h"
 
 namespace tessel::core {
@@ -58,18 +59,50 @@ TEST(Memory, FreedBlocksAreReusedButNeverHeldBeyondTheMostEverLive) {
 }
 
 TEST(Runtime, ReportsTheLibTorchItWasBuiltWith) {
-  EXPECT_EQ(torch_version().rfind("1.", 0), 0u) << torch_version();
+  EXPECT_EQ(torch_version().rfind("2.", 0), 0u) << torch_version();
+  EXPECT_EQ(device_report().torch_version, torch_version());
 }
 
-TEST(Runtime, CudaReportIsConsistentWithTheBuild) {
-  const CudaRuntimeInfo info = cuda_runtime_info();
-#ifdef TESSEL_WITH_CUDA
-  EXPECT_TRUE(info.compiled);
-#else
-  EXPECT_FALSE(info.compiled);
-  EXPECT_EQ(info.device_count, 0);
-  EXPECT_FALSE(info.error.empty());
-#endif
+TEST(Devices, ReportIsConsistent) {
+  const DeviceReport r = device_report();
+  // Either GPUs LibTorch can use, or a reason in words why there are none.
+  EXPECT_NE(r.gpus.empty(), r.problem.empty()) << r.problem;
+  EXPECT_EQ(cuda_available(), !r.gpus.empty()) << r.problem;
+  if (r.torch_cuda) {
+    EXPECT_GE(r.cuda_built, 11000);
+  }
+  for (const GpuInfo& g : r.gpus) {
+    EXPECT_FALSE(g.name.empty());
+    EXPECT_GT(g.total_bytes, 0);
+  }
+}
+
+TEST(Devices, VersionsPrintAsTheirVendorsWriteThem) {
+  EXPECT_EQ(cuda_version_string(13000), "13.0");
+  EXPECT_EQ(cuda_version_string(12080), "12.8");
+  EXPECT_EQ(cudnn_version_string(91900), "9.19.0");
+  EXPECT_EQ(cudnn_version_string(8907), "8.9.7");
+}
+
+TEST(Devices, NamesResolveOrSayWhatIsWrong) {
+  EXPECT_EQ(resolve_device("cpu"), c10::Device(c10::kCPU));
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1234", "CPU"}) {
+    EXPECT_THROW(resolve_device(bad), Error) << bad;
+  }
+  const DeviceReport r = device_report();
+  if (r.gpus.empty()) {
+    EXPECT_EQ(resolve_device("auto"), c10::Device(c10::kCPU));
+    try {
+      resolve_device("cuda");
+      FAIL() << "cuda resolved on a machine without a usable GPU";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(r.problem), std::string::npos) << e.what();
+    }
+  } else {
+    EXPECT_EQ(resolve_device("auto"), c10::Device(c10::kCUDA, 0));
+    EXPECT_EQ(resolve_device("cuda"), c10::Device(c10::kCUDA, 0));
+    EXPECT_THROW(resolve_device("cuda:" + std::to_string(r.gpus.size())), Error);
+  }
 }
 
 }  // namespace
