@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-"""bench/run's plots (PNG), drawn with Debian's python3-matplotlib:
+#!/usr/bin/env python3
+"""bench/run's plots (PNG), drawn with matplotlib (the project's .venv):
 
   PREFIX-MODEL.png     step time and peak memory vs pixels, log scales, one line per method
                        (as Fig. 8 of the SFT paper; a missing point is out of memory)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One benchmark point in PyTorch from Python: what a researcher would write instead of Tessel.
 
 Builds the same network as models/zoo.cpp (same layers, Kaiming init, SGD with momentum 0.9,
@@ -10,7 +10,8 @@ one JSON line with the fields of `tessel bench step` that make sense here.
                                 --segments (default 2,4,8) each count runs in a fresh process
                                 and the line printed is the fastest (as SFT's Fig. 8 picks)
 
-Run it with Debian's /usr/bin/python3 (python3-torch 1.13); bench/run does.
+Run it with the project's .venv/bin/python (torch 2.11, the wheel Tessel's LibTorch comes from);
+bench/run does.
 """
 import argparse
 import json
@@ -187,7 +188,7 @@ def run_one(args, segments):
             t0 = time.perf_counter()
             optimizer.zero_grad(set_to_none=False)
             if segments:
-                logits = checkpoint_sequential(net, segments, image)
+                logits = checkpoint_sequential(net, segments, image, use_reentrant=False)
             else:
                 logits = net(image)
             loss = torch.nn.functional.cross_entropy(logits, target)

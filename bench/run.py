@@ -9,9 +9,12 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only dist  data-parallel training: 1 vs 2 local ranks, allreduce time per step
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
-user would pick instead, PyTorch from Python (bench/pytorch_step.py with Debian's /usr/bin/python3):
-plain autograd and checkpoint_sequential (the fastest of 2, 4, 8 segments). Plots (PNG, with
-python3-matplotlib): time and peak memory vs pixels per model, and one step's memory timeline.
+user would pick instead, PyTorch from Python (bench/pytorch_step.py with the project's .venv, the
+same torch 2 wheel Tessel's LibTorch comes from): plain autograd with glibc's allocator as it comes
+(`pytorch`), the same with the allocator tuned so freed pages are kept rather than faulted in again
+every step (`pytorch-tuned`, as a careful user runs it), and checkpoint_sequential (the fastest of
+2, 4, 8 segments). Plots (PNG, matplotlib from .venv): time and peak memory vs pixels per model,
+and one step's memory timeline.
 """
 import argparse
 import csv
@@ -37,13 +40,18 @@ FULL = [
 # The points past what plain training can hold, kept to one tiled strategy (and the baselines'
 # instant refusals) so that the full run stays under ~40 minutes: (model, size) -> methods.
 LONG_POINTS = {
-    ("vgg-mini", 16384): ["none", "grid", "pytorch"],
-    ("vgg16", 4096): ["none", "grid", "pytorch"],
+    ("vgg-mini", 16384): ["none", "grid", "pytorch", "pytorch-tuned"],
+    ("vgg16", 4096): ["none", "grid", "pytorch", "pytorch-tuned"],
 }
 QUICK = [("tiny", [128], "64MiB")]
-STRATEGIES = ["none", "grid", "rows", "auto", "pytorch", "pytorch-checkpoint"]
-# Debian's python3, with python3-torch and python3-matplotlib (TESSEL_BENCH_PYTHON: another).
-SYSTEM_PYTHON = os.environ.get("TESSEL_BENCH_PYTHON", "/usr/bin/python3")
+STRATEGIES = ["none", "grid", "rows", "auto", "pytorch", "pytorch-tuned", "pytorch-checkpoint"]
+# The project's Python environment (scripts/setup: torch, matplotlib); TESSEL_BENCH_PYTHON: another.
+SYSTEM_PYTHON = os.environ.get("TESSEL_BENCH_PYTHON", os.path.join(ROOT, ".venv", "bin", "python"))
+# `pytorch-tuned`: glibc's malloc keeps what it frees. Large tensors otherwise come from mmap and
+# go back to the kernel when freed, so every step faults in and zeroes its pages again (the
+# issue measured PyTorch's vgg-mini 2048² step at 4.30 s with the defaults, 2.33 s tuned).
+TUNED_ALLOCATOR = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 62),
+                   "MALLOC_TOP_PAD_": str(1 << 30)}
 # The timeline plot: one step of a tiled plan (model, size, strategy, budget).
 TIMELINE_FULL = ("vgg-mini", 2048, "grid", "1GiB")
 TIMELINE_QUICK = ("tiny", 128, "grid", "1MiB")
@@ -59,17 +67,21 @@ def run_point(tessel, model, size, strategy, budget, repeat, warmup, timeline=No
 
 
 def run_pytorch_point(model, size, method, threads, repeat, warmup, segments):
+    tuned = method == "pytorch-tuned"
     cmd = [SYSTEM_PYTHON, os.path.join(ROOT, "bench", "pytorch_step.py"), "--model", model,
-           "--size", f"{size}x{size}", "--method", method, "--threads", str(threads),
-           "--repeat", str(repeat), "--warmup", str(warmup), "--segments", segments,
-           "--memory-limit", "20GiB"]
-    return run_process(cmd, model, size, method)
+           "--size", f"{size}x{size}", "--method", "pytorch" if tuned else method,
+           "--threads", str(threads), "--repeat", str(repeat), "--warmup", str(warmup),
+           "--segments", segments, "--memory-limit", "20GiB"]
+    env = dict(os.environ, **TUNED_ALLOCATOR) if tuned else None
+    point = run_process(cmd, model, size, method, env)
+    point["strategy"] = method
+    return point
 
 
-def run_process(cmd, model, size, strategy):
+def run_process(cmd, model, size, strategy, env=None):
     """One point in a fresh process; a killed process (the OOM killer) is out of memory."""
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         status = "out_of_memory (killed)" if proc.returncode < 0 else "error"
         return {"model": model, "height": size, "width": size, "strategy": strategy,
@@ -132,7 +144,7 @@ def fmt_mib(b):
 
 
 def system_python_has(module):
-    """Whether Debian's python3 can import `module` (the python3 on PATH may be another one)."""
+    """Whether the bench's python (.venv's) can import `module`."""
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         return False
     return subprocess.run([SYSTEM_PYTHON, "-c", f"import {module}"],
@@ -155,7 +167,7 @@ def predicted_total(p):
 def tiles_cell(p):
     if p["strategy"] == "pytorch-checkpoint":
         return f"{p.get('segments', 0)} segments"
-    if p["strategy"] == "pytorch":
+    if p["strategy"] in ("pytorch", "pytorch-tuned"):
         return ""
     return f"{p['forward_tiles']}/{p['backward_tiles']}"
 
@@ -170,23 +182,25 @@ def tables(points):
                        and p.get("budget_bytes")), 0)
         out.append(f"\n### {model} (tiled budget {budget / GiB:g} GiB)\n")
         out.append("| size | strategy | step s (median) | fwd s | bwd s | × plain | × pytorch "
-                   "| measured peak MiB | predicted MiB | max RSS MiB | tiles fwd/bwd | status |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+                   "| × pytorch tuned | measured peak MiB | predicted MiB | max RSS MiB "
+                   "| tiles fwd/bwd | status |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         ok = [p for p in pts if p["status"] == "ok"]
         plain = {p["height"]: p for p in ok if p["strategy"] == "none"}
         pytorch = {p["height"]: p for p in ok if p["strategy"] == "pytorch"}
+        tuned = {p["height"]: p for p in ok if p["strategy"] == "pytorch-tuned"}
         for p in sorted(pts, key=lambda p: (p["height"], STRATEGIES.index(p["strategy"]))):
             size = f"{p['height']}²"
             if p["status"] != "ok":
                 msg = p.get("message", "").split(":")[0][:60]
-                out.append(f"| {size} | {p['strategy']} | – | – | – | – | – | – | – | – | – | "
+                out.append(f"| {size} | {p['strategy']} | – | – | – | – | – | – | – | – | – | – | "
                            f"{p['status']} {msg} |")
                 continue
             out.append(
                 f"| {size} | {p['strategy']} | {p['step_ms_median'] / 1000:.2f} | "
                 f"{p['forward_ms_median'] / 1000:.2f} | {p['backward_ms_median'] / 1000:.2f} | "
                 f"{ratio(p, plain.get(p['height']))} | {ratio(p, pytorch.get(p['height']))} | "
-                f"{fmt_mib(p['measured_peak_bytes'])} | {fmt_mib(predicted_total(p))} | "
+                f"{ratio(p, tuned.get(p['height']))} | {fmt_mib(p['measured_peak_bytes'])} | {fmt_mib(predicted_total(p))} | "
                 f"{fmt_mib(p['max_rss_bytes'])} | {tiles_cell(p)} | ok |")
     return "\n".join(out)
 
@@ -272,8 +286,8 @@ def record(points, f, p):
 def plots(tessel, out, quick):
     """The PNGs: time and peak memory vs pixels per model, and one step's memory timeline."""
     if not system_python_has("matplotlib"):
-        print(f"bench: skipping the plots: {SYSTEM_PYTHON} cannot import matplotlib (install "
-              "python3-matplotlib: scripts/setup)", flush=True)
+        print(f"bench: skipping the plots: {SYSTEM_PYTHON} cannot import matplotlib (run "
+              "scripts/setup)", flush=True)
         return []
     model, size, strategy, budget = TIMELINE_QUICK if quick else TIMELINE_FULL
     timeline = out.replace(".jsonl", "-timeline.jsonl")
@@ -506,7 +520,7 @@ def main():
     baselines = args.only != "read" and system_python_has("torch")
     if args.only != "read" and not baselines:
         print(f"bench: skipping the PyTorch baselines: {SYSTEM_PYTHON} cannot import torch "
-              "(install python3-torch: scripts/setup)", flush=True)
+              "(run scripts/setup)", flush=True)
     budgets = {model: budget for model, _, budget in FULL + QUICK}
     if args.redo:
         # Re-measures the named points (say, ones a noisy neighbour disturbed) and replaces them in
@@ -535,7 +549,8 @@ def main():
         for model, sizes, budget in scenarios if not args.redo else []:
             for size in sizes:
                 methods = LONG_POINTS.get((model, size), STRATEGIES)
-                for method in ("none", "grid", "rows", "pytorch", "pytorch-checkpoint"):
+                for method in ("none", "grid", "rows", "pytorch", "pytorch-tuned",
+                               "pytorch-checkpoint"):
                     if method not in methods:
                         continue
                     if method.startswith("pytorch") and not baselines:
