@@ -95,5 +95,16 @@ endforeach()
 # The torch wheel's libtorch.so exports a copy of std::filesystem (linked statically from its
 # build's older libstdc++). Where it wins the symbol lookup over the system's libstdc++, it
 # crashes (std::filesystem::remove_all jumped to address 0 in every test that removed a folder).
-# Every program lists the system's libstdc++ first among its libraries, so its copy wins.
+# Every program lists the system's libstdc++ first among its libraries, so its copy wins. That
+# needs a shared libstdc++: a compiler that links it statically (the GPU machines' /opt/gcc)
+# would bind those calls to libtorch's copy, silently.
+execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so
+                OUTPUT_VARIABLE _tessel_libstdcxx OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT IS_ABSOLUTE "${_tessel_libstdcxx}")
+  message(FATAL_ERROR
+    "${CMAKE_CXX_COMPILER} has no shared libstdc++ (libstdc++.so), and the torch wheel's "
+    "libtorch.so exports a broken copy of std::filesystem that programs linked with a static "
+    "libstdc++ call instead of their own. Use a compiler with a shared libstdc++, for example "
+    "CXX=/usr/bin/g++ (configure a fresh build folder).")
+endif()
 string(APPEND CMAKE_EXE_LINKER_FLAGS " -Wl,--push-state,--no-as-needed,-lstdc++,--pop-state")
