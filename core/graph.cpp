@@ -349,22 +349,25 @@ void Graph::init_parameters(uint64_t seed) {
   }
 }
 
-void fill_normal(const at::Tensor& t, double mean, double std, at::Generator& gen) {
+namespace {
+
+// `draw` fills a CPU tensor in place; a tensor elsewhere gets a CPU draw copied over.
+template <typename Draw>
+void fill_on_cpu(const at::Tensor& t, Draw draw) {
   at::NoGradGuard no_grad;
-  if (t.is_cpu()) {
-    at::Tensor(t).normal_(mean, std, gen);
-  } else {
-    t.copy_(at::empty(t.sizes(), t.options().device(at::kCPU)).normal_(mean, std, gen));
-  }
+  at::Tensor target = t.is_cpu() ? t : at::empty(t.sizes(), t.options().device(at::kCPU));
+  draw(target);
+  if (!t.is_cpu()) t.copy_(target);
+}
+
+}  // namespace
+
+void fill_normal(const at::Tensor& t, double mean, double std, at::Generator& gen) {
+  fill_on_cpu(t, [&](at::Tensor& x) { x.normal_(mean, std, gen); });
 }
 
 void fill_uniform(const at::Tensor& t, double from, double to, at::Generator& gen) {
-  at::NoGradGuard no_grad;
-  if (t.is_cpu()) {
-    at::Tensor(t).uniform_(from, to, gen);
-  } else {
-    t.copy_(at::empty(t.sizes(), t.options().device(at::kCPU)).uniform_(from, to, gen));
-  }
+  fill_on_cpu(t, [&](at::Tensor& x) { x.uniform_(from, to, gen); });
 }
 
 std::string to_string(OpKind kind) {
