@@ -64,7 +64,9 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)");
   cmd->add_option("--seed", args->seed, "Seed of weights, image and random network")
       ->capture_default_str();
-  cmd->add_flag("--float32", args->float32, "Compare in float32 (tolerance 1e-4, not 1e-10)");
+  cmd->add_flag(
+      "--float32", args->float32,
+      "Compare in float32 (tolerance max(1e-4, twice plain float32's own rounding), not 1e-10)");
   cmd->add_option("--offload", args->offload,
                   "Move every checkpoint to this tier (host or disk) and back: none, host, disk")
       ->check(CLI::IsMember({"none", "host", "disk"}))
@@ -97,6 +99,10 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       if (r.offload != core::PlanOptions::Offload::kNever) {
         std::cout << "offload (" << args->offload << "): " << core::format_bytes(c.offload_bytes)
                   << " moved\n";
+      }
+      if (report.rounding_floor >= 0) {
+        std::cout << "float32 rounding floor (plain float32 against plain float64): "
+                  << report.rounding_floor << "; bar max(1e-4, 2 × floor)\n";
       }
       std::cout << (report.passed() ? "PASS" : "FAIL") << ": worst " << c.worst()
                 << (report.passed() ? " <= " : " > ") << report.tolerance << "\n";

@@ -61,48 +61,85 @@ Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossF
   return o;
 }
 
+// The loss both steps of a check use: a fixed random projection of the output, drawn in float64
+// on the CPU, so a float32 and a float64 step see the same projection, rounded. Linear in the
+// output, so no gradient vanishes: cross-entropy saturated for resnet34's large random logits
+// (float32 loss exactly 0, gradients all rounding, 1.8e-4 apart on a GPU).
+struct CheckLoss {
+  at::Tensor projection;
+  CheckLoss(const Graph& graph, const Plan& plan, uint64_t seed, c10::Device device,
+            at::ScalarType dtype) {
+    const auto& out = plan.shapes.back();
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 7);
+    const bool spatial = graph.node(graph.output()).spatial();
+    projection = (spatial ? at::randn({1, out.channels, out.height, out.width}, gen, at::kDouble)
+                          : at::randn({1, out.channels}, gen, at::kDouble))
+                     .to(device, dtype);
+  }
+  LossFn fn() const {
+    return
+        [this](const at::Tensor& logits, const at::Tensor&) { return (logits * projection).sum(); };
+  }
+};
+
+// Where a graph's steps run: its parameters' device (the image's for a network without any).
+c10::Device device_of(Graph& graph, const at::Tensor& image) {
+  for (const auto& p : graph.module().parameters()) return p.device();
+  return image.device();
+}
+
+Plan plain_of(const Plan& plan) {
+  Plan plain = plan;
+  plain.strategy = Strategy::kNone;
+  plain.segments.clear();
+  return plain;
+}
+
+Comparison compare(const Outcome& a, const Outcome& b) {
+  Comparison c;
+  c.loss = relative_error(a.step.loss, b.step.loss.to(a.step.loss.scalar_type()));
+  c.logits = relative_error(a.step.logits, b.step.logits.to(a.step.logits.scalar_type()));
+  c.input_grad =
+      relative_error(a.step.input_grad, b.step.input_grad.to(a.step.input_grad.scalar_type()));
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    const at::Tensor& ga = a.grads[i].second;
+    const double e = relative_error(ga, b.grads[i].second.to(ga.scalar_type()));
+    if (e >= c.worst_param) {
+      c.worst_param = e;
+      c.worst_param_name = a.grads[i].first;
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
                               uint64_t seed, const StepOptions& options) {
-  // Both steps run where the parameters live (the image's device for a network without any).
-  c10::Device device = image_anywhere.device();
-  for (const auto& p : graph.module().parameters()) {
-    device = p.device();
-    break;
-  }
+  const c10::Device device = device_of(graph, image_anywhere);
   const at::Tensor image = image_anywhere.to(device);
-  const auto& out = plan.shapes.back();
-  const bool spatial = graph.node(graph.output()).spatial();
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 7);
-  const at::Tensor projection =
-      (spatial ? at::randn({1, out.channels, out.height, out.width}, gen, image.scalar_type())
-               : at::randn({1, out.channels}, gen, image.scalar_type()))
-          .to(device);
-  const int64_t target = static_cast<int64_t>(seed % static_cast<uint64_t>(out.channels));
-  const at::Tensor targets = at::full({1}, target, at::TensorOptions(at::kLong).device(device));
-  const LossFn loss = [&](const at::Tensor& logits, const at::Tensor&) {
-    if (spatial || out.channels == 1) return (logits * projection).sum();
-    return at::cross_entropy_loss(logits, targets);
-  };
-  Plan plain = plan;
-  plain.strategy = Strategy::kNone;
-  plain.segments.clear();
-  const Outcome tiled = run(graph, plan, image, loss, options);
-  const Outcome reference = run(graph, plain, image, loss, options);
-  Comparison c;
+  const CheckLoss loss(graph, plan, seed, device, image.scalar_type());
+  const Outcome tiled = run(graph, plan, image, loss.fn(), options);
+  const Outcome reference = run(graph, plain_of(plan), image, loss.fn(), options);
+  Comparison c = compare(tiled, reference);
   c.offload_bytes = tiled.step.offload_written_bytes + tiled.step.offload_read_bytes;
-  c.loss = relative_error(tiled.step.loss, reference.step.loss);
-  c.logits = relative_error(tiled.step.logits, reference.step.logits);
-  c.input_grad = relative_error(tiled.step.input_grad, reference.step.input_grad);
-  for (size_t i = 0; i < tiled.grads.size(); ++i) {
-    const double e = relative_error(tiled.grads[i].second, reference.grads[i].second);
-    if (e >= c.worst_param) {
-      c.worst_param = e;
-      c.worst_param_name = tiled.grads[i].first;
-    }
-  }
   return c;
+}
+
+Comparison rounding_of_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
+                             uint64_t seed) {
+  const c10::Device device = device_of(graph, image_anywhere);
+  const at::Tensor image = image_anywhere.to(device);
+  const at::ScalarType dtype = image.scalar_type();
+  const Plan plain = plain_of(plan);
+  const Outcome low =
+      run(graph, plain, image, CheckLoss(graph, plan, seed, device, dtype).fn(), {});
+  // The same weights in float64 (each float32 value is exact in float64), then back.
+  graph.module().to(at::kDouble);
+  const Outcome exact = run(graph, plain, image.to(at::kDouble),
+                            CheckLoss(graph, plan, seed, device, at::kDouble).fn(), {});
+  graph.module().to(dtype);
+  return compare(low, exact);
 }
 
 }  // namespace tessel::core

@@ -27,9 +27,15 @@ double relative_error(const at::Tensor& a, const at::Tensor& b);
 // Random weights of the parameters' dtype (frozen batch norm statistics too) from `seed`.
 void randomise(Graph& graph, uint64_t seed);
 
-// One step of `plan` and one plain step on `image` (1×C×H×W), same weights; loss is
-// cross-entropy against a fixed target for a classifier head, else a fixed random projection.
+// One step of `plan` and one plain step on `image` (1×C×H×W), same weights; the loss is a fixed
+// random projection of the output (linear, so no gradient vanishes or saturates).
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
                               uint64_t seed, const StepOptions& options = {});
+
+// The plain step's own rounding in the graph's dtype: plain in that dtype against plain in
+// float64 on the same weights, image and loss. A float32 check's floor: a tiled step that rounds
+// no worse than the plain one lies within twice this of it (the triangle inequality).
+Comparison rounding_of_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
+                             uint64_t seed);
 
 }  // namespace tessel::core

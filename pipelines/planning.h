@@ -43,7 +43,10 @@ struct GradcheckRequest {
 
 struct GradcheckReport {
   core::Comparison comparison;
+  // 1e-10 in float64; in float32 max(1e-4, 2 × rounding_floor), the plain float32 step's own
+  // worst relative error against plain float64 (core::rounding_of_plain).
   double tolerance = 0;
+  double rounding_floor = -1;  // float32 only
   std::string plan_table;
   std::string device;  // where both steps ran: "cpu", "cuda:0"
   bool passed() const { return comparison.worst() <= tolerance; }

@@ -78,6 +78,11 @@ TEST(Cli, GradcheckOnAGpuThatIsNotThereIsOneLineSayingWhatWasFound) {
   const CliRun cpu = run_cli("gradcheck --model tiny --size 23x19 --device cpu");
   EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
   EXPECT_NE(cpu.output.find("(float64, cpu)"), std::string::npos) << cpu.output;
+  const CliRun f32 = run_cli("gradcheck --model tiny --size 23x19 --device cpu --float32");
+  EXPECT_EQ(f32.exit_code, 0) << f32.output;
+  EXPECT_NE(f32.output.find("float32 rounding floor (plain float32 against plain float64): "),
+            std::string::npos)
+      << f32.output;
 }
 
 TEST(Cli, UnknownFlagIsAOneLineErrorWithExitCodeTwo) {

@@ -438,6 +438,25 @@ TEST(TiledStep, NetworksWithoutParametersComputeInTheImagesDtype) {
 namespace tessel::core {
 namespace {
 
+// The float32 bar's floor: plain float32 against plain float64 on the same weights is a small,
+// nonzero rounding error, and the graph comes back in float32 with the same weights.
+TEST(Gradcheck, Float32RoundingFloorIsPlainFloat32AgainstFloat64) {
+  Graph g = models::build_model("tiny");
+  g.module().to(test_device(), at::kFloat);
+  randomise(g, 4);
+  const at::Tensor before = g.module().parameters()[0].clone();
+  const Plan plan = make_plan(g, {3, 29, 23}, 0, fixed_tiles(Strategy::kGrid, 2, 2));
+  const at::Tensor image = random_image(3, 29, 23, 4).to(at::kFloat);
+  const Comparison floor = rounding_of_plain(g, plan, image, 4);
+  EXPECT_GT(floor.worst(), 1e-9) << floor.to_string();
+  EXPECT_LT(floor.worst(), 1e-4) << floor.to_string();
+  EXPECT_EQ(g.module().parameters()[0].scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(g.module().parameters()[0], before));
+  // A float64 graph has no rounding to speak of against itself.
+  g.module().to(at::kDouble);
+  EXPECT_EQ(rounding_of_plain(g, plan, image.to(at::kDouble), 4).worst(), 0);
+}
+
 // One-pixel tiles through ResNet's downsampling block with a checkpoint after it (found by
 // `tessel gradcheck --model resnet18 --tile 1`: the downsample batch norm's bias gradient was
 // off by up to 100%, as AccumulateGrad adopted an aliased gradient).
