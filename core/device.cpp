@@ -191,8 +191,11 @@ void use_exact_algorithms() {
 }
 
 c10::Device test_device() {
-  const char* name = std::getenv("TESSEL_TEST_DEVICE");
-  return resolve_device(name && *name ? name : "cpu");
+  static const c10::Device device = [] {  // asked for by every test case: resolve once
+    const char* name = std::getenv("TESSEL_TEST_DEVICE");
+    return resolve_device(name && *name ? name : "cpu");
+  }();
+  return device;
 }
 
 }  // namespace tessel::core

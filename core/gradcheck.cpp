@@ -95,15 +95,18 @@ Plan plain_of(const Plan& plan) {
   return plain;
 }
 
+// relative_error of `a` against `b` in a's dtype (b may be the float64 reference).
+double error_in_dtype_of(const at::Tensor& a, const at::Tensor& b) {
+  return relative_error(a, a.defined() && b.defined() ? b.to(a.scalar_type()) : b);
+}
+
 Comparison compare(const Outcome& a, const Outcome& b) {
   Comparison c;
-  c.loss = relative_error(a.step.loss, b.step.loss.to(a.step.loss.scalar_type()));
-  c.logits = relative_error(a.step.logits, b.step.logits.to(a.step.logits.scalar_type()));
-  c.input_grad =
-      relative_error(a.step.input_grad, b.step.input_grad.to(a.step.input_grad.scalar_type()));
+  c.loss = error_in_dtype_of(a.step.loss, b.step.loss);
+  c.logits = error_in_dtype_of(a.step.logits, b.step.logits);
+  c.input_grad = error_in_dtype_of(a.step.input_grad, b.step.input_grad);
   for (size_t i = 0; i < a.grads.size(); ++i) {
-    const at::Tensor& ga = a.grads[i].second;
-    const double e = relative_error(ga, b.grads[i].second.to(ga.scalar_type()));
+    const double e = error_in_dtype_of(a.grads[i].second, b.grads[i].second);
     if (e >= c.worst_param) {
       c.worst_param = e;
       c.worst_param_name = a.grads[i].first;
@@ -139,6 +142,7 @@ Comparison rounding_of_plain(Graph& graph, const Plan& plan, const at::Tensor& i
   const Outcome exact = run(graph, plain, image.to(at::kDouble),
                             CheckLoss(graph, plan, seed, device, at::kDouble).fn(), {});
   graph.module().to(dtype);
+  for (auto& p : graph.module().parameters()) p.mutable_grad() = at::Tensor();  // float64 grads
   return compare(low, exact);
 }
 

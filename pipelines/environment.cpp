@@ -2,9 +2,8 @@
 
 #include <spdlog/version.h>
 
-#include <cstdio>
-
 #include "core/device.h"
+#include "core/plan.h"
 #include "core/runtime.h"
 #include "core/version.h"
 #ifndef TESSEL_ENGINE_ONLY
@@ -57,11 +56,9 @@ Environment probe_environment() {
   if (devices.problem.empty()) {
     cuda_line += std::to_string(devices.gpus.size()) + " GPU(s)";
     for (const core::GpuInfo& g : devices.gpus) {
-      char memory[32];
-      std::snprintf(memory, sizeof memory, "%.1f GiB", g.total_bytes / double(1 << 30));
       cuda_line += "\n" + std::string(8, ' ') + "cuda:" + std::to_string(g.index) + "  " + g.name +
                    " (compute " + std::to_string(g.compute_major) + "." +
-                   std::to_string(g.compute_minor) + ", " + memory + ")";
+                   std::to_string(g.compute_minor) + ", " + core::format_bytes(g.total_bytes) + ")";
     }
   } else {
     cuda_line += "no GPU: " + devices.problem;
