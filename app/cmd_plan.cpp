@@ -50,6 +50,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     int64_t tile = 0;
     uint64_t seed = 1;
     bool float32 = false;
+    std::string precision = "float64";
     std::string offload = "none", scratch, device = "auto";
   };
   auto args = std::make_shared<Args>();
@@ -64,9 +65,13 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)");
   cmd->add_option("--seed", args->seed, "Seed of weights, image and random network")
       ->capture_default_str();
-  cmd->add_flag(
-      "--float32", args->float32,
-      "Compare in float32 (tolerance max(1e-4, twice plain float32's own rounding), not 1e-10)");
+  cmd->add_option("--precision", args->precision,
+                  "float64 (tolerance 1e-10), or float32, tf32 or bf16 (float32 weights; each "
+                  "quantity within twice the plain step's own error against float64, and "
+                  "at least 1e-4 in float32, 4 unit roundoffs in tf32 and bf16)")
+      ->check(CLI::IsMember({"float64", "float32", "tf32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_flag("--float32", args->float32, "The same as --precision float32");
   cmd->add_option("--offload", args->offload,
                   "Move every checkpoint to this tier (host or disk) and back: none, host, disk")
       ->check(CLI::IsMember({"none", "host", "disk"}))
@@ -85,27 +90,51 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       r.strategy = core::parse_strategy(args->strategy);
       r.tile = args->tile;
       r.seed = args->seed;
-      r.float64 = !args->float32;
+      const std::string precision = args->float32 ? "float32" : args->precision;
+      r.float64 = precision == "float64";
+      if (!r.float64) r.precision = core::parse_precision(precision);
       r.offload = args->offload == "disk"   ? core::PlanOptions::Offload::kDisk
                   : args->offload == "host" ? core::PlanOptions::Offload::kHost
                                             : core::PlanOptions::Offload::kNever;
       r.scratch_dir = args->scratch;
       const auto report = pipelines::gradcheck(r);
       const auto& c = report.comparison;
-      std::cout << report.plan_table << "max relative error ("
-                << (r.float64 ? "float64" : "float32") << ", " << report.device << "): output "
-                << c.logits << ", loss " << c.loss << ", input gradient " << c.input_grad
-                << ", parameter gradients " << c.worst_param << " (" << c.worst_param_name << ")\n";
+      std::cout << report.plan_table << "max relative error (" << precision << ", " << report.device
+                << "): output " << c.logits << ", loss " << c.loss << ", input gradient "
+                << c.input_grad << ", parameter gradients " << c.worst_param << " ("
+                << c.worst_param_name << ")\n";
       if (r.offload != core::PlanOptions::Offload::kNever) {
         std::cout << "offload (" << args->offload << "): " << core::format_bytes(c.offload_bytes)
                   << " moved\n";
       }
-      if (report.rounding_floor >= 0) {
-        std::cout << "float32 rounding floor (plain float32 against plain float64): "
-                  << report.rounding_floor << "; bar max(1e-4, 2 × floor)\n";
+      const double least = core::least_tolerance(r.precision);
+      const auto& f = report.floor;
+      double worst = c.worst(), bar = 1e-10;
+      if (report.float64) {
+        // worst and bar as above
+      } else if (r.precision == core::Precision::kFloat32) {
+        std::cout << "plain float32 against plain float64 (the floor): output " << f.logits
+                  << ", loss " << f.loss << ", input gradient " << f.input_grad
+                  << ", parameter gradients " << f.worst_param << " (" << f.worst_param_name
+                  << ")\n";
+        bar = std::max(least, 2 * f.worst());
+        std::cout << "bar: max(" << least << ", 2 × the floor's worst)\n";
+      } else {
+        std::cout << "norm-wise relative error (" << precision << "): output " << c.output_norm
+                  << ", input gradient " << c.input_grad_norm << ", parameter gradients "
+                  << c.params_norm << "\nplain " << precision
+                  << " against plain float64 (the floor), norm-wise: output " << f.output_norm
+                  << ", input gradient " << f.input_grad_norm << ", parameter gradients "
+                  << f.params_norm << "\nbar: each norm-wise error within max(" << least
+                  << ", 2 × its floor)\n";
+        worst = std::max({c.output_norm, c.input_grad_norm, c.params_norm});
+        bar = std::max(least, 2 * std::min({f.output_norm, f.input_grad_norm, f.params_norm}));
       }
-      std::cout << (report.passed() ? "PASS" : "FAIL") << ": worst " << c.worst()
-                << (report.passed() ? " <= " : " > ") << report.tolerance << "\n";
+      std::cout << (report.passed() ? "PASS" : "FAIL") << ": worst " << worst;
+      if (report.float64 || r.precision == core::Precision::kFloat32) {
+        std::cout << (report.passed() ? " <= " : " > ") << bar;
+      }
+      std::cout << "\n";
       return report.passed() ? 0 : 1;
     };
   });

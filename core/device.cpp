@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <dlfcn.h>
 #include <torch/version.h>
 
@@ -9,6 +10,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace tessel::core {
 namespace {
@@ -188,6 +190,53 @@ void use_exact_algorithms() {
   context.setBenchmarkCuDNN(false);
   context.setAllowTF32CuDNN(false);
   context.setAllowTF32CuBLAS(false);
+}
+
+namespace {
+
+// The caching allocator of a GPU; the device-generic interface needs no CUDA headers.
+c10::DeviceAllocator& gpu_allocator(c10::Device device) {
+  return *c10::getDeviceAllocator(device.type());
+}
+
+constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+
+}  // namespace
+
+MemoryReading memory_reading(c10::Device device) {
+  MemoryReading r;
+  if (device.is_cpu()) {
+    if (!MemoryTracker::installed()) return r;
+    r.live = MemoryTracker::live_bytes();
+    r.peak = MemoryTracker::peak_bytes();
+    r.reserved = r.live + MemoryTracker::cached_bytes();
+    return r;
+  }
+  const c10::CachingDeviceAllocator::DeviceStats stats =
+      gpu_allocator(device).getDeviceStats(device.index());
+  r.live = stats.allocated_bytes[kAggregate].current;
+  r.peak = stats.allocated_bytes[kAggregate].peak;
+  r.reserved = stats.reserved_bytes[kAggregate].current;
+  r.peak_reserved = stats.reserved_bytes[kAggregate].peak;
+  return r;
+}
+
+void reset_memory_peak(c10::Device device) {
+  if (device.is_cpu()) {
+    MemoryTracker::reset_peak();
+  } else {
+    gpu_allocator(device).resetPeakStats(device.index());
+  }
+}
+
+DeviceMemory device_memory(c10::Device device) {
+  if (device.is_cpu()) return {};
+  try {
+    const auto [free, total] = gpu_allocator(device).getMemoryInfo(device.index());
+    return {static_cast<int64_t>(free), static_cast<int64_t>(total)};
+  } catch (const c10::Error&) {
+    return {};  // an allocator without the query: the caller cannot check, and says so
+  }
 }
 
 c10::Device test_device() {

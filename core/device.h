@@ -47,6 +47,27 @@ c10::Device resolve_device(const std::string& name);
 // comparison measures the tiling, not the matrix units' rounding. Process-wide; a no-op on CPU.
 void use_exact_algorithms();
 
+// What a device's memory meter reads. On the CPU: the tracking allocator (core/memory.h), every
+// tensor LibTorch allocates on the CPU; -1 when it is not installed. On a GPU: LibTorch's caching
+// allocator (allocated bytes as live, what it holds from the driver as reserved: allocated plus
+// its cache and the rounding of its blocks); the CUDA context and cuDNN's handles are not counted.
+struct MemoryReading {
+  int64_t live = -1;
+  int64_t peak = -1;           // the most live since the last reset_memory_peak
+  int64_t reserved = -1;       // GPU: reserved now; CPU: live plus the tracker's cache
+  int64_t peak_reserved = -1;  // GPU: the most reserved since the last reset; CPU: -1
+};
+MemoryReading memory_reading(c10::Device device);
+// Starts a new peak measurement on the device (from what is live now).
+void reset_memory_peak(c10::Device device);
+
+// A GPU's free and total memory as the driver reports them now (other processes' use shows as
+// less free); -1 for the CPU.
+struct DeviceMemory {
+  int64_t free_bytes = -1, total_bytes = -1;
+};
+DeviceMemory device_memory(c10::Device device);
+
 // The device the tests run on: TESSEL_TEST_DEVICE from the environment (scripts/gpu-check sets
 // it to cuda), else the CPU.
 c10::Device test_device();

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <limits>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/stored_activation.h"
@@ -195,10 +196,11 @@ class TiledStep {
     e.pass = pass;
     e.done = done;
     options_.observer->on_tile(e);
-    if (done && MemoryTracker::installed()) {
+    const MemoryReading reading = done ? memory_reading(tensor_options_.device()) : MemoryReading{};
+    if (reading.live >= 0) {
       MemorySample m;
-      m.live = MemoryTracker::live_bytes();
-      m.peak = MemoryTracker::peak_bytes();
+      m.live = reading.live;
+      m.peak = reading.peak;
       m.budget = plan_.budget_bytes;
       if (store_) {
         const TileStoreStats st = store_->stats();
@@ -235,6 +237,8 @@ class TiledStep {
     } else {
       out = at::zeros({1, out_shape.channels}, options);
     }
+    // The tiles' dtype: the step's, or under bf16 autocast that of the segment's last op.
+    at::ScalarType tile_dtype = options.dtype().toScalarType();
     std::vector<Region> schedule;
     if (s.input == 0) {
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
@@ -278,6 +282,7 @@ class TiledStep {
       } else {
         y = run_tile(s, need, read_input(s, in_region));
       }
+      tile_dtype = y.scalar_type();
       if (stored_out != nullptr) {
         stored_out->write(tile, y);
       } else if (s.reduction < 0 && output_is_tile) {
@@ -306,10 +311,11 @@ class TiledStep {
     } else if (s.reduction < 0) {
       checkpoints_[static_cast<size_t>(s.output)] = out;
     } else if (is_max) {
-      reduced_ = best_value;
+      reduced_ = best_value.to(tile_dtype);  // exact: the maxima are tile values
       reduced_index_ = best_index;
     } else {
-      reduced_ = out / static_cast<double>(out_shape.height * out_shape.width);
+      // Summed in the step's dtype; rounded to the tiles' as plain's mean of them is (bf16).
+      reduced_ = (out / static_cast<double>(out_shape.height * out_shape.width)).to(tile_dtype);
     }
   }
 
@@ -511,12 +517,15 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   check_plan(graph, plan, source);
   StepResult result;
   result.predicted = plan.predicted;
-  const int64_t live_at_start = MemoryTracker::live_bytes();
-  MemoryTracker::reset_peak();
+  const at::TensorOptions compute = compute_options(graph, source);
+  const c10::Device device = compute.device();
+  const MemoryReading at_start = memory_reading(device);
+  reset_memory_peak(device);
+  const PrecisionScope precision(device, options.precision);
   const auto t0 = Clock::now();
 
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    at::Tensor image = read_whole(source, compute_options(graph, source));
+    at::Tensor image = read_whole(source, compute);
     if (options.input_gradient) image = image.detach().requires_grad_(true);
     const at::Tensor logits = run_from(graph, 0, image);
     const at::Tensor loss = loss_fn(logits, target);
@@ -559,8 +568,10 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.offload_write_ms = st.write_ms;
     result.offload_read_ms = st.read_ms;
   }
-  if (MemoryTracker::installed()) {
-    result.measured_peak_bytes = MemoryTracker::peak_bytes() - live_at_start;
+  const MemoryReading at_end = memory_reading(device);
+  if (at_end.peak >= 0) result.measured_peak_bytes = at_end.peak - at_start.live;
+  if (at_end.peak_reserved >= 0) {
+    result.measured_peak_reserved_bytes = at_end.peak_reserved - at_start.reserved;
   }
   const MemoryBreakdown& p = plan.predicted;
   spdlog::debug(
@@ -577,8 +588,10 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
 at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, const StepOptions& options) {
   check_plan(graph, plan, source);
   at::NoGradGuard no_grad;
+  const at::TensorOptions compute = compute_options(graph, source);
+  const PrecisionScope precision(compute.device(), options.precision);
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    return run_from(graph, 0, read_whole(source, compute_options(graph, source)));
+    return run_from(graph, 0, read_whole(source, compute));
   }
   TiledStep step(graph, plan, source, options, /*training=*/false);
   return run_from(graph, plan.tail_input, step.forward());

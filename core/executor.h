@@ -11,6 +11,7 @@
 #include "core/graph.h"
 #include "core/observer.h"
 #include "core/plan.h"
+#include "core/precision.h"
 #include "core/tile_source.h"
 
 namespace tessel::core {
@@ -26,6 +27,9 @@ struct StepOptions {
   std::filesystem::path scratch_dir;
   // The disk tier bypasses the page cache (TileStoreOptions::bypass_page_cache; benchmarks).
   bool bypass_page_cache = false;
+  // float32 (exact: the parameters' dtype), tf32 or bf16 (core/precision.h). The forward,
+  // the recompute and the loss run under it; the gradients land in the parameters' dtype.
+  Precision precision = Precision::kFloat32;
 };
 
 struct StepResult {
@@ -33,7 +37,11 @@ struct StepResult {
   at::Tensor logits;      // detached
   at::Tensor input_grad;  // 1×C×H×W, when asked for
   MemoryBreakdown predicted;
-  int64_t measured_peak_bytes = -1;  // above the live bytes at the start; -1 without tracker
+  // From the step's device's memory meter (core/device.h): the most bytes live above what was
+  // live at the start (-1 on the CPU without the tracking allocator), and on a GPU the most the
+  // caching allocator reserved above its reserve at the start (-1 on the CPU).
+  int64_t measured_peak_bytes = -1;
+  int64_t measured_peak_reserved_bytes = -1;
   double forward_ms = 0, backward_ms = 0;
   int64_t forward_tiles = 0, backward_tiles = 0;
   // Offload: bytes written to and read from the host or disk tier, the time the store's I/O

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "core/tile_source.h"
@@ -11,8 +12,42 @@ namespace tessel::core {
 std::string Comparison::to_string() const {
   std::ostringstream os;
   os << "loss " << loss << ", logits " << logits << ", input grad " << input_grad
-     << ", worst parameter grad " << worst_param << " (" << worst_param_name << ")";
+     << ", worst parameter grad " << worst_param << " (" << worst_param_name
+     << "); norm-wise: output " << output_norm << ", input grad " << input_grad_norm
+     << ", parameter grads " << params_norm;
   return os.str();
+}
+
+double least_tolerance(Precision precision) {
+  switch (precision) {
+    case Precision::kTf32:
+      return 4 * std::ldexp(1.0, -11);
+    case Precision::kBf16:
+      return 4 * std::ldexp(1.0, -8);
+    case Precision::kFloat32:
+      break;
+  }
+  return 1e-4;
+}
+
+bool within_rounding(const Comparison& c, const Comparison& floor, Precision precision) {
+  const double least = least_tolerance(precision);
+  if (precision == Precision::kFloat32) return c.worst() <= std::max(least, 2 * floor.worst());
+  const auto ok = [least](double error, double own) { return error <= std::max(least, 2 * own); };
+  return ok(c.output_norm, floor.output_norm) && ok(c.input_grad_norm, floor.input_grad_norm) &&
+         ok(c.params_norm, floor.params_norm);
+}
+
+double norm_relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double difference = 0, reference = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].defined() && !b[i].defined()) continue;
+    if (!a[i].defined() || !b[i].defined() || a[i].sizes() != b[i].sizes()) return 1e300;
+    const at::Tensor bd = b[i].to(at::kDouble);
+    difference += (a[i].to(at::kDouble) - bd).square().sum().item<double>();
+    reference += bd.square().sum().item<double>();
+  }
+  return std::sqrt(difference) / std::max(std::sqrt(reference), 1e-30);
 }
 
 double relative_error(const at::Tensor& a, const at::Tensor& b) {
@@ -105,13 +140,19 @@ Comparison compare(const Outcome& a, const Outcome& b) {
   c.loss = error_in_dtype_of(a.step.loss, b.step.loss);
   c.logits = error_in_dtype_of(a.step.logits, b.step.logits);
   c.input_grad = error_in_dtype_of(a.step.input_grad, b.step.input_grad);
+  std::vector<at::Tensor> grads_a, grads_b;
   for (size_t i = 0; i < a.grads.size(); ++i) {
     const double e = error_in_dtype_of(a.grads[i].second, b.grads[i].second);
     if (e >= c.worst_param) {
       c.worst_param = e;
       c.worst_param_name = a.grads[i].first;
     }
+    grads_a.push_back(a.grads[i].second);
+    grads_b.push_back(b.grads[i].second);
   }
+  c.output_norm = norm_relative_error({a.step.logits}, {b.step.logits});
+  c.input_grad_norm = norm_relative_error({a.step.input_grad}, {b.step.input_grad});
+  c.params_norm = norm_relative_error(grads_a, grads_b);
   return c;
 }
 
@@ -130,17 +171,19 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
 }
 
 Comparison rounding_of_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
-                             uint64_t seed) {
+                             uint64_t seed, const StepOptions& options) {
   const c10::Device device = device_of(graph, image_anywhere);
   const at::Tensor image = image_anywhere.to(device);
   const at::ScalarType dtype = image.scalar_type();
   const Plan plain = plain_of(plan);
   const Outcome low =
-      run(graph, plain, image, CheckLoss(graph, plan, seed, device, dtype).fn(), {});
+      run(graph, plain, image, CheckLoss(graph, plan, seed, device, dtype).fn(), options);
   // The same weights in float64 (each float32 value is exact in float64), then back.
   graph.module().to(at::kDouble);
+  StepOptions exact_options = options;
+  exact_options.precision = Precision::kFloat32;
   const Outcome exact = run(graph, plain, image.to(at::kDouble),
-                            CheckLoss(graph, plan, seed, device, at::kDouble).fn(), {});
+                            CheckLoss(graph, plan, seed, device, at::kDouble).fn(), exact_options);
   graph.module().to(dtype);
   for (auto& p : graph.module().parameters()) p.mutable_grad() = at::Tensor();  // float64 grads
   return compare(low, exact);

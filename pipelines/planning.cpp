@@ -132,13 +132,15 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   GradcheckReport report;
   core::StepOptions so;
   so.scratch_dir = r.scratch_dir;
+  if (!r.float64) so.precision = r.precision;
   report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so);
-  report.tolerance = r.float64 ? 1e-10 : 1e-4;
+  report.float64 = r.float64;
+  report.precision = r.precision;
   if (!r.float64) {
-    // Float32 rounds, by how much depends on the network and the loss. A tiled step that rounds
-    // no worse than the plain one is within twice plain's own error against float64.
-    report.rounding_floor = core::rounding_of_plain(graph, plan, image, r.seed).worst();
-    report.tolerance = std::max(report.tolerance, 2 * report.rounding_floor);
+    // Float32 rounds, and bf16 far more; by how much depends on the network, the loss and the
+    // quantity. A tiled step that rounds no worse than the plain one is within twice plain's own
+    // error against float64.
+    report.floor = core::rounding_of_plain(graph, plan, image, r.seed, so);
   }
   report.plan_table = core::to_string(plan, graph);
   report.device = device.str();

@@ -34,6 +34,8 @@ struct GradcheckRequest {
   int64_t tile = 0;  // output pixels per tile of each segment; 0: 3 tiles per axis
   uint64_t seed = 1;
   bool float64 = true;
+  // With float64 false: float32 (exact), tf32 or bf16 (core/precision.h), both steps alike.
+  core::Precision precision = core::Precision::kFloat32;
   // kHost or kDisk: every checkpoint candidate becomes a checkpoint and moves to that tier, in
   // small blocks behind a small window, so the tile store's whole path is exercised.
   core::PlanOptions::Offload offload = core::PlanOptions::Offload::kNever;
@@ -43,13 +45,17 @@ struct GradcheckRequest {
 
 struct GradcheckReport {
   core::Comparison comparison;
-  // 1e-10 in float64; in float32 max(1e-4, 2 × rounding_floor), the plain float32 step's own
-  // worst relative error against plain float64 (core::rounding_of_plain).
-  double tolerance = 0;
-  double rounding_floor = -1;  // float32 only
+  // Float64: every quantity within 1e-10. Otherwise within twice the plain step's own error
+  // against plain float64 (`floor`, core::rounding_of_plain), as core::within_rounding says.
+  bool float64 = true;
+  core::Precision precision = core::Precision::kFloat32;
+  core::Comparison floor;  // not in float64
   std::string plan_table;
   std::string device;  // where both steps ran: "cpu", "cuda:0"
-  bool passed() const { return comparison.worst() <= tolerance; }
+  bool passed() const {
+    return float64 ? comparison.worst() <= 1e-10
+                   : core::within_rounding(comparison, floor, precision);
+  }
 };
 
 GradcheckReport gradcheck(const GradcheckRequest& request);

@@ -80,9 +80,11 @@ TEST(Cli, GradcheckOnAGpuThatIsNotThereIsOneLineSayingWhatWasFound) {
   EXPECT_NE(cpu.output.find("(float64, cpu)"), std::string::npos) << cpu.output;
   const CliRun f32 = run_cli("gradcheck --model tiny --size 23x19 --device cpu --float32");
   EXPECT_EQ(f32.exit_code, 0) << f32.output;
-  EXPECT_NE(f32.output.find("float32 rounding floor (plain float32 against plain float64): "),
-            std::string::npos)
+  EXPECT_NE(f32.output.find("plain float32 against plain float64 (the floor): "), std::string::npos)
       << f32.output;
+  const CliRun bf16 = run_cli("gradcheck --model tiny --size 23x19 --device cpu --precision bf16");
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_NE(bf16.output.find("(bf16, cpu)"), std::string::npos) << bf16.output;
 }
 
 TEST(Cli, UnknownFlagIsAOneLineErrorWithExitCodeTwo) {
