@@ -11,7 +11,8 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   struct Args {
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
                 memory_limit = "20GiB", timeline, offload = "auto", scratch,
-                checkpoints_under = "0", offload_window = "0";
+                checkpoints_under = "0", offload_window = "0", device = "cpu",
+                precision = "float32";
     int repeat = 3, warmup = 1;
     bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false;
   };
@@ -61,6 +62,13 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_flag("--recompute-all", args->recompute_all,
                 "Keep no segment's autograd graph: every segment recomputes its forward in the "
                 "backward (the planner otherwise keeps graphs where the budget leaves room)");
+  cmd->add_option("--device", args->device,
+                  "cpu, cuda, cuda:N, or auto (the first GPU when there is one); the CPU unless "
+                  "asked, so that bench/run's tables stay the CPU's")
+      ->capture_default_str();
+  cmd->add_option("--precision", args->precision, "float32, tf32 or bf16 (core/precision.h)")
+      ->check(CLI::IsMember({"float32", "tf32", "bf16"}))
+      ->capture_default_str();
   cmd->add_flag("--print-plan", args->print_plan,
                 "Print the plan the point ran (tessel plan's table) to standard error");
   cmd->callback([args, &registry] {
@@ -81,6 +89,8 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.keep_graphs = !args->recompute_all;
       p.offload_window_bytes = core::parse_bytes(args->offload_window);
       p.checkpoints_under_bytes = core::parse_bytes(args->checkpoints_under);
+      p.device = args->device;
+      p.precision = core::parse_precision(args->precision);
       const pipelines::BenchResult r = pipelines::bench_step(p);
       if (args->print_plan) std::cerr << r.plan << "\n";
       std::cout << pipelines::to_json(p, r) << "\n";

@@ -25,6 +25,9 @@ void register_eval(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->capture_default_str();
   cmd->add_option("--out", *out, "Write per-slide predictions to this CSV");
   cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)");
+  cmd->add_option("--device", request->device,
+                  "cpu, cuda, cuda:N, or auto (the first GPU when there is one)")
+      ->capture_default_str();
   auto scratch = std::make_shared<std::string>();
   cmd->add_option("--scratch", *scratch,
                   "Directory for the scratch file of checkpoints offloaded to disk when they do "

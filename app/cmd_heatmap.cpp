@@ -24,6 +24,9 @@ void register_heatmap(CLI::App& app, const GlobalOptions& /*global*/, CommandReg
   cmd->add_option("--out", *out, "Output folder")->capture_default_str();
   cmd->add_option("--class", request->class_name, "Class drawn (default: the last class)");
   cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)");
+  cmd->add_option("--device", request->device,
+                  "cpu, cuda, cuda:N, or auto (the first GPU when there is one)")
+      ->capture_default_str();
   auto scratch = std::make_shared<std::string>();
   cmd->add_option("--scratch", *scratch,
                   "Directory for the scratch file of checkpoints offloaded to disk when they do "

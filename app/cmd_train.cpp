@@ -35,6 +35,7 @@ struct TrainArgs {
   std::string resume;
   std::vector<std::string> overrides;
   std::string scratch;
+  std::string device, precision;  // the config's `device` and `precision`, when given
   bool distributed = false;
   pipelines::DistributedOptions dist;
 };
@@ -54,6 +55,12 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--scratch", args->scratch,
                   "Directory for the scratch file of checkpoints offloaded to disk when they do "
                   "not fit the budget (default: the run folder)");
+  cmd->add_option("--device", args->device,
+                  "cpu, cuda, cuda:N or auto: the config's `device` (default auto: the first GPU "
+                  "when there is one)");
+  cmd->add_option("--precision", args->precision,
+                  "float32, tf32 or bf16: the config's `precision` (default float32)")
+      ->check(CLI::IsMember({"float32", "tf32", "bf16"}));
   cmd->add_flag("--distributed", args->distributed,
                 "Data-parallel over the processes a launcher started (torchrun, srun, mpirun; "
                 "docs/distributed.md)");
@@ -68,6 +75,8 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->callback([&registry, args] {
     registry.selected = [args] {
       pipelines::TrainRequest request;
+      if (!args->device.empty()) args->overrides.push_back("device=" + args->device);
+      if (!args->precision.empty()) args->overrides.push_back("precision=" + args->precision);
       if (!args->resume.empty()) {
         if (!args->config.empty()) {
           throw Error("give either --config or --resume: a resumed run uses its own config.yaml");

@@ -10,6 +10,11 @@ one JSON line with the fields of `tessel bench step` that make sense here.
                                 --segments (default 2,4,8) each count runs in a fresh process
                                 and the line printed is the fastest (as SFT's Fig. 8 picks)
 
+  --device cuda[:N]             on a GPU (timed after torch.cuda.synchronize(); peak from the
+                                caching allocator: max_memory_allocated, and reserved)
+  --precision float32|tf32|bf16 float32 with TF32 off (as Tessel's float32), TF32 on, or
+                                torch.autocast(dtype=torch.bfloat16) around forward and loss
+
 Run it with the project's .venv/bin/python (torch 2.11, the wheel Tessel's LibTorch comes from);
 bench/run does.
 """
@@ -172,30 +177,53 @@ def run_one(args, segments):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     result["torch_version"] = torch.__version__
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    result["device"] = str(device)
+    result["precision"] = args.precision
+    if gpu:
+        tf32 = args.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.benchmark = True  # what a careful user sets on a GPU
+        result["peak_source"] = "torch.cuda.max_memory_allocated above the start of the first step"
+    import contextlib
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) \
+        if args.precision == "bf16" else contextlib.nullcontext
     # In-place activations, as torchvision's VGG; not under checkpointing, where an in-place op
     # on a segment's (detached, grad-requiring) input is an error.
-    net = build(torch, layers, inplace=not segments)
+    net = build(torch, layers, inplace=not segments).to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
-    image = torch.rand(1, 3, height, width)
-    target = torch.zeros(1, dtype=torch.long)
+    image = torch.rand(1, 3, height, width).to(device)
+    target = torch.zeros(1, dtype=torch.long, device=device)
     if segments:
         # Reentrant checkpointing needs an input that requires grad, or no parameter gets one.
         image.requires_grad_(True)
     start_rss = rss_bytes()
+    if gpu:
+        torch.cuda.synchronize(device)
+        start_allocated = torch.cuda.memory_allocated(device)
+        start_reserved = torch.cuda.memory_reserved(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    sync = (lambda: torch.cuda.synchronize(device)) if gpu else (lambda: None)
     step_ms, forward_ms, backward_ms = [], [], []
     try:
         for i in range(args.warmup + args.repeat):
             t0 = time.perf_counter()
             optimizer.zero_grad(set_to_none=False)
-            if segments:
-                logits = checkpoint_sequential(net, segments, image, use_reentrant=False)
-            else:
-                logits = net(image)
-            loss = torch.nn.functional.cross_entropy(logits, target)
+            with autocast():
+                if segments:
+                    logits = checkpoint_sequential(net, segments, image, use_reentrant=False)
+                else:
+                    logits = net(image)
+                loss = torch.nn.functional.cross_entropy(logits, target)
+            sync()
             t1 = time.perf_counter()
             loss.backward()
+            sync()
             t2 = time.perf_counter()
             optimizer.step()
+            sync()
             t3 = time.perf_counter()
             if i >= args.warmup:
                 step_ms.append((t3 - t0) * 1000)
@@ -216,6 +244,10 @@ def run_one(args, segments):
     result["backward_ms_median"] = statistics.median(backward_ms)
     result["max_rss_bytes"] = max_rss_bytes()
     result["measured_peak_bytes"] = max(0, result["max_rss_bytes"] - start_rss)
+    if gpu:
+        result["measured_peak_bytes"] = torch.cuda.max_memory_allocated(device) - start_allocated
+        result["measured_peak_reserved_bytes"] = \
+            torch.cuda.max_memory_reserved(device) - start_reserved
     return result
 
 
@@ -227,7 +259,8 @@ def best_of_segments(args, counts):
         cmd = [sys.executable, os.path.abspath(__file__), "--model", args.model, "--size",
                args.size, "--threads", str(args.threads), "--seed", str(args.seed), "--repeat",
                str(args.repeat), "--warmup", str(args.warmup), "--memory-limit",
-               args.memory_limit, "--method", "pytorch-checkpoint", "--segments", str(k)]
+               args.memory_limit, "--method", "pytorch-checkpoint", "--segments", str(k),
+               "--device", args.device, "--precision", args.precision]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             status = "out_of_memory" if proc.returncode < 0 else "error"
@@ -263,6 +296,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--memory-limit", default="20GiB",
                     help="points predicted above this are recorded as out of memory, not run")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--precision", choices=["float32", "tf32", "bf16"], default="float32")
     args = ap.parse_args()
     if args.method == "pytorch":
         result = run_one(args, 0)

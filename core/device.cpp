@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
 #include <torch/version.h>
 
@@ -181,6 +182,14 @@ c10::Device resolve_device(const std::string& name) {
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
+std::string describe(c10::Device device) {
+  if (!device.is_cuda()) return device.str();
+  for (const GpuInfo& g : device_report().gpus) {
+    if (g.index == device.index()) return device.str() + " (" + g.name + ")";
+  }
+  return device.str();
+}
+
 void use_exact_algorithms() {
   // cuBLAS is deterministic only with a fixed workspace; read when its first handle is made.
   setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
@@ -237,6 +246,11 @@ DeviceMemory device_memory(c10::Device device) {
   } catch (const c10::Error&) {
     return {};  // an allocator without the query: the caller cannot check, and says so
   }
+}
+
+void synchronize(c10::Device device) {
+  if (device.is_cpu()) return;
+  c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
 }
 
 c10::Device test_device() {

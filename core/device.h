@@ -42,6 +42,9 @@ std::string cudnn_version_string(int version);
 // and cannot be used, or the index does not exist.
 c10::Device resolve_device(const std::string& name);
 
+// "cpu", or "cuda:0 (NVIDIA H100 80GB HBM3)": for logs and messages.
+std::string describe(c10::Device device);
+
 // How tiled and plain steps are compared on a GPU: deterministic algorithms where LibTorch has
 // them (a warning where it has none), cuDNN without autotuning, and no TF32, so a float32
 // comparison measures the tiling, not the matrix units' rounding. Process-wide; a no-op on CPU.
@@ -67,6 +70,10 @@ struct DeviceMemory {
   int64_t free_bytes = -1, total_bytes = -1;
 };
 DeviceMemory device_memory(c10::Device device);
+
+// Waits for the device's queued work (a GPU runs asynchronously: a step's wall time is known only
+// after this); nothing on the CPU.
+void synchronize(c10::Device device);
 
 // The device the tests run on: TESSEL_TEST_DEVICE from the environment (scripts/gpu-check sets
 // it to cuda), else the CPU.

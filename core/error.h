@@ -20,4 +20,11 @@ class ScratchError : public Error {
   using Error::Error;
 };
 
+// The device ran out of memory inside a step (another process on the GPU, fragmentation beyond
+// the memory model): a run ends on it, like a ScratchError, instead of skipping the slide.
+class OutOfDeviceMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace tessel

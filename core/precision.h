@@ -19,6 +19,11 @@ std::string to_string(Precision p);
 // "float32", "tf32" or "bf16"; throws tessel::Error naming the choices otherwise.
 Precision parse_precision(const std::string& name);
 
+// Why `precision` will be slow on `device`, or empty: bf16 on a CPU without bfloat16 instructions
+// (AVX512-BF16 or AMX), which LibTorch emulates: vgg-mini steps 50-90 times slower than in
+// float32 on the 2-core AVX2 machine, in PyTorch alike (bench/NOTES.md).
+std::string slow_precision_reason(c10::Device device, Precision precision);
+
 // Sets `precision` for the step's device while it lives (autocast's thread-local state and the
 // process's TF32 switches), and puts back what was there. Steps nest: autocast's cache of cast
 // weights is cleared when the outermost bf16 scope ends, as torch.autocast does.

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/memory.h"
@@ -124,8 +125,11 @@ BenchResult bench_step(const BenchPoint& p) {
   core::MemoryTracker::install();
   BenchResult r;
   r.threads = core::intra_op_threads();
+  const c10::Device device = core::resolve_device(p.device);
+  r.device = device.str();
   core::Graph graph = models::build_model(p.model);
   graph.init_parameters(p.seed);
+  graph.module().to(device);
   const core::Shape input{3, p.height, p.width};
   core::PlanOptions options;
   options.strategy = p.strategy;
@@ -179,6 +183,8 @@ BenchResult bench_step(const BenchPoint& p) {
     for (core::Segment& s : plan.segments) s.tier = core::Tier::kResident;
   }
   r.plan = core::to_string(plan, graph);
+  r.plain_flops = plan.plain_flops;
+  r.tiled_flops = plan.tiled_flops;
   r.predicted = plan.predicted;
   r.segments = static_cast<int64_t>(plan.segments.size());
   r.window_bytes = plan.window_bytes;
@@ -194,7 +200,7 @@ BenchResult bench_step(const BenchPoint& p) {
   core::TensorTileSource source(at::rand({1, 3, p.height, p.width}, gen));
   torch::optim::SGD optimizer(graph.module().parameters(),
                               torch::optim::SGDOptions(1e-3).momentum(0.9));
-  const at::Tensor target = at::zeros({1}, at::kLong);
+  const at::Tensor target = at::zeros({1}, at::TensorOptions(at::kLong).device(device));
   const core::LossFn loss = [](const at::Tensor& logits, const at::Tensor& t) {
     return at::cross_entropy_loss(logits, t);
   };
@@ -204,6 +210,7 @@ BenchResult bench_step(const BenchPoint& p) {
     core::StepOptions step_options;
     step_options.scratch_dir = p.scratch_dir;
     step_options.bypass_page_cache = p.cold_disk;
+    step_options.precision = p.precision;
     if (record) {
       timeline = std::make_unique<TimelineRecorder>();
       step_options.observer = timeline.get();
@@ -212,6 +219,7 @@ BenchResult bench_step(const BenchPoint& p) {
     optimizer.zero_grad();
     const core::StepResult s = core::train_step(graph, plan, source, target, loss, step_options);
     optimizer.step();
+    core::synchronize(device);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (record) timeline->write(p.timeline, p, plan.budget_bytes);
@@ -220,6 +228,8 @@ BenchResult bench_step(const BenchPoint& p) {
     r.forward_ms.push_back(s.forward_ms);
     r.backward_ms.push_back(s.backward_ms);
     r.measured_peak_bytes = std::max(r.measured_peak_bytes, s.measured_peak_bytes);
+    r.measured_peak_reserved_bytes =
+        std::max(r.measured_peak_reserved_bytes, s.measured_peak_reserved_bytes);
     r.forward_tiles = s.forward_tiles;
     r.backward_tiles = s.backward_tiles;
     r.moved_bytes.push_back(s.offload_written_bytes + s.offload_read_bytes);
@@ -246,6 +256,11 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["forward_ms_median"] = median(r.forward_ms);
   j["backward_ms_median"] = median(r.backward_ms);
   j["measured_peak_bytes"] = r.measured_peak_bytes;
+  j["measured_peak_reserved_bytes"] = r.measured_peak_reserved_bytes;
+  j["device"] = r.device;
+  j["precision"] = core::to_string(p.precision);
+  j["plain_flops"] = r.plain_flops;
+  j["tiled_flops"] = r.tiled_flops;
   j["max_rss_bytes"] = r.max_rss_bytes;
   j["predicted_bytes"] = {{"parameters", r.predicted.parameters},
                           {"gradients", r.predicted.gradients},

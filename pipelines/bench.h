@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/plan.h"
+#include "core/precision.h"
 
 namespace tessel::pipelines {
 
@@ -39,14 +40,23 @@ struct BenchPoint {
   // false: every segment recomputes its forward in the backward (the comparison point).
   bool keep_graphs = true;
   int64_t offload_window_bytes = 0;  // the tile store's read-ahead window; 0: the planner's
+  std::string device = "cpu";        // core::resolve_device: cpu, cuda, cuda:N, auto
+  core::Precision precision = core::Precision::kFloat32;
 };
 
 struct BenchResult {
   std::string status = "ok";  // ok | out_of_budget | out_of_memory | error
   std::string message;
   std::vector<double> step_ms, forward_ms, backward_ms;
-  int64_t measured_peak_bytes = 0;  // tracking allocator, above live bytes before the step
-  int64_t max_rss_bytes = 0;        // the process's, from getrusage
+  // The device's memory meter (core/device.h), above what was live before the step: the CPU's
+  // tracking allocator, or a GPU's caching allocator (allocated; and reserved, -1 on the CPU).
+  int64_t measured_peak_bytes = 0;
+  int64_t measured_peak_reserved_bytes = -1;
+  std::string device;  // where the steps ran: "cpu", "cuda:0"
+  // The plan's forward FLOPs of the whole network on the whole image, and with halo recompute.
+  // A training step is about 3× the plain forward's (forward, and a backward of twice that).
+  int64_t plain_flops = 0, tiled_flops = 0;
+  int64_t max_rss_bytes = 0;  // the process's, from getrusage
   core::MemoryBreakdown predicted;
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
   std::vector<bool> kept_graphs;  // per segment: the plan keeps its autograd graph

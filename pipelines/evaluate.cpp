@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/offload_prices.h"
@@ -36,23 +37,27 @@ core::Plan plan_for(const core::Graph& graph, const TrainConfig& config, int64_t
                          core::parse_bytes(budget.empty() ? config.budget : budget), options);
 }
 
-// Where the request's offloaded checkpoints go, and who hears of the tiles.
+// Where the request's offloaded checkpoints go, who hears of the tiles, and the precision the
+// network was trained in.
 template <typename Request>
-core::StepOptions step_options(const Request& request) {
+core::StepOptions step_options(const Request& request, const TrainedModel& model) {
   core::StepOptions options;
   options.observer = request.observer;
   options.scratch_dir = request.scratch_dir;
+  options.precision = core::parse_precision(model.config.precision);
   return options;
 }
 
 std::vector<double> to_vector(const at::Tensor& t) {
-  const at::Tensor d = t.to(at::kDouble).contiguous().flatten();
+  const at::Tensor d = t.to(at::kCPU, at::kDouble).contiguous().flatten();
   return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
 }
 
 }  // namespace
 
-TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map) {
+TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map,
+                                const std::string& device) {
+  const c10::Device where = core::resolve_device(device);
   const io::CheckpointState state = io::read_checkpoint(checkpoint);
   TrainConfig config;
   try {
@@ -83,12 +88,13 @@ TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map) {
     throw Error("checkpoint " + checkpoint.string() + " does not fit model '" + config.model +
                 "': " + e.what());
   }
+  graph.module().to(where);
   return {std::move(config), state.class_names, std::move(graph)};
 }
 
 EvaluationResult evaluate(const EvaluationRequest& request) {
   if (!request.scratch_dir.empty()) core::TileStore::check_scratch_dir(request.scratch_dir);
-  TrainedModel model = load_trained_model(request.checkpoint);
+  TrainedModel model = load_trained_model(request.checkpoint, false, request.device);
   const fs::path manifest_path =
       request.manifest.empty() ? model.config.manifest : request.manifest;
   io::ManifestOptions options;
@@ -137,7 +143,8 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
       const core::Plan plan = plan_for(model.graph, model.config, progress.height, progress.width,
                                        request.budget, request.scratch_dir);
       const at::Tensor logits =
-          core::infer(model.graph, plan, *input.view, step_options(request)).to(at::kDouble);
+          core::infer(model.graph, plan, *input.view, step_options(request, model))
+              .to(at::kCPU, at::kDouble);
       const at::Tensor target = at::tensor({static_cast<int64_t>(e.class_index)}, at::kLong);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
       loss_sum += progress.loss;
@@ -177,7 +184,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
 
 HeatmapResult make_heatmap(const HeatmapRequest& request) {
   if (!request.scratch_dir.empty()) core::TileStore::check_scratch_dir(request.scratch_dir);
-  TrainedModel model = load_trained_model(request.checkpoint, /*class_map=*/true);
+  TrainedModel model = load_trained_model(request.checkpoint, /*class_map=*/true, request.device);
   const std::string class_name =
       request.class_name.empty() ? model.classes.back() : request.class_name;
   if (std::find(model.classes.begin(), model.classes.end(), class_name) == model.classes.end()) {
@@ -193,18 +200,18 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   const core::Plan plan =
       plan_for(model.graph, model.config, height, width, request.budget, request.scratch_dir);
   // 1×K×h×w class maps; their mean over positions is the pooled model's logits (average pool).
-  const at::Tensor maps =
-      core::infer(model.graph, plan, *input.view, step_options(request)).to(at::kFloat);
+  const at::Tensor maps = core::infer(model.graph, plan, *input.view, step_options(request, model))
+                              .to(at::kCPU, at::kFloat);
   const int64_t rows = maps.size(2), cols = maps.size(3);
   HeatmapResult result;
   if (model.config.pool == "max") {
     // A max over positions does not commute with the classifier (max of W·f ≠ W·max f): the
     // slide's prediction comes from the pooled network itself, one more pass.
-    TrainedModel pooled = load_trained_model(request.checkpoint);
+    TrainedModel pooled = load_trained_model(request.checkpoint, false, request.device);
     const at::Tensor logits = core::infer(
         pooled.graph,
         plan_for(pooled.graph, pooled.config, height, width, request.budget, request.scratch_dir),
-        *input.view, step_options(request));
+        *input.view, step_options(request, pooled));
     result.slide_probabilities = to_vector(at::softmax(logits.to(at::kDouble), 1));
   } else {
     // An average commutes with the classifier: the mean class map is the slide's logits.

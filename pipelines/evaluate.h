@@ -19,11 +19,14 @@ namespace tessel::pipelines {
 struct TrainedModel {
   TrainConfig config;  // as saved in the checkpoint
   std::vector<std::string> classes;
-  core::Graph graph;
+  core::Graph graph;  // on the device it was loaded for
 };
 // `class_map`: build the network with its classifier as a 1×1 convolution (class activation
 // maps) instead of the global pool + linear head.
-TrainedModel load_trained_model(const std::filesystem::path& checkpoint, bool class_map = false);
+// `device`: core::resolve_device's cpu, cuda, cuda:N or auto (the first GPU when there is one);
+// where it was trained does not matter.
+TrainedModel load_trained_model(const std::filesystem::path& checkpoint, bool class_map = false,
+                                const std::string& device = "auto");
 
 struct EvaluationRequest {
   std::filesystem::path checkpoint;
@@ -33,6 +36,7 @@ struct EvaluationRequest {
   std::string budget;                     // empty: the checkpoint's
   // Checkpoints offloaded to disk when they do not fit the budget; empty: the temporary directory.
   std::filesystem::path scratch_dir;
+  std::string device = "auto";  // cpu, cuda, cuda:N or auto (the first GPU when there is one)
   TrainObserver* observer = nullptr;
 };
 
@@ -61,6 +65,7 @@ struct HeatmapRequest {
   std::string budget;              // empty: the checkpoint's
   // Checkpoints offloaded to disk when they do not fit the budget; empty: the temporary directory.
   std::filesystem::path scratch_dir;
+  std::string device = "auto";  // cpu, cuda, cuda:N or auto (the first GPU when there is one)
   TrainObserver* observer = nullptr;
 };
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/memory.h"
@@ -35,6 +36,8 @@
 
 namespace tessel::pipelines {
 namespace {
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -142,6 +145,7 @@ class Trainer {
     // dead processes (the store knows pids, not hosts): one subfolder per rank.
     if (world_ > 1) scratch_dir_ /= fmt::format("scratch-rank{}", rank_);
     if (!request_.scratch_dir.empty()) core::TileStore::check_scratch_dir(scratch_dir_);
+    device_ = core::resolve_device(config_.device);  // a GPU that is not there: before anything
     load_data();  // before the run folder: a bad manifest leaves no run folder behind
     prepare_run_dir();
     if (request_.scratch_dir.empty()) core::TileStore::check_scratch_dir(scratch_dir_);
@@ -282,6 +286,10 @@ class Trainer {
   }
 
   void build_model() {
+    precision_ = core::parse_precision(config_.precision);
+    const std::string slow = core::slow_precision_reason(device_, precision_);
+    if (!slow.empty())
+      spdlog::warn("precision {} on {}: {}", config_.precision, device_.str(), slow);
     models::ModelOptions options;
     options.classes = static_cast<int64_t>(manifest_.classes.size());
     options.global_max_pool = config_.pool == "max";
@@ -299,9 +307,14 @@ class Trainer {
                     config_.model + "'");
       }
     }
+    // Weights, gradients and optimizer state live on the device; checkpoints are written from it.
+    graph_->module().to(device_);
     optimizer_ = make_optimizer(config_, graph_->module());
     core::MemoryTracker::install();
     budget_bytes_ = core::parse_bytes(config_.budget);
+    check_budget_fits_device();
+    spdlog::info("training on {} in {}, budget {}", core::describe(device_), config_.precision,
+                 core::format_bytes(budget_bytes_));
     plan_options_.strategy = core::parse_strategy(config_.strategy);
     plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
     // Asked for by the planner only when no plan with every checkpoint resident fits; measured
@@ -321,6 +334,32 @@ class Trainer {
     };
   }
 
+  // A budget beyond what the GPU has free would run into out-of-memory errors mid-epoch.
+  void check_budget_fits_device() const {
+    const core::DeviceMemory m = core::device_memory(device_);
+    if (m.free_bytes < 0 || budget_bytes_ <= m.free_bytes) return;
+    throw Error("budget " + core::format_bytes(budget_bytes_) + " is more than " +
+                core::describe(device_) + " has free (" + core::format_bytes(m.free_bytes) +
+                " of " + core::format_bytes(m.total_bytes) + "); lower `budget`");
+  }
+
+  // An out-of-memory inside a step (fragmentation, another process on the GPU) as a message with
+  // the numbers; the run stops there, its checkpoints as the last finished epoch left them.
+  OutOfDeviceMemory out_of_memory(const io::ManifestEntry& entry, const SlideProgress& progress,
+                                  const c10::OutOfMemoryError& e) const {
+    const core::MemoryReading r = core::memory_reading(device_);
+    const core::DeviceMemory m = core::device_memory(device_);
+    return OutOfDeviceMemory(fmt::format(
+        "out of memory on {} in {} ({}×{}): the plan predicted {} within the budget {}; the "
+        "allocator held {} ({} in use), the device had {} free of {}. Lower `budget` or free the "
+        "GPU, then continue with --resume {} ({})",
+        core::describe(device_), entry.slide.string(), progress.width, progress.height,
+        core::format_bytes(progress.predicted_peak_bytes), core::format_bytes(budget_bytes_),
+        core::format_bytes(r.reserved), core::format_bytes(r.live),
+        core::format_bytes(m.free_bytes), core::format_bytes(m.total_bytes), run_dir_.string(),
+        first_line(e.what())));
+  }
+
   void resume() {
     const fs::path last = run_dir_ / "checkpoints" / "last.h5";
     const io::CheckpointState state = io::read_checkpoint(last);
@@ -334,9 +373,9 @@ class Trainer {
     for (const io::NamedTensor& t : state.optimizer) {
       if (t.name.ends_with(kAccumulatedGrad)) {
         accumulated[t.name.substr(0, t.name.size() - std::string(kAccumulatedGrad).size())] =
-            t.tensor;
+            t.tensor.to(device_);
       } else {
-        optimizer_tensors.push_back(t);
+        optimizer_tensors.push_back({t.name, t.tensor.to(device_)});
       }
     }
     restore_optimizer_state(config_, *optimizer_, graph_->module(), optimizer_tensors);
@@ -518,6 +557,7 @@ class Trainer {
     core::StepOptions options;
     options.observer = request_.observer;
     options.scratch_dir = scratch_dir_;
+    options.precision = precision_;
     return options;
   }
 
@@ -555,15 +595,20 @@ class Trainer {
       const at::Tensor weights = class_weights_;
       const core::LossFn loss = [weights, batch_size](const at::Tensor& logits,
                                                       const at::Tensor& target) {
-        return at::cross_entropy_loss(logits, target, weights.to(logits.scalar_type()),
-                                      at::Reduction::Sum) /
+        // In float32 at least (bf16 logits under autocast), as autocast computes losses.
+        const at::Tensor l = logits.to(at::promote_types(logits.scalar_type(), at::kFloat));
+        return at::cross_entropy_loss(l, target, weights.to(l.options()), at::Reduction::Sum) /
                batch_size;
       };
       const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
-      const core::StepResult r =
-          core::train_step(*graph_, plan, *source, target, loss, step_options());
+      core::StepResult r;
+      try {
+        r = core::train_step(*graph_, plan, *source, target.to(device_), loss, step_options());
+      } catch (const c10::OutOfMemoryError& e) {
+        throw out_of_memory(entry, progress, e);
+      }
       // The slide's own (unweighted) cross-entropy, for the logs and the epoch's mean.
-      const at::Tensor logits = r.logits.to(at::kDouble);
+      const at::Tensor logits = r.logits.to(at::kCPU, at::kDouble);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
       const at::Tensor p = at::softmax(logits, 1).flatten();
       pending_.push_back({index,
@@ -576,6 +621,8 @@ class Trainer {
       peak_bytes_ = std::max(peak_bytes_, r.measured_peak_bytes);
     } catch (const ScratchError&) {
       throw;  // the scratch space, not the slide: every later slide would fail the same way
+    } catch (const OutOfDeviceMemory&) {
+      throw;  // the device, not the slide
     } catch (const Error& e) {
       auto params = graph_->module().parameters();
       for (size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = saved_grads[k];
@@ -624,8 +671,12 @@ class Trainer {
         progress.width = source->width();
         const core::Plan& plan = plan_for(progress.height, progress.width);
         if (request_.observer) request_.observer->on_slide(progress);
-        const at::Tensor logits =
-            core::infer(*graph_, plan, *source, step_options()).to(at::kDouble);
+        at::Tensor logits;
+        try {
+          logits = core::infer(*graph_, plan, *source, step_options()).to(at::kCPU, at::kDouble);
+        } catch (const c10::OutOfMemoryError& e) {
+          throw out_of_memory(entry, progress, e);
+        }
         const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
         progress.loss = at::cross_entropy_loss(logits, target).item<double>();
         const at::Tensor p = at::softmax(logits, 1).flatten();
@@ -634,6 +685,8 @@ class Trainer {
                         entry.class_index,
                         progress.loss});
       } catch (const ScratchError&) {
+        throw;
+      } catch (const OutOfDeviceMemory&) {
         throw;
       } catch (const Error& e) {
         spdlog::warn("skipping {} in validation: {}", entry.slide.string(), e.what());
@@ -801,6 +854,8 @@ class Trainer {
   at::Tensor class_weights_;
   std::unique_ptr<core::Graph> graph_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  c10::Device device_{c10::kCPU};
+  core::Precision precision_ = core::Precision::kFloat32;
   int64_t budget_bytes_ = 0;
   core::PlanOptions plan_options_;
   fs::path scratch_dir_;  // the disk tier's: --scratch or the run folder

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/plan.h"
+#include "core/precision.h"
 #include "models/zoo.h"
 
 namespace tessel::pipelines {
@@ -117,6 +118,8 @@ const std::map<std::string, Setter>& setters() {
       {"patience", set(&TrainConfig::patience, "a whole number")},
       {"budget", set(&TrainConfig::budget, "a size such as 2GiB")},
       {"strategy", set(&TrainConfig::strategy, "grid, rows, auto or none")},
+      {"device", set(&TrainConfig::device, "cpu, cuda, cuda:N or auto")},
+      {"precision", set(&TrainConfig::precision, "float32, tf32 or bf16")},
       {"seed", set(&TrainConfig::seed, "a whole number")},
       {"output", set_path(&TrainConfig::output)},
   };
@@ -183,9 +186,14 @@ void validate(const TrainConfig& c, const std::string& origin) {
   try {
     require(core::parse_bytes(c.budget) > 0, origin, "budget", "must be positive");
     core::parse_strategy(c.strategy);
+    core::parse_precision(c.precision);
   } catch (const Error& e) {
     throw Error(origin + ": " + e.what());
   }
+  require(c.device == "cpu" || c.device == "auto" || c.device == "cuda" ||
+              (c.device.starts_with("cuda:") && c.device.size() > 5 &&
+               c.device.find_first_not_of("0123456789", 5) == std::string::npos),
+          origin, "device", "must be cpu, cuda, cuda:N or auto");
   require(c.seed >= 0, origin, "seed", "must be 0 or more");
   require(!c.output.empty(), origin, "output", "is required (the run folder)");
 }
@@ -280,6 +288,8 @@ std::string TrainConfig::to_yaml() const {
   out << YAML::Key << "patience" << YAML::Value << patience;
   out << YAML::Key << "budget" << YAML::Value << budget;
   out << YAML::Key << "strategy" << YAML::Value << strategy;
+  out << YAML::Key << "device" << YAML::Value << device;
+  out << YAML::Key << "precision" << YAML::Value << precision;
   out << YAML::Key << "seed" << YAML::Value << seed;
   out << YAML::Key << "output" << YAML::Value << output.string();
   out << YAML::EndMap;

@@ -52,6 +52,9 @@ struct TrainConfig {
   // Engine
   std::string budget = "4GiB";
   std::string strategy = "auto";
+  // cpu, cuda, cuda:N, or auto: the first GPU when one is usable (core/device.h).
+  std::string device = "auto";
+  std::string precision = "float32";  // float32, tf32 or bf16 (core/precision.h)
   int64_t seed = 1;
   std::filesystem::path output = "runs/run";
 

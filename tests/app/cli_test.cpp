@@ -200,6 +200,31 @@ TEST(CliTrain, AnUnusableScratchDirectoryIsAOneLineErrorNamingIt) {
   std::remove(file.c_str());
 }
 
+TEST(CliTrain, TrainEvalAndHeatmapOnAGpuThatIsNotThereAreOneLineErrors) {
+  const tessel::core::DeviceReport r = tessel::core::device_report();
+  const std::string device = "cuda:" + std::to_string(r.gpus.size());
+  const std::string expected = r.gpus.empty() ? r.problem : "there is no " + device;
+  // The device is resolved first: the manifest, checkpoint and slide need not exist.
+  for (const std::string& command :
+       {"train manifest=/no/such/data.csv --device " + device,
+        "train manifest=/no/such/data.csv device=" + device,
+        "eval --checkpoint /no/such/best.h5 --device " + device,
+        "heatmap --checkpoint /no/such/best.h5 --slide s.svs --device " + device}) {
+    const CliRun run = run_cli(command);
+    EXPECT_EQ(run.exit_code, 1) << command << "\n" << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << command << "\n" << run.output;
+  }
+  const CliRun bad = run_cli("train manifest=/no/such/data.csv device=gpu0");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("device must be cpu, cuda, cuda:N or auto"), std::string::npos)
+      << bad.output;
+  const CliRun precision = run_cli("train manifest=/no/such/data.csv precision=fp16");
+  EXPECT_EQ(precision.exit_code, 1) << precision.output;
+  EXPECT_NE(precision.output.find("unknown precision 'fp16'"), std::string::npos)
+      << precision.output;
+}
+
 TEST(CliTrain, EvalAndHeatmapNameAMissingCheckpoint) {
   CliRun run = run_cli("eval --checkpoint /no/such/best.h5");
   EXPECT_EQ(run.exit_code, 1) << run.output;

@@ -38,13 +38,15 @@ TEST(TrainConfig, ReadsYamlAndJsonAndAppliesOverridesLast) {
 TEST(TrainConfig, SavedYamlReadsBackToTheSameConfig) {
   const TrainConfig a = parse_train_config(
       "manifest: data.csv\nmpp: 2.5\nbase_mpp: 0.25\nschedule: cosine\nwarmup_epochs: 1.5\n"
-      "classes: [a, 'b, c']\nbudget: 512MiB\n",
+      "classes: [a, 'b, c']\nbudget: 512MiB\ndevice: cpu\nprecision: bf16\n",
       "run.yaml");
   const TrainConfig b = parse_train_config(a.to_yaml(), "saved");
   EXPECT_EQ(a.to_yaml(), b.to_yaml());
   EXPECT_EQ(b.classes, (std::vector<std::string>{"a", "b, c"}));
   EXPECT_DOUBLE_EQ(*b.mpp, 2.5);
   EXPECT_FALSE(b.level.has_value());
+  EXPECT_EQ(b.device, "cpu");
+  EXPECT_EQ(b.precision, "bf16");
 }
 
 TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
@@ -67,6 +69,10 @@ TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
   expect_error(error_of("manifest: d.csv\n", {"lr"}), "not key=value");
   expect_error(error_of("manifest: d.csv\n", {"optimiser=sgd"}), "unknown key 'optimiser'");
   expect_error(error_of("manifest: d.csv\nmagnification: tenx\n"), "magnification");
+  expect_error(error_of("manifest: d.csv\ndevice: gpu\n"), "device must be cpu, cuda");
+  expect_error(error_of("manifest: d.csv\ndevice: cuda:x\n"), "device must be cpu, cuda");
+  expect_error(error_of("manifest: d.csv\nprecision: half\n"), "unknown precision 'half'");
+  EXPECT_EQ(error_of("manifest: d.csv\ndevice: cuda:1\nprecision: bf16\n"), "");
   EXPECT_EQ(error_of("manifest: d.csv\n"), "");
 }
 
