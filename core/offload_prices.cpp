@@ -8,8 +8,11 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <string>
+#include <tuple>
 #include <utility>
 
+#include "core/device.h"
 #include "core/tile_store.h"
 
 namespace tessel::core {
@@ -24,14 +27,14 @@ double seconds_since(Clock::time_point t0) {
 
 // Writes and reads of a block through the store: the I/O thread's busy time per byte each way
 // (the caller's waits would also count the thread hand-offs).
-double seconds_per_byte(Tier tier, const std::filesystem::path& scratch_dir) {
+double seconds_per_byte(Tier tier, const std::filesystem::path& scratch_dir, c10::Device device) {
   constexpr int64_t kBlockBytes = int64_t{8} << 20;
   TileStoreOptions o;
   o.scratch_dir = scratch_dir;
   o.window_bytes = kBlockBytes;
   o.bypass_page_cache = true;
   TileStore store(o);
-  const at::Tensor block = at::rand({kBlockBytes / 4}, at::kFloat);
+  const at::Tensor block = at::rand({kBlockBytes / 4}, at::TensorOptions().device(device));
   constexpr int kRepeat = 2;
   for (int i = 0; i < kRepeat; ++i) {
     const TileStore::BlockId id = store.put(block, tier);
@@ -39,23 +42,28 @@ double seconds_per_byte(Tier tier, const std::filesystem::path& scratch_dir) {
     (void)store.get(id);
     store.erase(id);
   }
-  // Zero for the host tier of a CPU build, which moves nothing.
+  synchronize(device);
+  // Zero for the host tier of the CPU, which moves nothing.
   const TileStoreStats st = store.stats();
   return (st.write_ms + st.read_ms) / 1000 / (2.0 * kRepeat * static_cast<double>(kBlockBytes));
 }
 
-// A 3×3 conv of 32 channels on a 96² tile (about 0.3 GFLOP), the best of three after a warmup.
-double seconds_per_flop() {
-  constexpr int64_t kChannels = 32, kSize = 96;
-  const at::Tensor x = at::rand({1, kChannels, kSize, kSize});
-  const at::Tensor w = at::rand({kChannels, kChannels, 3, 3});
+// A 3×3 conv of 32 channels on a 96² tile on the CPU (about 0.3 GFLOP), of 128 on a 512² tile
+// on a GPU (39 GFLOP), the best of three after a warmup.
+double seconds_per_flop(c10::Device device) {
+  const int64_t kChannels = device.is_cpu() ? 32 : 128, kSize = device.is_cpu() ? 96 : 512;
+  const auto options = at::TensorOptions().device(device);
+  const at::Tensor x = at::rand({1, kChannels, kSize, kSize}, options);
+  const at::Tensor w = at::rand({kChannels, kChannels, 3, 3}, options);
   const double flops = 2.0 * kChannels * 9 * kChannels * kSize * kSize;
   at::NoGradGuard no_grad;
   (void)at::conv2d(x, w, {}, 1, 1);
+  synchronize(device);
   double best = 0;
   for (int i = 0; i < 3; ++i) {
     const auto t0 = Clock::now();
     (void)at::conv2d(x, w, {}, 1, 1);
+    synchronize(device);
     const double s = seconds_since(t0);
     best = i == 0 ? s : std::min(best, s);
   }
@@ -64,20 +72,21 @@ double seconds_per_flop() {
 
 }  // namespace
 
-OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir) {
+OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir,
+                                     c10::Device device) {
   static std::mutex mutex;
-  static std::map<std::pair<Tier, std::filesystem::path>, OffloadPrices> measured;
+  static std::map<std::tuple<Tier, std::filesystem::path, std::string>, OffloadPrices> measured;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(tier, scratch_dir);
+  const auto key = std::make_tuple(tier, scratch_dir, device.str());
   if (auto it = measured.find(key); it != measured.end()) return it->second;
   const auto t0 = Clock::now();
   OffloadPrices p;
-  p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir);
-  p.seconds_per_flop = seconds_per_flop();
+  p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir, device);
+  p.seconds_per_flop = seconds_per_flop(device);
   p.measured = true;
   spdlog::debug(
-      "offload prices ({}): {:.3g} ns per byte moved, {:.3g} GFLOP/s, measured in {:.2f} s",
-      to_string(tier), p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop,
+      "offload prices ({}, {}): {:.3g} ns per byte moved, {:.3g} GFLOP/s, measured in {:.2f} s",
+      to_string(tier), device.str(), p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop,
       seconds_since(t0));
   measured[key] = p;
   return p;

@@ -137,7 +137,7 @@ BenchResult bench_step(const BenchPoint& p) {
   options.keep_graphs = p.keep_graphs;
   options.offload_window_bytes = p.offload_window_bytes;
   options.measure_prices = [&] {
-    return core::measure_offload_prices(options.auto_tier, p.scratch_dir);
+    return core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
   };
   if (p.checkpoints_under_bytes > 0) {
     std::vector<core::NodeId> set;

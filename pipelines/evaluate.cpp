@@ -23,15 +23,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-core::Plan plan_for(const core::Graph& graph, const TrainConfig& config, int64_t height,
-                    int64_t width, const std::string& budget, const fs::path& scratch_dir) {
+core::Plan plan_for(core::Graph& graph, const TrainConfig& config, int64_t height, int64_t width,
+                    const std::string& budget, const fs::path& scratch_dir) {
+  c10::Device device(c10::kCPU);
+  for (const at::Tensor& p : graph.module().parameters()) device = p.device();
   core::PlanOptions options;
   options.strategy = core::parse_strategy(config.strategy);
   options.optimizer_state_per_param = 0;  // no optimizer in inference
   // Offload or recompute at this machine's prices, when no plan with every checkpoint resident
   // fits: measured where the scratch file goes.
-  options.measure_prices = [tier = options.auto_tier, scratch_dir] {
-    return core::measure_offload_prices(tier, scratch_dir);
+  options.measure_prices = [tier = options.auto_tier, scratch_dir, device] {
+    return core::measure_offload_prices(tier, scratch_dir, device);
   };
   return core::make_plan(graph, {3, height, width},
                          core::parse_bytes(budget.empty() ? config.budget : budget), options);

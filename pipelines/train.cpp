@@ -321,7 +321,7 @@ class Trainer {
     // once per process and scratch directory (core/offload_prices.h).
     plan_options_.measure_prices = [this] {
       const core::OffloadPrices p =
-          core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_);
+          core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_, device_);
       if (!prices_logged_) {
         spdlog::info(
             "offload prices measured for the {} tier in {}: {:.3g} ns per "
