@@ -127,6 +127,21 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
     o.checkpoints = checkpoints;
   }
   const core::Plan plan = core::make_plan(graph, {3, r.height, r.width}, 0, o);
+  // A check that cannot fail is not a check: one tile per segment compares plain with plain.
+  bool tiled = false;
+  for (const core::Segment& s : plan.segments) {
+    tiled = tiled || s.forward.tiles() > 1 || s.backward.tiles() > 1;
+  }
+  if (!tiled) {
+    throw Error("not tiled: every segment of the plan for " + std::to_string(r.width) + "×" +
+                std::to_string(r.height) + " runs as one tile" +
+                (r.tile > 0 ? " (--tile " + std::to_string(r.tile) + " is not smaller than the "
+                                                                       "segments' outputs)"
+                            : std::string()) +
+                ", so the check would compare plain with plain; use a smaller --tile or a "
+                "larger --size\n" +
+                core::to_string(plan, graph));
+  }
   auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
   const at::Tensor image = at::randn({1, 3, r.height, r.width}, gen, dtype);
   GradcheckReport report;

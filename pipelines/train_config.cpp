@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -211,8 +212,15 @@ TrainConfig parse_train_config(const std::string& yaml, const std::string& origi
   }
   if (root.IsDefined() && !root.IsNull()) {
     if (!root.IsMap()) throw Error(origin + ": expected keys and values (a YAML mapping)");
+    std::set<std::string> seen;
     for (const auto& item : root) {
-      apply(config, item.first.as<std::string>(), item.second, origin);
+      const std::string key = item.first.as<std::string>();
+      // YAML forbids a key twice; yaml-cpp would let the last win silently.
+      if (!seen.insert(key).second) {
+        throw Error(origin + ": key '" + key + "' appears twice (line " +
+                    std::to_string(item.first.Mark().line + 1) + "); keep one");
+      }
+      apply(config, key, item.second, origin);
     }
   }
   for (const std::string& o : overrides) {

@@ -87,6 +87,14 @@ TEST(Cli, GradcheckOnAGpuThatIsNotThereIsOneLineSayingWhatWasFound) {
   EXPECT_NE(bf16.output.find("(bf16, cpu)"), std::string::npos) << bf16.output;
 }
 
+TEST(Cli, GradcheckRefusesAPlanWithoutATiledSegment) {
+  // tiny's output is 2×2 at 20×20: tiles of 64 output pixels are one tile per segment.
+  const CliRun run = run_cli("gradcheck --model tiny --size 20x20 --tile 64 --device cpu");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("not tiled"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("PASS"), std::string::npos) << run.output;
+}
+
 TEST(Cli, UnknownFlagIsAOneLineErrorWithExitCodeTwo) {
   const CliRun run = run_cli("doctor --no-such-flag");
   EXPECT_EQ(run.exit_code, 2) << run.output;
