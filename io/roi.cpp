@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -18,8 +19,14 @@ class Parser {
  public:
   explicit Parser(std::string source) : source_(std::move(source)) {}
 
-  // Any GeoJSON object: FeatureCollection, Feature or geometry. `where` is its JSON path.
-  void object(const json& value, const std::string& where) {
+  // Any GeoJSON object: FeatureCollection, Feature or geometry. `where` is its JSON path, `depth`
+  // how many collections and features hold it: bounded, so that a hostile file cannot overflow
+  // the stack (30000 nested GeometryCollections did) or build paths quadratic in its depth.
+  void object(const json& value, const std::string& where, int depth = 0) {
+    if (depth > kMaxDepth) {
+      fail("objects nest more than " + std::to_string(kMaxDepth) +
+           " levels deep (QuPath's exports nest 3); is this a region of interest?");
+    }
     if (!value.is_object()) fail(where + " is not a JSON object");
     const auto type = value.find("type");
     if (type == value.end() || !type->is_string()) fail(where + " has no \"type\"");
@@ -30,19 +37,21 @@ class Parser {
         fail(where + " is a FeatureCollection without a \"features\" array");
       }
       for (size_t i = 0; i < features->size(); ++i) {
-        object((*features)[i], where + ".features[" + std::to_string(i) + "]");
+        object((*features)[i], where + ".features[" + std::to_string(i) + "]", depth + 1);
       }
     } else if (name == "Feature") {
       const auto geometry = value.find("geometry");
       // A Feature without geometry is legal GeoJSON (an unlocated annotation): nothing to add.
-      if (geometry != value.end() && !geometry->is_null()) object(*geometry, where + ".geometry");
+      if (geometry != value.end() && !geometry->is_null()) {
+        object(*geometry, where + ".geometry", depth + 1);
+      }
     } else if (name == "GeometryCollection") {
       const auto geometries = value.find("geometries");
       if (geometries == value.end() || !geometries->is_array()) {
         fail(where + " is a GeometryCollection without a \"geometries\" array");
       }
       for (size_t i = 0; i < geometries->size(); ++i) {
-        object((*geometries)[i], where + ".geometries[" + std::to_string(i) + "]");
+        object((*geometries)[i], where + ".geometries[" + std::to_string(i) + "]", depth + 1);
       }
     } else if (name == "Polygon") {
       polygons_.push_back(polygon(coordinates(value, where), where + ".coordinates"));
@@ -102,9 +111,17 @@ class Parser {
     return points;
   }
 
+  static constexpr int kMaxDepth = 64;
   std::string source_;
   std::vector<Polygon> polygons_;
 };
+
+// A coordinate as a whole pixel, clamped far outside any slide (2^52 px) so that 1e300 is not
+// cast to int64 (undefined behaviour) but still lies outside.
+int64_t pixel(double v) {
+  constexpr double kFar = 4503599627370496.0;
+  return static_cast<int64_t>(std::clamp(v, -kFar, kFar));
+}
 
 std::string describe(const core::Region& r) {
   std::ostringstream out;
@@ -136,10 +153,14 @@ RegionOfInterest parse_roi(const std::string& geojson, const std::string& source
       y0 = std::min(y0, p.y), y1 = std::max(y1, p.y);
     }
   }
+  if (!(x1 > x0) || !(y1 > y0)) {
+    parser.fail("its polygons have no area (all within x " + std::to_string(x0) + "–" +
+                std::to_string(x1) + ", y " + std::to_string(y0) + "–" + std::to_string(y1) +
+                "); draw a region, not a line or a point");
+  }
   // Outward to whole pixels, so every pixel the polygons touch is inside.
-  const core::Region unclipped{
-      {static_cast<int64_t>(std::floor(y0)), static_cast<int64_t>(std::ceil(y1))},
-      {static_cast<int64_t>(std::floor(x0)), static_cast<int64_t>(std::ceil(x1))}};
+  const core::Region unclipped{{pixel(std::floor(y0)), pixel(std::ceil(y1))},
+                               {pixel(std::floor(x0)), pixel(std::ceil(x1))}};
   const core::Region slide{{0, slide_height}, {0, slide_width}};
   roi.bbox = core::intersect(unclipped, slide);
   if (roi.bbox.empty()) {

@@ -149,6 +149,32 @@ TEST(RegionOfInterest, RefusesABoxOutsideTheSlide) {
   EXPECT_TRUE(contains(error, "lies outside the slide (2220 × 2967 level-0 pixels)")) << error;
 }
 
+// Found by fuzzing (issue 18): 30000 nested GeometryCollections overflowed the stack after
+// building gigabytes of path strings.
+TEST(RegionOfInterest, RefusesObjectsNestedDeeperThanAnyExportWithoutCrashing) {
+  const std::string polygon =
+      R"({"type": "Polygon", "coordinates": [[[10, 10], [20, 10], [20, 20], [10, 10]]]})";
+  std::string deep;
+  for (int i = 0; i < 30000; ++i) deep += R"({"type": "GeometryCollection", "geometries": [)";
+  deep += polygon;
+  for (int i = 0; i < 30000; ++i) deep += "]}";
+  EXPECT_TRUE(contains(error_of(deep), "nest more than 64 levels")) << error_of(deep);
+  std::string shallow;  // 10 levels are odd but fine
+  for (int i = 0; i < 10; ++i) shallow += R"({"type": "GeometryCollection", "geometries": [)";
+  shallow += polygon;
+  for (int i = 0; i < 10; ++i) shallow += "]}";
+  EXPECT_EQ(error_of(shallow), "no error");
+}
+
+TEST(RegionOfInterest, SaysAPolygonWithoutAreaHasNoAreaAndClampsHugeCoordinates) {
+  const std::string flat =
+      R"({"type": "Polygon", "coordinates": [[[10, 10], [20, 10], [30, 10], [10, 10]]]})";
+  EXPECT_TRUE(contains(error_of(flat), "have no area")) << error_of(flat);
+  const std::string huge =
+      R"({"type": "Polygon", "coordinates": [[[1e300, 1e19], [2e300, 1e19], [2e300, 3e300], [1e300, 1e19]]]})";
+  EXPECT_TRUE(contains(error_of(huge), "lies outside the slide")) << error_of(huge);
+}
+
 TEST(TrainingRegion, IsTheWholeSlideWhenNothingNarrowsIt) {
   EXPECT_EQ(training_region("s.svs", 100, 50, std::nullopt, std::nullopt),
             (core::Region{{0, 50}, {0, 100}}));
