@@ -436,6 +436,12 @@ WeightLoadReport load_weights(torch::nn::Module& module, const std::vector<Named
       report.mismatched.push_back(m.str());
       continue;
     }
+    // NaN weights with valid checksums (a diverged run's, or a hand-made file) would train and
+    // predict NaN silently.
+    if (it->second->is_floating_point() && !at::isfinite(*it->second).all().item<bool>()) {
+      throw Error("the weights hold NaN or infinite values in " + target.name +
+                  "; they cannot be used");
+    }
     target.tensor.copy_(*it->second);
     report.loaded.push_back(target.name);
   }

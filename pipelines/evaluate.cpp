@@ -128,6 +128,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
   std::vector<int64_t> labels;
   double loss_sum = 0;
   TissueMaskCache masks;
+  std::string first_skipped;  // "slide: reason", for the error when every slide is skipped
   for (size_t i = 0; i < entries.size(); ++i) {
     const io::ManifestEntry& e = *entries[i];
     SlideProgress progress{"eval",
@@ -154,15 +155,21 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
       result.predictions.push_back({e.slide.string(), e.label, p});
       probabilities.push_back(std::move(p));
       labels.push_back(e.class_index);
-    } catch (const ScratchError&) {
+    } catch (const RunError&) {
       throw;  // the scratch space, not the slide: every later slide would fail the same way
     } catch (const Error& error) {
       spdlog::warn("skipping {}: {}", e.slide.string(), error.what());
-      ++result.skipped;
+      if (result.skipped++ == 0) first_skipped = e.slide.string() + ": " + error.what();
       continue;
     }
     progress.done = true;
     if (request.observer) request.observer->on_slide(progress);
+  }
+  if (result.predictions.empty() && result.skipped > 0) {
+    // Metrics of nothing, exit 0: a false success.
+    throw Error("no slide of the " + request.split + " split could be evaluated: all " +
+                std::to_string(result.skipped) + " were skipped (the first: " + first_skipped +
+                ")");
   }
   result.metrics = classification_metrics(probabilities, labels);
   result.metrics.loss =

@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -170,7 +171,29 @@ class Trainer {
 
     TrainSummary summary;
     summary.run_dir = run_dir_;
-    summary.skipped_slides = static_cast<int64_t>(manifest_.skipped.size());
+    for (const io::ManifestEntry& e : manifest_.skipped) {
+      std::string reason = "unreadable";
+      for (const io::ManifestProblem& p : manifest_.problems) {
+        if (p.slide == e.slide.string()) reason = p.reason;
+      }
+      note_skipped(e, "manifest", reason);
+    }
+    try {
+      train_epochs(summary);
+    } catch (const RunError& e) {
+      // The run's record says why it ended, beside what it did until then.
+      summary.error = e.what();
+      finish_summary(summary, t0);
+      throw;
+    }
+    finish_summary(summary, t0);
+    // A rank lost at the very end still fails the others.
+    if (communicator_ != nullptr) communicator_->barrier();
+    return summary;
+  }
+
+ private:
+  void train_epochs(TrainSummary& summary) {
     for (; position_.epoch < config_.epochs; ++position_.epoch) {
       const auto epoch_start = Clock::now();
       if (!train_epoch()) {
@@ -196,18 +219,20 @@ class Trainer {
         break;
       }
     }
+  }
+
+  void finish_summary(TrainSummary& summary, Clock::time_point t0) {
     summary.epochs_done = position_.epoch;
     summary.steps = position_.step;
     summary.best_epoch = position_.best_epoch;
     summary.best_metric = position_.best_metric;
     summary.seconds = seconds_since(t0);
+    std::set<std::string> slides;
+    for (const json& s : skipped_) slides.insert(s["slide"].get<std::string>());
+    summary.skipped_slides = static_cast<int64_t>(slides.size());
     if (lead()) write_summary(summary);
-    // A rank lost at the very end still fails the others.
-    if (communicator_ != nullptr) communicator_->barrier();
-    return summary;
   }
 
- private:
   void prepare_run_dir() {
     std::error_code error;
     fs::create_directories(run_dir_ / "checkpoints", error);
@@ -358,6 +383,30 @@ class Trainer {
         core::format_bytes(r.reserved), core::format_bytes(r.live),
         core::format_bytes(m.free_bytes), core::format_bytes(m.total_bytes), run_dir_.string(),
         first_line(e.what())));
+  }
+
+  // Stops the run at the first non-finite loss or gradient, before an optimizer step takes it
+  // into the weights: the checkpoints keep the last good state (lr: inf, lr: 1e30 trained on).
+  void check_finite(const core::StepResult& r, const io::ManifestEntry& entry, int64_t index) {
+    at::Tensor finite = at::isfinite(r.loss).all();
+    for (const at::Tensor& p : graph_->module().parameters()) {
+      if (p.grad().defined()) finite = finite.logical_and(at::isfinite(p.grad()).all());
+    }
+    if (finite.item<bool>()) return;
+    throw Diverged(fmt::format(
+        "training diverged at step {} (epoch {}, slide {} of the epoch, {}): the loss is {} or "
+        "a gradient is not finite; the weights were not updated and the checkpoints hold the last "
+        "finished epoch. Lower `lr` (now {:g}), then start again or continue with --resume {}",
+        position_.step + 1, position_.epoch + 1, index + 1, entry.slide.string(),
+        r.loss.item<double>(), lr_, run_dir_.string()));
+  }
+
+  void note_skipped(const io::ManifestEntry& entry, const std::string& phase,
+                    const std::string& reason) {
+    skipped_.push_back({{"slide", entry.slide.string()},
+                        {"phase", phase},
+                        {"epoch", position_.epoch + 1},
+                        {"reason", reason}});
   }
 
   void resume() {
@@ -607,6 +656,7 @@ class Trainer {
       } catch (const c10::OutOfMemoryError& e) {
         throw out_of_memory(entry, progress, e);
       }
+      check_finite(r, entry, index);
       // The slide's own (unweighted) cross-entropy, for the logs and the epoch's mean.
       const at::Tensor logits = r.logits.to(at::kCPU, at::kDouble);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
@@ -619,15 +669,14 @@ class Trainer {
       progress.wait_seconds = static_cast<double>(input.pixels->cache_stats().wait_ns) * 1e-9;
       progress.measured_peak_bytes = r.measured_peak_bytes;
       peak_bytes_ = std::max(peak_bytes_, r.measured_peak_bytes);
-    } catch (const ScratchError&) {
-      throw;  // the scratch space, not the slide: every later slide would fail the same way
-    } catch (const OutOfDeviceMemory&) {
-      throw;  // the device, not the slide
+    } catch (const RunError&) {
+      throw;  // the scratch space, the device or the weights, not the slide
     } catch (const Error& e) {
       auto params = graph_->module().parameters();
       for (size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = saved_grads[k];
       spdlog::warn("skipping {} in epoch {}: {}", entry.slide.string(), position_.epoch + 1,
                    e.what());
+      note_skipped(entry, "train", e.what());
       ++skipped_in_epoch_;
       return false;
     }
@@ -684,12 +733,11 @@ class Trainer {
                         {p.data_ptr<double>(), p.data_ptr<double>() + p.numel()},
                         entry.class_index,
                         progress.loss});
-      } catch (const ScratchError&) {
-        throw;
-      } catch (const OutOfDeviceMemory&) {
+      } catch (const RunError&) {
         throw;
       } catch (const Error& e) {
         spdlog::warn("skipping {} in validation: {}", entry.slide.string(), e.what());
+        note_skipped(entry, "val", e.what());
         continue;
       }
       progress.done = true;
@@ -717,6 +765,20 @@ class Trainer {
   }
 
   EpochReport finish_epoch() {
+    if (position_.train_labels.empty()) {
+      // Exit 0 with untrained weights would be a false success.
+      std::string first;
+      for (const json& s : skipped_) {
+        if (s["phase"] == "train") {
+          first = " (the first: " + s["slide"].get<std::string>() + ": " +
+                  s["reason"].get<std::string>() + ")";
+          break;
+        }
+      }
+      throw RunError(fmt::format(
+          "no train slide could be used in epoch {}: all {} were skipped{}; nothing was trained",
+          position_.epoch + 1, train_.size(), first));
+    }
     EpochReport report;
     report.epoch = position_.epoch + 1;
     report.epochs = config_.epochs;
@@ -833,6 +895,8 @@ class Trainer {
                     {"interrupted", s.interrupted},
                     {"stopped_early", s.stopped_early},
                     {"skipped_slides", s.skipped_slides},
+                    {"skipped", skipped_},
+                    {"error", s.error.empty() ? json() : json(s.error)},
                     {"classes", manifest_.classes},
                     {"measured_peak_bytes", peak_bytes_},
                     {"seconds", s.seconds},
@@ -866,6 +930,8 @@ class Trainer {
   double lr_ = 0;
   int64_t peak_bytes_ = -1;
   int64_t skipped_in_epoch_ = 0;
+  // Every slide skipped (manifest, train, val) with the phase, epoch and reason: summary.json.
+  std::vector<json> skipped_;
   Clock::time_point epoch_clock_ = Clock::now();
   std::unique_ptr<CsvLog> metrics_csv_;
   std::unique_ptr<JsonLines> events_;

@@ -64,8 +64,9 @@ struct TrainSummary {
   ClassificationMetrics last_val;
   bool interrupted = false;    // stopped on request; last.h5 holds the position
   bool stopped_early = false;  // patience ran out
-  int64_t skipped_slides = 0;  // missing or unreadable
+  int64_t skipped_slides = 0;  // slides skipped anywhere (manifest, training, validation)
   double seconds = 0;
+  std::string error;  // why the run ended early (written to summary.json; train() rethrows it)
 };
 
 struct TrainRequest {

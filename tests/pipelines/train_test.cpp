@@ -8,7 +8,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -324,6 +326,81 @@ TEST_F(TrainTest, AManifestWithoutUsableSlidesIsAClearError) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.csv"), std::string::npos) << e.what();
+  }
+}
+
+// Issue 18: exit 0 with untrained weights was a false success.
+TEST_F(TrainTest, ARunInWhichEverySlideIsSkippedFailsAndItsSummarySaysWhy) {
+  for (const auto& [name, key, value] :
+       {std::tuple<std::string, std::string, std::string>{"budget", "budget", "1KiB"},
+        {"none-over-budget", "strategy", "none"}}) {
+    TrainConfig c = config("skipped-" + name);
+    c.epochs = 1;
+    if (key == "budget") c.budget = value;
+    if (key == "strategy") {
+      c.strategy = value;
+      c.budget = "64KiB";
+    }
+    try {
+      train(TrainRequest{c});
+      ADD_FAILURE() << name << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no train slide could be used in epoch 1: all 4 were "
+                                           "skipped"),
+                std::string::npos)
+          << name << ": " << e.what();
+    }
+    const nlohmann::json summary = nlohmann::json::parse(std::ifstream(c.output / "summary.json"));
+    EXPECT_EQ(summary["skipped_slides"], 4) << name;
+    EXPECT_EQ(summary["skipped"].size(), 4u) << name;
+    EXPECT_EQ(summary["skipped"][0]["phase"], "train");
+    EXPECT_FALSE(summary["skipped"][0]["reason"].get<std::string>().empty());
+    EXPECT_NE(summary["error"].get<std::string>().find("no train slide"), std::string::npos);
+    EXPECT_FALSE(fs::exists(c.output / "checkpoints" / "best.h5")) << name;
+  }
+}
+
+TEST_F(TrainTest, ANonFiniteLossStopsTrainingBeforeTheWeightsTakeIt) {
+  TrainConfig fresh = config("diverged");
+  fresh.lr = 1e30;
+  fresh.optimizer = "sgd";
+  fresh.momentum = 0;
+  try {
+    train(TrainRequest{fresh});
+    FAIL() << "expected the run to stop";
+  } catch (const Diverged& e) {
+    EXPECT_NE(std::string(e.what()).find("training diverged at step"), std::string::npos)
+        << e.what();
+  }
+  const nlohmann::json summary =
+      nlohmann::json::parse(std::ifstream(fresh.output / "summary.json"));
+  EXPECT_NE(summary["error"].get<std::string>().find("diverged"), std::string::npos);
+  // Nothing non-finite was written: no checkpoint holds NaN weights.
+  for (const char* name : {"last.h5", "best.h5"}) {
+    const fs::path file = fresh.output / "checkpoints" / name;
+    if (!fs::exists(file)) continue;
+    for (const io::NamedTensor& w : io::read_checkpoint(file).weights) {
+      EXPECT_TRUE(at::isfinite(w.tensor).all().item<bool>()) << name << " " << w.name;
+    }
+  }
+}
+
+TEST_F(TrainTest, WeightsHoldingNanAreRefusedWhenLoaded) {
+  TrainConfig c = config("nan");
+  c.epochs = 1;
+  train(TrainRequest{c});
+  io::CheckpointState state = io::read_checkpoint(c.output / "checkpoints" / "last.h5");
+  state.weights[0].tensor = state.weights[0].tensor.clone();
+  state.weights[0].tensor.view(-1)[0] = std::nan("");
+  const fs::path poisoned = c.output / "checkpoints" / "poisoned.h5";
+  io::write_checkpoint(poisoned, state);  // valid checksums, NaN inside
+  try {
+    load_trained_model(poisoned, false, "cpu");
+    FAIL() << "expected NaN weights to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NaN or infinite values in " + state.weights[0].name),
+              std::string::npos)
+        << e.what();
   }
 }
 
