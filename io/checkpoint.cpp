@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -301,11 +304,31 @@ class Reader {
 
 // Flushes a closed file's bytes to the disk, so the rename never publishes an empty file after a
 // power loss.
-void sync_file(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
+// Writes `bytes` to `path` and makes them durable (fsync), or throws naming the reason: a full
+// disk is a message here, not HDF5 failing inside its own close (whose file id then stayed open
+// and crashed HDF5's atexit handler: exit 139 on a full tmpfs).
+void write_durably(const std::filesystem::path& path, const std::vector<char>& bytes,
+                   const std::filesystem::path& shown) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw Error("cannot write checkpoint " + shown.string() + ": cannot create " + path.string() +
+                " (" + std::strerror(errno) + ")");
+  }
+  size_t done = 0;
+  int error = 0;
+  while (done < bytes.size() && error == 0) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) error = n < 0 ? errno : ENOSPC;
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) {
+    throw Error("cannot write checkpoint " + shown.string() + ": " + std::strerror(error) +
+                " after " + std::to_string(done) + " of " + std::to_string(bytes.size()) +
+                " bytes" + (error == ENOSPC || error == EDQUOT ? " (the disk is full)" : ""));
+  }
 }
 
 }  // namespace
@@ -334,10 +357,15 @@ void write_checkpoint(const std::filesystem::path& path, const CheckpointState& 
   std::filesystem::remove(partial, ignored);  // a leftover of a crashed write
   const Writer w(path);
   try {
+    std::vector<char> image;
     {
-      File file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-      w.must(file.ok(),
-             "cannot create " + partial.string() + " (does the folder exist and is it writable?)");
+      // Built in memory (HDF5's core driver, no backing store), written by write_durably: HDF5
+      // never meets the disk, so no failure leaves one of its files open.
+      const Id<H5Pclose> access(H5Pcreate(H5P_FILE_ACCESS));
+      w.must(access.ok() && H5Pset_fapl_core(access.get(), size_t{1} << 20, 0) >= 0,
+             "cannot set up HDF5's in-memory file");
+      File file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
+      w.must(file.ok(), "cannot make the in-memory HDF5 file");
       w.tensors(file.get(), "model_weights", state.weights, false);
       w.tensors(file.get(), "optimizer_weights", state.optimizer, true);
       Group s = w.group(file.get(), "state");
@@ -352,9 +380,18 @@ void write_checkpoint(const std::filesystem::path& path, const CheckpointState& 
       const at::Tensor rng = at::empty({static_cast<int64_t>(state.rng_state.size())}, at::kByte);
       std::copy(state.rng_state.begin(), state.rng_state.end(), rng.data_ptr<uint8_t>());
       w.tensor(s.get(), "rng_state", "rng_state", rng);
-      w.must(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "cannot flush (is the disk full?)");
+      w.must(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "cannot flush the in-memory file");
+      const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+      w.must(size > 0, "cannot take the in-memory file's image");
+      image.resize(static_cast<size_t>(size));
+      w.must(H5Fget_file_image(file.get(), image.data(), image.size()) == size,
+             "cannot take the in-memory file's image");
     }
-    sync_file(partial);
+    if (!std::filesystem::is_directory(path.parent_path().empty() ? "." : path.parent_path())) {
+      throw Error("cannot write checkpoint " + path.string() + ": the folder " +
+                  path.parent_path().string() + " does not exist");
+    }
+    write_durably(partial, image, path);
     std::filesystem::rename(partial, path);
   } catch (...) {
     std::filesystem::remove(partial, ignored);

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <torch/nn/module.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -213,6 +215,36 @@ TEST_F(CheckpointTest, AWriteKilledHalfwayLeavesThePreviousCheckpointIntact) {
     EXPECT_TRUE(now.weights[2].tensor.size(1) == 8 || now.weights[2].tensor.size(1) == 1 << 20);
   }
   write_checkpoint(path, first);  // a later write clears the leftover
+  expect_same(first, read_checkpoint(path));
+  EXPECT_FALSE(fs::exists(dir_ / "ck.h5.partial"));
+}
+
+// A write that fails part way (here a file-size limit; a full disk alike) is an error naming the
+// reason, leaves the previous checkpoint and no partial file, and the process still exits
+// cleanly: HDF5 failing inside its own close once left a file id open that crashed its atexit
+// handler (exit 139 on a full tmpfs, issue 18).
+TEST_F(CheckpointTest, AWriteThatRunsOutOfSpaceFailsClearlyAndTheProcessExitsCleanly) {
+  const fs::path path = dir_ / "ck.h5";
+  const CheckpointState first = sample_state(1);
+  write_checkpoint(path, first);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of killing
+    const rlimit limit{64 << 10, 64 << 10};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    int code = 1;
+    try {
+      write_checkpoint(path, sample_state(2, 1 << 16));  // ~1.5 MiB
+    } catch (const Error& e) {
+      code = std::string(e.what()).find("File too large") != std::string::npos ? 3 : 2;
+    }
+    std::exit(code);  // runs HDF5's atexit handler
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 3);
   expect_same(first, read_checkpoint(path));
   EXPECT_FALSE(fs::exists(dir_ / "ck.h5.partial"));
 }
