@@ -135,8 +135,13 @@ int64_t parse_bytes(const std::string& text) {
     scale = 1024.0 * 1024 * 1024;
   else if (unit == "t" || unit == "tib" || unit == "tb")
     scale = 1024.0 * 1024 * 1024 * 1024;
-  if (scale == 0 || value < 0) {
+  if (scale == 0 || !(value >= 0)) {
     throw Error("'" + text + "' is not a size: write e.g. 2GiB, 512MiB or 3000000");
+  }
+  // 2^62 bytes (4 EiB) is more than any machine has; beyond it the cast to int64 would be
+  // undefined (99999999TiB once read as a negative budget).
+  if (!(value * scale < 0x1p62)) {
+    throw Error("'" + text + "' is too large a size (more than 4 EiB)");
   }
   return static_cast<int64_t>(value * scale);
 }

@@ -244,6 +244,10 @@ TrainConfig load_train_config(const std::filesystem::path& path,
                               const std::vector<std::string>& overrides) {
   std::string text;
   if (!path.empty()) {
+    if (std::filesystem::is_directory(path)) {
+      throw Error("cannot read config " + path.string() +
+                  ": it is a folder; give the YAML or JSON file (a run folder's is config.yaml)");
+    }
     std::ifstream in(path);
     if (!in) throw Error("cannot read config " + path.string() + " (missing or unreadable)");
     std::stringstream buffer;

@@ -73,10 +73,21 @@ TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
   expect_error(error_of("manifest: d.csv\ndevice: cuda:x\n"), "device must be cpu, cuda");
   expect_error(error_of("manifest: d.csv\nprecision: half\n"), "unknown precision 'half'");
   EXPECT_EQ(error_of("manifest: d.csv\ndevice: cuda:1\nprecision: bf16\n"), "");
+  expect_error(error_of("manifest: d.csv\nbudget: 99999999TiB\n"), "too large a size");
+  expect_error(error_of("manifest: d.csv\nbudget: nanGiB\n"), "is not a size");
   expect_error(error_of("manifest: d.csv\nlr: 0.1\nepochs: 2\nlr: 0.001\n"),
                "run.yaml: key 'lr' appears twice (line 4)");
   expect_error(error_of(R"({"manifest": "d.csv", "lr": 1, "lr": 2})"), "key 'lr' appears twice");
   EXPECT_EQ(error_of("manifest: d.csv\n"), "");
+}
+
+TEST(TrainConfig, AFolderGivenAsTheConfigIsNamedAsAFolder) {
+  try {
+    load_train_config(std::filesystem::temp_directory_path());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("it is a folder"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainConfig, MissingFileIsAClearError) {
