@@ -135,8 +135,9 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   if (!tiled) {
     throw Error("not tiled: every segment of the plan for " + std::to_string(r.width) + "×" +
                 std::to_string(r.height) + " runs as one tile" +
-                (r.tile > 0 ? " (--tile " + std::to_string(r.tile) + " is not smaller than the "
-                                                                       "segments' outputs)"
+                (r.tile > 0 ? " (--tile " + std::to_string(r.tile) +
+                                  " is not smaller than the "
+                                  "segments' outputs)"
                             : std::string()) +
                 ", so the check would compare plain with plain; use a smaller --tile or a "
                 "larger --size\n" +

@@ -719,6 +719,8 @@ class Trainer {
         progress.height = source->height();
         progress.width = source->width();
         const core::Plan& plan = plan_for(progress.height, progress.width);
+        progress.predicted_peak_bytes = plan.predicted.total();
+        progress.budget_bytes = budget_bytes_;
         if (request_.observer) request_.observer->on_slide(progress);
         at::Tensor logits;
         try {
