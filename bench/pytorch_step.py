@@ -19,6 +19,7 @@ Run it with the project's .venv/bin/python (torch 2.11, the wheel Tessel's LibTo
 bench/run does.
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -187,7 +188,6 @@ def run_one(args, segments):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.benchmark = True  # what a careful user sets on a GPU
         result["peak_source"] = "torch.cuda.max_memory_allocated above the start of the first step"
-    import contextlib
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) \
         if args.precision == "bf16" else contextlib.nullcontext
     # In-place activations, as torchvision's VGG; not under checkpointing, where an in-place op

@@ -151,21 +151,21 @@ DeviceReport device_report() {
   return r;
 }
 
+bool is_device_name(const std::string& name) {
+  if (name == "cpu" || name == "auto" || name == "cuda") return true;
+  if (name.rfind("cuda:", 0) != 0) return false;
+  const std::string digits = name.substr(5);
+  return !digits.empty() && digits.size() <= 3 &&
+         digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
 c10::Device resolve_device(const std::string& name) {
-  if (name == "cpu") return c10::Device(c10::kCPU);
-  const bool any = name == "auto";
-  if (!any && name != "cuda" && name.rfind("cuda:", 0) != 0) {
+  if (!is_device_name(name)) {
     throw Error("unknown device '" + name + "': use cpu, cuda, cuda:N or auto");
   }
-  int index = 0;
-  if (name.rfind("cuda:", 0) == 0) {
-    const std::string digits = name.substr(5);
-    if (digits.empty() || digits.size() > 3 ||
-        digits.find_first_not_of("0123456789") != std::string::npos) {
-      throw Error("unknown device '" + name + "': use cpu, cuda, cuda:N or auto");
-    }
-    index = std::stoi(digits);
-  }
+  if (name == "cpu") return c10::Device(c10::kCPU);
+  const bool any = name == "auto";
+  const int index = name.rfind("cuda:", 0) == 0 ? std::stoi(name.substr(5)) : 0;
   const DeviceReport r = device_report();
   if (!r.problem.empty()) {
     if (any) return c10::Device(c10::kCPU);

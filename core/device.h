@@ -41,6 +41,9 @@ std::string cudnn_version_string(int version);
 // CPU). Throws tessel::Error naming what was found and what to install when a GPU was asked for
 // and cannot be used, or the index does not exist.
 c10::Device resolve_device(const std::string& name);
+// Whether `name` is one resolve_device reads ("cpu", "auto", "cuda", "cuda:N" with up to 3
+// digits), without asking whether that device is there: for validating configs.
+bool is_device_name(const std::string& name);
 
 // "cpu", or "cuda:0 (NVIDIA H100 80GB HBM3)": for logs and messages.
 std::string describe(c10::Device device);

@@ -49,10 +49,9 @@ void randomise(Graph& graph, uint64_t seed);
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
                               uint64_t seed, const StepOptions& options = {});
 
-// The plain step's own rounding in the graph's dtype and `options.precision`: plain so against
-// plain in float64 on the same weights, image and loss. A float32 or bf16 check's floor: a tiled
-// step that rounds no worse than the plain one lies within twice this of it (the triangle
-// inequality).
+// The plain step's own rounding in the graph's dtype and `options.precision`, against plain in
+// float64 on the same weights, image and loss: the floor of a float32, tf32 or bf16 check
+// (within_rounding).
 Comparison rounding_of_plain(Graph& graph, const Plan& plan, const at::Tensor& image, uint64_t seed,
                              const StepOptions& options = {});
 

@@ -23,19 +23,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-core::Plan plan_for(core::Graph& graph, const TrainConfig& config, int64_t height, int64_t width,
+core::Plan plan_for(const TrainedModel& model, int64_t height, int64_t width,
                     const std::string& budget, const fs::path& scratch_dir) {
-  c10::Device device(c10::kCPU);
-  for (const at::Tensor& p : graph.module().parameters()) device = p.device();
+  const TrainConfig& config = model.config;
   core::PlanOptions options;
   options.strategy = core::parse_strategy(config.strategy);
   options.optimizer_state_per_param = 0;  // no optimizer in inference
   // Offload or recompute at this machine's prices, when no plan with every checkpoint resident
   // fits: measured where the scratch file goes.
-  options.measure_prices = [tier = options.auto_tier, scratch_dir, device] {
+  options.measure_prices = [tier = options.auto_tier, scratch_dir, device = model.device] {
     return core::measure_offload_prices(tier, scratch_dir, device);
   };
-  return core::make_plan(graph, {3, height, width},
+  return core::make_plan(model.graph, {3, height, width},
                          core::parse_bytes(budget.empty() ? config.budget : budget), options);
 }
 
@@ -91,7 +90,7 @@ TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map,
                 "': " + e.what());
   }
   graph.module().to(where);
-  return {std::move(config), state.class_names, std::move(graph)};
+  return {std::move(config), state.class_names, std::move(graph), where};
 }
 
 EvaluationResult evaluate(const EvaluationRequest& request) {
@@ -143,8 +142,8 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
       progress.height = input.view->height();
       progress.width = input.view->width();
       if (request.observer) request.observer->on_slide(progress);
-      const core::Plan plan = plan_for(model.graph, model.config, progress.height, progress.width,
-                                       request.budget, request.scratch_dir);
+      const core::Plan plan =
+          plan_for(model, progress.height, progress.width, request.budget, request.scratch_dir);
       const at::Tensor logits =
           core::infer(model.graph, plan, *input.view, step_options(request, model))
               .to(at::kCPU, at::kDouble);
@@ -206,8 +205,7 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   const int64_t height = input.view->height(), width = input.view->width();
   SlideProgress progress{"heatmap", 1, 1, 0, 1, request.slide.filename().string(), height, width};
   if (request.observer) request.observer->on_slide(progress);
-  const core::Plan plan =
-      plan_for(model.graph, model.config, height, width, request.budget, request.scratch_dir);
+  const core::Plan plan = plan_for(model, height, width, request.budget, request.scratch_dir);
   // 1×K×h×w class maps; their mean over positions is the pooled model's logits (average pool).
   const at::Tensor maps = core::infer(model.graph, plan, *input.view, step_options(request, model))
                               .to(at::kCPU, at::kFloat);
@@ -218,8 +216,7 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
     // slide's prediction comes from the pooled network itself, one more pass.
     TrainedModel pooled = load_trained_model(request.checkpoint, false, request.device);
     const at::Tensor logits = core::infer(
-        pooled.graph,
-        plan_for(pooled.graph, pooled.config, height, width, request.budget, request.scratch_dir),
+        pooled.graph, plan_for(pooled, height, width, request.budget, request.scratch_dir),
         *input.view, step_options(request, pooled));
     result.slide_probabilities = to_vector(at::softmax(logits.to(at::kDouble), 1));
   } else {

@@ -19,7 +19,8 @@ namespace tessel::pipelines {
 struct TrainedModel {
   TrainConfig config;  // as saved in the checkpoint
   std::vector<std::string> classes;
-  core::Graph graph;  // on the device it was loaded for
+  core::Graph graph;  // on `device`, the one it was loaded for
+  c10::Device device = c10::Device(c10::kCPU);
 };
 // `class_map`: build the network with its classifier as a 1×1 convolution (class activation
 // maps) instead of the global pool + linear head.

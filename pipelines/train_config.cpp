@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "core/precision.h"
@@ -191,10 +192,7 @@ void validate(const TrainConfig& c, const std::string& origin) {
   } catch (const Error& e) {
     throw Error(origin + ": " + e.what());
   }
-  require(c.device == "cpu" || c.device == "auto" || c.device == "cuda" ||
-              (c.device.starts_with("cuda:") && c.device.size() > 5 &&
-               c.device.find_first_not_of("0123456789", 5) == std::string::npos),
-          origin, "device", "must be cpu, cuda, cuda:N or auto");
+  require(core::is_device_name(c.device), origin, "device", "must be cpu, cuda, cuda:N or auto");
   require(c.seed >= 0, origin, "seed", "must be 0 or more");
   require(!c.output.empty(), origin, "output", "is required (the run folder)");
 }
