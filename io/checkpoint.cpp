@@ -1,15 +1,11 @@
 #include "io/checkpoint.h"
 
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <hdf5.h>
 #include <torch/nn/module.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -17,11 +13,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/durable.h"
 
 namespace tessel::io {
 namespace {
 
-constexpr int kFormatVersion = 1;
+// 2: /state carries state_crc32, a checksum of every attribute that changes what the checkpoint
+// does (the stored config, classes, run state, tensor names); 1: without it (still read).
+constexpr int kFormatVersion = 2;
 
 // HDF5 ids with the right close function; HDF5 calls fail with a negative id, checked by `must`.
 template <herr_t (*Close)(hid_t)>
@@ -302,35 +301,6 @@ class Reader {
   std::filesystem::path file_;
 };
 
-// Flushes a closed file's bytes to the disk, so the rename never publishes an empty file after a
-// power loss.
-// Writes `bytes` to `path` and makes them durable (fsync), or throws naming the reason: a full
-// disk is a message here, not HDF5 failing inside its own close (whose file id then stayed open
-// and crashed HDF5's atexit handler: exit 139 on a full tmpfs).
-void write_durably(const std::filesystem::path& path, const std::vector<char>& bytes,
-                   const std::filesystem::path& shown) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw Error("cannot write checkpoint " + shown.string() + ": cannot create " + path.string() +
-                " (" + std::strerror(errno) + ")");
-  }
-  size_t done = 0;
-  int error = 0;
-  while (done < bytes.size() && error == 0) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) error = n < 0 ? errno : ENOSPC;
-    if (n > 0) done += static_cast<size_t>(n);
-  }
-  if (error == 0 && ::fsync(fd) != 0) error = errno;
-  if (::close(fd) != 0 && error == 0) error = errno;
-  if (error != 0) {
-    throw Error("cannot write checkpoint " + shown.string() + ": " + std::strerror(error) +
-                " after " + std::to_string(done) + " of " + std::to_string(bytes.size()) +
-                " bytes" + (error == ENOSPC || error == EDQUOT ? " (the disk is full)" : ""));
-  }
-}
-
 }  // namespace
 
 uint32_t crc32(const void* data, size_t bytes, uint32_t crc) {
@@ -349,54 +319,68 @@ uint32_t crc32(const void* data, size_t bytes, uint32_t crc) {
   return ~crc;
 }
 
+namespace {
+
+// The checksum of what the datasets' own CRCs do not cover and changes results: the stored
+// config (its mpp, model), the classes, the run's position, the tensors' names.
+uint32_t state_checksum(const CheckpointState& state) {
+  uint32_t crc = 0;
+  const auto add = [&crc](const std::string& field, const std::string& value) {
+    const std::string record = field + '=' + std::to_string(value.size()) + ':' + value + '\n';
+    crc = crc32(record.data(), record.size(), crc);
+  };
+  add("epoch", std::to_string(state.epoch));
+  add("step", std::to_string(state.step));
+  add("seed", std::to_string(state.seed));
+  for (const std::string& name : state.class_names) add("class", name);
+  add("tessel_version", state.tessel_version);
+  add("config", state.config);
+  add("run_state", state.run_state);
+  for (const NamedTensor& t : state.weights) add("weight", t.name);
+  for (const NamedTensor& t : state.optimizer) add("optimizer", t.name);
+  return crc;
+}
+
+}  // namespace
+
 void write_checkpoint(const std::filesystem::path& path, const CheckpointState& state) {
   silence_hdf5();
-  std::filesystem::path partial = path;
-  partial += ".partial";
-  std::error_code ignored;
-  std::filesystem::remove(partial, ignored);  // a leftover of a crashed write
   const Writer w(path);
-  try {
-    std::vector<char> image;
-    {
-      // Built in memory (HDF5's core driver, no backing store), written by write_durably: HDF5
-      // never meets the disk, so no failure leaves one of its files open.
-      const Id<H5Pclose> access(H5Pcreate(H5P_FILE_ACCESS));
-      w.must(access.ok() && H5Pset_fapl_core(access.get(), size_t{1} << 20, 0) >= 0,
-             "cannot set up HDF5's in-memory file");
-      File file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()));
-      w.must(file.ok(), "cannot make the in-memory HDF5 file");
-      w.tensors(file.get(), "model_weights", state.weights, false);
-      w.tensors(file.get(), "optimizer_weights", state.optimizer, true);
-      Group s = w.group(file.get(), "state");
-      w.number<int64_t>(s.get(), "format_version", kFormatVersion, H5T_STD_I64LE, H5T_NATIVE_INT64);
-      w.number<int64_t>(s.get(), "epoch", state.epoch, H5T_STD_I64LE, H5T_NATIVE_INT64);
-      w.number<int64_t>(s.get(), "step", state.step, H5T_STD_I64LE, H5T_NATIVE_INT64);
-      w.number<uint64_t>(s.get(), "seed", state.seed, H5T_STD_U64LE, H5T_NATIVE_UINT64);
-      w.strings(s.get(), "class_names", state.class_names);
-      w.strings(s.get(), "tessel_version", {state.tessel_version}, true);
-      w.strings(s.get(), "config", {state.config}, true);
-      w.strings(s.get(), "run_state", {state.run_state}, true);
-      const at::Tensor rng = at::empty({static_cast<int64_t>(state.rng_state.size())}, at::kByte);
-      std::copy(state.rng_state.begin(), state.rng_state.end(), rng.data_ptr<uint8_t>());
-      w.tensor(s.get(), "rng_state", "rng_state", rng);
-      w.must(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "cannot flush the in-memory file");
-      const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
-      w.must(size > 0, "cannot take the in-memory file's image");
-      image.resize(static_cast<size_t>(size));
-      w.must(H5Fget_file_image(file.get(), image.data(), image.size()) == size,
-             "cannot take the in-memory file's image");
-    }
-    if (!std::filesystem::is_directory(path.parent_path().empty() ? "." : path.parent_path())) {
-      throw Error("cannot write checkpoint " + path.string() + ": the folder " +
-                  path.parent_path().string() + " does not exist");
-    }
-    write_durably(partial, image, path);
-    std::filesystem::rename(partial, path);
-  } catch (...) {
-    std::filesystem::remove(partial, ignored);
-    throw;
+  std::vector<char> image;
+  {
+    // Built in memory (HDF5's core driver, no backing store), then written atomically: HDF5
+    // never meets the disk, so no failure leaves one of its files open (a full disk crashed
+    // HDF5's atexit handler on a file id left open).
+    const Id<H5Pclose> access(H5Pcreate(H5P_FILE_ACCESS));
+    w.must(access.ok() && H5Pset_fapl_core(access.get(), size_t{1} << 20, 0) >= 0,
+           "cannot set up HDF5's in-memory file");
+    File file(H5Fcreate((path.string() + ".in-memory").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT,
+                        access.get()));
+    w.must(file.ok(), "cannot make the in-memory HDF5 file");
+    w.tensors(file.get(), "model_weights", state.weights, false);
+    w.tensors(file.get(), "optimizer_weights", state.optimizer, true);
+    Group s = w.group(file.get(), "state");
+    w.number<int64_t>(s.get(), "format_version", kFormatVersion, H5T_STD_I64LE, H5T_NATIVE_INT64);
+    w.number<int64_t>(s.get(), "epoch", state.epoch, H5T_STD_I64LE, H5T_NATIVE_INT64);
+    w.number<int64_t>(s.get(), "step", state.step, H5T_STD_I64LE, H5T_NATIVE_INT64);
+    w.number<uint64_t>(s.get(), "seed", state.seed, H5T_STD_U64LE, H5T_NATIVE_UINT64);
+    w.strings(s.get(), "class_names", state.class_names);
+    w.strings(s.get(), "tessel_version", {state.tessel_version}, true);
+    w.strings(s.get(), "config", {state.config}, true);
+    w.strings(s.get(), "run_state", {state.run_state}, true);
+    w.number<uint32_t>(s.get(), "state_crc32", state_checksum(state), H5T_STD_U32LE,
+                       H5T_NATIVE_UINT32);
+    const at::Tensor rng = at::empty({static_cast<int64_t>(state.rng_state.size())}, at::kByte);
+    std::copy(state.rng_state.begin(), state.rng_state.end(), rng.data_ptr<uint8_t>());
+    w.tensor(s.get(), "rng_state", "rng_state", rng);
+    w.must(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "cannot flush the in-memory file");
+    const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+    w.must(size > 0, "cannot take the in-memory file's image");
+    image.resize(static_cast<size_t>(size));
+    w.must(H5Fget_file_image(file.get(), image.data(), image.size()) == size,
+           "cannot take the in-memory file's image");
   }
+  write_file_atomically(path, std::string_view(image.data(), image.size()), "checkpoint");
 }
 
 CheckpointState read_checkpoint(const std::filesystem::path& path) {
@@ -424,6 +408,10 @@ CheckpointState read_checkpoint(const std::filesystem::path& path) {
   state.tessel_version = r.text(s.get(), "tessel_version");
   state.config = r.text(s.get(), "config");
   state.run_state = r.text(s.get(), "run_state");
+  if (version >= 2 &&
+      r.number<uint32_t>(s.get(), "state_crc32", H5T_NATIVE_UINT32) != state_checksum(state)) {
+    r.fail("its stored config, classes, run state or tensor names do not match their checksum");
+  }
   const at::Tensor rng = r.tensor(s.get(), "rng_state", "/state/rng_state");
   if (rng.scalar_type() != at::kByte) r.fail("dataset /state/rng_state is not bytes");
   const auto* bytes = rng.data_ptr<uint8_t>();

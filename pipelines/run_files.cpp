@@ -1,8 +1,14 @@
 #include "pipelines/run_files.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/durable.h"
 
 namespace tessel::pipelines {
 namespace {
@@ -20,51 +26,107 @@ std::string csv_line(const std::vector<std::string>& fields) {
   return line;
 }
 
-std::ofstream open_append(const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::app);
-  if (!out) throw Error("cannot write " + path.string() + " (is the folder writable?)");
-  return out;
-}
-
 }  // namespace
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
-  std::filesystem::path partial = path;
-  partial += ".partial";
-  {
-    std::ofstream out(partial, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(partial, ignored);
-      throw Error("cannot write " + path.string() + " (is the folder writable, the disk full?)");
+  io::write_file_atomically(path, text, path.filename().string());
+}
+
+std::vector<std::string> repair_log(const std::filesystem::path& path) {
+  std::vector<std::string> lines;
+  if (!std::filesystem::exists(path)) return lines;
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) throw Error("cannot read " + path.string());
+  const size_t end = text.rfind('\n');
+  const size_t whole = end == std::string::npos ? 0 : end + 1;
+  if (whole != text.size()) {
+    spdlog::warn("{}: dropped a line the interrupted run left half written", path.string());
+    write_text_atomically(path, text.substr(0, whole));
+  }
+  for (size_t begin = 0; begin < whole;) {
+    const size_t next = text.find('\n', begin);
+    lines.push_back(text.substr(begin, next - begin));
+    begin = next + 1;
+  }
+  return lines;
+}
+
+std::string csv_row(const std::vector<std::string>& fields) { return csv_line(fields); }
+
+void repair_metrics(const std::filesystem::path& path, const std::vector<std::string>& header,
+                    int64_t epochs, const std::vector<std::string>& last_row) {
+  const std::vector<std::string> lines = repair_log(path);
+  std::vector<std::string> kept{csv_line(header)};
+  int64_t last = 0;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::string epoch = lines[i].substr(0, lines[i].find(','));
+    int64_t n = 0;
+    try {
+      n = std::stoll(epoch);
+    } catch (const std::exception&) {
+      throw Error(path.string() + " line " + std::to_string(i + 1) +
+                  ": not a row of the epoch log (" + lines[i].substr(0, 40) + ")");
+    }
+    if (n > epochs) continue;  // an epoch last.h5 does not hold
+    kept.push_back(lines[i]);
+    last = std::max(last, n);
+  }
+  if (last < epochs && !last_row.empty() && last_row.front() == std::to_string(epochs)) {
+    spdlog::warn("{}: epoch {}'s row was lost in a crash; written from last.h5", path.string(),
+                 epochs);
+    kept.push_back(csv_line(last_row));
+  }
+  if (kept == lines) return;
+  std::string text;
+  for (const std::string& line : kept) text += line + "\n";
+  write_text_atomically(path, text);
+}
+
+void repair_events(const std::filesystem::path& path, int64_t epochs,
+                   const nlohmann::json& last_event) {
+  const std::vector<std::string> lines = repair_log(path);
+  std::vector<std::string> kept;
+  bool found = false;
+  for (const std::string& line : lines) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (event.is_object() && event.value("type", "") == "epoch") {
+      const int64_t n = event.value("epoch", int64_t{0});
+      if (n > epochs) continue;
+      found = found || n == epochs;
+    }
+    kept.push_back(line);
+  }
+  if (!found && epochs > 0 && last_event.is_object() &&
+      last_event.value("epoch", int64_t{0}) == epochs) {
+    kept.push_back(last_event.dump());
+  }
+  if (kept == lines) return;
+  std::string text;
+  for (const std::string& line : kept) text += line + "\n";
+  write_text_atomically(path, text);
+}
+
+void remove_partial_files(const std::filesystem::path& folder) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    if (entry.path().extension() == ".partial") {
+      std::filesystem::remove(entry.path(), error);
+      spdlog::info("removed {}, left by an interrupted write", entry.path().string());
     }
   }
-  std::error_code error;
-  std::filesystem::rename(partial, path, error);
-  if (error) throw Error("cannot write " + path.string() + ": " + error.message());
 }
 
 CsvLog::CsvLog(std::filesystem::path path, std::vector<std::string> header)
     : path_(std::move(path)) {
-  const bool fresh = !std::filesystem::exists(path_) || std::filesystem::file_size(path_) == 0;
-  out_ = open_append(path_);
-  if (fresh) out_ << csv_line(header) << "\n" << std::flush;
+  // A log a crashed run left: its half-written last line goes, so the next row starts a line.
+  if (repair_log(path_).empty()) io::append_line(path_, csv_line(header));
 }
 
-void CsvLog::write(const std::vector<std::string>& row) {
-  out_ << csv_line(row) << "\n" << std::flush;
-  if (!out_) throw Error("cannot write " + path_.string() + " (is the disk full?)");
-}
+void CsvLog::write(const std::vector<std::string>& row) { io::append_line(path_, csv_line(row)); }
 
-JsonLines::JsonLines(std::filesystem::path path) : path_(std::move(path)) {
-  out_ = open_append(path_);
-}
+JsonLines::JsonLines(std::filesystem::path path) : path_(std::move(path)) { repair_log(path_); }
 
-void JsonLines::write(const nlohmann::json& object) {
-  out_ << object.dump() << "\n" << std::flush;
-  if (!out_) throw Error("cannot write " + path_.string() + " (is the disk full?)");
-}
+void JsonLines::write(const nlohmann::json& object) { io::append_line(path_, object.dump()); }
 
 }  // namespace tessel::pipelines

@@ -1,9 +1,10 @@
-// The files of a run folder: text written whole (temporary name + rename), and append-only logs
-// (metrics.csv, events.jsonl) flushed line by line, so a crash loses at most the line in flight.
+// The files of a run folder: text written whole (io/durable.h: temporary name, fsync, rename), and
+// append-only logs (metrics.csv, events.jsonl) written a line at a time, so a crash leaves at most
+// the line in flight half written, which repair_log drops.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -13,6 +14,24 @@ namespace tessel::pipelines {
 // Writes `text` to `path` through "<path>.partial" and a rename. Throws tessel::Error.
 void write_text_atomically(const std::filesystem::path& path, const std::string& text);
 
+// The whole lines of a log; a half-written last line (a crash mid-write) is cut from the file.
+std::vector<std::string> repair_log(const std::filesystem::path& path);
+
+// One CSV line (fields quoted where needed), as CsvLog writes it.
+std::string csv_row(const std::vector<std::string>& fields);
+
+// The epoch logs as last.h5 records them after `epochs` completed epochs, for a resumed run: a
+// half-written line cut, rows or lines of later epochs dropped, and the last epoch's (kept in
+// last.h5's run state) appended when a crash between last.h5 and the log lost it.
+// metrics.csv: the first field of a row is its epoch. events.jsonl: {"type": "epoch", "epoch": n}.
+void repair_metrics(const std::filesystem::path& path, const std::vector<std::string>& header,
+                    int64_t epochs, const std::vector<std::string>& last_row);
+void repair_events(const std::filesystem::path& path, int64_t epochs,
+                   const nlohmann::json& last_event);
+
+// Removes the "*.partial" files a crash left in `folder` (not recursive).
+void remove_partial_files(const std::filesystem::path& folder);
+
 // A CSV file with a header; appends to an existing file with the same header (a resumed run).
 class CsvLog {
  public:
@@ -21,7 +40,6 @@ class CsvLog {
 
  private:
   std::filesystem::path path_;
-  std::ofstream out_;
 };
 
 // One JSON object per line, appended.
@@ -32,7 +50,6 @@ class JsonLines {
 
  private:
   std::filesystem::path path_;
-  std::ofstream out_;
 };
 
 }  // namespace tessel::pipelines

@@ -26,6 +26,7 @@
 #include "core/tile_store.h"
 #include "core/version.h"
 #include "io/checkpoint.h"
+#include "io/durable.h"
 #include "io/manifest.h"
 #include "models/zoo.h"
 #include "pipelines/distributed.h"
@@ -82,6 +83,12 @@ struct Position {
   int64_t best_epoch = 0;  // 1-based; 0: none yet
   double best_metric = 0;
   int64_t epochs_without_improvement = 0;
+  // The last epoch end's metrics.csv row and events.jsonl line, so that a resumed run writes them
+  // when a crash came between last.h5 and the logs.
+  std::vector<std::string> epoch_row;
+  json epoch_event;
+  // Every slide skipped so far (manifest, train, val) with phase, epoch and reason: summary.json.
+  std::vector<json> skipped;
 
   json to_json() const {
     return {{"epoch", epoch},
@@ -93,7 +100,10 @@ struct Position {
             {"train_labels", train_labels},
             {"best_epoch", best_epoch},
             {"best_metric", best_metric},
-            {"epochs_without_improvement", epochs_without_improvement}};
+            {"epochs_without_improvement", epochs_without_improvement},
+            {"epoch_row", epoch_row},
+            {"epoch_event", epoch_event},
+            {"skipped", skipped}};
   }
   static Position from_json(const json& j) {
     Position p;
@@ -107,11 +117,29 @@ struct Position {
     p.best_epoch = j.at("best_epoch");
     p.best_metric = j.at("best_metric");
     p.epochs_without_improvement = j.at("epochs_without_improvement");
+    // Absent from checkpoints of Tessel before 0.x's crash-safe epoch end.
+    p.epoch_row = j.value("epoch_row", std::vector<std::string>());
+    p.epoch_event = j.value("epoch_event", json());
+    p.skipped = j.value("skipped", std::vector<json>());
     return p;
   }
 };
 
 constexpr const char* kAccumulatedGrad = ".accumulated_grad";
+
+std::vector<std::string> metrics_header() {
+  return {"epoch",
+          "lr",
+          "train_loss",
+          "train_accuracy",
+          "val_loss",
+          "val_accuracy",
+          "val_balanced_accuracy",
+          "val_auc",
+          "best",
+          "seconds",
+          "measured_peak_bytes"};
+}
 
 // A trained or validated slide's outcome, by its position in the epoch's order (or the val split).
 struct SlideResult {
@@ -139,7 +167,7 @@ class Trainer {
   }
 
   TrainSummary run() {
-    const auto t0 = Clock::now();
+    const auto t0 = run_start_ = Clock::now();
     // An explicit scratch directory is a command-line option: checked first, like the config.
     scratch_dir_ = request_.scratch_dir.empty() ? run_dir_ : request_.scratch_dir;
     // Ranks on other nodes sharing the folder would take each other's scratch files for those of
@@ -203,6 +231,8 @@ class Trainer {
       EpochReport report = finish_epoch();
       report.seconds = seconds_since(epoch_start);
       summary.last_val = report.val;
+      // The record of a run in progress (state "running"): what a run that dies leaves.
+      finish_summary(summary, run_start_, /*running=*/true);
       if (request_.observer) request_.observer->on_epoch(report);
       if (agreed_stop() && position_.epoch + 1 < config_.epochs) {
         ++position_.epoch;  // last.h5 holds the start of the next epoch
@@ -221,16 +251,16 @@ class Trainer {
     }
   }
 
-  void finish_summary(TrainSummary& summary, Clock::time_point t0) {
+  void finish_summary(TrainSummary& summary, Clock::time_point t0, bool running = false) {
     summary.epochs_done = position_.epoch;
     summary.steps = position_.step;
     summary.best_epoch = position_.best_epoch;
     summary.best_metric = position_.best_metric;
     summary.seconds = seconds_since(t0);
     std::set<std::string> slides;
-    for (const json& s : skipped_) slides.insert(s["slide"].get<std::string>());
+    for (const json& s : position_.skipped) slides.insert(s["slide"].get<std::string>());
     summary.skipped_slides = static_cast<int64_t>(slides.size());
-    if (lead()) write_summary(summary);
+    if (lead()) write_summary(summary, running);
   }
 
   void prepare_run_dir() {
@@ -253,11 +283,7 @@ class Trainer {
         run_dir_ / (lead() ? "events.jsonl" : fmt::format("events.rank{}.jsonl", rank_)));
     if (!lead()) return;
     write_text_atomically(run_dir_ / "config.yaml", config_.to_yaml());
-    metrics_csv_ = std::make_unique<CsvLog>(
-        run_dir_ / "metrics.csv",
-        std::vector<std::string>{"epoch", "lr", "train_loss", "train_accuracy", "val_loss",
-                                 "val_accuracy", "val_balanced_accuracy", "val_auc", "best",
-                                 "seconds", "measured_peak_bytes"});
+    metrics_csv_ = std::make_unique<CsvLog>(run_dir_ / "metrics.csv", metrics_header());
   }
 
   void load_data() {
@@ -403,10 +429,14 @@ class Trainer {
 
   void note_skipped(const io::ManifestEntry& entry, const std::string& phase,
                     const std::string& reason) {
-    skipped_.push_back({{"slide", entry.slide.string()},
-                        {"phase", phase},
-                        {"epoch", position_.epoch + 1},
-                        {"reason", reason}});
+    // The manifest's are noted at every start; a resumed run's position has them already.
+    for (const json& s : position_.skipped) {
+      if (phase == "manifest" && s["phase"] == phase && s["slide"] == entry.slide.string()) return;
+    }
+    position_.skipped.push_back({{"slide", entry.slide.string()},
+                                 {"phase", phase},
+                                 {"epoch", position_.epoch + 1},
+                                 {"reason", reason}});
   }
 
   void resume() {
@@ -442,6 +472,37 @@ class Trainer {
     }
     spdlog::info("resuming {} at epoch {}, slide {} (step {})", run_dir_.string(),
                  position_.epoch + 1, position_.slide, position_.step);
+    if (lead()) complete_epoch_end();
+  }
+
+  // Brings the run folder to what last.h5 records, after a crash at any instant of an epoch end
+  // (finish_epoch writes last.h5, then best.h5, the logs' lines, summary.json).
+  void complete_epoch_end() {
+    const fs::path checkpoints = run_dir_ / "checkpoints";
+    remove_partial_files(checkpoints);
+    remove_partial_files(run_dir_);
+    // last.h5 at the end of the best epoch is best.h5's content, byte for byte.
+    const fs::path best = checkpoints / "best.h5";
+    if (position_.best_epoch > 0 && position_.best_epoch == position_.epoch &&
+        position_.slide == 0) {
+      bool current = false;
+      try {
+        const io::CheckpointState b = io::read_checkpoint(best);
+        current = b.epoch == position_.epoch && b.step == position_.step;
+      } catch (const Error&) {
+      }
+      if (!current) {
+        spdlog::warn("{} was not written (the run stopped at the end of epoch {}): copied from {}",
+                     best.string(), position_.epoch, (checkpoints / "last.h5").string());
+        io::copy_file_atomically(checkpoints / "last.h5", best, "checkpoint");
+      }
+    } else if (position_.best_epoch > 0 && !fs::exists(best)) {
+      spdlog::warn("{} is missing (the best epoch was {}); it cannot be recovered", best.string(),
+                   position_.best_epoch);
+    }
+    repair_metrics(run_dir_ / "metrics.csv", metrics_header(), position_.epoch,
+                   position_.epoch_row);
+    repair_events(run_dir_ / "events.jsonl", position_.epoch, position_.epoch_event);
   }
 
   bool stop_requested() const { return request_.stop != nullptr && request_.stop->load(); }
@@ -770,7 +831,7 @@ class Trainer {
     if (position_.train_labels.empty()) {
       // Exit 0 with untrained weights would be a false success.
       std::string first;
-      for (const json& s : skipped_) {
+      for (const json& s : position_.skipped) {
         if (s["phase"] == "train") {
           first = " (the first: " + s["slide"].get<std::string>() + ": " +
                   s["reason"].get<std::string>() + ")";
@@ -812,37 +873,48 @@ class Trainer {
                  report.lr, to_string(report.train),
                  report.val.count > 0 ? to_string(report.val) : std::string("(no val split)"),
                  report.best ? " · best" : "");
-    // The epoch is complete: the checkpoints hold the start of the next one.
+    const auto number = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
+    const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
+    position_.epoch_row = {std::to_string(report.epoch),
+                           number(report.lr),
+                           number(report.train_loss),
+                           number(report.train.accuracy),
+                           number(report.val.loss),
+                           number(report.val.accuracy),
+                           number(report.val.balanced_accuracy),
+                           number(report.val.auc),
+                           report.best ? "1" : "0",
+                           number(seconds_since(epoch_clock_)),
+                           std::to_string(peak_bytes_)};
+    position_.epoch_event = {{"type", "epoch"},
+                             {"epoch", report.epoch},
+                             {"lr", report.lr},
+                             {"train_loss", nullable(report.train_loss)},
+                             {"train_accuracy", nullable(report.train.accuracy)},
+                             {"val_loss", nullable(report.val.loss)},
+                             {"val_accuracy", nullable(report.val.accuracy)},
+                             {"val_balanced_accuracy", nullable(report.val.balanced_accuracy)},
+                             {"val_auc", nullable(report.val.auc)},
+                             {"best", report.best},
+                             {"measured_peak_bytes", peak_bytes_},
+                             {"skipped", skipped_in_epoch_}};
+    // The epoch is complete: the checkpoints hold the start of the next one. last.h5 is the
+    // commit: everything written after it (best.h5, the logs' lines, summary.json) is in its run
+    // state, and a resumed run completes what a crash interrupted (complete_epoch_end).
     position_.slide = 0;
     ++position_.epoch;
     position_.train_probabilities.clear();
     position_.train_labels.clear();
     position_.train_loss_sum = 0;
     save_checkpoint("last.h5");
-    if (report.best) save_checkpoint("best.h5");
-    --position_.epoch;
-    const auto number = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
-    if (metrics_csv_) {
-      metrics_csv_->write(
-          {std::to_string(report.epoch), number(report.lr), number(report.train_loss),
-           number(report.train.accuracy), number(report.val.loss), number(report.val.accuracy),
-           number(report.val.balanced_accuracy), number(report.val.auc), report.best ? "1" : "0",
-           number(seconds_since(epoch_clock_)), std::to_string(peak_bytes_)});
+    if (report.best && lead()) {
+      io::copy_file_atomically(run_dir_ / "checkpoints" / "last.h5",
+                               run_dir_ / "checkpoints" / "best.h5", "checkpoint");
     }
+    --position_.epoch;
+    if (metrics_csv_) metrics_csv_->write(position_.epoch_row);
     epoch_clock_ = Clock::now();
-    const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
-    events_->write({{"type", "epoch"},
-                    {"epoch", report.epoch},
-                    {"lr", report.lr},
-                    {"train_loss", nullable(report.train_loss)},
-                    {"train_accuracy", nullable(report.train.accuracy)},
-                    {"val_loss", nullable(report.val.loss)},
-                    {"val_accuracy", nullable(report.val.accuracy)},
-                    {"val_balanced_accuracy", nullable(report.val.balanced_accuracy)},
-                    {"val_auc", nullable(report.val.auc)},
-                    {"best", report.best},
-                    {"measured_peak_bytes", peak_bytes_},
-                    {"skipped", skipped_in_epoch_}});
+    events_->write(position_.epoch_event);
     if (communicator_ != nullptr) {
       // The gradient exchanges of the epoch: the wait for the slowest rank plus the transfer.
       events_->write({{"type", "allreduce"},
@@ -880,9 +952,14 @@ class Trainer {
     io::write_checkpoint(run_dir_ / "checkpoints" / name, state);
   }
 
-  void write_summary(const TrainSummary& s) const {
+  void write_summary(const TrainSummary& s, bool running) const {
     const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
+    const char* state = running            ? "running"
+                        : !s.error.empty() ? "failed"
+                        : s.interrupted    ? "stopped"
+                                           : "finished";
     const json j = {{"run_dir", s.run_dir.string()},
+                    {"state", state},
                     {"epochs_done", s.epochs_done},
                     {"steps", s.steps},
                     {"best_epoch", s.best_epoch},
@@ -897,7 +974,7 @@ class Trainer {
                     {"interrupted", s.interrupted},
                     {"stopped_early", s.stopped_early},
                     {"skipped_slides", s.skipped_slides},
-                    {"skipped", skipped_},
+                    {"skipped", position_.skipped},
                     {"error", s.error.empty() ? json() : json(s.error)},
                     {"classes", manifest_.classes},
                     {"measured_peak_bytes", peak_bytes_},
@@ -932,9 +1009,8 @@ class Trainer {
   double lr_ = 0;
   int64_t peak_bytes_ = -1;
   int64_t skipped_in_epoch_ = 0;
-  // Every slide skipped (manifest, train, val) with the phase, epoch and reason: summary.json.
-  std::vector<json> skipped_;
   Clock::time_point epoch_clock_ = Clock::now();
+  Clock::time_point run_start_ = Clock::now();
   std::unique_ptr<CsvLog> metrics_csv_;
   std::unique_ptr<JsonLines> events_;
 };

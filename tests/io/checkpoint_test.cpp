@@ -163,6 +163,58 @@ TEST_F(CheckpointTest, FlippedByteInADatasetIsReportedWithFileAndDataset) {
   EXPECT_NE(message.find("checksum"), std::string::npos) << message;
 }
 
+// Rewrites a text attribute of /state in place (as a hand edit with h5py would).
+void rewrite_state_text(const fs::path& path, const char* name, const std::string& value) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t state = H5Gopen2(file, "/state", H5P_DEFAULT);
+  H5Adelete(state, name);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(state, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* text = value.c_str();
+  H5Awrite(attr, type, &text);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Gclose(state);
+  H5Fclose(file);
+}
+
+TEST_F(CheckpointTest, AnEditedConfigOrRunStateFailsItsChecksum) {
+  CheckpointState s = sample_state(1);
+  s.config = "model: vgg-mini\nmpp: 32\n";
+  for (const char* attr : {"config", "run_state", "tessel_version"}) {
+    write_checkpoint(dir_ / "ck.h5", s);
+    rewrite_state_text(dir_ / "ck.h5", attr, "model: vgg-mini\nmpp: 12\n");
+    const std::string message = error_of(dir_ / "ck.h5");
+    EXPECT_NE(message.find((dir_ / "ck.h5").string()), std::string::npos) << attr << message;
+    EXPECT_NE(message.find("do not match their checksum"), std::string::npos) << attr << message;
+  }
+  // Rewritten with the same text, it reads (the check is of content, not of the HDF5 layout).
+  write_checkpoint(dir_ / "ck.h5", s);
+  rewrite_state_text(dir_ / "ck.h5", "config", s.config);
+  expect_same(s, read_checkpoint(dir_ / "ck.h5"));
+}
+
+TEST_F(CheckpointTest, AFormatOneCheckpointWithoutTheStateChecksumIsStillRead) {
+  const CheckpointState s = sample_state(1);
+  write_checkpoint(dir_ / "ck.h5", s);
+  {
+    const hid_t file = H5Fopen((dir_ / "ck.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t state = H5Gopen2(file, "/state", H5P_DEFAULT);
+    H5Adelete(state, "state_crc32");
+    const hid_t attr = H5Aopen(state, "format_version", H5P_DEFAULT);
+    const int64_t one = 1;
+    H5Awrite(attr, H5T_NATIVE_INT64, &one);
+    H5Aclose(attr);
+    H5Gclose(state);
+    H5Fclose(file);
+  }
+  expect_same(s, read_checkpoint(dir_ / "ck.h5"));
+}
+
 TEST_F(CheckpointTest, TruncatedOrForeignFilesGiveAClearError) {
   write_checkpoint(dir_ / "ck.h5", sample_state(1, 4096));
   const auto size = fs::file_size(dir_ / "ck.h5");
