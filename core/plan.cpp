@@ -101,6 +101,22 @@ std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& 
   return need;
 }
 
+Window receptive_field(const Graph& graph, NodeId node, int axis, Window out) {
+  std::vector<Window> need(static_cast<size_t>(node) + 1, Window{0, 0});
+  need[static_cast<size_t>(node)] = out;
+  for (NodeId v = node; v > graph.input(); --v) {
+    const Window w = need[static_cast<size_t>(v)];
+    if (w.empty()) continue;
+    const Node& n = graph.node(v);
+    if (!n.spatial()) {
+      throw Error("receptive_field: " + n.name + " is not a spatial op (past the global pool)");
+    }
+    const Window in = input_window(n.axis_op(axis), w);
+    for (NodeId i : n.inputs) need[static_cast<size_t>(i)] = hull(need[static_cast<size_t>(i)], in);
+  }
+  return need[static_cast<size_t>(graph.input())];
+}
+
 std::string format_bytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(bytes);

@@ -126,6 +126,11 @@ struct Plan {
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile);
 
+// The input window that window `out` of node `node` reads along `axis` (0 rows, 1 columns), over
+// every path back to the input and unclipped (padding included): its receptive field. Where an
+// output cell sits over the image (heatmaps): cell i's field is cell 0's shifted by i strides.
+Window receptive_field(const Graph& graph, NodeId node, int axis, Window out);
+
 // A readable table: segments, ops, output shapes, tiles, bytes.
 std::string to_string(const Plan& plan, const Graph& graph);
 std::string format_bytes(int64_t bytes);

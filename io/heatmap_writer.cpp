@@ -202,6 +202,9 @@ void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& fin
   for (int64_t row = 0; row < heatmap.rows; ++row) {
     for (int64_t col = 0; col < heatmap.cols; ++col) {
       core::Region c = heatmap.cell(row, col);
+      // A network whose first cell's field starts in the padding: clipped to the slide.
+      c.x.begin = std::max<int64_t>(c.x.begin, 0);
+      c.y.begin = std::max<int64_t>(c.y.begin, 0);
       c.x.end = std::min(c.x.end, static_cast<int64_t>(std::llround(right)));
       c.y.end = std::min(c.y.end, static_cast<int64_t>(std::llround(bottom)));
       nlohmann::json measurements = nlohmann::json::object();

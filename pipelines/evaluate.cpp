@@ -231,11 +231,20 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   h.classes = model.classes;
   h.slide_width = input.slide->level(0).width;
   h.slide_height = input.slide->level(0).height;
-  // Cell (r, c) summarises the view's pixels [r·H/rows, (r+1)·H/rows): the feature map's stride.
-  h.cell_height = static_cast<double>(height) / static_cast<double>(rows) * input.level0_per_pixel;
-  h.cell_width = static_cast<double>(width) / static_cast<double>(cols) * input.level0_per_pixel;
-  h.origin_y = static_cast<double>(input.crop.y.begin) * input.level0_per_pixel;
-  h.origin_x = static_cast<double>(input.crop.x.begin) * input.level0_per_pixel;
+  // Cell i sits where the network looked: its receptive field's centre, one stride per cell. Not
+  // H/rows: floor-mode pooling drops the last H mod stride rows, and spreading the cells over
+  // them put the last row ~20 px (350 level-0 px on CMU-1) too low on a 32-stride network.
+  const auto place = [&](int axis, double& origin, double& cell, int64_t crop_begin) {
+    const core::NodeId out = model.graph.output();
+    const core::Window first = core::receptive_field(model.graph, out, axis, {0, 1});
+    const core::Window second = core::receptive_field(model.graph, out, axis, {1, 2});
+    const double stride = static_cast<double>(second.begin - first.begin);
+    const double centre = static_cast<double>(first.begin + first.end) / 2.0;
+    cell = stride * input.level0_per_pixel;
+    origin = (static_cast<double>(crop_begin) + centre - stride / 2.0) * input.level0_per_pixel;
+  };
+  place(0, h.origin_y, h.cell_height, input.crop.y.begin);
+  place(1, h.origin_x, h.cell_width, input.crop.x.begin);
   for (int64_t k = 0; k < static_cast<int64_t>(model.classes.size()); ++k) {
     const at::Tensor map = scores[0][k].contiguous();
     h.scores.emplace_back(map.data_ptr<float>(), map.data_ptr<float>() + map.numel());

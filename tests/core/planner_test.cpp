@@ -64,6 +64,22 @@ TEST(Window, InputWindowIsExactlyWhatTheOutputsRead) {
   }
 }
 
+TEST(Window, ReceptiveFieldIsTheHullOverEveryPathIncludingPadding) {
+  // A residual join of a 3×3 stride-2 conv and a 1×1 stride-2 shortcut, then a padded 3×3 conv.
+  Graph g(3);
+  const NodeId a = g.conv(g.input(), ConvSpec(3, 4, 3).stride(2), "a");
+  const NodeId b = g.conv(g.input(), ConvSpec(3, 4, 1).stride(2), "b");
+  const NodeId sum = g.add(a, b);
+  const NodeId out = g.conv(sum, ConvSpec(4, 4, 3).padding(1), "c");
+  EXPECT_EQ(receptive_field(g, sum, 0, {0, 1}), (Window{0, 3}));
+  EXPECT_EQ(receptive_field(g, sum, 1, {1, 2}), (Window{2, 5}));
+  // Cell 0 of the last conv reads the join's [-1, 2): padding, then [-2, 5) of the input.
+  EXPECT_EQ(receptive_field(g, out, 0, {0, 1}), (Window{-2, 5}));
+  EXPECT_EQ(receptive_field(g, out, 0, {1, 2}), (Window{0, 7}));
+  const NodeId pooled = g.global_avg_pool(out);
+  EXPECT_THROW(receptive_field(g, pooled, 0, {0, 1}), Error);
+}
+
 TEST(Planner, FitsTheBudgetAndTilesMoreWhenItShrinks) {
   Graph g = models::build_model("vgg-mini");
   const Shape in{3, 4096, 4096};

@@ -259,6 +259,32 @@ TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
   EXPECT_THROW(make_heatmap(wrong), Error);
 }
 
+TEST_F(TrainTest, HeatmapCellsSitAtTheNetworksStrideOnASlideThatIsNotAMultipleOfIt) {
+  TrainConfig c = config("stride");
+  c.epochs = 1;
+  train(TrainRequest{c});
+  // 524² at level 1 is 262²: the stride-4 tiny network gives floor(262 / 4) = 65 cells a side,
+  // each 4 pixels (8 level-0 px) from the first; the last 2 pixels are in no cell. Spread over
+  // the image (262 / 65 per cell) the last row would sit 4 level-0 px too low.
+  io::SampleSlide slide;
+  slide.label = "tumour";
+  const fs::path file = runs_.path() / "odd.tif";
+  io::write_sample_slide(file, slide, 524, 0.5, 11);
+  HeatmapRequest request;
+  request.checkpoint = runs_.path() / "stride" / "checkpoints" / "last.h5";
+  request.slide = file;
+  request.out_dir = runs_.path() / "heatmaps-odd";
+  const io::Heatmap h = make_heatmap(request).heatmap;
+  ASSERT_EQ(h.rows, 65);
+  ASSERT_EQ(h.cols, 65);
+  EXPECT_DOUBLE_EQ(h.cell_height, 8);
+  EXPECT_DOUBLE_EQ(h.cell_width, 8);
+  // Same padding throughout: cell 0's receptive field is centred on the first 4×4 pixels.
+  EXPECT_DOUBLE_EQ(h.origin_y, 0);
+  EXPECT_DOUBLE_EQ(h.origin_x, 0);
+  EXPECT_EQ(h.cell(64, 64), (core::Region{{512, 520}, {512, 520}}));
+}
+
 TEST_F(TrainTest, InitialWeightsComeFromACheckpointByNameWithAReport) {
   train(TrainRequest{config("first")});
   const fs::path first = runs_.path() / "first" / "checkpoints" / "last.h5";
