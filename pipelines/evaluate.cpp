@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 core::Plan plan_for(const TrainedModel& model, int64_t height, int64_t width,
                     const std::string& budget, const fs::path& scratch_dir) {
   const TrainConfig& config = model.config;
+  check_input_size(model.graph, config, height, width);
   core::PlanOptions options;
   options.strategy = core::parse_strategy(config.strategy);
   options.optimizer_state_per_param = 0;  // no optimizer in inference
@@ -205,7 +206,14 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   const int64_t height = input.view->height(), width = input.view->width();
   SlideProgress progress{"heatmap", 1, 1, 0, 1, request.slide.filename().string(), height, width};
   if (request.observer) request.observer->on_slide(progress);
-  const core::Plan plan = plan_for(model, height, width, request.budget, request.scratch_dir);
+  core::Plan plan;
+  try {
+    plan = plan_for(model, height, width, request.budget, request.scratch_dir);
+  } catch (const RunError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(request.slide.string() + ": " + e.what());
+  }
   // 1×K×h×w class maps; their mean over positions is the pooled model's logits (average pool).
   const at::Tensor maps = core::infer(model.graph, plan, *input.view, step_options(request, model))
                               .to(at::kCPU, at::kFloat);

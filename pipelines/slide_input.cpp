@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -117,6 +118,42 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
                               : view.crop;
   in.view = source;
   return in;
+}
+
+void check_input_size(const core::Graph& graph, const TrainConfig& config, int64_t height,
+                      int64_t width) {
+  const auto fits = [&graph](int64_t h, int64_t w) {
+    try {
+      graph.shapes({3, h, w});
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  if (fits(height, width)) return;
+  // The smallest side the network takes along each axis, the other axis ample.
+  const int64_t ample = std::max<int64_t>({height, width, 4096});
+  const auto smallest = [&](bool rows) {
+    for (int64_t s = 1; s <= ample; ++s) {
+      if (rows ? fits(s, ample) : fits(ample, s)) return s;
+    }
+    return ample;
+  };
+  const int64_t min_h = smallest(true), min_w = smallest(false);
+  std::string resolution = "level 0";
+  if (config.mpp) resolution = fmt::format("{} µm/px", *config.mpp);
+  if (config.magnification) resolution = fmt::format("{}x", *config.magnification);
+  if (config.level) resolution = fmt::format("level {}", *config.level);
+  if (height >= min_h && width >= min_w) {
+    throw Error(
+        fmt::format("{}×{} px at {} does not fit the network {}'s downsampling (take a "
+                    "slightly larger or smaller region)",
+                    width, height, resolution, config.model));
+  }
+  throw Error(fmt::format(
+      "too small at {}: {}×{} px, and the network {} needs at least {}×{} px (use a finer "
+      "resolution or a larger region)",
+      resolution, width, height, config.model, min_w, min_h));
 }
 
 }  // namespace tessel::pipelines

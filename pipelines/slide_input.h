@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "core/graph.h"
 #include "core/tile_source.h"
 #include "io/resolution.h"
 #include "io/slide.h"
@@ -50,5 +51,11 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
                             TissueMaskCache* tissue_masks = nullptr);
 
 io::Resolution resolution_of(const TrainConfig& config);
+
+// Throws tessel::Error when `height`×`width` pixels (a slide or ROI at `config`'s resolution) are
+// too small for `graph`: the size, the resolution and the smallest size the network takes, not
+// the first layer whose kernel outgrew its input.
+void check_input_size(const core::Graph& graph, const TrainConfig& config, int64_t height,
+                      int64_t width);
 
 }  // namespace tessel::pipelines

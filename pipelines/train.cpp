@@ -349,8 +349,13 @@ class Trainer {
     graph_->init_parameters(static_cast<uint64_t>(config_.seed));
     if (!config_.init_weights.empty()) {
       const io::CheckpointState initial = io::read_checkpoint(config_.init_weights);
-      const io::WeightLoadReport report =
-          io::load_weights(graph_->module(), initial.weights, /*strict=*/false);
+      io::WeightLoadReport report;
+      try {
+        report = io::load_weights(graph_->module(), initial.weights, /*strict=*/false);
+      } catch (const Error& e) {
+        throw Error("cannot take the initial weights from " + config_.init_weights.string() + ": " +
+                    e.what());
+      }
       spdlog::info("initial weights from {}: {}", config_.init_weights.string(),
                    report.to_string());
       if (report.loaded.empty()) {
@@ -443,10 +448,22 @@ class Trainer {
     const fs::path last = run_dir_ / "checkpoints" / "last.h5";
     const io::CheckpointState state = io::read_checkpoint(last);
     if (state.class_names != manifest_.classes) {
-      throw Error("cannot resume from " + last.string() +
-                  ": its classes differ from the manifest's (set `classes` to fix the order)");
+      const auto list = [](const std::vector<std::string>& names) {
+        std::string text;
+        for (const std::string& n : names) text += (text.empty() ? "" : ", ") + n;
+        return "[" + text + "]";
+      };
+      throw Error("cannot resume from " + last.string() + ": it was trained on the classes " +
+                  list(state.class_names) + ", the manifest " + config_.manifest.string() +
+                  " has " + list(manifest_.classes) +
+                  " (set `classes` in the config when only the order differs)");
     }
-    io::load_weights(graph_->module(), state.weights, /*strict=*/true);
+    try {
+      io::load_weights(graph_->module(), state.weights, /*strict=*/true);
+    } catch (const Error& e) {
+      throw Error("cannot resume from " + last.string() + " with model '" + config_.model +
+                  "': " + e.what());
+    }
     std::vector<io::NamedTensor> optimizer_tensors;
     std::map<std::string, at::Tensor> accumulated;
     for (const io::NamedTensor& t : state.optimizer) {
@@ -581,6 +598,7 @@ class Trainer {
     const auto key = std::make_pair(height, width);
     auto it = plans_.find(key);
     if (it == plans_.end()) {
+      check_input_size(*graph_, config_, height, width);
       core::Plan plan = core::make_plan(*graph_, {3, height, width}, budget_bytes_, plan_options_);
       spdlog::debug("plan for {}×{}:\n{}", width, height, core::to_string(plan, *graph_));
       it = plans_.emplace(key, std::move(plan)).first;

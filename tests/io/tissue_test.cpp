@@ -3,12 +3,16 @@
 #include "io/tissue.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 #include <vips/vips8>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 #include "io/thumbnail.h"
@@ -319,6 +323,31 @@ TEST(Thumbnail, ReadInStripsMatchesABlockMeanOfTheWholeLevel) {
   }
   const double mean_abs = total / static_cast<double>(whole.pixels.size());
   EXPECT_LT(mean_abs, 0.01) << "mean |strips − whole| in grey levels";
+}
+
+}  // namespace
+}  // namespace tessel::io
+
+namespace tessel::io {
+namespace {
+
+// A damaged slide made libvips print a warning per tile (~80 raw "VIPS-WARNING **" lines): each
+// kind of warning now reaches the log once, as one line.
+TEST(Vips, RepeatedWarningsReachTheLogOnceAsOneLine) {
+  start_vips();
+  std::ostringstream captured;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  for (int tile = 0; tile < 80; ++tile) {
+    g_log("VIPS", G_LOG_LEVEL_WARNING, "read error on tile %d of page %d", tile, 2);
+  }
+  g_log("VIPS", G_LOG_LEVEL_WARNING, "another kind of trouble");
+  spdlog::set_default_logger(previous);
+  const std::string log = captured.str();
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 2) << log;
+  EXPECT_NE(log.find("VIPS: read error on tile 0 of page 2"), std::string::npos) << log;
+  EXPECT_NE(log.find("another kind of trouble"), std::string::npos) << log;
 }
 
 }  // namespace

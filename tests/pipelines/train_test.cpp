@@ -17,6 +17,8 @@
 #include "core/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
+#include "models/zoo.h"
+#include "pipelines/slide_input.h"
 #include "temp_folder.h"
 
 namespace tessel::pipelines {
@@ -427,6 +429,54 @@ TEST_F(TrainTest, WeightsHoldingNanAreRefusedWhenLoaded) {
     EXPECT_NE(std::string(e.what()).find("NaN or infinite values in " + state.weights[0].name),
               std::string::npos)
         << e.what();
+  }
+}
+
+TEST_F(TrainTest, ResumingFromAnotherModelsOrClassesCheckpointNamesTheFileAndBothSides) {
+  TrainConfig c = config("other");
+  c.epochs = 1;
+  train(TrainRequest{c});
+  const fs::path last = c.output / "checkpoints" / "last.h5";
+  io::CheckpointState state = io::read_checkpoint(last);
+  // Another model's weights (one tensor of another shape) in last.h5.
+  io::CheckpointState wrong = state;
+  wrong.weights[0].tensor = at::zeros({1, 2, 3});
+  io::write_checkpoint(last, wrong);
+  TrainRequest resume{config("other")};
+  resume.resume = true;
+  try {
+    train(resume);
+    FAIL() << "expected the resume to be refused";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("cannot resume from " + last.string()), std::string::npos) << message;
+    EXPECT_NE(message.find(wrong.weights[0].name), std::string::npos) << message;
+  }
+  // Other classes: both lists, not a blame on the manifest alone.
+  wrong = state;
+  wrong.class_names = {"normal", "tumoor"};
+  io::write_checkpoint(last, wrong);
+  try {
+    train(resume);
+    FAIL() << "expected the resume to be refused";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("[normal, tumoor]"), std::string::npos) << message;
+    EXPECT_NE(message.find("[normal, tumour]"), std::string::npos) << message;
+  }
+}
+
+TEST(CheckInputSize, SaysTheSizeTheResolutionAndTheSmallestTheNetworkTakes) {
+  const core::Graph graph = models::build_model("vgg-mini");
+  TrainConfig c = parse_train_config("manifest: m.csv\nmodel: vgg-mini\nmpp: 32\n", "test");
+  EXPECT_NO_THROW(check_input_size(graph, c, 32, 40));
+  try {
+    check_input_size(graph, c, 16, 100);
+    FAIL() << "expected a 100×16 image to be too small for vgg-mini";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "too small at 32 µm/px: 100×16 px, and the network vgg-mini needs at least "
+                 "32×32 px (use a finer resolution or a larger region)");
   }
 }
 
