@@ -90,15 +90,20 @@ void repair_events(const std::filesystem::path& path, int64_t epochs,
   bool found = false;
   for (const std::string& line : lines) {
     const nlohmann::json event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (event.is_object() && event.value("type", "") == "epoch") {
-      const int64_t n = event.value("epoch", int64_t{0});
+    const nlohmann::json* epoch = nullptr;
+    if (event.is_object() && event.contains("type") && event["type"] == "epoch" &&
+        event.contains("epoch") && event["epoch"].is_number_integer()) {
+      epoch = &event["epoch"];
+    }
+    if (epoch != nullptr) {
+      const auto n = epoch->get<int64_t>();
       if (n > epochs) continue;
       found = found || n == epochs;
     }
     kept.push_back(line);
   }
-  if (!found && epochs > 0 && last_event.is_object() &&
-      last_event.value("epoch", int64_t{0}) == epochs) {
+  if (!found && epochs > 0 && last_event.is_object() && last_event.contains("epoch") &&
+      last_event["epoch"] == epochs) {
     kept.push_back(last_event.dump());
   }
   if (kept == lines) return;
