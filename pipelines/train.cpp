@@ -424,12 +424,19 @@ class Trainer {
       if (p.grad().defined()) finite = finite.logical_and(at::isfinite(p.grad()).all());
     }
     if (finite.item<bool>()) return;
-    throw Diverged(fmt::format(
+    std::string message = fmt::format(
         "training diverged at step {} (epoch {}, slide {} of the epoch, {}): the loss is {} or "
         "a gradient is not finite; the weights were not updated and the checkpoints hold the last "
         "finished epoch. Lower `lr` (now {:g}), then start again or continue with --resume {}",
         position_.step + 1, position_.epoch + 1, index + 1, entry.slide.string(),
-        r.loss.item<double>(), lr_, run_dir_.string()));
+        r.loss.item<double>(), lr_, run_dir_.string());
+    // With several ranks every rank must stop, at the batch's collective call (record_batch):
+    // one rank leaving alone would let the others wait out the timeout and blame a lost rank.
+    if (communicator_ != nullptr) {
+      if (diverged_.empty()) diverged_ = std::move(message);
+      return;
+    }
+    throw Diverged(message);
   }
 
   void note_skipped(const io::ManifestEntry& entry, const std::string& phase,
@@ -575,11 +582,23 @@ class Trainer {
         grads.push_back(p.grad());
       }
     }
+    at::Tensor diverged;  // how many ranks saw a non-finite loss or gradient in the batch
+    if (communicator_ != nullptr) {
+      diverged = at::full({1}, diverged_.empty() ? 0.0 : 1.0, at::kDouble);
+      grads.push_back(diverged);
+    }
     const auto t0 = Clock::now();
     const std::vector<SlideResult> batch = gathered(pending_, begin, end, grads);
     if (communicator_ != nullptr) {
       allreduce_seconds_ += seconds_since(t0);
       ++allreduce_calls_;
+      if (diverged.item<double>() > 0) {
+        throw Diverged(!diverged_.empty()
+                           ? diverged_
+                           : fmt::format("training diverged at step {} (epoch {}) on another rank "
+                                         "(its log names the slide); the weights were not updated",
+                                         position_.step + 1, position_.epoch + 1));
+      }
     }
     for (const SlideResult& r : batch) {
       position_.train_probabilities.push_back(r.probabilities);
@@ -1027,6 +1046,7 @@ class Trainer {
   double lr_ = 0;
   int64_t peak_bytes_ = -1;
   int64_t skipped_in_epoch_ = 0;
+  std::string diverged_;  // this rank's non-finite step, with several ranks (check_finite)
   Clock::time_point epoch_clock_ = Clock::now();
   Clock::time_point run_start_ = Clock::now();
   std::unique_ptr<CsvLog> metrics_csv_;

@@ -215,5 +215,49 @@ TEST_F(DistributedTrain, KillingARankStopsTheOtherWithAClearMessageAndLastH5Resu
   EXPECT_EQ(io::read_checkpoint(last).epoch, epochs);
 }
 
+TEST_F(DistributedTrain, ARankWhoseStepDivergesStopsEveryRankWithTheReason) {
+  // Two train slides, one of them unreadable: each batch gives one rank the good slide, which
+  // diverges at the second step (lr 1e30), and the other rank a slide it skips, so that rank has
+  // nothing of its own to find non-finite and learns it at the batch's collective call.
+  const fs::path slides = data_->path() / "slides";
+  std::ifstream in(slides / "manifest.csv");
+  std::string line, manifest;
+  std::getline(in, manifest);
+  manifest += "\n";
+  bool train = false;
+  while (std::getline(in, line)) {
+    if (line.find(",val,") != std::string::npos) manifest += line + "\n";
+    if (line.find(",train,") != std::string::npos && !train &&
+        line.find("broken") == std::string::npos) {
+      manifest += line + "\n";
+      train = true;
+    }
+  }
+  manifest += "broken.tif,tumour,train,p-broken\n";
+  std::ofstream(slides / "diverge.csv") << manifest;
+
+  const std::string port = std::to_string(free_port());
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> args = train_args("diverged", "2");
+    args.emplace_back("lr=1e30");
+    args.emplace_back("manifest=" + (slides / "diverge.csv").string());
+    args.emplace_back("--distributed");
+    args.emplace_back("--dist-timeout");
+    args.emplace_back("60");
+    Env env = rank_env(rank);
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = port;
+    ranks.push_back(spawn(args, env, runs_.path() / ("div" + std::to_string(rank) + ".log")));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    const int code = wait_for(ranks[static_cast<size_t>(rank)]);
+    const std::string output = read_text(runs_.path() / ("div" + std::to_string(rank) + ".log"));
+    EXPECT_GT(code, 0) << output;  // an error, not a hang or a crash
+    EXPECT_NE(output.find("training diverged at step"), std::string::npos) << output;
+    EXPECT_EQ(output.find("timeout"), std::string::npos) << output;  // not blamed on a lost rank
+  }
+}
+
 }  // namespace
 }  // namespace tessel::pipelines
