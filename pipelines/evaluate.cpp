@@ -177,16 +177,17 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
   if (!request.predictions_csv.empty()) {
     std::vector<std::string> header{"slide", "label", "predicted"};
     for (const std::string& c : model.classes) header.push_back("p_" + c);
-    std::error_code ignored;
-    fs::remove(request.predictions_csv, ignored);
-    CsvLog csv(request.predictions_csv, header);
+    // Written whole (a temporary name and a rename): a run killed at the end leaves the previous
+    // file or the complete new one, never a part.
+    std::string text = csv_row(header) + "\n";
     for (const SlidePrediction& p : result.predictions) {
       const auto best = std::max_element(p.probabilities.begin(), p.probabilities.end()) -
                         p.probabilities.begin();
       std::vector<std::string> row{p.slide, p.label, model.classes[static_cast<size_t>(best)]};
       for (double v : p.probabilities) row.push_back(std::to_string(v));
-      csv.write(row);
+      text += csv_row(row) + "\n";
     }
+    write_text_atomically(request.predictions_csv, text);
   }
   return result;
 }
