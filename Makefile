@@ -1,11 +1,13 @@
 # The two commands of README.md, and the steps they are made of. Each step does what it needs
 # first: `make test` on a fresh Debian 12 machine installs, configures, builds and tests.
 BUILD ?= build
+BUILD_FUZZ ?= build-fuzz
+BUILD_ASAN ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 TESSEL := $(BUILD)/app/tessel
 
-.PHONY: all setup configure build test demo format-check format clean
+.PHONY: all setup configure build test fuzz-smoke test-asan demo format-check format clean
 
 all: build
 
@@ -20,12 +22,31 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The tests: formatting, every unit and integration test, and a smoke run of the benchmark harness.
+# The tests: formatting, every unit and integration test, a smoke run of the benchmark harness,
+# and a short fuzz of the file readers.
 test: build format-check
 	bench/run --quick --out $(BUILD)/bench-quick.jsonl > $(BUILD)/bench-quick.log || \
 	  { cat $(BUILD)/bench-quick.log; exit 1; }
 	@echo "bench: the harness runs (bench/run --quick; no timing claims)"
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
+	$(MAKE) --no-print-directory fuzz-smoke
+
+# The file readers (manifest, training config, region of interest, checkpoint) under libFuzzer,
+# ASan and UBSan, built with clang in $(BUILD_FUZZ): a fixed-seed run of each over its seed
+# corpus, then every regression input (tests/fuzz/README.md). `scripts/fuzz` is the long run.
+fuzz-smoke: setup
+	BUILD_FUZZ=$(BUILD_FUZZ) scripts/fuzz --smoke
+
+# The readers' unit tests under AddressSanitizer and UBSan (GCC), in a build of the readers
+# alone ($(BUILD_ASAN) holds no other tests).
+$(BUILD_ASAN)/build.ninja: CMakeLists.txt | setup
+	cmake -S . -B $(BUILD_ASAN) -G Ninja -DTESSEL_READERS_ONLY=ON \
+	  -DTESSEL_SANITIZE=address,undefined
+
+test-asan: setup $(BUILD_ASAN)/build.ninja
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ctest --output-on-failure -j $(JOBS) \
+	  -R '^(ManifestTest|ManifestFile|AssignSplits|RegionOfInterest|TrainingRegion|CheckpointTest|LoadWeights|Crc32|TrainConfig)\.'
 
 # The main job: the synthetic sample slides (made once; deterministic), vgg-mini trained on them
 # (sample_data/demo.yaml), the test split evaluated, and heatmaps of the test slides checked

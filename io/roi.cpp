@@ -137,7 +137,7 @@ RegionOfInterest parse_roi(const std::string& geojson, const std::string& source
   json document;
   try {
     document = json::parse(geojson);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error; out_of_range for a number like 1e400
     parser.fail(std::string("not JSON (") + e.what() + ")");
   }
   parser.object(document, "the document");

@@ -212,6 +212,12 @@ TrainConfig parse_train_config(const std::string& yaml, const std::string& origi
     if (!root.IsMap()) throw Error(origin + ": expected keys and values (a YAML mapping)");
     std::set<std::string> seen;
     for (const auto& item : root) {
+      // A list or mapping as a key (`{[a, b]: 1}`, `? [a]`): as<std::string> would throw
+      // yaml-cpp's own exception, past every caller that expects tessel::Error.
+      if (!item.first.IsScalar() && !item.first.IsNull()) {
+        throw Error(origin + ": the key on line " + std::to_string(item.first.Mark().line + 1) +
+                    " is a list or a mapping; keys are names such as lr");
+      }
       const std::string key = item.first.as<std::string>();
       // YAML forbids a key twice; yaml-cpp would let the last win silently.
       if (!seen.insert(key).second) {

@@ -119,6 +119,11 @@ TEST(RegionOfInterest, ReadsAFileAndNamesItInErrors) {
 TEST(RegionOfInterest, RefusesTextThatIsNotJson) {
   const std::string error = error_of("Name\tClass\nTumor\t1\n");
   EXPECT_TRUE(contains(error, "region of interest roi.geojson: not JSON")) << error;
+  // A number beyond a double's range: nlohmann's out_of_range, not a parse_error (found by
+  // tests/fuzz).
+  const std::string overflow =
+      error_of(R"({"type": "Polygon", "coordinates": [[[1e400, 0], [1, 0], [1, 1]]]})");
+  EXPECT_TRUE(contains(overflow, "not JSON")) << overflow;
 }
 
 TEST(RegionOfInterest, RefusesJsonWithoutAPolygon) {

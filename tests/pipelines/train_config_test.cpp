@@ -78,6 +78,8 @@ TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
   expect_error(error_of("manifest: d.csv\nlr: 0.1\nepochs: 2\nlr: 0.001\n"),
                "run.yaml: key 'lr' appears twice (line 4)");
   expect_error(error_of(R"({"manifest": "d.csv", "lr": 1, "lr": 2})"), "key 'lr' appears twice");
+  expect_error(error_of("manifest: d.csv\n? [a, b]\n: 1\n"),
+               "run.yaml: the key on line 2 is a list or a mapping");
   EXPECT_EQ(error_of("manifest: d.csv\n"), "");
 }
 
