@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,6 +24,15 @@ namespace {
 // 2: /state carries state_crc32, a checksum of every attribute that changes what the checkpoint
 // does (the stored config, classes, run state, tensor names); 1: without it (still read).
 constexpr int kFormatVersion = 2;
+
+// The file's first 512 bytes are an HDF5 user block (HDF5 and h5py skip it) holding a header:
+// "TESSEL-CHECKPOINT\n", then the byte count and CRC-32 of the rest of the file as decimal text.
+// read_checkpoint checks them before HDF5 opens the file: HDF5 1.10 crashes, loops forever or
+// frees wild pointers on some damaged files (tests/fuzz/regressions/open), so damage must be
+// found before it parses anything. Files without the header (older Tessel, h5py) go to HDF5 as
+// they are.
+constexpr size_t kUserBlock = 512;
+constexpr std::string_view kMagic = "TESSEL-CHECKPOINT\n";
 
 // HDF5 ids with the right close function; HDF5 calls fail with a negative id, checked by `must`.
 template <herr_t (*Close)(hid_t)>
@@ -271,8 +283,27 @@ class Reader {
     } else if (type_class != H5T_FLOAT || size != 4) {
       fail("dataset " + where + " is not float32, float64, int64 or uint8");
     }
+    // A damaged shape would have LibTorch allocate petabytes (or a negative size): the element
+    // count must be what the file stores.
+    uint64_t count = 1;
+    for (const hsize_t d : dims) {
+      if (d > static_cast<hsize_t>(INT64_MAX) ||
+          (d != 0 && count > static_cast<uint64_t>(INT64_MAX) / d)) {
+        fail("dataset " + where + " has an impossible shape");
+      }
+      count *= d;
+    }
+    const hsize_t stored_bytes = H5Dget_storage_size(data.get());
+    if (count != 0 && (count > UINT64_MAX / size || count * size != stored_bytes)) {
+      fail("dataset " + where + "'s shape does not match the bytes it stores");
+    }
     std::vector<int64_t> shape(dims.begin(), dims.end());
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(scalar));
+    at::Tensor t;
+    try {
+      t = at::empty(shape, at::TensorOptions().dtype(scalar));
+    } catch (const c10::Error&) {
+      fail("dataset " + where + " is too large to read");
+    }
     if (t.numel() > 0 &&
         H5Dread(data.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0) {
       fail("dataset " + where + " cannot be read (truncated file?)");
@@ -354,7 +385,10 @@ void write_checkpoint(const std::filesystem::path& path, const CheckpointState& 
     const Id<H5Pclose> access(H5Pcreate(H5P_FILE_ACCESS));
     w.must(access.ok() && H5Pset_fapl_core(access.get(), size_t{1} << 20, 0) >= 0,
            "cannot set up HDF5's in-memory file");
-    File file(H5Fcreate((path.string() + ".in-memory").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT,
+    const Id<H5Pclose> create(H5Pcreate(H5P_FILE_CREATE));
+    w.must(create.ok() && H5Pset_userblock(create.get(), kUserBlock) >= 0,
+           "cannot reserve the header block");
+    File file(H5Fcreate((path.string() + ".in-memory").c_str(), H5F_ACC_TRUNC, create.get(),
                         access.get()));
     w.must(file.ok(), "cannot make the in-memory HDF5 file");
     w.tensors(file.get(), "model_weights", state.weights, false);
@@ -380,8 +414,57 @@ void write_checkpoint(const std::filesystem::path& path, const CheckpointState& 
     w.must(H5Fget_file_image(file.get(), image.data(), image.size()) == size,
            "cannot take the in-memory file's image");
   }
-  write_file_atomically(path, std::string_view(image.data(), image.size()), "checkpoint");
+  // The in-memory image starts at the superblock; the user block it reserved goes in front.
+  std::string bytes = std::string(kMagic) + "bytes " + std::to_string(image.size()) + "\ncrc32 " +
+                      std::to_string(crc32(image.data(), image.size())) + "\n";
+  bytes.resize(kUserBlock, '\0');
+  bytes.append(image.data(), image.size());
+  write_file_atomically(path, bytes, "checkpoint");
 }
+
+namespace {
+
+// The header's byte count and CRC-32 against the file, read in blocks (no second copy of a large
+// checkpoint in memory). A file without the header is left to HDF5.
+void check_header(const std::filesystem::path& path, const Reader& r) {
+  constexpr std::string_view kHdf5 = "\x89HDF\r\n\x1a\n";  // HDF5's superblock signature
+  std::ifstream in(path, std::ios::binary);
+  std::string block(kUserBlock + kHdf5.size(), '\0');
+  in.read(block.data(), static_cast<std::streamsize>(block.size()));
+  const auto got = static_cast<size_t>(in.gcount());
+  block.resize(got);
+  if (!block.starts_with(kMagic)) {
+    // An HDF5 file from before the header (signature at 0) is HDF5's to read; one with a user
+    // block but no header is a Tessel checkpoint whose header was damaged.
+    if (got == kUserBlock + kHdf5.size() && std::string_view(block).substr(kUserBlock) == kHdf5) {
+      r.fail("its header is damaged");
+    }
+    return;
+  }
+  if (got < kUserBlock) r.fail("truncated in its header");
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(kUserBlock));
+  unsigned long long bytes = 0, stored = 0;
+  if (std::sscanf(block.c_str() + kMagic.size(), "bytes %llu\ncrc32 %llu", &bytes, &stored) != 2) {
+    r.fail("its header is damaged");
+  }
+  uint32_t crc = 0;
+  unsigned long long seen = 0;
+  std::vector<char> buffer(size_t{1} << 20);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    crc = crc32(buffer.data(), n, crc);
+    seen += n;
+  }
+  if (seen != bytes) {
+    r.fail("it holds " + std::to_string(seen + kUserBlock) + " bytes, its header says " +
+           std::to_string(bytes + kUserBlock) + " (truncated or appended to)");
+  }
+  if (crc != stored) r.fail("its bytes do not match the header's checksum (the file is damaged)");
+}
+
+}  // namespace
 
 CheckpointState read_checkpoint(const std::filesystem::path& path) {
   silence_hdf5();
@@ -389,6 +472,7 @@ CheckpointState read_checkpoint(const std::filesystem::path& path) {
     throw Error("checkpoint " + path.string() + " does not exist");
   }
   const Reader r(path);
+  check_header(path, r);
   File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.ok()) r.fail("not an HDF5 file, or truncated");
   CheckpointState state;
