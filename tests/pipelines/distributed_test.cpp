@@ -118,6 +118,21 @@ class DistributedTrain : public ::testing::Test {
         {"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)}};
   }
 
+  // Both ranks of `args --distributed` over TCP on this host; rank r's output in <log>r.log.
+  std::vector<pid_t> spawn_ranks(std::vector<std::string> args, const std::string& timeout_s,
+                                 const std::string& log) const {
+    args.insert(args.end(), {"--distributed", "--dist-timeout", timeout_s});
+    const std::string port = std::to_string(free_port());
+    std::vector<pid_t> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      Env env = rank_env(rank);
+      env["MASTER_ADDR"] = "127.0.0.1";
+      env["MASTER_PORT"] = port;
+      ranks.push_back(spawn(args, env, runs_.path() / (log + std::to_string(rank) + ".log")));
+    }
+    return ranks;
+  }
+
   static test::TempFolder* data_;
   test::TempFolder runs_;
 };
@@ -176,18 +191,7 @@ TEST_F(DistributedTrain, TwoRanksEndWithTheWeightsOfOneProcessWithTheSameGlobalB
 }
 
 TEST_F(DistributedTrain, KillingARankStopsTheOtherWithAClearMessageAndLastH5Resumes) {
-  const std::string port = std::to_string(free_port());
-  std::vector<pid_t> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> args = train_args("killed", "200");
-    args.emplace_back("--distributed");
-    args.emplace_back("--dist-timeout");
-    args.emplace_back("5");
-    Env env = rank_env(rank);
-    env["MASTER_ADDR"] = "127.0.0.1";
-    env["MASTER_PORT"] = port;
-    ranks.push_back(spawn(args, env, runs_.path() / ("rank" + std::to_string(rank) + ".log")));
-  }
+  const std::vector<pid_t> ranks = spawn_ranks(train_args("killed", "200"), "5", "rank");
   const fs::path run = runs_.path() / "killed";
   const fs::path last = run / "checkpoints" / "last.h5";
   // After the first epoch's checkpoint, rank 1 dies.
@@ -236,20 +240,10 @@ TEST_F(DistributedTrain, ARankWhoseStepDivergesStopsEveryRankWithTheReason) {
   manifest += "broken.tif,tumour,train,p-broken\n";
   std::ofstream(slides / "diverge.csv") << manifest;
 
-  const std::string port = std::to_string(free_port());
-  std::vector<pid_t> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> args = train_args("diverged", "2");
-    args.emplace_back("lr=1e30");
-    args.emplace_back("manifest=" + (slides / "diverge.csv").string());
-    args.emplace_back("--distributed");
-    args.emplace_back("--dist-timeout");
-    args.emplace_back("60");
-    Env env = rank_env(rank);
-    env["MASTER_ADDR"] = "127.0.0.1";
-    env["MASTER_PORT"] = port;
-    ranks.push_back(spawn(args, env, runs_.path() / ("div" + std::to_string(rank) + ".log")));
-  }
+  std::vector<std::string> args = train_args("diverged", "2");
+  args.emplace_back("lr=1e30");
+  args.emplace_back("manifest=" + (slides / "diverge.csv").string());
+  const std::vector<pid_t> ranks = spawn_ranks(args, "60", "div");
   for (int rank = 0; rank < 2; ++rank) {
     const int code = wait_for(ranks[static_cast<size_t>(rank)]);
     const std::string output = read_text(runs_.path() / ("div" + std::to_string(rank) + ".log"));
