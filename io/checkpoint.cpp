@@ -367,6 +367,7 @@ uint32_t state_checksum(const CheckpointState& state) {
   add("tessel_version", state.tessel_version);
   add("config", state.config);
   add("run_state", state.run_state);
+  if (!state.network.empty()) add("network", state.network);
   for (const NamedTensor& t : state.weights) add("weight", t.name);
   for (const NamedTensor& t : state.optimizer) add("optimizer", t.name);
   return crc;
@@ -402,6 +403,7 @@ void write_checkpoint(const std::filesystem::path& path, const CheckpointState& 
     w.strings(s.get(), "tessel_version", {state.tessel_version}, true);
     w.strings(s.get(), "config", {state.config}, true);
     w.strings(s.get(), "run_state", {state.run_state}, true);
+    if (!state.network.empty()) w.strings(s.get(), "network", {state.network}, true);
     w.number<uint32_t>(s.get(), "state_crc32", state_checksum(state), H5T_STD_U32LE,
                        H5T_NATIVE_UINT32);
     const at::Tensor rng = at::empty({static_cast<int64_t>(state.rng_state.size())}, at::kByte);
@@ -492,6 +494,7 @@ CheckpointState read_checkpoint(const std::filesystem::path& path) {
   state.tessel_version = r.text(s.get(), "tessel_version");
   state.config = r.text(s.get(), "config");
   state.run_state = r.text(s.get(), "run_state");
+  if (H5Aexists(s.get(), "network") > 0) state.network = r.text(s.get(), "network");
   if (version >= 2 &&
       r.number<uint32_t>(s.get(), "state_crc32", H5T_NATIVE_UINT32) != state_checksum(state)) {
     r.fail("its stored config, classes, run state or tensor names do not match their checksum");

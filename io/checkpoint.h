@@ -5,7 +5,8 @@
 //   /model_weights/<layer>/<param>      dataset; attrs torch_name, crc32
 //   /optimizer_weights/<layer>/<param>/<state>   dataset (e.g. momentum_buffer); attrs as above
 //   /state                              attrs epoch, step, seed, class_names, tessel_version,
-//                                       config, run_state, format_version; dataset rng_state
+//                                       config, run_state, format_version, state_crc32, and
+//                                       network when there is one; dataset rng_state
 // A checkpoint is written to "<path>.partial" and renamed into place, so a crash during the write
 // never destroys the previous checkpoint. Every dataset carries a CRC-32 of its bytes; a read
 // that finds a mismatch, a truncated file or a missing dataset throws naming file and dataset.
@@ -42,6 +43,9 @@ struct CheckpointState {
   std::string config;     // the resolved run configuration, as text
   std::string run_state;  // the pipeline's own position in the run (JSON text)
   std::string tessel_version;
+  // The network itself (models/network_json.h), for one that is not in the zoo (an imported
+  // ONNX network); empty for zoo models, whose config names them. Older checkpoints: empty.
+  std::string network;
 };
 
 void write_checkpoint(const std::filesystem::path& path, const CheckpointState& state);

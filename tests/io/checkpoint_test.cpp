@@ -78,6 +78,7 @@ class CheckpointTest : public ::testing::Test {
     EXPECT_EQ(a.config, b.config);
     EXPECT_EQ(a.run_state, b.run_state);
     EXPECT_EQ(a.tessel_version, b.tessel_version);
+    EXPECT_EQ(a.network, b.network);
   }
 
   static std::string error_of(const fs::path& path) {
@@ -243,6 +244,17 @@ TEST_F(CheckpointTest, AnEditedConfigOrRunStateFailsItsChecksum) {
   rewrite_state_text(dir_ / "ck.h5", "config", s.config);
   restamp(dir_ / "ck.h5");
   expect_same(s, read_checkpoint(dir_ / "ck.h5"));
+}
+
+TEST_F(CheckpointTest, ANetworkDescriptionIsKeptAndCheckedWhenThereIsOne) {
+  CheckpointState written = sample_state(1);
+  written.network = R"({"format": 1, "nodes": [{"op": "input", "channels": 3}]})";
+  write_checkpoint(dir_ / "ck.h5", written);
+  expect_same(written, read_checkpoint(dir_ / "ck.h5"));
+  // Changed behind a consistent header, the state's checksum finds it.
+  rewrite_state_text(dir_ / "ck.h5", "network", R"({"format": 1, "nodes": []})");
+  restamp(dir_ / "ck.h5");
+  EXPECT_NE(error_of(dir_ / "ck.h5").find("do not match their checksum"), std::string::npos);
 }
 
 TEST_F(CheckpointTest, AFormatOneCheckpointWithoutTheStateChecksumIsStillRead) {

@@ -1,0 +1,223 @@
+#include "models/network_json.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tessel::models {
+namespace {
+
+using core::Node;
+using core::OpKind;
+using core::Pointwise;
+using nlohmann::json;
+
+constexpr int kFormat = 1;
+
+const char* op_name(const Node& n) {
+  switch (n.kind) {
+    case OpKind::kInput:
+      return "input";
+    case OpKind::kConv:
+      return "conv";
+    case OpKind::kMaxPool:
+      return "max_pool";
+    case OpKind::kAvgPool:
+      return "avg_pool";
+    case OpKind::kAdd:
+      return "add";
+    case OpKind::kConcat:
+      return "concat";
+    case OpKind::kGlobalAvgPool:
+      return "global_avg_pool";
+    case OpKind::kGlobalMaxPool:
+      return "global_max_pool";
+    case OpKind::kFlatten:
+      return "flatten";
+    case OpKind::kLinear:
+      return "linear";
+    case OpKind::kDropout:
+      return "dropout";
+    case OpKind::kPointwise:
+      switch (n.pointwise) {
+        case Pointwise::kIdentity:
+          return "identity";
+        case Pointwise::kRelu:
+          return "relu";
+        case Pointwise::kLeakyRelu:
+          return "leaky_relu";
+        case Pointwise::kGelu:
+          return "gelu";
+        case Pointwise::kSigmoid:
+          return "sigmoid";
+        case Pointwise::kTanh:
+          return "tanh";
+        case Pointwise::kAffine:
+          return "frozen_batch_norm";
+      }
+  }
+  throw Error("network_json: node " + n.name + " has an op this format does not know");
+}
+
+json pair(const std::array<int64_t, 2>& v) { return json::array({v[0], v[1]}); }
+
+std::array<int64_t, 2> pair_of(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_array() || v.size() != 2) throw Error(std::string("'") + key + "' is not [y, x]");
+  return {v.at(0).get<int64_t>(), v.at(1).get<int64_t>()};
+}
+
+}  // namespace
+
+std::string network_json(const core::Graph& graph) {
+  json nodes = json::array();
+  for (const Node& n : graph.nodes()) {
+    json j = {{"op", op_name(n)}, {"name", n.name}};
+    if (n.kind != OpKind::kInput) j["inputs"] = n.inputs;
+    switch (n.kind) {
+      case OpKind::kInput:
+        j["channels"] = n.channels;
+        break;
+      case OpKind::kConv: {
+        const core::ConvSpec& c = *n.conv;
+        j.update({{"in", c.in_channels},
+                  {"out", c.out_channels},
+                  {"kernel", pair(c.kernel_size)},
+                  {"stride", pair(c.stride_)},
+                  {"padding", pair(c.padding_)},
+                  {"dilation", pair(c.dilation_)},
+                  {"groups", c.groups_},
+                  {"bias", c.bias_}});
+        break;
+      }
+      case OpKind::kMaxPool:
+      case OpKind::kAvgPool: {
+        const core::PoolSpec& p = *n.pool;
+        j.update({{"kernel", pair(p.kernel_size)},
+                  {"stride", pair(p.stride_)},
+                  {"padding", pair(p.padding_)},
+                  {"dilation", pair(p.dilation_)},
+                  {"ceil_mode", p.ceil_mode_},
+                  {"count_include_pad", p.count_include_pad_},
+                  {"divisor_override", p.divisor_override_}});
+        break;
+      }
+      case OpKind::kPointwise:
+        if (n.pointwise == Pointwise::kLeakyRelu) j["slope"] = n.slope;
+        if (n.pointwise == Pointwise::kAffine) j["eps"] = n.eps;
+        break;
+      case OpKind::kLinear:
+        j["out"] = n.channels;
+        break;
+      case OpKind::kDropout:
+        j["p"] = n.dropout_p;
+        break;
+      default:
+        break;
+    }
+    nodes.push_back(std::move(j));
+  }
+  return json{{"format", kFormat}, {"nodes", nodes}}.dump();
+}
+
+core::Graph network_from_json(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(source + ": the network description is not JSON (" + e.what() + ")");
+  }
+  if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array() ||
+      doc["nodes"].empty()) {
+    throw Error(source + ": the network description has no nodes");
+  }
+  if (doc.value("format", 0) != kFormat) {
+    throw Error(source + ": network description format " + doc.value("format", json()).dump() +
+                " is not one this Tessel reads (" + std::to_string(kFormat) + "); update Tessel");
+  }
+  const json& nodes = doc["nodes"];
+  size_t i = 0;
+  try {
+    const json& first = nodes.at(0);
+    if (first.at("op") != "input") throw Error("the first node is not the input");
+    core::Graph g(first.at("channels").get<int64_t>());
+    for (i = 1; i < nodes.size(); ++i) {
+      const json& j = nodes[i];
+      const std::string op = j.at("op").get<std::string>();
+      const std::string name = j.value("name", "");
+      const std::vector<core::NodeId> in = j.at("inputs").get<std::vector<core::NodeId>>();
+      if (in.empty()) throw Error("it has no inputs");
+      for (core::NodeId id : in) {
+        if (id < 0 || static_cast<size_t>(id) >= i) {
+          throw Error("input " + std::to_string(id) + " is not an earlier node");
+        }
+      }
+      const auto one = [&in]() {
+        if (in.size() != 1) throw Error("it takes one input");
+        return in.front();
+      };
+      core::NodeId id = 0;
+      if (op == "conv") {
+        core::ConvSpec c(j.at("in").get<int64_t>(), j.at("out").get<int64_t>(), 1);
+        c.kernel_size = pair_of(j, "kernel");
+        c.stride_ = pair_of(j, "stride");
+        c.padding_ = pair_of(j, "padding");
+        c.dilation_ = pair_of(j, "dilation");
+        c.groups_ = j.at("groups").get<int64_t>();
+        c.bias_ = j.at("bias").get<bool>();
+        id = g.conv(one(), c, name);
+      } else if (op == "max_pool" || op == "avg_pool") {
+        const auto kernel = pair_of(j, "kernel");
+        core::PoolSpec p(1);
+        p.kernel_size = kernel;
+        p.stride_ = pair_of(j, "stride");
+        p.padding_ = pair_of(j, "padding");
+        p.dilation_ = pair_of(j, "dilation");
+        p.ceil_mode_ = j.at("ceil_mode").get<bool>();
+        p.count_include_pad_ = j.at("count_include_pad").get<bool>();
+        p.divisor_override_ = j.at("divisor_override").get<int64_t>();
+        id = op == "max_pool" ? g.max_pool(one(), p) : g.avg_pool(one(), p);
+      } else if (op == "identity") {
+        id = g.identity(one());
+      } else if (op == "relu") {
+        id = g.relu(one());
+      } else if (op == "leaky_relu") {
+        id = g.leaky_relu(one(), j.at("slope").get<double>());
+      } else if (op == "gelu") {
+        id = g.gelu(one());
+      } else if (op == "sigmoid") {
+        id = g.sigmoid(one());
+      } else if (op == "tanh") {
+        id = g.tanh(one());
+      } else if (op == "frozen_batch_norm") {
+        id = g.frozen_batch_norm(one(), name, j.at("eps").get<double>());
+      } else if (op == "add") {
+        if (in.size() != 2) throw Error("add takes two inputs");
+        id = g.add(in[0], in[1]);
+      } else if (op == "concat") {
+        id = g.concat(in);
+      } else if (op == "global_avg_pool") {
+        id = g.global_avg_pool(one());
+      } else if (op == "global_max_pool") {
+        id = g.global_max_pool(one());
+      } else if (op == "flatten") {
+        id = g.flatten(one());
+      } else if (op == "linear") {
+        id = g.linear(one(), j.at("out").get<int64_t>(), name);
+      } else if (op == "dropout") {
+        id = g.dropout(one(), j.at("p").get<double>());
+      } else {
+        throw Error("'" + op + "' is not an op this Tessel knows");
+      }
+      if (static_cast<size_t>(id) != i) throw Error("it was not added in order");
+    }
+    return g;
+  } catch (const json::exception& e) {
+    throw Error(source + ": network node " + std::to_string(i) + " is malformed (" + e.what() +
+                ")");
+  } catch (const Error& e) {
+    throw Error(source + ": network node " + std::to_string(i) + ": " + e.what());
+  }
+}
+
+}  // namespace tessel::models
