@@ -69,9 +69,22 @@ std::array<int64_t, 2> pair_of(const json& j, const char* key) {
 
 }  // namespace
 
-std::string network_json(const core::Graph& graph) {
+std::string network_json(const core::Graph& graph, bool trunk_only) {
+  size_t end = graph.nodes().size();
+  if (trunk_only) {
+    for (const Node& n : graph.nodes()) {
+      if (n.kind == OpKind::kGlobalAvgPool || n.kind == OpKind::kGlobalMaxPool) {
+        end = static_cast<size_t>(n.id);
+        if (n.inputs.front() != n.id - 1) {
+          throw Error("network_json: " + n.name + " does not pool the last feature map");
+        }
+        break;
+      }
+    }
+  }
   json nodes = json::array();
-  for (const Node& n : graph.nodes()) {
+  for (size_t i = 0; i < end; ++i) {
+    const Node& n = graph.nodes()[i];
     json j = {{"op", op_name(n)}, {"name", n.name}};
     if (n.kind != OpKind::kInput) j["inputs"] = n.inputs;
     switch (n.kind) {
@@ -218,6 +231,18 @@ core::Graph network_from_json(const std::string& text, const std::string& source
   } catch (const Error& e) {
     throw Error(source + ": network node " + std::to_string(i) + ": " + e.what());
   }
+}
+
+core::Graph network_with_head(const std::string& trunk, const std::string& source,
+                              const ModelOptions& options) {
+  core::Graph g = network_from_json(trunk, source);
+  const Node& last = g.node(g.output());
+  if (!last.spatial() || last.kind == OpKind::kInput) {
+    throw Error(source + ": the network ends in " + last.name +
+                ", not a feature map: its trunk is stored without a head");
+  }
+  add_head(g, g.output(), options);
+  return g;
 }
 
 }  // namespace tessel::models

@@ -10,14 +10,22 @@
 #include <string>
 
 #include "core/graph.h"
+#include "models/zoo.h"
 
 namespace tessel::models {
 
-std::string network_json(const core::Graph& graph);
+// With `trunk_only`, the nodes before the head (the first global pool, or the last node if
+// there is none): what a checkpoint stores, so that every run puts its own head on it.
+std::string network_json(const core::Graph& graph, bool trunk_only = false);
 
 // Rebuilds the network through core::Graph's builders (so every check they make applies), with
 // parameters initialised as init_parameters leaves them to the caller. Throws tessel::Error naming
 // `source` (a file) and the node for anything it cannot read or build.
 core::Graph network_from_json(const std::string& text, const std::string& source);
+
+// A trunk (network_json(..., true)) with the slide-level head for `options` (add_head): the
+// run's classes, pool and head form. Throws tessel::Error when the trunk ends in a tail op.
+core::Graph network_with_head(const std::string& trunk, const std::string& source,
+                              const ModelOptions& options);
 
 }  // namespace tessel::models

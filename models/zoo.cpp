@@ -12,9 +12,7 @@ using core::Graph;
 using core::NodeId;
 using core::PoolSpec;
 
-namespace {
-
-NodeId head(Graph& g, NodeId x, const ModelOptions& o) {
+NodeId add_head(Graph& g, NodeId x, const ModelOptions& o) {
   if (o.head == Head::kClassMap) {
     // The classifier applied at every position of the last feature map: a 1×1 convolution
     // with the linear layer's weights. Its global average is the pooled model's logits.
@@ -24,6 +22,8 @@ NodeId head(Graph& g, NodeId x, const ModelOptions& o) {
   if (o.dropout > 0) x = g.dropout(x, o.dropout);
   return g.linear(x, o.classes, "classifier");
 }
+
+namespace {
 
 // VGG (Simonyan & Zisserman): 3×3/p1 convs + ReLU, 2×2/s2 max pools; `cfg` 0 marks a pool.
 Graph vgg(const std::vector<int64_t>& cfg, int64_t width_divisor, const ModelOptions& o) {
@@ -44,7 +44,7 @@ Graph vgg(const std::vector<int64_t>& cfg, int64_t width_divisor, const ModelOpt
     x = g.relu(x);
     channels = out;
   }
-  head(g, x, o);
+  add_head(g, x, o);
   return g;
 }
 
@@ -91,7 +91,7 @@ Graph darknet19(const ModelOptions& o) {
   conv(1024, 3);
   conv(512, 1);
   conv(1024, 3);
-  head(g, x, o);
+  add_head(g, x, o);
   return g;
 }
 
@@ -122,7 +122,7 @@ Graph resnet(const std::vector<int>& blocks, const ModelOptions& o) {
       channels = out;
     }
   }
-  head(g, x, o);
+  add_head(g, x, o);
   return g;
 }
 
@@ -134,7 +134,7 @@ Graph tiny(const ModelOptions& o) {
   x = g.relu(g.conv(x, ConvSpec(8, 16, 3).padding(1), "conv2"));
   x = g.max_pool(x, PoolSpec(2));
   x = g.relu(g.conv(x, ConvSpec(16, 16, 3).padding(1), "conv3"));
-  head(g, x, o);
+  add_head(g, x, o);
   return g;
 }
 

@@ -25,6 +25,10 @@ struct ModelOptions {
   Head head = Head::kPool;
 };
 
+// The slide-level head on feature map `x`: global pool, dropout, linear "classifier" (or the
+// class map's 1×1 convolution "classifier"), for options.classes. Returns the output node.
+core::NodeId add_head(core::Graph& g, core::NodeId x, const ModelOptions& options);
+
 // "tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34".
 std::vector<std::string> model_names();
 // Throws tessel::Error listing the known names for an unknown one.

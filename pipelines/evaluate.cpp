@@ -14,6 +14,7 @@
 #include "core/tile_store.h"
 #include "io/checkpoint.h"
 #include "io/manifest.h"
+#include "models/network_json.h"
 #include "models/zoo.h"
 #include "pipelines/run_files.h"
 #include "pipelines/slide_input.h"
@@ -74,7 +75,10 @@ TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map,
   options.classes = static_cast<int64_t>(state.class_names.size());
   options.global_max_pool = config.pool == "max";
   options.head = class_map ? models::Head::kClassMap : models::Head::kPool;
-  core::Graph graph = models::build_model(config.model, options);
+  // A network that came from a file travels in the checkpoint: the file need not exist now.
+  core::Graph graph = state.network.empty()
+                          ? models::build_model(config.model, options)
+                          : models::network_with_head(state.network, checkpoint.string(), options);
   std::vector<io::NamedTensor> weights = state.weights;
   if (class_map) {
     // The linear classifier K×C is the 1×1 convolution K×C×1×1.

@@ -31,6 +31,7 @@
 #include "models/zoo.h"
 #include "pipelines/distributed.h"
 #include "pipelines/logging.h"
+#include "pipelines/network.h"
 #include "pipelines/optimizer.h"
 #include "pipelines/run_files.h"
 #include "pipelines/slide_input.h"
@@ -345,8 +346,16 @@ class Trainer {
     options.classes = static_cast<int64_t>(manifest_.classes.size());
     options.global_max_pool = config_.pool == "max";
     options.dropout = config_.dropout;
-    graph_ = std::make_unique<core::Graph>(models::build_model(config_.model, options));
+    Network network = build_network(config_.model, options);
+    graph_ = std::make_unique<core::Graph>(std::move(network.graph));
+    trunk_ = std::move(network.trunk);
     graph_->init_parameters(static_cast<uint64_t>(config_.seed));
+    if (config_.init_weights.empty() && !network.trunk_weights.empty() && !request_.resume) {
+      // A network from a file starts from the file's weights; the head is the run's own.
+      const io::WeightLoadReport report =
+          io::load_weights(graph_->module(), network.trunk_weights, /*strict=*/false);
+      spdlog::info("initial weights from {}: {}", config_.model, report.to_string());
+    }
     if (!config_.init_weights.empty()) {
       const io::CheckpointState initial = io::read_checkpoint(config_.init_weights);
       io::WeightLoadReport report;
@@ -986,6 +995,7 @@ class Trainer {
     state.config = config_.to_yaml();
     state.run_state = position_.to_json().dump();
     state.tessel_version = kVersion;
+    state.network = trunk_;  // a network from a file travels with its checkpoints
     io::write_checkpoint(run_dir_ / "checkpoints" / name, state);
   }
 
@@ -1033,6 +1043,7 @@ class Trainer {
   std::string data_summary_;
   at::Tensor class_weights_;
   std::unique_ptr<core::Graph> graph_;
+  std::string trunk_;  // the network's trunk when `model` is a file (pipelines/network.h)
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   c10::Device device_{c10::kCPU};
   core::Precision precision_ = core::Precision::kFloat32;

@@ -161,8 +161,10 @@ void validate(const TrainConfig& c, const std::string& origin) {
   require(!c.level || *c.level >= 0, origin, "level", "must be 0 or more");
   require(!c.base_mpp || *c.base_mpp > 0, origin, "base_mpp", "must be positive");
   const std::vector<std::string> models = models::model_names();
-  require(one_of(c.model, models), origin, "model",
-          "'" + c.model + "' is not a model Tessel knows (tessel train --help lists them)");
+  require(one_of(c.model, models) || c.model.ends_with(".h5"), origin, "model",
+          "'" + c.model +
+              "' is not a model Tessel knows (tessel train --help lists them) nor a checkpoint "
+              "holding a network (NET.h5)");
   require(one_of(c.pool, std::vector<std::string>{"avg", "max"}), origin, "pool",
           "must be avg or max");
   require(c.dropout >= 0 && c.dropout < 1, origin, "dropout", "must be in [0, 1)");

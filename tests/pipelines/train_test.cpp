@@ -17,6 +17,7 @@
 #include "core/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
+#include "models/network_json.h"
 #include "models/zoo.h"
 #include "pipelines/slide_input.h"
 #include "temp_folder.h"
@@ -463,6 +464,59 @@ TEST_F(TrainTest, ResumingFromAnotherModelsOrClassesCheckpointNamesTheFileAndBot
     const std::string message = e.what();
     EXPECT_NE(message.find("[normal, tumoor]"), std::string::npos) << message;
     EXPECT_NE(message.find("[normal, tumour]"), std::string::npos) << message;
+  }
+}
+
+TEST_F(TrainTest, ANetworkFromACheckpointTrainsAsTheZooModelStartedFromItsWeights) {
+  // NET.h5 as `tessel import` will write it: tiny's trunk without a head, and its weights.
+  core::Graph g = models::build_model("tiny");
+  core::randomise(g, 5);
+  io::CheckpointState net;
+  net.network = models::network_json(g, /*trunk_only=*/true);
+  for (const io::NamedTensor& w : io::named_weights(g.module())) {
+    if (!w.name.starts_with("classifier.")) net.weights.push_back(w);
+  }
+  const fs::path file = runs_.path() / "NET.h5";
+  io::write_checkpoint(file, net);
+
+  TrainConfig from_file = config("from-file");
+  from_file.model = file.string();
+  from_file.epochs = 1;
+  TrainConfig from_zoo = config("from-zoo");
+  from_zoo.init_weights = file;
+  from_zoo.epochs = 1;
+  train(TrainRequest{from_file});
+  train(TrainRequest{from_zoo});
+  expect_identical(weights(from_file.output), weights(from_zoo.output));
+
+  // The run's checkpoints carry the network: eval and heatmaps need no NET.h5.
+  fs::remove(file);
+  const fs::path last = from_file.output / "checkpoints" / "last.h5";
+  EXPECT_FALSE(io::read_checkpoint(last).network.empty());
+  EvaluationRequest eval;
+  eval.checkpoint = last;
+  eval.split = "all";
+  const EvaluationResult r = evaluate(eval);
+  eval.checkpoint = from_zoo.output / "checkpoints" / "last.h5";
+  const EvaluationResult z = evaluate(eval);
+  ASSERT_EQ(r.predictions.size(), z.predictions.size());
+  for (size_t i = 0; i < r.predictions.size(); ++i) {
+    EXPECT_EQ(r.predictions[i].probabilities, z.predictions[i].probabilities);
+  }
+  HeatmapRequest heatmap;
+  heatmap.checkpoint = last;
+  heatmap.slide = r.predictions[0].slide;
+  heatmap.out_dir = runs_.path() / "heatmaps-from-file";
+  EXPECT_EQ(make_heatmap(heatmap).heatmap.rows, 64);
+
+  // A zoo model's checkpoint holds no network to train from.
+  TrainConfig wrong = config("wrong");
+  wrong.model = (from_zoo.output / "checkpoints" / "last.h5").string();
+  try {
+    train(TrainRequest{wrong});
+    FAIL() << "expected a checkpoint without a network to be refused as a model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no network"), std::string::npos) << e.what();
   }
 }
 
