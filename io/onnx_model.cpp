@@ -1,0 +1,177 @@
+#include "io/onnx_model.h"
+
+#include <ATen/ATen.h>
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+
+namespace tessel::io {
+namespace {
+
+[[noreturn]] void fail(const std::filesystem::path& file, const std::string& what) {
+  throw Error("ONNX file " + file.string() + ": " + what);
+}
+
+// A TensorProto as a CPU tensor: raw little-endian bytes or the typed fields.
+at::Tensor to_tensor(const onnx::TensorProto& t, const std::filesystem::path& file) {
+  const std::string name = "tensor '" + t.name() + "'";
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    fail(file, name +
+                   " is stored in a separate file (external data), which Tessel does not read "
+                   "yet: export with the weights inside the .onnx file");
+  }
+  std::vector<int64_t> shape(t.dims().begin(), t.dims().end());
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d != 0 && count > (int64_t{1} << 40) / d)) fail(file, name + " has a bad shape");
+    count *= d;
+  }
+  at::ScalarType type = at::kFloat;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      type = at::kFloat;
+      break;
+    case onnx::TensorProto::DOUBLE:
+      type = at::kDouble;
+      break;
+    case onnx::TensorProto::INT64:
+      type = at::kLong;
+      break;
+    default:
+      fail(file, name + " is of ONNX type " + std::to_string(t.data_type()) +
+                     "; Tessel reads float32, float64 and int64 tensors");
+  }
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
+  const auto bytes = static_cast<size_t>(out.nbytes());
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes) {
+      fail(file, name + " holds " + std::to_string(t.raw_data().size()) + " bytes for a shape of " +
+                     std::to_string(count) + " values");
+    }
+    std::memcpy(out.data_ptr(), t.raw_data().data(), bytes);
+    return out;
+  }
+  const auto copy = [&](const auto& field, auto* target) {
+    if (static_cast<int64_t>(field.size()) != count) {
+      fail(file, name + " holds " + std::to_string(field.size()) + " values for a shape of " +
+                     std::to_string(count));
+    }
+    std::copy(field.begin(), field.end(), target);
+  };
+  if (type == at::kFloat) copy(t.float_data(), out.data_ptr<float>());
+  if (type == at::kDouble) copy(t.double_data(), out.data_ptr<double>());
+  if (type == at::kLong) copy(t.int64_data(), out.data_ptr<int64_t>());
+  return out;
+}
+
+}  // namespace
+
+OnnxModel read_onnx(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    fail(file, std::filesystem::exists(file) ? "cannot be read" : "does not exist");
+  }
+  onnx::ModelProto proto;
+  if (!proto.ParseFromIstream(&in) || !proto.has_graph()) {
+    fail(file, "is not an ONNX model, or is truncated");
+  }
+  OnnxModel model;
+  model.file = file;
+  model.ir_version = proto.ir_version();
+  model.producer = proto.producer_name() + " " + proto.producer_version();
+  for (const onnx::OperatorSetIdProto& set : proto.opset_import()) {
+    if (set.domain().empty() || set.domain() == "ai.onnx") {
+      model.opset = set.version();
+    } else {
+      fail(file, "uses ops of the domain '" + set.domain() + "', which Tessel does not know");
+    }
+  }
+  if (model.opset < kOldestOnnxOpset || model.opset > kNewestOnnxOpset) {
+    fail(file, "is opset " + std::to_string(model.opset) + "; Tessel reads opsets " +
+                   std::to_string(kOldestOnnxOpset) + " to " + std::to_string(kNewestOnnxOpset) +
+                   " (torch.onnx.export(..., opset_version=17 or 18))");
+  }
+  const onnx::GraphProto& graph = proto.graph();
+  for (const onnx::TensorProto& t : graph.initializer()) {
+    model.constants[t.name()] = to_tensor(t, file);
+  }
+  // The image input: the one graph input that is not an initializer.
+  std::vector<const onnx::ValueInfoProto*> images;
+  for (const onnx::ValueInfoProto& v : graph.input()) {
+    if (!model.constants.contains(v.name())) images.push_back(&v);
+  }
+  if (images.size() != 1) {
+    std::string names;
+    for (const auto* v : images) names += (names.empty() ? "" : ", ") + v->name();
+    fail(file, "has " + std::to_string(images.size()) + " inputs besides its weights" +
+                   (names.empty() ? std::string() : " (" + names + ")") +
+                   "; Tessel takes networks of one image input");
+  }
+  model.input = images.front()->name();
+  const onnx::TypeProto& type = images.front()->type();
+  if (!type.has_tensor_type() || !type.tensor_type().has_shape() ||
+      type.tensor_type().shape().dim_size() != 4) {
+    fail(file, "input '" + model.input + "' is not an N×C×H×W image");
+  }
+  for (const onnx::TensorShapeProto::Dimension& d : type.tensor_type().shape().dim()) {
+    model.input_shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  }
+  if (model.input_shape[1] <= 0) {
+    fail(file, "input '" + model.input + "' leaves its channel count open");
+  }
+  for (const onnx::ValueInfoProto& v : graph.output()) model.outputs.push_back(v.name());
+  for (const onnx::NodeProto& n : graph.node()) {
+    if (!n.domain().empty() && n.domain() != "ai.onnx") {
+      fail(file,
+           "node '" + n.name() + "' (" + n.op_type() + ") is of the domain '" + n.domain() + "'");
+    }
+    if (n.op_type() == "Constant") {
+      if (n.output_size() != 1) fail(file, "Constant node '" + n.name() + "' has no one output");
+      bool found = false;
+      for (const onnx::AttributeProto& a : n.attribute()) {
+        if (a.name() == "value" && a.has_t()) {
+          model.constants[n.output(0)] = to_tensor(a.t(), file);
+          found = true;
+        }
+      }
+      if (!found) fail(file, "Constant node '" + n.name() + "' holds no tensor Tessel reads");
+      continue;
+    }
+    OnnxNode node;
+    node.name = n.name();
+    node.op_type = n.op_type();
+    node.inputs.assign(n.input().begin(), n.input().end());
+    node.outputs.assign(n.output().begin(), n.output().end());
+    for (const onnx::AttributeProto& a : n.attribute()) {
+      switch (a.type()) {
+        case onnx::AttributeProto::INT:
+          node.ints[a.name()] = {a.i()};
+          break;
+        case onnx::AttributeProto::INTS:
+          node.ints[a.name()].assign(a.ints().begin(), a.ints().end());
+          break;
+        case onnx::AttributeProto::FLOAT:
+          node.floats[a.name()] = {a.f()};
+          break;
+        case onnx::AttributeProto::FLOATS:
+          node.floats[a.name()].assign(a.floats().begin(), a.floats().end());
+          break;
+        case onnx::AttributeProto::STRING:
+          node.strings[a.name()] = a.s();
+          break;
+        default:
+          fail(file, "node '" + n.name() + "' (" + n.op_type() + ") has attribute '" + a.name() +
+                         "' of a kind Tessel does not read (a tensor or a subgraph)");
+      }
+    }
+    model.nodes.push_back(std::move(node));
+  }
+  if (model.nodes.empty()) fail(file, "has no nodes");
+  return model;
+}
+
+}  // namespace tessel::io
