@@ -45,21 +45,23 @@ at::Tensor to_tensor(const onnx::TensorProto& t, const std::filesystem::path& fi
       fail(file, name + " is of ONNX type " + std::to_string(t.data_type()) +
                      "; Tessel reads float32, float64 and int64 tensors");
   }
+  // The bytes the file holds must match the shape before anything is allocated: a damaged shape
+  // would otherwise ask for terabytes (found by fuzzing).
+  const int64_t held = t.has_raw_data()      ? static_cast<int64_t>(t.raw_data().size())
+                       : type == at::kFloat  ? int64_t{t.float_data_size()} * 4
+                       : type == at::kDouble ? int64_t{t.double_data_size()} * 8
+                                             : int64_t{t.int64_data_size()} * 8;
+  const int64_t expected = count * static_cast<int64_t>(c10::elementSize(type));
+  if (held != expected) {
+    fail(file, name + " holds " + std::to_string(held) + " bytes for a shape of " +
+                   std::to_string(count) + " values");
+  }
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
-  const auto bytes = static_cast<size_t>(out.nbytes());
   if (t.has_raw_data()) {
-    if (t.raw_data().size() != bytes) {
-      fail(file, name + " holds " + std::to_string(t.raw_data().size()) + " bytes for a shape of " +
-                     std::to_string(count) + " values");
-    }
-    std::memcpy(out.data_ptr(), t.raw_data().data(), bytes);
+    std::memcpy(out.data_ptr(), t.raw_data().data(), static_cast<size_t>(expected));
     return out;
   }
-  const auto copy = [&](const auto& field, auto* target) {
-    if (static_cast<int64_t>(field.size()) != count) {
-      fail(file, name + " holds " + std::to_string(field.size()) + " values for a shape of " +
-                     std::to_string(count));
-    }
+  const auto copy = [](const auto& field, auto* target) {
     std::copy(field.begin(), field.end(), target);
   };
   if (type == at::kFloat) copy(t.float_data(), out.data_ptr<float>());
