@@ -412,16 +412,17 @@ void write_checkpoint(const std::filesystem::path& path, const CheckpointState& 
     w.must(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "cannot flush the in-memory file");
     const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
     w.must(size > 0, "cannot take the in-memory file's image");
-    image.resize(static_cast<size_t>(size));
-    w.must(H5Fget_file_image(file.get(), image.data(), image.size()) == size,
-           "cannot take the in-memory file's image");
+    // The in-memory image starts at the superblock: the user block it reserved goes in front.
+    image.resize(kUserBlock + static_cast<size_t>(size), '\0');
+    w.must(
+        H5Fget_file_image(file.get(), image.data() + kUserBlock, static_cast<size_t>(size)) == size,
+        "cannot take the in-memory file's image");
   }
-  // The in-memory image starts at the superblock; the user block it reserved goes in front.
-  std::string bytes = std::string(kMagic) + "bytes " + std::to_string(image.size()) + "\ncrc32 " +
-                      std::to_string(crc32(image.data(), image.size())) + "\n";
-  bytes.resize(kUserBlock, '\0');
-  bytes.append(image.data(), image.size());
-  write_file_atomically(path, bytes, "checkpoint");
+  const std::string header =
+      std::string(kMagic) + "bytes " + std::to_string(image.size() - kUserBlock) + "\ncrc32 " +
+      std::to_string(crc32(image.data() + kUserBlock, image.size() - kUserBlock)) + "\n";
+  std::copy(header.begin(), header.end(), image.begin());
+  write_file_atomically(path, std::string_view(image.data(), image.size()), "checkpoint");
 }
 
 namespace {
@@ -467,6 +468,16 @@ void check_header(const std::filesystem::path& path, const Reader& r) {
 }
 
 }  // namespace
+
+std::string checkpoint_header(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string block(kUserBlock, '\0');
+  in.read(block.data(), static_cast<std::streamsize>(block.size()));
+  if (in.gcount() < static_cast<std::streamsize>(kUserBlock) || !block.starts_with(kMagic)) {
+    return {};
+  }
+  return block.substr(0, block.find('\0'));
+}
 
 CheckpointState read_checkpoint(const std::filesystem::path& path) {
   silence_hdf5();

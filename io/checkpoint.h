@@ -51,6 +51,10 @@ struct CheckpointState {
 void write_checkpoint(const std::filesystem::path& path, const CheckpointState& state);
 CheckpointState read_checkpoint(const std::filesystem::path& path);
 
+// The header of a checkpoint (its size and CRC-32 as text) without reading the rest; empty for a
+// missing file or one without a header. Equal non-empty headers: the same bytes, to CRC-32's odds.
+std::string checkpoint_header(const std::filesystem::path& path);
+
 // Which parameters of a module a set of weights filled, for the report users see when they
 // start from a checkpoint's weights.
 struct WeightLoadReport {

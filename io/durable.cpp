@@ -56,36 +56,38 @@ void sync_folder(const std::filesystem::path& file) {
 
 }  // namespace
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
-                           const std::string& what) {
-  std::filesystem::path partial = path;
-  partial += ".partial";
-  const std::string shown = what + " " + path.string();
+namespace {
+
+// "<path>.partial", opened for writing; throws naming the file, or the missing folder.
+int open_partial(const std::filesystem::path& path, const std::filesystem::path& partial,
+                 const std::string& shown) {
   const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int error = errno;
-    std::error_code ignored;
-    const bool folder = std::filesystem::is_directory(
-        path.parent_path().empty() ? "." : path.parent_path(), ignored);
-    throw Error("cannot write " + shown + ": " +
-                (folder ? "cannot create " + partial.string() + " (" + reason(error) + ")"
-                        : "the folder " + path.parent_path().string() + " does not exist"));
-  }
-  size_t done = 0;
-  int error = write_all(fd, bytes, done);
+  if (fd >= 0) return fd;
+  const int error = errno;
+  std::error_code ignored;
+  const bool folder =
+      std::filesystem::is_directory(path.parent_path().empty() ? "." : path.parent_path(), ignored);
+  throw Error("cannot write " + shown + ": " +
+              (folder ? "cannot create " + partial.string() + " (" + reason(error) + ")"
+                      : "the folder " + path.parent_path().string() + " does not exist"));
+}
+
+// The partial file's bytes made durable and renamed into place, or the partial removed and the
+// reason thrown (`error`: a write's errno, 0 when every write succeeded).
+void publish(int fd, int error, const std::filesystem::path& partial,
+             const std::filesystem::path& path, const std::string& shown,
+             const std::string& written) {
   if (error == 0 && ::fsync(fd) != 0) error = errno;
   if (::close(fd) != 0 && error == 0) error = errno;
+  std::error_code ignored;
   if (error != 0) {
-    std::error_code ignored;
     std::filesystem::remove(partial, ignored);
-    throw Error("cannot write " + shown + ": " + reason(error) + " after " + std::to_string(done) +
-                " of " + std::to_string(bytes.size()) + " bytes");
+    throw Error("cannot write " + shown + ": " + reason(error) + written);
   }
   crash_point("written " + partial.filename().string());
   std::error_code renamed;
   std::filesystem::rename(partial, path, renamed);
   if (renamed) {
-    std::error_code ignored;
     std::filesystem::remove(partial, ignored);
     throw Error("cannot write " + shown + ": " + renamed.message());
   }
@@ -93,30 +95,56 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view b
   crash_point("renamed " + path.filename().string());
 }
 
+std::filesystem::path partial_of(const std::filesystem::path& path) {
+  std::filesystem::path partial = path;
+  partial += ".partial";
+  return partial;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
+                           const std::string& what) {
+  const std::filesystem::path partial = partial_of(path);
+  const std::string shown = what + " " + path.string();
+  const int fd = open_partial(path, partial, shown);
+  size_t done = 0;
+  const int error = write_all(fd, bytes, done);
+  publish(fd, error, partial, path, shown,
+          " after " + std::to_string(done) + " of " + std::to_string(bytes.size()) + " bytes");
+}
+
 void copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to,
                           const std::string& what) {
-  std::string bytes;
-  {
-    const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      throw Error("cannot copy " + what + " " + from.string() + " to " + to.string() + ": " +
-                  std::strerror(errno));
-    }
-    char buffer[1 << 16];
-    for (;;) {
-      const ssize_t n = ::read(fd, buffer, sizeof buffer);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int error = errno;
-        ::close(fd);
-        throw Error("cannot read " + what + " " + from.string() + ": " + std::strerror(error));
-      }
-      if (n == 0) break;
-      bytes.append(buffer, static_cast<size_t>(n));
-    }
-    ::close(fd);
+  // Streamed: a checkpoint of a large network is not held in memory a second time.
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    throw Error("cannot copy " + what + " " + from.string() + " to " + to.string() + ": " +
+                std::strerror(errno));
   }
-  write_file_atomically(to, bytes, what);
+  const std::filesystem::path partial = partial_of(to);
+  const std::string shown = what + " " + to.string();
+  int out = -1;
+  try {
+    out = open_partial(to, partial, shown);
+  } catch (...) {
+    ::close(in);
+    throw;
+  }
+  std::vector<char> buffer(size_t{1} << 20);
+  int error = 0, read_error = 0;
+  for (;;) {
+    const ssize_t n = ::read(in, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) read_error = error = errno;
+    if (n <= 0) break;
+    size_t done = 0;
+    error = write_all(out, std::string_view(buffer.data(), static_cast<size_t>(n)), done);
+    if (error != 0) break;
+  }
+  ::close(in);
+  publish(out, error, partial, to, shown,
+          read_error != 0 ? " (reading " + from.string() + ")" : std::string());
 }
 
 void append_line(const std::filesystem::path& path, std::string_view line) {

@@ -168,7 +168,7 @@ class Trainer {
   }
 
   TrainSummary run() {
-    const auto t0 = run_start_ = Clock::now();
+    run_start_ = Clock::now();
     // An explicit scratch directory is a command-line option: checked first, like the config.
     scratch_dir_ = request_.scratch_dir.empty() ? run_dir_ : request_.scratch_dir;
     // Ranks on other nodes sharing the folder would take each other's scratch files for those of
@@ -212,10 +212,10 @@ class Trainer {
     } catch (const RunError& e) {
       // The run's record says why it ended, beside what it did until then.
       summary.error = e.what();
-      finish_summary(summary, t0);
+      finish_summary(summary);
       throw;
     }
-    finish_summary(summary, t0);
+    finish_summary(summary);
     // A rank lost at the very end still fails the others.
     if (communicator_ != nullptr) communicator_->barrier();
     return summary;
@@ -233,7 +233,7 @@ class Trainer {
       report.seconds = seconds_since(epoch_start);
       summary.last_val = report.val;
       // The record of a run in progress (state "running"): what a run that dies leaves.
-      finish_summary(summary, run_start_, /*running=*/true);
+      finish_summary(summary, /*running=*/true);
       if (request_.observer) request_.observer->on_epoch(report);
       if (agreed_stop() && position_.epoch + 1 < config_.epochs) {
         ++position_.epoch;  // last.h5 holds the start of the next epoch
@@ -252,12 +252,13 @@ class Trainer {
     }
   }
 
-  void finish_summary(TrainSummary& summary, Clock::time_point t0, bool running = false) {
-    summary.epochs_done = position_.epoch;
+  // `running`: written at an epoch's end, where position_.epoch is still the epoch just finished.
+  void finish_summary(TrainSummary& summary, bool running = false) {
+    summary.epochs_done = position_.epoch + (running ? 1 : 0);
     summary.steps = position_.step;
     summary.best_epoch = position_.best_epoch;
     summary.best_metric = position_.best_metric;
-    summary.seconds = seconds_since(t0);
+    summary.seconds = seconds_since(run_start_);
     std::set<std::string> slides;
     for (const json& s : position_.skipped) slides.insert(s["slide"].get<std::string>());
     summary.skipped_slides = static_cast<int64_t>(slides.size());
@@ -518,13 +519,9 @@ class Trainer {
     const fs::path best = checkpoints / "best.h5";
     if (position_.best_epoch > 0 && position_.best_epoch == position_.epoch &&
         position_.slide == 0) {
-      bool current = false;
-      try {
-        const io::CheckpointState b = io::read_checkpoint(best);
-        current = b.epoch == position_.epoch && b.step == position_.step;
-      } catch (const Error&) {
-      }
-      if (!current) {
+      // Compared by their headers (size and CRC-32), not by reading a large best.h5 whole.
+      const std::string header = io::checkpoint_header(checkpoints / "last.h5");
+      if (header.empty() || io::checkpoint_header(best) != header) {
         spdlog::warn("{} was not written (the run stopped at the end of epoch {}): copied from {}",
                      best.string(), position_.epoch, (checkpoints / "last.h5").string());
         io::copy_file_atomically(checkpoints / "last.h5", best, "checkpoint");

@@ -115,6 +115,17 @@ TEST_F(CheckpointTest, RoundTripKeepsEveryTensorBitForBitAndTheState) {
   EXPECT_FALSE(fs::exists(dir_ / "ck.h5.partial"));
 }
 
+TEST_F(CheckpointTest, TheHeaderTellsACopyFromAnotherCheckpointWithoutReadingEither) {
+  write_checkpoint(dir_ / "a.h5", sample_state(1));
+  fs::copy_file(dir_ / "a.h5", dir_ / "copy.h5");
+  write_checkpoint(dir_ / "b.h5", sample_state(2));
+  const std::string a = checkpoint_header(dir_ / "a.h5");
+  EXPECT_TRUE(a.starts_with("TESSEL-CHECKPOINT\nbytes ")) << a;
+  EXPECT_EQ(checkpoint_header(dir_ / "copy.h5"), a);
+  EXPECT_NE(checkpoint_header(dir_ / "b.h5"), a);
+  EXPECT_EQ(checkpoint_header(dir_ / "missing.h5"), "");
+}
+
 TEST_F(CheckpointTest, OverwritingReplacesThePreviousCheckpoint) {
   write_checkpoint(dir_ / "ck.h5", sample_state(1));
   const CheckpointState second = sample_state(2);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/gradcheck.h"
@@ -117,6 +118,33 @@ TEST_F(TrainTest, WritesTheRunFolder) {
 
   // The folder now holds a run: starting another in it is refused.
   EXPECT_THROW(train(TrainRequest{config("run")}), Error);
+}
+
+// Reads summary.json as each epoch ends: what a run that died right then would leave.
+class SummaryAtEpochEnd : public TrainObserver {
+ public:
+  explicit SummaryAtEpochEnd(fs::path file) : file_(std::move(file)) {}
+  void on_epoch(const EpochReport& r) override {
+    const nlohmann::json s = nlohmann::json::parse(std::ifstream(file_));
+    seen.push_back({s["state"].get<std::string>(), s["epochs_done"].get<int64_t>(), r.epoch});
+  }
+  std::vector<std::tuple<std::string, int64_t, int64_t>> seen;  // state, epochs_done, epoch
+
+ private:
+  fs::path file_;
+};
+
+TEST_F(TrainTest, SummaryJsonSaysRunningWithTheEpochsDoneAfterEveryEpoch) {
+  TrainConfig c = config("running");
+  SummaryAtEpochEnd observer(c.output / "summary.json");
+  TrainRequest request{c};
+  request.observer = &observer;
+  train(request);
+  using Seen = std::tuple<std::string, int64_t, int64_t>;
+  EXPECT_EQ(observer.seen, (std::vector<Seen>{{"running", 1, 1}, {"running", 2, 2}}));
+  const nlohmann::json s = nlohmann::json::parse(std::ifstream(c.output / "summary.json"));
+  EXPECT_EQ(s["state"], "finished");
+  EXPECT_EQ(s["epochs_done"], 2);
 }
 
 TEST_F(TrainTest, ResumingAfterAnEpochEndsWithTheSameWeightsAsAnUninterruptedRun) {
