@@ -5,8 +5,28 @@
 #include "app/parse.h"
 #include "core/error.h"
 #include "pipelines/planning.h"
+#ifndef TESSEL_ENGINE_ONLY
+#include "pipelines/network.h"
+#endif
 
 namespace tessel::app {
+namespace {
+
+// `--model NET.h5`: the network a checkpoint holds (an imported one), with a head for `classes`.
+pipelines::NetworkBuilder checkpoint_network(const std::string& model) {
+  if (!model.ends_with(".h5")) return {};
+#ifdef TESSEL_ENGINE_ONLY
+  throw Error("--model " + model + ": this engine-only build reads no checkpoints");
+#else
+  return [model](int64_t classes) {
+    models::ModelOptions options;
+    options.classes = classes;
+    return pipelines::build_network(model, options).graph;
+  };
+#endif
+}
+
+}  // namespace
 
 void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
@@ -18,7 +38,8 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
   auto* cmd = app.add_subcommand("plan", "Print how a training step runs under a memory budget");
   cmd->add_option("--model", args->model,
                   "Network (tiny, vgg-mini, vgg16, vgg19, darknet19, "
-                  "resnet18, resnet34)")
+                  "resnet18, resnet34), or a checkpoint that holds one (NET.h5 from tessel "
+                  "import)")
       ->capture_default_str();
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT in pixels")->required();
   cmd->add_option("--budget", args->budget, "Memory budget, e.g. 2GiB, 512MiB")
@@ -33,6 +54,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     registry.selected = [args] {
       pipelines::PlanRequest r;
       r.model = args->model;
+      r.network = checkpoint_network(args->model);
       std::tie(r.height, r.width) = parse_size(args->size);
       r.budget_bytes = core::parse_bytes(args->budget);
       r.strategy = core::parse_strategy(args->strategy);
@@ -56,7 +78,9 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "gradcheck", "Compare one tiled training step with plain autograd on random data");
-  cmd->add_option("--model", args->model, "A model name, or 'random' (drawn from --seed)")
+  cmd->add_option("--model", args->model,
+                  "A model name, 'random' (drawn from --seed), or a checkpoint that holds a "
+                  "network (NET.h5 from tessel import)")
       ->capture_default_str();
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT")->capture_default_str();
   cmd->add_option("--strategy", args->strategy, "grid or rows")
@@ -86,6 +110,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       pipelines::GradcheckRequest r;
       r.device = args->device;
       r.model = args->model;
+      r.network = checkpoint_network(args->model);
       std::tie(r.height, r.width) = parse_size(args->size);
       r.strategy = core::parse_strategy(args->strategy);
       r.tile = args->tile;

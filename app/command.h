@@ -37,5 +37,6 @@ void register_manifest(CLI::App& app, const GlobalOptions& global, CommandRegist
 void register_train(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_eval(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_heatmap(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_import(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

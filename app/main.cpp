@@ -43,6 +43,7 @@ int run(int argc, char** argv) {
   app::register_train(app, global, registry);
   app::register_eval(app, global, registry);
   app::register_heatmap(app, global, registry);
+  app::register_import(app, global, registry);
 #endif
 
   try {

@@ -65,7 +65,8 @@ void randomise(Graph& graph, uint64_t seed) {
   at::NoGradGuard no_grad;
   for (auto& p : graph.module().named_parameters()) {
     if (p.key().find(".bias") != std::string::npos) fill_normal(p.value(), 0.0, 0.5, gen);
-    if (p.key().rfind("bn", 0) == 0 && p.key().find(".weight") != std::string::npos) {
+    // Per-channel weights (batch norm, scale, channel norm) around 1.
+    if (p.value().dim() == 1 && p.key().find(".weight") != std::string::npos) {
       fill_uniform(p.value(), 0.5, 1.5, gen);
     }
   }

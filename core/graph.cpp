@@ -14,11 +14,12 @@ AxisOp Node::axis_op(int axis) const {
   const auto a = static_cast<size_t>(axis);
   switch (kind) {
     case OpKind::kConv:
-      return {conv->kernel_size[a], conv->stride_[a], conv->padding_[a], conv->dilation_[a], false};
+      return {conv->kernel_size[a], conv->stride_[a], conv->padding_[a], conv->dilation_[a], false,
+              conv->padding_end_[a]};
     case OpKind::kMaxPool:
     case OpKind::kAvgPool:
-      return {pool->kernel_size[a], pool->stride_[a], pool->padding_[a], pool->dilation_[a],
-              pool->ceil_mode_};
+      return {pool->kernel_size[a], pool->stride_[a], pool->padding_[a],
+              pool->dilation_[a],   pool->ceil_mode_, pool->padding_end_[a]};
     default:
       return {};
   }
@@ -26,6 +27,12 @@ AxisOp Node::axis_op(int axis) const {
 
 double Node::pad_value() const {
   return kind == OpKind::kMaxPool ? -std::numeric_limits<double>::infinity() : 0.0;
+}
+
+bool Node::symmetric_padding() const {
+  if (conv) return conv->padding_ == conv->padding_end_;
+  if (pool) return pool->padding_ == pool->padding_end_;
+  return true;
 }
 
 std::string to_string(const Shape& s) {
@@ -51,6 +58,9 @@ const Node& Graph::checked(NodeId id, const char* op) const {
 
 std::string Graph::layer_name(const std::string& requested, const char* kind) {
   if (!requested.empty()) {
+    if (requested.find('.') != std::string::npos) {
+      throw Error("layer name '" + requested + "' has a dot; parameters are '<layer>.weight'");
+    }
     for (const Node& n : nodes_) {
       if (n.name == requested) throw Error("two layers are named '" + requested + "'");
     }
@@ -85,7 +95,7 @@ NodeId Graph::conv(NodeId x, const ConvSpec& spec, const std::string& name) {
   }
   for (size_t a = 0; a < 2; ++a) {
     if (spec.kernel_size[a] < 1 || spec.stride_[a] < 1 || spec.dilation_[a] < 1 ||
-        spec.padding_[a] < 0) {
+        spec.padding_[a] < 0 || spec.padding_end_[a] < 0) {
       throw Error(n.name + ": kernel, stride and dilation must be >= 1 and padding >= 0");
     }
   }
@@ -105,6 +115,18 @@ NodeId Graph::conv(NodeId x, const ConvSpec& spec, const std::string& name) {
   return add_node(std::move(n));
 }
 
+namespace {
+
+// LibTorch's ceil mode counts windows from the leading padding alone; with a different trailing
+// padding the whole image's and a tile's output sizes would follow different rules.
+void check_pool_padding(const std::string& name, const PoolSpec& spec) {
+  if (spec.ceil_mode_ && spec.padding_ != spec.padding_end_) {
+    throw Error(name + ": ceil mode with different padding on the two sides is not supported");
+  }
+}
+
+}  // namespace
+
 NodeId Graph::max_pool(NodeId x, const PoolSpec& spec) {
   const Node& in = checked(x, "max_pool");
   Node n;
@@ -116,10 +138,12 @@ NodeId Graph::max_pool(NodeId x, const PoolSpec& spec) {
       throw Error(n.name + ": kernel, stride and dilation must be >= 1");
     }
     // LibTorch's own rule; it also keeps -inf padding from ever reaching an output.
-    if (spec.padding_[a] < 0 || spec.padding_[a] * 2 > spec.kernel_size[a]) {
+    if (std::min(spec.padding_[a], spec.padding_end_[a]) < 0 ||
+        std::max(spec.padding_[a], spec.padding_end_[a]) * 2 > spec.kernel_size[a]) {
       throw Error(n.name + ": padding must be at most half the kernel size");
     }
   }
+  check_pool_padding(n.name, spec);
   n.inputs = {x};
   n.pool = std::make_shared<PoolSpec>(spec);
   n.channels = in.channels;
@@ -137,10 +161,12 @@ NodeId Graph::avg_pool(NodeId x, const PoolSpec& spec) {
       throw Error(n.name + ": kernel and stride must be >= 1");
     }
     if (spec.dilation_[a] != 1) throw Error(n.name + ": average pooling has no dilation");
-    if (spec.padding_[a] < 0 || spec.padding_[a] * 2 > spec.kernel_size[a]) {
+    if (std::min(spec.padding_[a], spec.padding_end_[a]) < 0 ||
+        std::max(spec.padding_[a], spec.padding_end_[a]) * 2 > spec.kernel_size[a]) {
       throw Error(n.name + ": padding must be at most half the kernel size");
     }
   }
+  check_pool_padding(n.name, spec);
   if (spec.divisor_override_ < 0) throw Error(n.name + ": divisor_override must be positive");
   n.inputs = {x};
   n.pool = std::make_shared<PoolSpec>(spec);
@@ -148,12 +174,12 @@ NodeId Graph::avg_pool(NodeId x, const PoolSpec& spec) {
   return add_node(std::move(n));
 }
 
-NodeId Graph::pointwise(NodeId x, Pointwise op) {
+NodeId Graph::pointwise(NodeId x, Pointwise op, const std::string& name) {
   const Node& in = checked(x, "pointwise");
   Node n;
   n.kind = OpKind::kPointwise;
   n.pointwise = op;
-  n.name = layer_name("", "act");
+  n.name = layer_name(name, "act");
   if (!in.spatial()) throw Error(n.name + ": pointwise ops here act on spatial activations");
   n.inputs = {x};
   n.channels = in.channels;
@@ -163,6 +189,54 @@ NodeId Graph::pointwise(NodeId x, Pointwise op) {
 NodeId Graph::leaky_relu(NodeId x, double slope) {
   const NodeId id = pointwise(x, Pointwise::kLeakyRelu);
   nodes_.back().slope = slope;
+  return id;
+}
+
+NodeId Graph::hard_sigmoid(NodeId x, double alpha, double beta) {
+  const NodeId id = pointwise(x, Pointwise::kHardSigmoid);
+  nodes_.back().coeff = {alpha, beta};
+  return id;
+}
+
+NodeId Graph::clamp(NodeId x, double lo, double hi) {
+  if (!(lo <= hi)) {
+    throw Error("clamp: the minimum " + std::to_string(lo) + " is above the maximum " +
+                std::to_string(hi));
+  }
+  const NodeId id = pointwise(x, Pointwise::kClamp);
+  nodes_.back().coeff = {lo, hi};
+  return id;
+}
+
+NodeId Graph::scalar(NodeId x, double scale, double shift) {
+  if (!std::isfinite(scale) || !std::isfinite(shift)) {
+    throw Error("scalar: the constants must be finite numbers");
+  }
+  const NodeId id = pointwise(x, Pointwise::kScalar);
+  nodes_.back().coeff = {scale, shift};
+  return id;
+}
+
+NodeId Graph::scale(NodeId x, bool bias, const std::string& name) {
+  const NodeId id = pointwise(x, Pointwise::kScale, name.empty() ? layer_name("", "scale") : name);
+  Node& n = nodes_.back();
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  n.layer->register_parameter("weight", at::ones({n.channels}));
+  if (bias) n.layer->register_parameter("bias", at::zeros({n.channels}));
+  module_->register_module(n.name, n.layer);
+  return id;
+}
+
+NodeId Graph::channel_norm(NodeId x, double eps, const std::string& name) {
+  if (!(eps > 0.0)) throw Error("channel_norm: eps must be positive");
+  const NodeId id =
+      pointwise(x, Pointwise::kChannelNorm, name.empty() ? layer_name("", "norm") : name);
+  Node& n = nodes_.back();
+  n.eps = eps;
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  n.layer->register_parameter("weight", at::ones({n.channels}));
+  n.layer->register_parameter("bias", at::zeros({n.channels}));
+  module_->register_module(n.name, n.layer);
   return id;
 }
 
@@ -185,15 +259,20 @@ NodeId Graph::frozen_batch_norm(NodeId x, const std::string& name, double eps) {
   return add_node(std::move(n));
 }
 
-NodeId Graph::add(NodeId a, NodeId b) {
-  const Node& na = checked(a, "add");
-  const Node& nb = checked(b, "add");
+NodeId Graph::binary(NodeId a, NodeId b, Binary op) {
+  static const char* const kNames[] = {"add", "sub", "mul", "div"};
+  const char* kind = kNames[static_cast<int>(op)];
+  const Node& na = checked(a, kind);
+  const Node& nb = checked(b, kind);
   Node n;
-  n.kind = OpKind::kAdd;
-  n.name = layer_name("", "add");
-  if (!na.spatial() || !nb.spatial()) throw Error(n.name + ": add joins spatial activations");
+  n.kind = OpKind::kBinary;
+  n.binary = op;
+  n.name = layer_name("", kind);
+  if (!na.spatial() || !nb.spatial()) {
+    throw Error(n.name + ": " + kind + " joins spatial activations");
+  }
   if (na.channels != nb.channels) {
-    throw Error(n.name + ": adds " + na.name + " (" + std::to_string(na.channels) +
+    throw Error(n.name + ": joins " + na.name + " (" + std::to_string(na.channels) +
                 " channels) and " + nb.name + " (" + std::to_string(nb.channels) + " channels)");
   }
   n.inputs = {a, b};
@@ -311,7 +390,7 @@ std::vector<Shape> Graph::shapes(const Shape& input) const {
         }
         break;
       }
-      case OpKind::kAdd:
+      case OpKind::kBinary:
       case OpKind::kConcat:
         for (NodeId other : n.inputs) {
           const Shape& o = out[static_cast<size_t>(other)];
@@ -382,8 +461,8 @@ std::string to_string(OpKind kind) {
       return "avgpool";
     case OpKind::kPointwise:
       return "pointwise";
-    case OpKind::kAdd:
-      return "add";
+    case OpKind::kBinary:
+      return "binary";
     case OpKind::kConcat:
       return "concat";
     case OpKind::kGlobalAvgPool:
@@ -407,10 +486,16 @@ std::string pair_str(const std::array<int64_t, 2>& v) {
 }
 
 std::string window_str(const std::array<int64_t, 2>& k, const std::array<int64_t, 2>& s,
-                       const std::array<int64_t, 2>& p, const std::array<int64_t, 2>& d) {
+                       const std::array<int64_t, 2>& p, const std::array<int64_t, 2>& pe,
+                       const std::array<int64_t, 2>& d) {
   std::string out = std::to_string(k[0]) + "x" + std::to_string(k[1]);
   if (s != std::array<int64_t, 2>{1, 1}) out += "/s" + pair_str(s);
-  if (p != std::array<int64_t, 2>{0, 0}) out += "/p" + pair_str(p);
+  if (p != pe) {
+    out += "/p" + std::to_string(p[0]) + "," + std::to_string(p[1]) + "," + std::to_string(pe[0]) +
+           "," + std::to_string(pe[1]);
+  } else if (p != std::array<int64_t, 2>{0, 0}) {
+    out += "/p" + pair_str(p);
+  }
   if (d != std::array<int64_t, 2>{1, 1}) out += "/d" + pair_str(d);
   return out;
 }
@@ -421,8 +506,9 @@ std::string describe(const Node& n) {
   switch (n.kind) {
     case OpKind::kConv: {
       const ConvSpec& c = *n.conv;
-      std::string out = "conv" + window_str(c.kernel_size, c.stride_, c.padding_, c.dilation_) +
-                        " " + std::to_string(c.in_channels) + "→" + std::to_string(c.out_channels);
+      std::string out =
+          "conv" + window_str(c.kernel_size, c.stride_, c.padding_, c.padding_end_, c.dilation_) +
+          " " + std::to_string(c.in_channels) + "→" + std::to_string(c.out_channels);
       if (c.groups_ != 1) out += " g" + std::to_string(c.groups_);
       if (!c.bias_) out += " nobias";
       return out;
@@ -430,8 +516,8 @@ std::string describe(const Node& n) {
     case OpKind::kMaxPool:
     case OpKind::kAvgPool: {
       const PoolSpec& p = *n.pool;
-      std::string out =
-          to_string(n.kind) + window_str(p.kernel_size, p.stride_, p.padding_, p.dilation_);
+      std::string out = to_string(n.kind) + window_str(p.kernel_size, p.stride_, p.padding_,
+                                                       p.padding_end_, p.dilation_);
       if (p.ceil_mode_) out += " ceil";
       if (n.kind == OpKind::kAvgPool && !p.count_include_pad_) out += " excl-pad";
       return out;
@@ -452,8 +538,30 @@ std::string describe(const Node& n) {
           return "tanh";
         case Pointwise::kAffine:
           return "frozen-bn";
+        case Pointwise::kGeluTanh:
+          return "gelu-tanh";
+        case Pointwise::kSilu:
+          return "silu";
+        case Pointwise::kHardSigmoid:
+          return "hard-sigmoid";
+        case Pointwise::kHardSwish:
+          return "hard-swish";
+        case Pointwise::kClamp:
+          return "clamp";
+        case Pointwise::kErf:
+          return "erf";
+        case Pointwise::kScalar:
+          return "scalar";
+        case Pointwise::kScale:
+          return "scale";
+        case Pointwise::kChannelNorm:
+          return "channel-norm";
       }
       return "pointwise";
+    case OpKind::kBinary: {
+      static const char* const kNames[] = {"add", "sub", "mul", "div"};
+      return kNames[static_cast<int>(n.binary)];
+    }
     case OpKind::kLinear:
       return "linear →" + std::to_string(n.channels);
     case OpKind::kDropout:

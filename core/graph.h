@@ -31,8 +31,11 @@ struct ConvSpec {
     return *this;
   }
   ConvSpec& padding(int64_t p) { return padding(p, p); }
-  ConvSpec& padding(int64_t py, int64_t px) {
-    padding_ = {py, px};
+  ConvSpec& padding(int64_t py, int64_t px) { return padding(py, px, py, px); }
+  // Different padding on each side (ONNX pads, TensorFlow's SAME).
+  ConvSpec& padding(int64_t top, int64_t left, int64_t bottom, int64_t right) {
+    padding_ = {top, left};
+    padding_end_ = {bottom, right};
     return *this;
   }
   ConvSpec& dilation(int64_t d) { return dilation(d, d); }
@@ -52,6 +55,7 @@ struct ConvSpec {
   int64_t in_channels, out_channels;
   std::array<int64_t, 2> kernel_size;
   std::array<int64_t, 2> stride_{1, 1}, padding_{0, 0}, dilation_{1, 1};
+  std::array<int64_t, 2> padding_end_{0, 0};  // bottom, right
   int64_t groups_ = 1;
   bool bias_ = true;
 };
@@ -68,8 +72,10 @@ struct PoolSpec {
     return *this;
   }
   PoolSpec& padding(int64_t p) { return padding(p, p); }
-  PoolSpec& padding(int64_t py, int64_t px) {
-    padding_ = {py, px};
+  PoolSpec& padding(int64_t py, int64_t px) { return padding(py, px, py, px); }
+  PoolSpec& padding(int64_t top, int64_t left, int64_t bottom, int64_t right) {
+    padding_ = {top, left};
+    padding_end_ = {bottom, right};
     return *this;
   }
   PoolSpec& dilation(int64_t d) {
@@ -91,6 +97,7 @@ struct PoolSpec {
 
   std::array<int64_t, 2> kernel_size;
   std::array<int64_t, 2> stride_, padding_{0, 0}, dilation_{1, 1};
+  std::array<int64_t, 2> padding_end_{0, 0};  // bottom, right
   bool ceil_mode_ = false;
   bool count_include_pad_ = true;
   int64_t divisor_override_ = 0;  // 0: none
@@ -103,7 +110,7 @@ enum class OpKind {
   kMaxPool,
   kAvgPool,
   kPointwise,
-  kAdd,
+  kBinary,  // two activations of one shape, element by element (add, sub, mul, div)
   kConcat,
   // tail (whole, small activation)
   kGlobalAvgPool,
@@ -113,7 +120,32 @@ enum class OpKind {
   kDropout,
 };
 
-enum class Pointwise { kIdentity, kRelu, kLeakyRelu, kGelu, kSigmoid, kTanh, kAffine };
+// Ops on one activation that read one position (all channels at most): the window is the
+// identity. Arguments: `slope` (leaky relu), `eps` (affine, channel norm), `coeff` (clamp: min,
+// max; hard sigmoid: alpha, beta as ONNX's max(0, min(1, alpha·x + beta)); scalar: x·c0 + c1).
+// Parameters: affine (frozen batch norm: weight, bias, running_mean, running_var), scale
+// (per-channel weight, optional bias: LayerScale), channel norm (LayerNorm over the channels of
+// each position, as ConvNeXt's LayerNorm2d: weight, bias).
+enum class Pointwise {
+  kIdentity,
+  kRelu,
+  kLeakyRelu,
+  kGelu,  // erf form
+  kSigmoid,
+  kTanh,
+  kAffine,
+  kGeluTanh,
+  kSilu,
+  kHardSigmoid,
+  kHardSwish,
+  kClamp,
+  kErf,
+  kScalar,
+  kScale,
+  kChannelNorm,
+};
+
+enum class Binary { kAdd, kSub, kMul, kDiv };
 
 struct Node {
   NodeId id = 0;
@@ -123,8 +155,10 @@ struct Node {
   std::shared_ptr<ConvSpec> conv;  // kConv
   std::shared_ptr<PoolSpec> pool;  // kMaxPool, kAvgPool
   Pointwise pointwise = Pointwise::kIdentity;
+  Binary binary = Binary::kAdd;              // kBinary
   double slope = 0.01;                       // leaky relu
-  double eps = 1e-5;                         // frozen batch norm
+  double eps = 1e-5;                         // frozen batch norm, channel norm
+  std::array<double, 2> coeff{0.0, 0.0};     // clamp, hard sigmoid, scalar (see Pointwise)
   double dropout_p = 0.0;                    // kDropout
   int64_t channels = 0;                      // output channels (features for tail ops)
   std::shared_ptr<torch::nn::Module> layer;  // parameters, when the op has any
@@ -135,6 +169,8 @@ struct Node {
   AxisOp axis_op(int axis) const;
   // The value an op's explicit padding holds: 0 for conv and avg pool, -inf for max pool.
   double pad_value() const;
+  // Whether a sliding-window op pads both sides of each axis alike.
+  bool symmetric_padding() const;
 };
 
 struct Shape {
@@ -162,10 +198,25 @@ class Graph {
   NodeId sigmoid(NodeId x) { return pointwise(x, Pointwise::kSigmoid); }
   NodeId tanh(NodeId x) { return pointwise(x, Pointwise::kTanh); }
   NodeId identity(NodeId x) { return pointwise(x, Pointwise::kIdentity); }
+  NodeId gelu_tanh(NodeId x) { return pointwise(x, Pointwise::kGeluTanh); }
+  NodeId silu(NodeId x) { return pointwise(x, Pointwise::kSilu); }
+  NodeId hard_swish(NodeId x) { return pointwise(x, Pointwise::kHardSwish); }
+  NodeId erf(NodeId x) { return pointwise(x, Pointwise::kErf); }
+  // max(0, min(1, alpha·x + beta)) (ONNX HardSigmoid; PyTorch's is alpha 1/6, beta 0.5).
+  NodeId hard_sigmoid(NodeId x, double alpha, double beta);
+  // min(max(x, lo), hi); ReLU6 is clamp(x, 0, 6).
+  NodeId clamp(NodeId x, double lo, double hi);
+  // x · scale + shift with constants (ONNX Add/Sub/Mul/Div by a scalar).
+  NodeId scalar(NodeId x, double scale, double shift);
+  // x · weight (+ bias) per channel, trainable (LayerScale): weight 1, bias 0 until set.
+  NodeId scale(NodeId x, bool bias, const std::string& name = "");
+  // LayerNorm over the channels of each position, weight 1 and bias 0 until set.
+  NodeId channel_norm(NodeId x, double eps, const std::string& name = "");
   // Batch norm with frozen statistics: a per-channel affine y = x * scale + shift, where scale
   // and shift come from weight, bias, running mean and var (buffers) and eps.
   NodeId frozen_batch_norm(NodeId x, const std::string& name = "", double eps = 1e-5);
-  NodeId add(NodeId a, NodeId b);
+  NodeId add(NodeId a, NodeId b) { return binary(a, b, Binary::kAdd); }
+  NodeId binary(NodeId a, NodeId b, Binary op);
   NodeId concat(const std::vector<NodeId>& xs);
   NodeId global_avg_pool(NodeId x);
   NodeId global_max_pool(NodeId x);
@@ -193,7 +244,7 @@ class Graph {
 
  private:
   NodeId add_node(Node node);
-  NodeId pointwise(NodeId x, Pointwise op);
+  NodeId pointwise(NodeId x, Pointwise op, const std::string& name = "");
   std::string layer_name(const std::string& requested, const char* kind);
   const Node& checked(NodeId id, const char* op) const;
 

@@ -111,7 +111,12 @@ struct Analysis {
       // weight above the activations for darknet19's 512→1024 convs on 32² tiles.
       const int64_t in_bytes = out_bytes[static_cast<size_t>(n.inputs[0])];
       const int64_t weights = 2 * weight_elements(n) * eb;
-      const int64_t scratch = n.kind == OpKind::kConv ? std::max(in_bytes, b) + weights : 0;
+      // A channel norm copies its input channels-last and its output back.
+      const bool channel_norm =
+          n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm;
+      const int64_t scratch = n.kind == OpKind::kConv ? std::max(in_bytes, b) + weights
+                              : channel_norm          ? 2 * b
+                                                      : 0;
       peak = std::max(peak, live + (inplace ? 0 : b + pad_copy + scratch));
       live += b;
       cost.flops += flops(n, r);
@@ -133,8 +138,16 @@ struct Analysis {
           if (n.pointwise == Pointwise::kRelu || n.pointwise == Pointwise::kSigmoid ||
               n.pointwise == Pointwise::kTanh) {
             keep(v, v);
-          } else if (n.pointwise != Pointwise::kIdentity) {
+          } else if (n.pointwise == Pointwise::kChannelNorm) {
+            // layer_norm keeps its channels-last copy of the input.
+            own[static_cast<size_t>(v)] += b;
+          } else if (n.pointwise != Pointwise::kIdentity && n.pointwise != Pointwise::kScalar) {
             keep(n.inputs[0], v);
+          }
+          break;
+        case OpKind::kBinary:
+          if (n.binary == Binary::kMul || n.binary == Binary::kDiv) {
+            for (NodeId p : n.inputs) keep(p, v);
           }
           break;
         default:
@@ -188,8 +201,11 @@ struct Analysis {
       int64_t scratch = 0;
       if (n.kind == OpKind::kConv) {
         scratch = out + std::max(grad_in, out / 4) + 2 * weight_elements(n) * eb;
-      } else if (n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kAffine) {
+      } else if (n.kind == OpKind::kPointwise &&
+                 (n.pointwise == Pointwise::kAffine || n.pointwise == Pointwise::kScale)) {
         scratch = out;  // the scale's gradient: grad · x in full before it is summed per channel
+      } else if (n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm) {
+        scratch = 2 * out;  // the channels-last gradient and its copy back
       }
       bwd_peak = std::max(bwd_peak, held + out + grad_in + scratch);
       held -= freed_at[static_cast<size_t>(v)];

@@ -34,6 +34,21 @@ at::Tensor affine(const Node& n, const at::Tensor& x) {
   return at::mul(x, scale).add_(shift);
 }
 
+// x · weight (+ bias) per channel.
+at::Tensor scale(const Node& n, const at::Tensor& x) {
+  const at::Tensor y = at::mul(x, param(n, "weight").view({1, -1, 1, 1}));
+  const at::Tensor bias = param(n, "bias");
+  return bias.defined() ? y.add_(bias.view({1, -1, 1, 1})) : y;
+}
+
+// LayerNorm over each position's channels, as ConvNeXt's LayerNorm2d computes it (channels
+// last, normalised, back): the same arithmetic as PyTorch's, so an imported network matches.
+at::Tensor channel_norm(const Node& n, const at::Tensor& x) {
+  const at::Tensor y = at::layer_norm(x.permute({0, 2, 3, 1}), {x.size(1)}, param(n, "weight"),
+                                      param(n, "bias"), n.eps);
+  return y.permute({0, 3, 1, 2}).contiguous();
+}
+
 at::Tensor pointwise(const Node& n, const at::Tensor& x) {
   switch (n.pointwise) {
     case Pointwise::kIdentity:
@@ -50,6 +65,24 @@ at::Tensor pointwise(const Node& n, const at::Tensor& x) {
       return at::tanh(x);
     case Pointwise::kAffine:
       return affine(n, x);
+    case Pointwise::kGeluTanh:
+      return at::gelu(x, "tanh");
+    case Pointwise::kSilu:
+      return at::silu(x);
+    case Pointwise::kHardSigmoid:
+      return at::clamp(at::mul(x, n.coeff[0]).add_(n.coeff[1]), 0.0, 1.0);
+    case Pointwise::kHardSwish:
+      return at::hardswish(x);
+    case Pointwise::kClamp:
+      return at::clamp(x, n.coeff[0], n.coeff[1]);
+    case Pointwise::kErf:
+      return at::erf(x);
+    case Pointwise::kScalar:
+      return at::mul(x, n.coeff[0]).add_(n.coeff[1]);
+    case Pointwise::kScale:
+      return scale(n, x);
+    case Pointwise::kChannelNorm:
+      return channel_norm(n, x);
   }
   throw Error(n.name + ": unknown pointwise op");
 }
@@ -69,9 +102,35 @@ at::Tensor pointwise_inplace(const Node& n, at::Tensor x) {
       const auto [scale, shift] = affine_terms(n);
       return x.mul_(scale).add_(shift);
     }
+    case Pointwise::kSilu:
+      return at::silu_(x);
+    case Pointwise::kHardSwish:
+      return at::hardswish_(x);
+    case Pointwise::kHardSigmoid:
+      return x.mul_(n.coeff[0]).add_(n.coeff[1]).clamp_(0.0, 1.0);
+    case Pointwise::kClamp:
+      return x.clamp_(n.coeff[0], n.coeff[1]);
+    case Pointwise::kErf:
+      return x.erf_();
+    case Pointwise::kScalar:
+      return x.mul_(n.coeff[0]).add_(n.coeff[1]);
     default:
       return pointwise(n, x);
   }
+}
+
+at::Tensor binary(const Node& n, const at::Tensor& a, const at::Tensor& b) {
+  switch (n.binary) {
+    case Binary::kAdd:
+      return a + b;
+    case Binary::kSub:
+      return a - b;
+    case Binary::kMul:
+      return a * b;
+    case Binary::kDiv:
+      return a / b;
+  }
+  throw Error(n.name + ": unknown binary op");
 }
 
 // Per axis, the divisor of each global output index of an avg pool over an input of `in`
@@ -82,7 +141,7 @@ at::Tensor avg_counts(const AxisOp& op, const PoolSpec& spec, Window out, int64_
   counts.reserve(static_cast<size_t>(out.size()));
   for (int64_t o = out.begin; o < out.end; ++o) {
     const int64_t start = o * op.stride - op.padding;
-    const int64_t end = std::min(start + op.kernel, in + op.padding);
+    const int64_t end = std::min(start + op.kernel, in + op.end_padding());
     counts.push_back(static_cast<double>(
         spec.count_include_pad_ ? end - start : std::min(end, in) - std::max<int64_t>(start, 0)));
   }
@@ -103,6 +162,12 @@ bool runs_in_place(const Node& node) {
     case Pointwise::kSigmoid:
     case Pointwise::kTanh:
     case Pointwise::kAffine:
+    case Pointwise::kSilu:
+    case Pointwise::kHardSwish:
+    case Pointwise::kHardSigmoid:
+    case Pointwise::kClamp:
+    case Pointwise::kErf:
+    case Pointwise::kScalar:
       return true;
     default:
       return false;
@@ -136,7 +201,46 @@ Region needed_input(const Node& node, const Region& out, const Shape& in) {
   return intersect(window, Region{{0, in.height}, {0, in.width}});
 }
 
+namespace {
+
+// A sliding-window op whose two sides pad differently, on a whole activation: the part both
+// sides share is the op's own padding, the rest is padded explicitly with the op's pad value.
+// Average pools divide by the count of real positions (count_include_pad false) or of real and
+// padded ones (true), as ONNX's AveragePool does; ceil mode is refused with such padding.
+at::Tensor forward_plain_asymmetric(const Node& n, const at::Tensor& x) {
+  const AxisOp ay = n.axis_op(0), ax = n.axis_op(1);
+  const std::array<int64_t, 2> own{std::min(ay.padding, ay.end_padding()),
+                                   std::min(ax.padding, ax.end_padding())};
+  const std::vector<int64_t> extra{ax.padding - own[1], ax.end_padding() - own[1],
+                                   ay.padding - own[0], ay.end_padding() - own[0]};
+  const at::Tensor padded = at::constant_pad_nd(x, extra, n.pad_value());
+  if (n.kind == OpKind::kConv) {
+    const ConvSpec& c = *n.conv;
+    return at::conv2d(padded, param(n, "weight"), param(n, "bias"), dims(c.stride_), dims(own),
+                      dims(c.dilation_), c.groups_);
+  }
+  const PoolSpec& p = *n.pool;
+  if (n.kind == OpKind::kMaxPool) {
+    return at::max_pool2d(padded, dims(p.kernel_size), dims(p.stride_), dims(own),
+                          dims(p.dilation_), false);
+  }
+  const at::Tensor sums = at::avg_pool2d(padded, dims(p.kernel_size), dims(p.stride_), dims(own),
+                                         false, true, c10::optional<int64_t>(1));
+  if (p.divisor_override_ > 0) return sums / static_cast<double>(p.divisor_override_);
+  // The divisor: window sums of a mask that is 1 where a position counts.
+  at::Tensor mask = at::ones({1, 1, x.size(2), x.size(3)}, x.options());
+  mask = at::constant_pad_nd(mask, extra, p.count_include_pad_ ? 1.0 : 0.0);
+  if (p.count_include_pad_) mask = at::constant_pad_nd(mask, {own[1], own[1], own[0], own[0]}, 1);
+  const at::Tensor counts = at::avg_pool2d(mask, dims(p.kernel_size), dims(p.stride_),
+                                           p.count_include_pad_ ? at::IntArrayRef{0, 0} : dims(own),
+                                           false, true, c10::optional<int64_t>(1));
+  return sums / counts;
+}
+
+}  // namespace
+
 at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in) {
+  if ((n.conv || n.pool) && !n.symmetric_padding()) return forward_plain_asymmetric(n, in[0]);
   switch (n.kind) {
     case OpKind::kInput:
       return in.at(0);
@@ -159,8 +263,8 @@ at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in) {
     }
     case OpKind::kPointwise:
       return pointwise(n, in[0]);
-    case OpKind::kAdd:
-      return in[0] + in[1];
+    case OpKind::kBinary:
+      return binary(n, in[0], in[1]);
     case OpKind::kConcat:
       return at::cat(in, 1);
     case OpKind::kGlobalAvgPool:
@@ -185,8 +289,8 @@ at::Tensor forward_tile(const Node& n, const Region& out, const std::vector<Tile
       return may_overwrite_input && !at::GradMode::is_enabled()
                  ? pointwise_inplace(n, crop(in[0], out))
                  : pointwise(n, crop(in[0], out));
-    case OpKind::kAdd:
-      return crop(in[0], out) + crop(in[1], out);
+    case OpKind::kBinary:
+      return binary(n, crop(in[0], out), crop(in[1], out));
     case OpKind::kConcat: {
       std::vector<at::Tensor> parts;
       parts.reserve(in.size());

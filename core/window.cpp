@@ -11,8 +11,8 @@ Window input_window(const AxisOp& op, Window out) {
 int64_t output_size(const AxisOp& op, int64_t in) {
   // ATen's pooling_output_shape (conv is the same without ceil mode), with floor division: in
   // ceil mode the last window may reach past the padded input.
-  const int64_t span =
-      in + 2 * op.padding - op.dilation * (op.kernel - 1) - 1 + (op.ceil_mode ? op.stride - 1 : 0);
+  const int64_t span = in + op.padding + op.end_padding() - op.dilation * (op.kernel - 1) - 1 +
+                       (op.ceil_mode ? op.stride - 1 : 0);
   const int64_t floor_div = span >= 0 ? span / op.stride : -((-span + op.stride - 1) / op.stride);
   int64_t out = floor_div + 1;
   // The last window must start inside the input or left padding.

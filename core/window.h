@@ -28,20 +28,27 @@ struct Region {
 };
 
 // One sliding-window op along one axis (conv, pool). Pointwise ops are {1, 1, 0, 1}.
+// `padding` is the leading side's (top, left); `padding_end` the trailing side's when it differs
+// (ONNX "pads" [top, left, bottom, right], TensorFlow's SAME), -1 for the same as `padding`.
 struct AxisOp {
   int64_t kernel = 1;
   int64_t stride = 1;
   int64_t padding = 0;
   int64_t dilation = 1;
   bool ceil_mode = false;
+  int64_t padding_end = -1;
+
+  int64_t end_padding() const { return padding_end < 0 ? padding : padding_end; }
 };
 
-// The input range that output range `out` reads: [a*s - p, (b-1)*s - p + d*(k-1) + 1).
+// The input range that output range `out` reads: [a*s - p, (b-1)*s - p + d*(k-1) + 1), where p
+// is the leading padding (the trailing one only bounds the output size).
 // Unclipped: the part outside [0, input size) is padding. Empty in, empty out.
 Window input_window(const AxisOp& op, Window out);
 
 // Output size LibTorch gives for an input of `in` positions (conv and pool formula, including
-// ceil_mode's rule that the last window must start inside the input or left padding).
+// ceil_mode's rule that the last window must start inside the input or left padding), with both
+// sides' padding.
 int64_t output_size(const AxisOp& op, int64_t in);
 
 Window intersect(Window a, Window b);

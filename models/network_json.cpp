@@ -1,5 +1,8 @@
 #include "models/network_json.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -24,8 +27,18 @@ const char* op_name(const Node& n) {
       return "max_pool";
     case OpKind::kAvgPool:
       return "avg_pool";
-    case OpKind::kAdd:
-      return "add";
+    case OpKind::kBinary:
+      switch (n.binary) {
+        case core::Binary::kAdd:
+          return "add";
+        case core::Binary::kSub:
+          return "sub";
+        case core::Binary::kMul:
+          return "mul";
+        case core::Binary::kDiv:
+          return "div";
+      }
+      break;
     case OpKind::kConcat:
       return "concat";
     case OpKind::kGlobalAvgPool:
@@ -54,7 +67,26 @@ const char* op_name(const Node& n) {
           return "tanh";
         case Pointwise::kAffine:
           return "frozen_batch_norm";
+        case Pointwise::kGeluTanh:
+          return "gelu_tanh";
+        case Pointwise::kSilu:
+          return "silu";
+        case Pointwise::kHardSigmoid:
+          return "hard_sigmoid";
+        case Pointwise::kHardSwish:
+          return "hard_swish";
+        case Pointwise::kClamp:
+          return "clamp";
+        case Pointwise::kErf:
+          return "erf";
+        case Pointwise::kScalar:
+          return "scalar";
+        case Pointwise::kScale:
+          return "scale";
+        case Pointwise::kChannelNorm:
+          return "channel_norm";
       }
+      break;
   }
   throw Error("network_json: node " + n.name + " has an op this format does not know");
 }
@@ -101,6 +133,7 @@ std::string network_json(const core::Graph& graph, bool trunk_only) {
                   {"dilation", pair(c.dilation_)},
                   {"groups", c.groups_},
                   {"bias", c.bias_}});
+        if (c.padding_end_ != c.padding_) j["padding_end"] = pair(c.padding_end_);
         break;
       }
       case OpKind::kMaxPool:
@@ -113,11 +146,34 @@ std::string network_json(const core::Graph& graph, bool trunk_only) {
                   {"ceil_mode", p.ceil_mode_},
                   {"count_include_pad", p.count_include_pad_},
                   {"divisor_override", p.divisor_override_}});
+        if (p.padding_end_ != p.padding_) j["padding_end"] = pair(p.padding_end_);
         break;
       }
       case OpKind::kPointwise:
-        if (n.pointwise == Pointwise::kLeakyRelu) j["slope"] = n.slope;
-        if (n.pointwise == Pointwise::kAffine) j["eps"] = n.eps;
+        switch (n.pointwise) {
+          case Pointwise::kLeakyRelu:
+            j["slope"] = n.slope;
+            break;
+          case Pointwise::kAffine:
+          case Pointwise::kChannelNorm:
+            j["eps"] = n.eps;
+            break;
+          case Pointwise::kHardSigmoid:
+            j.update({{"alpha", n.coeff[0]}, {"beta", n.coeff[1]}});
+            break;
+          case Pointwise::kClamp:  // an open side (±inf, which JSON cannot hold) is left out
+            if (std::isfinite(n.coeff[0])) j["min"] = n.coeff[0];
+            if (std::isfinite(n.coeff[1])) j["max"] = n.coeff[1];
+            break;
+          case Pointwise::kScalar:
+            j.update({{"scale", n.coeff[0]}, {"shift", n.coeff[1]}});
+            break;
+          case Pointwise::kScale:
+            j["bias"] = n.layer->named_parameters(false).contains("bias");
+            break;
+          default:
+            break;
+        }
         break;
       case OpKind::kLinear:
         j["out"] = n.channels;
@@ -175,6 +231,7 @@ core::Graph network_from_json(const std::string& text, const std::string& source
         c.kernel_size = pair_of(j, "kernel");
         c.stride_ = pair_of(j, "stride");
         c.padding_ = pair_of(j, "padding");
+        c.padding_end_ = j.contains("padding_end") ? pair_of(j, "padding_end") : c.padding_;
         c.dilation_ = pair_of(j, "dilation");
         c.groups_ = j.at("groups").get<int64_t>();
         c.bias_ = j.at("bias").get<bool>();
@@ -185,6 +242,7 @@ core::Graph network_from_json(const std::string& text, const std::string& source
         p.kernel_size = kernel;
         p.stride_ = pair_of(j, "stride");
         p.padding_ = pair_of(j, "padding");
+        p.padding_end_ = j.contains("padding_end") ? pair_of(j, "padding_end") : p.padding_;
         p.dilation_ = pair_of(j, "dilation");
         p.ceil_mode_ = j.at("ceil_mode").get<bool>();
         p.count_include_pad_ = j.at("count_include_pad").get<bool>();
@@ -204,9 +262,32 @@ core::Graph network_from_json(const std::string& text, const std::string& source
         id = g.tanh(one());
       } else if (op == "frozen_batch_norm") {
         id = g.frozen_batch_norm(one(), name, j.at("eps").get<double>());
-      } else if (op == "add") {
-        if (in.size() != 2) throw Error("add takes two inputs");
-        id = g.add(in[0], in[1]);
+      } else if (op == "gelu_tanh") {
+        id = g.gelu_tanh(one());
+      } else if (op == "silu") {
+        id = g.silu(one());
+      } else if (op == "hard_swish") {
+        id = g.hard_swish(one());
+      } else if (op == "erf") {
+        id = g.erf(one());
+      } else if (op == "hard_sigmoid") {
+        id = g.hard_sigmoid(one(), j.at("alpha").get<double>(), j.at("beta").get<double>());
+      } else if (op == "clamp") {
+        constexpr double kInf = std::numeric_limits<double>::infinity();
+        id = g.clamp(one(), j.value("min", -kInf), j.value("max", kInf));
+      } else if (op == "scalar") {
+        id = g.scalar(one(), j.at("scale").get<double>(), j.at("shift").get<double>());
+      } else if (op == "scale") {
+        id = g.scale(one(), j.at("bias").get<bool>(), name);
+      } else if (op == "channel_norm") {
+        id = g.channel_norm(one(), j.at("eps").get<double>(), name);
+      } else if (op == "add" || op == "sub" || op == "mul" || op == "div") {
+        if (in.size() != 2) throw Error(op + " takes two inputs");
+        const core::Binary b = op == "add"   ? core::Binary::kAdd
+                               : op == "sub" ? core::Binary::kSub
+                               : op == "mul" ? core::Binary::kMul
+                                             : core::Binary::kDiv;
+        id = g.binary(in[0], in[1], b);
       } else if (op == "concat") {
         id = g.concat(in);
       } else if (op == "global_avg_pool") {
@@ -236,6 +317,11 @@ core::Graph network_from_json(const std::string& text, const std::string& source
 core::Graph network_with_head(const std::string& trunk, const std::string& source,
                               const ModelOptions& options) {
   core::Graph g = network_from_json(trunk, source);
+  // A whole network (an imported one with its own classifier): its trunk.
+  const bool pooled = std::any_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) {
+    return n.kind == OpKind::kGlobalAvgPool || n.kind == OpKind::kGlobalMaxPool;
+  });
+  if (pooled) g = network_from_json(network_json(g, true), source);
   const Node& last = g.node(g.output());
   if (!last.spatial() || last.kind == OpKind::kInput) {
     throw Error(source + ": the network ends in " + last.name +

@@ -23,8 +23,9 @@ std::string network_json(const core::Graph& graph, bool trunk_only = false);
 // `source` (a file) and the node for anything it cannot read or build.
 core::Graph network_from_json(const std::string& text, const std::string& source);
 
-// A trunk (network_json(..., true)) with the slide-level head for `options` (add_head): the
-// run's classes, pool and head form. Throws tessel::Error when the trunk ends in a tail op.
+// A trunk (network_json(..., true)), or a whole network whose head is cut off at its first
+// global pool, with the slide-level head for `options` (add_head): the run's classes, pool and
+// head form. Throws tessel::Error when the trunk ends in a tail op.
 core::Graph network_with_head(const std::string& trunk, const std::string& source,
                               const ModelOptions& options);
 

@@ -1,5 +1,6 @@
 // Random networks for the engine's exactness tests (models/zoo.h).
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -56,10 +57,13 @@ Graph random_network(uint64_t seed, int64_t min_size, int64_t in_channels) {
                             .dilation(d.pick(1, 2), d.pick(1, 2))
                             .groups(groups)
                             .bias(d.chance(0.7));
+        if (d.chance(0.3)) {  // each side its own padding (ONNX pads, TensorFlow's SAME)
+          spec.padding(d.pick(0, 3), d.pick(0, 2), d.pick(0, 3), d.pick(0, 2));
+        }
         const core::AxisOp ay{spec.kernel_size[0], spec.stride_[0], spec.padding_[0],
-                              spec.dilation_[0], false};
+                              spec.dilation_[0],   false,           spec.padding_end_[0]};
         const core::AxisOp ax{spec.kernel_size[1], spec.stride_[1], spec.padding_[1],
-                              spec.dilation_[1], false};
+                              spec.dilation_[1],   false,           spec.padding_end_[1]};
         if (fits(ay, ax)) {
           x = g.conv(x, spec);
           channels = out;
@@ -74,13 +78,45 @@ Graph random_network(uint64_t seed, int64_t min_size, int64_t in_channels) {
         if (max && d.chance(0.3)) spec.dilation(2);
         if (!max) spec.count_include_pad(d.chance(0.5));
         if (!max && d.chance(0.15)) spec.divisor_override(d.pick(1, 5));
+        if (!spec.ceil_mode_ && d.chance(0.3)) {
+          spec.padding(d.pick(0, k / 2), d.pick(0, k / 2), d.pick(0, k / 2), d.pick(0, k / 2));
+        }
         const core::AxisOp ay{spec.kernel_size[0], spec.stride_[0], spec.padding_[0],
-                              spec.dilation_[0], spec.ceil_mode_};
-        if (fits(ay, ay)) x = max ? g.max_pool(x, spec) : g.avg_pool(x, spec);
+                              spec.dilation_[0],   spec.ceil_mode_, spec.padding_end_[0]};
+        const core::AxisOp ax{spec.kernel_size[1], spec.stride_[1], spec.padding_[1],
+                              spec.dilation_[1],   spec.ceil_mode_, spec.padding_end_[1]};
+        if (fits(ay, ax)) x = max ? g.max_pool(x, spec) : g.avg_pool(x, spec);
         break;
       }
       case 3: {  // pointwise
-        switch (d.pick(0, 6)) {
+        switch (d.pick(0, 15)) {
+          case 7:
+            x = g.gelu_tanh(x);
+            break;
+          case 8:
+            x = g.silu(x);
+            break;
+          case 9:
+            x = g.hard_sigmoid(x, 1.0 / 6.0, 0.5);
+            break;
+          case 10:
+            x = g.hard_swish(x);
+            break;
+          case 11:
+            x = g.clamp(x, -0.5, d.chance(0.5) ? 6.0 : std::numeric_limits<double>::infinity());
+            break;
+          case 12:
+            x = g.erf(x);
+            break;
+          case 13:
+            x = g.scalar(x, 0.7, -0.2);
+            break;
+          case 14:
+            x = g.scale(x, d.chance(0.5));
+            break;
+          case 15:
+            x = g.channel_norm(x, 1e-6);
+            break;
           case 0:
             x = g.relu(x);
             break;
@@ -110,7 +146,20 @@ Graph random_network(uint64_t seed, int64_t min_size, int64_t in_channels) {
         NodeId y = g.conv(x, ConvSpec(channels, channels, k).padding(dil * (k / 2)).dilation(dil));
         y = g.relu(y);
         y = g.conv(y, ConvSpec(channels, channels, 3).padding(1).bias(d.chance(0.5)));
-        x = g.add(y, x);
+        switch (d.pick(0, 3)) {
+          case 0:
+            x = g.add(y, x);
+            break;
+          case 1:
+            x = g.binary(y, x, core::Binary::kSub);
+            break;
+          case 2:
+            x = g.binary(y, x, core::Binary::kMul);
+            break;
+          default:  // by a denominator in [0.5, 1.5]
+            x = g.binary(x, g.scalar(g.sigmoid(y), 1.0, 0.5), core::Binary::kDiv);
+            break;
+        }
         break;
       }
       default: {  // two branches joined by concat (one of them a same-size pool)

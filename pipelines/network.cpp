@@ -13,10 +13,16 @@ Network build_network(const std::string& model, const models::ModelOptions& opti
                 " holds no network (a checkpoint of a zoo model: name the model and give the "
                 "file as init_weights instead)");
   }
-  Network n{models::network_with_head(state.network, model, options), state.network, {}};
-  // The file's head (if it has one) is for other classes: the run trains its own.
+  core::Graph graph = models::network_with_head(state.network, model, options);
+  std::string trunk = models::network_json(graph, true);
+  Network n{std::move(graph), std::move(trunk), {}};
+  // The file's head (if it has one) is for other classes: the run trains its own. The trunk's
+  // weights are those whose names the trunk's layers have.
+  core::Graph trunk_graph = models::network_from_json(n.trunk, model);
+  const auto names = trunk_graph.module().named_parameters(true);
+  const auto buffers = trunk_graph.module().named_buffers(true);
   for (io::NamedTensor& w : state.weights) {
-    if (!w.name.starts_with("classifier.")) n.trunk_weights.push_back(std::move(w));
+    if (names.contains(w.name) || buffers.contains(w.name)) n.trunk_weights.push_back(std::move(w));
   }
   return n;
 }

@@ -81,7 +81,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
 PlanReport plan_model(const PlanRequest& r) {
   models::ModelOptions mo;
   mo.classes = r.classes;
-  const core::Graph graph = models::build_model(r.model, mo);
+  const core::Graph graph = r.network ? r.network(r.classes) : models::build_model(r.model, mo);
+  mo.in_channels = graph.node(graph.input()).channels;
   core::PlanOptions o;
   o.strategy = r.strategy;
   o.measure_prices = [&] { return core::measure_offload_prices(o.auto_tier); };
@@ -93,8 +94,10 @@ PlanReport plan_model(const PlanRequest& r) {
 }
 
 GradcheckReport gradcheck(const GradcheckRequest& r) {
-  core::Graph graph =
-      r.model == "random" ? models::random_network(r.seed, 16, 3) : models::build_model(r.model);
+  core::Graph graph = r.network             ? r.network(2)
+                      : r.model == "random" ? models::random_network(r.seed, 16, 3)
+                                            : models::build_model(r.model);
+  const int64_t channels = graph.node(graph.input()).channels;
   const c10::Device device = core::resolve_device(r.device);
   core::use_exact_algorithms();
   const at::ScalarType dtype = r.float64 ? at::kDouble : at::kFloat;
@@ -119,14 +122,14 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
     for (; !checkpoints.empty(); checkpoints.pop_back()) {
       o.checkpoints = checkpoints;
       try {
-        (void)core::make_plan(graph, {3, r.height, r.width}, 0, o);
+        (void)core::make_plan(graph, {channels, r.height, r.width}, 0, o);
         break;
       } catch (const Error&) {
       }
     }
     o.checkpoints = checkpoints;
   }
-  const core::Plan plan = core::make_plan(graph, {3, r.height, r.width}, 0, o);
+  const core::Plan plan = core::make_plan(graph, {channels, r.height, r.width}, 0, o);
   // A check that cannot fail is not a check: one tile per segment compares plain with plain.
   bool tiled = false;
   for (const core::Segment& s : plan.segments) {
@@ -144,7 +147,7 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
                 core::to_string(plan, graph));
   }
   auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
-  const at::Tensor image = at::randn({1, 3, r.height, r.width}, gen, dtype);
+  const at::Tensor image = at::randn({1, channels, r.height, r.width}, gen, dtype);
   GradcheckReport report;
   core::StepOptions so;
   so.scratch_dir = r.scratch_dir;

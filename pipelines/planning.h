@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/gradcheck.h"
@@ -11,8 +12,13 @@
 
 namespace tessel::pipelines {
 
+// A network the caller builds for `classes` (a checkpoint's, `--model NET.h5`: this library
+// reads no files), used instead of the zoo's `model` when set.
+using NetworkBuilder = std::function<core::Graph(int64_t classes)>;
+
 struct PlanRequest {
   std::string model = "vgg16";  // a models/zoo.h name
+  NetworkBuilder network;       // when set, instead of `model`
   int64_t height = 0, width = 0;
   int64_t budget_bytes = 0;
   core::Strategy strategy = core::Strategy::kAuto;
@@ -29,6 +35,7 @@ PlanReport plan_model(const PlanRequest& request);
 
 struct GradcheckRequest {
   std::string model = "random";  // a models/zoo.h name, or "random"
+  NetworkBuilder network;        // when set, instead of `model`
   int64_t height = 0, width = 0;
   core::Strategy strategy = core::Strategy::kGrid;
   int64_t tile = 0;  // output pixels per tile of each segment; 0: 3 tiles per axis

@@ -1,0 +1,1069 @@
+#include "pipelines/onnx_import.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <iomanip>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/version.h"
+#include "io/checkpoint.h"
+#include "models/network_json.h"
+
+namespace tessel::pipelines {
+namespace {
+
+using core::NodeId;
+using core::OpKind;
+using io::OnnxModel;
+using io::OnnxNode;
+
+// What an ONNX value is on Tessel's side.
+struct Value {
+  NodeId node = -1;     // the graph node that computes it; -1 for a constant
+  at::Tensor constant;  // a constant's value
+  bool nhwc = false;    // the node's activation seen channels-last (between two Transposes)
+  std::array<int64_t, 4> pad{0, 0, 0, 0};  // a Pad's top, left, bottom, right, for its consumer
+  // Non-empty: the value belongs to a head left out, which began at this node ("'n' (Op)").
+  std::string left_out_from;
+  std::string made_by;  // the ONNX node that made it, for messages
+
+  bool is_constant() const { return node < 0 && left_out_from.empty(); }
+  bool padded() const { return pad != std::array<int64_t, 4>{0, 0, 0, 0}; }
+};
+
+bool near(double a, double b) { return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b)); }
+
+std::string describe(const OnnxNode& n) { return "node '" + n.name + "' (" + n.op_type + ")"; }
+
+// The ONNX node list with fused patterns: the exporters write GELU as Div, Erf, Add, Mul, Mul
+// (opset 18 has no Gelu), SiLU as Sigmoid and Mul, and hard swish sometimes as HardSigmoid and
+// Mul. A fused node ("Gelu", "Silu", "HardSwish") computes the same function in one op, holding
+// one activation instead of four. A pattern whose intermediates have other readers stays as is
+// (each of its ops is supported on its own).
+class Fuser {
+ public:
+  Fuser(const OnnxModel& model) : model_(model), nodes_(model.nodes) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      for (const std::string& out : nodes_[i].outputs) producer_[out] = i;
+      for (const std::string& in : nodes_[i].inputs) readers_[in].push_back(i);
+    }
+    for (const std::string& out : model.outputs) readers_[out].push_back(nodes_.size());
+  }
+
+  std::vector<OnnxNode> run(std::vector<std::string>& notes) {
+    std::vector<bool> gone(nodes_.size(), false);
+    std::map<size_t, OnnxNode> replaced;
+    int gelu = 0, silu = 0, hard_swish = 0;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (gone[i]) continue;
+      if (nodes_[i].op_type == "Erf" && fuse_gelu(i, gone, replaced)) ++gelu;
+      if (nodes_[i].op_type == "Sigmoid" && fuse_gated(i, "Silu", gone, replaced)) ++silu;
+      if (nodes_[i].op_type == "HardSigmoid" && near(attr(nodes_[i], "alpha", 0.2), 1.0 / 6.0) &&
+          near(attr(nodes_[i], "beta", 0.5), 0.5) && fuse_gated(i, "HardSwish", gone, replaced)) {
+        ++hard_swish;
+      }
+    }
+    std::vector<OnnxNode> out;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (auto r = replaced.find(i); r != replaced.end()) {
+        out.push_back(r->second);
+      } else if (!gone[i]) {
+        out.push_back(nodes_[i]);
+      }
+    }
+    if (gelu) notes.push_back(std::to_string(gelu) + " GELU fused from Div, Erf, Add, Mul, Mul");
+    if (silu) notes.push_back(std::to_string(silu) + " SiLU fused from Sigmoid, Mul");
+    if (hard_swish) {
+      notes.push_back(std::to_string(hard_swish) + " hard swish fused from HardSigmoid, Mul");
+    }
+    return out;
+  }
+
+ private:
+  static double attr(const OnnxNode& n, const char* key, double fallback) {
+    auto it = n.floats.find(key);
+    return it == n.floats.end() || it->second.empty() ? fallback : it->second[0];
+  }
+
+  // The one node that reads `value` (none if several or none).
+  std::optional<size_t> only_reader(const std::string& value) const {
+    auto it = readers_.find(value);
+    if (it == readers_.end() || it->second.size() != 1 || it->second[0] >= nodes_.size()) {
+      return std::nullopt;
+    }
+    return it->second[0];
+  }
+
+  std::optional<double> scalar(const std::string& value) const {
+    auto it = model_.constants.find(value);
+    if (it == model_.constants.end() || it->second.numel() != 1) return std::nullopt;
+    return it->second.to(at::kDouble).item<double>();
+  }
+
+  // For a binary node reading `value`, its other input.
+  static std::optional<std::string> other_input(const OnnxNode& n, const std::string& value) {
+    if (n.inputs.size() != 2) return std::nullopt;
+    if (n.inputs[0] == value) return n.inputs[1];
+    if (n.inputs[1] == value) return n.inputs[0];
+    return std::nullopt;
+  }
+
+  // x / √2 (or x · 1/√2) → Erf → + 1 → then x and 0.5 multiplied in, in any of the orders the
+  // exporters write: ((1 + erf) · x) · 0.5, ((1 + erf) · 0.5) · x, (x · 0.5) · (1 + erf).
+  bool fuse_gelu(size_t erf, std::vector<bool>& gone, std::map<size_t, OnnxNode>& replaced) {
+    const OnnxNode& e = nodes_[erf];
+    auto p = producer_.find(e.inputs[0]);
+    if (p == producer_.end() || !only_reader(e.inputs[0])) return false;
+    const OnnxNode& scale = nodes_[p->second];
+    if (scale.inputs.size() != 2) return false;
+    const std::string x = scale.inputs[0];
+    const auto c = scalar(scale.inputs[1]);
+    if (!c || !((scale.op_type == "Div" && near(*c, std::sqrt(2.0))) ||
+                (scale.op_type == "Mul" && near(*c, std::sqrt(0.5))))) {
+      return false;
+    }
+    const auto add = only_reader(e.outputs[0]);
+    if (!add || nodes_[*add].op_type != "Add") return false;
+    const auto one = other_input(nodes_[*add], e.outputs[0]);
+    if (!one || scalar(*one) != 1.0) return false;
+    const auto m1 = only_reader(nodes_[*add].outputs[0]);
+    if (!m1 || nodes_[*m1].op_type != "Mul") return false;
+    const auto o1 = other_input(nodes_[*m1], nodes_[*add].outputs[0]);
+    if (!o1) return false;
+    std::vector<size_t> parts{p->second, erf, *add, *m1};
+    size_t last = *m1;
+    const auto half = [&](const std::string& v) { return scalar(v) == 0.5; };
+    if (*o1 == x || half(*o1)) {
+      // (1 + erf) · x, then · 0.5; or (1 + erf) · 0.5, then · x.
+      const auto m2 = only_reader(nodes_[*m1].outputs[0]);
+      if (!m2 || nodes_[*m2].op_type != "Mul") return false;
+      const auto o2 = other_input(nodes_[*m2], nodes_[*m1].outputs[0]);
+      if (!o2 || !(*o1 == x ? half(*o2) : *o2 == x)) return false;
+      parts.push_back(*m2);
+      last = *m2;
+    } else {
+      // (x · 0.5) · (1 + erf).
+      auto h = producer_.find(*o1);
+      if (h == producer_.end() || !only_reader(*o1)) return false;
+      const OnnxNode& hn = nodes_[h->second];
+      const auto ho = hn.op_type == "Mul" ? other_input(hn, x) : std::nullopt;
+      if (!ho || !half(*ho) || h->second > *m1) return false;
+      parts.push_back(h->second);
+    }
+    for (size_t part : parts) gone[part] = true;
+    replaced[last] = fused("Gelu", x, nodes_[last]);
+    return true;
+  }
+
+  // x · f(x) where f is Sigmoid (SiLU) or PyTorch's HardSigmoid (hard swish).
+  bool fuse_gated(size_t gate, const char* op, std::vector<bool>& gone,
+                  std::map<size_t, OnnxNode>& replaced) {
+    const OnnxNode& g = nodes_[gate];
+    const auto m = only_reader(g.outputs[0]);
+    if (!m || nodes_[*m].op_type != "Mul") return false;
+    const auto o = other_input(nodes_[*m], g.outputs[0]);
+    if (!o || *o != g.inputs[0]) return false;
+    gone[gate] = gone[*m] = true;
+    replaced[*m] = fused(op, g.inputs[0], nodes_[*m]);
+    return true;
+  }
+
+  static OnnxNode fused(const char* op, const std::string& x, const OnnxNode& last) {
+    OnnxNode n;
+    n.name = last.name;
+    n.op_type = op;
+    n.inputs = {x};
+    n.outputs = {last.outputs[0]};
+    return n;
+  }
+
+  const OnnxModel& model_;
+  std::vector<OnnxNode> nodes_;
+  std::map<std::string, size_t> producer_;
+  std::map<std::string, std::vector<size_t>> readers_;  // nodes_.size(): a graph output
+};
+
+class Importer {
+ public:
+  explicit Importer(const OnnxModel& model) : model_(model) {
+    result_.graph = core::Graph(model.input_shape[1]);
+    values_[model.input].node = result_.graph.input();
+    for (const auto& [name, t] : model.constants) values_[name].constant = t;
+    nodes_ = Fuser(model).run(result_.notes);
+    for (const OnnxNode& n : nodes_) {
+      for (const std::string& in : n.inputs) ++readers_[in];
+    }
+    dtype_ = weights_dtype();
+  }
+
+  ImportedNetwork run() {
+    for (current_ = 0; current_ < nodes_.size(); ++current_) {
+      const OnnxNode& n = nodes_[current_];
+      if (!n.outputs.empty() && folded_.contains(n.outputs[0])) {
+        values_[n.outputs[0]] = values_.at(aliases_.at(n.outputs[0]));
+        continue;
+      }
+      if (const std::string from = left_out_input(n); !from.empty()) {
+        leave_out(n, from);
+        continue;
+      }
+      map(n);
+    }
+    finish();
+    return std::move(result_);
+  }
+
+ private:
+  using Handler = void (Importer::*)(const OnnxNode&);
+
+  // ---- errors and values ----
+
+  [[noreturn]] void refuse(const OnnxNode& n, const std::string& why) const {
+    throw Error("ONNX file " + model_.file.string() + ": " + describe(n) + ": " + why);
+  }
+
+  const Value& input(const OnnxNode& n, size_t i) const {
+    if (i >= n.inputs.size() || n.inputs[i].empty()) {
+      refuse(n, "input " + std::to_string(i + 1) + " is missing");
+    }
+    auto it = values_.find(n.inputs[i]);
+    if (it == values_.end()) refuse(n, "reads '" + n.inputs[i] + "', which no earlier node makes");
+    return it->second;
+  }
+
+  bool has_input(const OnnxNode& n, size_t i) const {
+    return i < n.inputs.size() && !n.inputs[i].empty();
+  }
+
+  at::Tensor constant(const OnnxNode& n, size_t i, const char* what) const {
+    const Value& v = input(n, i);
+    if (!v.is_constant()) {
+      refuse(n, std::string("its ") + what +
+                    " is computed while the network runs; Tessel needs it as a constant "
+                    "(export with do_constant_folding, or with the dynamo exporter)");
+    }
+    return v.constant;
+  }
+
+  const core::Node& node(const Value& v) const { return result_.graph.node(v.node); }
+
+  // A spatial activation the op reads, channels-first unless `nhwc_ok`; a pending Pad only
+  // where the op folds it.
+  NodeId spatial(const OnnxNode& n, size_t i, bool nhwc_ok = false, bool pad_ok = false) const {
+    const Value& v = input(n, i);
+    if (v.is_constant()) refuse(n, "reads a constant where Tessel expects the image's activation");
+    if (!node(v).spatial()) {
+      refuse(n, "reads the output of " + v.made_by +
+                    ", a global pool, where it expects a feature map: a global pool inside the "
+                    "network (squeeze-and-excitation) needs the whole image and is not tileable "
+                    "(issue 20)");
+    }
+    if (v.nhwc && !nhwc_ok) {
+      refuse(n,
+             "reads a channels-last activation (after a Transpose) that only a LayerNorm, "
+             "MatMul or pointwise op may read");
+    }
+    if (v.padded() && !pad_ok)
+      refuse(n, "reads a Pad's output; Tessel folds a Pad only into a Conv");
+    return v.node;
+  }
+
+  void set_output(const OnnxNode& n, Value v) {
+    if (n.outputs.empty()) refuse(n, "has no output");
+    if (v.made_by.empty()) v.made_by = describe(n);
+    values_[n.outputs[0]] = std::move(v);
+  }
+
+  void alias(const OnnxNode& n, size_t i) { set_output(n, input(n, i)); }
+
+  Value activation(NodeId id, bool nhwc = false) const {
+    Value v;
+    v.node = id;
+    v.nhwc = nhwc;
+    return v;
+  }
+
+  // ---- attributes ----
+
+  static std::vector<int64_t> ints(const OnnxNode& n, const char* key,
+                                   std::vector<int64_t> fallback) {
+    auto it = n.ints.find(key);
+    return it == n.ints.end() ? fallback : it->second;
+  }
+  static int64_t int_attr(const OnnxNode& n, const char* key, int64_t fallback) {
+    auto it = n.ints.find(key);
+    return it == n.ints.end() || it->second.empty() ? fallback : it->second[0];
+  }
+  static double float_attr(const OnnxNode& n, const char* key, double fallback) {
+    auto it = n.floats.find(key);
+    return it == n.floats.end() || it->second.empty() ? fallback : it->second[0];
+  }
+
+  // ---- parameters ----
+
+  at::ScalarType weights_dtype() const {
+    for (const OnnxNode& n : nodes_) {
+      if ((n.op_type == "Conv" || n.op_type == "Gemm") && n.inputs.size() > 1) {
+        auto it = model_.constants.find(n.inputs[1]);
+        if (it != model_.constants.end()) return it->second.scalar_type();
+      }
+    }
+    return at::kFloat;
+  }
+
+  // A layer name from the weight's initializer ("layer1_0_conv1" from "layer1.0.conv1.weight"),
+  // or "" (a default name) when it has none, an exporter's made-up one, or one already taken.
+  std::string layer_name(const OnnxNode& n, size_t weight_input) const {
+    if (!has_input(n, weight_input)) return "";
+    std::string name = n.inputs[weight_input];
+    if (name.ends_with(".weight")) name.resize(name.size() - 7);
+    std::replace(name.begin(), name.end(), '.', '_');  // LibTorch's module names have no dots
+    const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+    });
+    if (!plain || std::isdigit(static_cast<unsigned char>(name[0]))) return "";
+    for (const core::Node& other : result_.graph.nodes()) {
+      if (other.name == name) return "";
+    }
+    return name;
+  }
+
+  void set_param(const OnnxNode& n, NodeId id, const char* key, const at::Tensor& value,
+                 bool buffer = false) {
+    const core::Node& target = result_.graph.node(id);
+    at::Tensor p = buffer ? target.layer->named_buffers(false)[key]
+                          : target.layer->named_parameters(false)[key];
+    if (p.sizes() != value.sizes()) {
+      refuse(n, std::string("its ") + key + " has shape " + shape_str(value) + ", expected " +
+                    shape_str(p));
+    }
+    at::NoGradGuard no_grad;
+    p.set_data(value.to(dtype_).clone());
+  }
+
+  static std::string shape_str(const at::Tensor& t) {
+    std::string s = "[";
+    for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+    return s + "]";
+  }
+
+  // ---- the head left out ----
+
+  // The left-out node an input comes from, if any.
+  std::string left_out_input(const OnnxNode& n) const {
+    for (const std::string& in : n.inputs) {
+      auto it = values_.find(in);
+      if (it != values_.end() && !it->second.left_out_from.empty()) return it->second.left_out_from;
+    }
+    return "";
+  }
+
+  void leave_out(const OnnxNode& n, const std::string& from) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      auto it = values_.find(n.inputs[i]);
+      if (it != values_.end() && it->second.node >= 0 && node(it->second).spatial()) {
+        refuse(n, "combines the image's activation with a value computed after the global pool " +
+                      from +
+                      ": a global pool inside the network (squeeze-and-excitation) needs "
+                      "the whole image and is not tileable (issue 20)");
+      }
+    }
+    for (const std::string& out : n.outputs) values_[out].left_out_from = from;
+  }
+
+  // An op Tessel does not hold on the pooled vector: the head from here on is left out.
+  void leave_out_head(const OnnxNode& n, const std::string& why) {
+    Value v;
+    v.left_out_from = describe(n) + " (" + why + ")";
+    for (const std::string& out : n.outputs) values_[out] = v;
+  }
+
+  // Whether the op reads the pooled vector (the head), where Tessel holds only flatten, dropout
+  // and linear.
+  bool on_pooled(const OnnxNode& n) const {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      auto it = values_.find(n.inputs[i]);
+      if (it != values_.end() && it->second.node >= 0 && !node(it->second).spatial()) return true;
+    }
+    return false;
+  }
+
+  // ---- dispatch ----
+
+  void map(const OnnxNode& n) {
+    static const std::map<std::string, Handler> handlers = {
+        {"Conv", &Importer::conv},
+        {"BatchNormalization", &Importer::batch_norm},
+        {"Relu", &Importer::activation_op},
+        {"LeakyRelu", &Importer::activation_op},
+        {"Sigmoid", &Importer::activation_op},
+        {"Tanh", &Importer::activation_op},
+        {"Erf", &Importer::activation_op},
+        {"HardSwish", &Importer::activation_op},
+        {"HardSigmoid", &Importer::activation_op},
+        {"Clip", &Importer::activation_op},
+        {"Gelu", &Importer::activation_op},
+        {"Silu", &Importer::activation_op},
+        {"Identity", &Importer::identity},
+        {"Dropout", &Importer::identity},
+        {"Add", &Importer::arithmetic},
+        {"Sub", &Importer::arithmetic},
+        {"Mul", &Importer::arithmetic},
+        {"Div", &Importer::arithmetic},
+        {"MaxPool", &Importer::pool},
+        {"AveragePool", &Importer::pool},
+        {"Pad", &Importer::pad},
+        {"Concat", &Importer::concat},
+        {"GlobalAveragePool", &Importer::global_pool},
+        {"GlobalMaxPool", &Importer::global_pool},
+        {"ReduceMean", &Importer::global_pool},
+        {"ReduceMax", &Importer::global_pool},
+        {"Flatten", &Importer::flatten},
+        {"Reshape", &Importer::flatten},
+        {"Squeeze", &Importer::flatten},
+        {"Gemm", &Importer::gemm},
+        {"MatMul", &Importer::matmul},
+        {"Transpose", &Importer::transpose},
+        {"LayerNormalization", &Importer::layer_norm},
+    };
+    auto h = handlers.find(n.op_type);
+    if (h != handlers.end()) {
+      (this->*h->second)(n);
+      return;
+    }
+    if (on_pooled(n)) {
+      leave_out_head(n, "an op Tessel's heads do not have");
+      return;
+    }
+    refuse(n, unsupported_reason(n.op_type));
+  }
+
+  static std::string unsupported_reason(const std::string& op) {
+    static const std::set<std::string> dynamic = {
+        "Shape", "Gather", "Cast",    "Slice", "ConstantOfShape", "Unsqueeze", "Ceil", "Floor",
+        "Range", "Expand", "NonZero", "Size",  "Where",           "Equal",     "Less", "Greater"};
+    if (dynamic.contains(op)) {
+      return "computes shapes while the network runs (a dynamic-shape subgraph); export with "
+             "static shapes: torch.onnx.export(model, example, path, dynamo=True)";
+    }
+    if (op == "Resize" || op == "Upsample") {
+      return "resizes its input; a resize is not tileable yet";
+    }
+    if (op == "Softmax" || op == "LogSoftmax") {
+      return "a softmax over the image's positions (attention) needs the whole image at once";
+    }
+    return "is not an op Tessel imports (docs/models.md lists the supported ops)";
+  }
+
+  // ---- ops ----
+
+  void conv(const OnnxNode& n) {
+    const Value& xv = input(n, 0);
+    const NodeId x = spatial(n, 0, false, true);
+    const at::Tensor w = constant(n, 1, "weight");
+    if (w.dim() != 4) refuse(n, "is not a 2-D convolution (weight " + shape_str(w) + ")");
+    const int64_t groups = int_attr(n, "group", 1);
+    const int64_t in_channels = node(xv).channels;
+    if (w.size(1) * groups != in_channels) {
+      refuse(n, "its weight " + shape_str(w) + " with " + std::to_string(groups) +
+                    " groups does not fit its input of " + std::to_string(in_channels) +
+                    " channels");
+    }
+    const auto kernel = ints(n, "kernel_shape", {w.size(2), w.size(3)});
+    if (kernel != std::vector<int64_t>{w.size(2), w.size(3)}) {
+      refuse(n, "its kernel_shape differs from its weight's " + shape_str(w));
+    }
+    const auto pads = window_pads(n, {w.size(2), w.size(3)}, xv.pad);
+    const auto strides = ints(n, "strides", {1, 1});
+    const auto dilations = ints(n, "dilations", {1, 1});
+    if (strides.size() != 2 || dilations.size() != 2) refuse(n, "is not a 2-D convolution");
+    const bool bias = has_input(n, 2);
+    core::ConvSpec spec(in_channels, w.size(0), 1);
+    spec.kernel(w.size(2), w.size(3))
+        .stride(strides[0], strides[1])
+        .padding(pads[0], pads[1], pads[2], pads[3])
+        .dilation(dilations[0], dilations[1])
+        .groups(groups)
+        .bias(bias || bias_follows(n, w.size(0)));
+    const NodeId id = add(n, [&] { return result_.graph.conv(x, spec, layer_name(n, 1)); });
+    set_param(n, id, "weight", w);
+    if (bias) set_param(n, id, "bias", constant(n, 2, "bias"));
+    fold_following_bias(n, id);
+    set_output(n, activation(id));
+  }
+
+  // Pads [top, left, bottom, right] from `pads` or auto_pad, plus a Pad folded in.
+  std::array<int64_t, 4> window_pads(const OnnxNode& n, std::array<int64_t, 2> kernel,
+                                     const std::array<int64_t, 4>& folded) const {
+    auto pads = ints(n, "pads", {0, 0, 0, 0});
+    if (pads.size() != 4) refuse(n, "has " + std::to_string(pads.size()) + " pads, not 4");
+    const auto it = n.strings.find("auto_pad");
+    const std::string mode = it == n.strings.end() ? "NOTSET" : it->second;
+    if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
+      const auto strides = ints(n, "strides", {1, 1});
+      const auto dil = ints(n, "dilations", {1, 1});
+      for (size_t a = 0; a < 2; ++a) {
+        if (strides[a] != 1) {
+          refuse(n,
+                 "pads SAME with a stride, which depends on the image size; export with "
+                 "explicit pads (the dynamo exporter writes them)");
+        }
+        const int64_t total = dil[a] * (kernel[a] - 1);
+        const int64_t small = total / 2, large = total - small;
+        pads[a] = mode == "SAME_UPPER" ? small : large;
+        pads[a + 2] = mode == "SAME_UPPER" ? large : small;
+      }
+    } else if (mode != "NOTSET" && mode != "VALID") {
+      refuse(n, "has auto_pad '" + mode + "'");
+    } else if (mode == "VALID") {
+      pads = {0, 0, 0, 0};
+    }
+    return {pads[0] + folded[0], pads[1] + folded[1], pads[2] + folded[2], pads[3] + folded[3]};
+  }
+
+  // Add a node through `make`, turning core's own refusal into one naming the ONNX node.
+  NodeId add(const OnnxNode& n, const std::function<NodeId()>& make) {
+    try {
+      return make();
+    } catch (const Error& e) {
+      refuse(n, e.what());
+    }
+  }
+
+  // An Add of a per-channel constant right after a bias-less conv, MatMul or Gemm (how
+  // torchvision's ConvNeXt writes its MLP): folded into the layer's bias.
+  std::optional<size_t> following_bias(const OnnxNode& n, int64_t channels) const {
+    if (n.outputs.empty() || readers_.count(n.outputs[0]) == 0 || readers_.at(n.outputs[0]) != 1) {
+      return std::nullopt;
+    }
+    for (size_t j = current_ + 1; j < nodes_.size(); ++j) {
+      const OnnxNode& a = nodes_[j];
+      if (std::find(a.inputs.begin(), a.inputs.end(), n.outputs[0]) == a.inputs.end()) continue;
+      if (a.op_type != "Add" || a.inputs.size() != 2) return std::nullopt;
+      const std::string& other = a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0];
+      auto c = values_.find(other);
+      if (c == values_.end() || !c->second.is_constant() ||
+          c->second.constant.numel() != channels || c->second.constant.dim() > 1) {
+        return std::nullopt;
+      }
+      return j;
+    }
+    return std::nullopt;
+  }
+  bool bias_follows(const OnnxNode& n, int64_t channels) const {
+    return !has_input(n, 2) && following_bias(n, channels).has_value();
+  }
+  void fold_following_bias(const OnnxNode& n, NodeId id) {
+    if (has_input(n, 2)) return;
+    const auto j = following_bias(n, result_.graph.node(id).channels);
+    if (!j) return;
+    const OnnxNode& a = nodes_[*j];
+    const std::string& other = a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0];
+    set_param(a, id, "bias", values_.at(other).constant.reshape({-1}));
+    folded_.insert(a.outputs[0]);
+    aliases_[a.outputs[0]] = n.outputs[0];
+  }
+
+  void batch_norm(const OnnxNode& n) {
+    if (int_attr(n, "training_mode", 0) != 0) {
+      refuse(n,
+             "normalises with the batch's statistics (training mode), which need the whole "
+             "image (issue 20); export the network in eval mode");
+    }
+    const NodeId x = spatial(n, 0);
+    const double eps = float_attr(n, "epsilon", 1e-5);
+    const NodeId id =
+        add(n, [&] { return result_.graph.frozen_batch_norm(x, layer_name(n, 1), eps); });
+    set_param(n, id, "weight", constant(n, 1, "scale"));
+    set_param(n, id, "bias", constant(n, 2, "bias"));
+    set_param(n, id, "running_mean", constant(n, 3, "mean"), true);
+    set_param(n, id, "running_var", constant(n, 4, "variance"), true);
+    set_output(n, activation(id));
+  }
+
+  void activation_op(const OnnxNode& n) {
+    if (on_pooled(n)) {
+      leave_out_head(n, "an activation after the pool, which Tessel's heads do not have");
+      return;
+    }
+    const Value& xv = input(n, 0);
+    const NodeId x = spatial(n, 0, true);
+    core::Graph& g = result_.graph;
+    const std::string& op = n.op_type;
+    NodeId id = 0;
+    if (op == "Relu") {
+      id = g.relu(x);
+    } else if (op == "LeakyRelu") {
+      id = g.leaky_relu(x, float_attr(n, "alpha", 0.01));
+    } else if (op == "Sigmoid") {
+      id = g.sigmoid(x);
+    } else if (op == "Tanh") {
+      id = g.tanh(x);
+    } else if (op == "Erf") {
+      id = g.erf(x);
+    } else if (op == "HardSwish") {
+      id = g.hard_swish(x);
+    } else if (op == "HardSigmoid") {
+      id = g.hard_sigmoid(x, float_attr(n, "alpha", 0.2), float_attr(n, "beta", 0.5));
+    } else if (op == "Silu") {
+      id = g.silu(x);
+    } else if (op == "Gelu") {
+      const auto it = n.strings.find("approximate");
+      id = it != n.strings.end() && it->second == "tanh" ? g.gelu_tanh(x) : g.gelu(x);
+    } else {  // Clip: min and max as optional constant inputs (opset 11 on)
+      constexpr double kInf = std::numeric_limits<double>::infinity();
+      const auto bound = [&](size_t i, double fallback) {
+        if (!has_input(n, i)) return fallback;
+        const at::Tensor c = constant(n, i, i == 1 ? "minimum" : "maximum");
+        if (c.numel() != 1) refuse(n, "its bounds are not single numbers");
+        return c.to(at::kDouble).item<double>();
+      };
+      const double lo = bound(1, -kInf), hi = bound(2, kInf);
+      id = add(n, [&] { return g.clamp(x, lo, hi); });
+    }
+    set_output(n, activation(id, xv.nhwc));
+  }
+
+  void identity(const OnnxNode& n) {
+    // Dropout at inference is the identity; its mask output must be unused.
+    if (n.op_type == "Dropout" && n.outputs.size() > 1 && readers_.count(n.outputs[1])) {
+      refuse(n, "its mask output is read");
+    }
+    alias(n, 0);
+  }
+
+  void arithmetic(const OnnxNode& n) {
+    if (n.inputs.size() != 2) refuse(n, "does not have two inputs");
+    if (on_pooled(n)) {
+      leave_out_head(n, "arithmetic after the pool, which Tessel's heads do not have");
+      return;
+    }
+    const Value& a = input(n, 0);
+    const Value& b = input(n, 1);
+    if (a.is_constant() && b.is_constant()) {  // folded here
+      Value v;
+      const std::string& op = n.op_type;
+      v.constant = op == "Add"   ? a.constant + b.constant
+                   : op == "Sub" ? a.constant - b.constant
+                   : op == "Mul" ? a.constant * b.constant
+                                 : a.constant / b.constant;
+      set_output(n, v);
+      return;
+    }
+    if (!a.is_constant() && !b.is_constant()) {
+      binary(n, a, b);
+      return;
+    }
+    with_constant(n, a.is_constant() ? b : a, a.is_constant() ? a.constant : b.constant,
+                  a.is_constant());
+  }
+
+  void binary(const OnnxNode& n, const Value& a, const Value& b) {
+    const NodeId x = spatial(n, 0, true), y = spatial(n, 1, true);
+    if (a.nhwc != b.nhwc) refuse(n, "joins a channels-first and a channels-last activation");
+    static const std::map<std::string, core::Binary> ops = {{"Add", core::Binary::kAdd},
+                                                            {"Sub", core::Binary::kSub},
+                                                            {"Mul", core::Binary::kMul},
+                                                            {"Div", core::Binary::kDiv}};
+    const NodeId id = add(n, [&] { return result_.graph.binary(x, y, ops.at(n.op_type)); });
+    set_output(n, activation(id, a.nhwc));
+  }
+
+  // x op c, or c op x when `constant_first`: a scalar c is a scalar node, a per-channel c a
+  // scale node (trainable: LayerScale).
+  void with_constant(const OnnxNode& n, const Value& xv, const at::Tensor& c, bool constant_first) {
+    const NodeId x = spatial(n, constant_first ? 1 : 0, true);
+    const std::string& op = n.op_type;
+    core::Graph& g = result_.graph;
+    if (c.numel() == 1) {
+      const double k = c.to(at::kDouble).item<double>();
+      double scale = 1.0, shift = 0.0;
+      if (op == "Add") {
+        shift = k;
+      } else if (op == "Sub") {
+        scale = constant_first ? -1.0 : 1.0;
+        shift = constant_first ? k : -k;
+      } else if (op == "Mul") {
+        scale = k;
+      } else if (constant_first) {
+        refuse(n, "divides a constant by the activation; Tessel has no reciprocal op");
+      } else {
+        scale = 1.0 / k;
+      }
+      const NodeId id = add(n, [&] { return g.scalar(x, scale, shift); });
+      set_output(n, activation(id, xv.nhwc));
+      return;
+    }
+    const int64_t channels = node(xv).channels;
+    if (!per_channel(c, channels, xv.nhwc)) {
+      refuse(n, "its constant " + shape_str(c) +
+                    " is neither one number nor one per channel; a constant of the image's size "
+                    "would fix the image size");
+    }
+    const at::Tensor flat = c.reshape({-1}).to(at::kDouble);
+    if (op == "Div" && constant_first) {
+      refuse(n, "divides a constant by the activation; Tessel has no reciprocal op");
+    }
+    const bool additive = op == "Add" || op == "Sub";
+    const NodeId id =
+        add(n, [&] { return g.scale(x, additive, layer_name(n, constant_first ? 0 : 1)); });
+    at::Tensor weight = at::ones({channels}, flat.options());
+    if (op == "Mul") weight = flat;
+    if (op == "Div") weight = 1.0 / flat;
+    if (op == "Sub" && constant_first) weight = -weight;
+    set_param(n, id, "weight", weight);
+    if (additive) set_param(n, id, "bias", op == "Sub" && !constant_first ? -flat : flat);
+    set_output(n, activation(id, xv.nhwc));
+  }
+
+  // A constant that broadcasts one value per channel: [C,1,1] or [1,C,1,1] channels-first,
+  // [C] or [1,1,1,C] channels-last.
+  static bool per_channel(const at::Tensor& c, int64_t channels, bool nhwc) {
+    if (c.numel() != channels) return false;
+    const auto s = c.sizes();
+    if (nhwc) return s.back() == channels;
+    if (c.dim() < 3) return false;
+    return s[s.size() - 3] == channels && s[s.size() - 1] == 1 && s[s.size() - 2] == 1;
+  }
+
+  void pool(const OnnxNode& n) {
+    const NodeId x = spatial(n, 0);
+    if (n.outputs.size() > 1 && readers_.count(n.outputs[1])) refuse(n, "its indices are read");
+    const auto kernel = ints(n, "kernel_shape", {});
+    if (kernel.size() != 2) refuse(n, "is not a 2-D pool");
+    const auto strides = ints(n, "strides", {1, 1});
+    const auto pads = window_pads(n, {kernel[0], kernel[1]}, {0, 0, 0, 0});
+    core::PoolSpec spec(1);
+    spec.kernel(kernel[0], kernel[1])
+        .stride(strides[0], strides[1])
+        .padding(pads[0], pads[1], pads[2], pads[3])
+        .ceil_mode(int_attr(n, "ceil_mode", 0) != 0);
+    const bool max = n.op_type == "MaxPool";
+    if (max) {
+      const auto d = ints(n, "dilations", {1, 1});
+      if (d[0] != d[1]) refuse(n, "has different dilations along the two axes");
+      spec.dilation(d[0]);
+    } else {
+      spec.count_include_pad(int_attr(n, "count_include_pad", 0) != 0);
+    }
+    core::Graph& g = result_.graph;
+    const NodeId id = add(n, [&] { return max ? g.max_pool(x, spec) : g.avg_pool(x, spec); });
+    set_output(n, activation(id));
+  }
+
+  void pad(const OnnxNode& n) {
+    const auto it = n.strings.find("mode");
+    if (it != n.strings.end() && it->second != "constant") {
+      refuse(n, "pads with '" + it->second + "' values; Tessel folds only zero padding");
+    }
+    const Value& xv = input(n, 0);
+    spatial(n, 0, false, true);
+    const at::Tensor p = constant(n, 1, "pads").to(at::kLong);
+    if (has_input(n, 2) && constant(n, 2, "value").to(at::kDouble).item<double>() != 0.0) {
+      refuse(n, "pads with a value other than zero");
+    }
+    if (has_input(n, 3)) refuse(n, "pads chosen axes; Tessel reads pads for all four axes");
+    if (p.numel() != 8 || p[0].item<int64_t>() || p[1].item<int64_t>() || p[4].item<int64_t>() ||
+        p[5].item<int64_t>()) {
+      refuse(n, "pads the batch or channel axis");
+    }
+    Value v = xv;
+    v.pad = {xv.pad[0] + p[2].item<int64_t>(), xv.pad[1] + p[3].item<int64_t>(),
+             xv.pad[2] + p[6].item<int64_t>(), xv.pad[3] + p[7].item<int64_t>()};
+    set_output(n, v);
+  }
+
+  void concat(const OnnxNode& n) {
+    std::vector<NodeId> xs;
+    bool nhwc = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      xs.push_back(spatial(n, i, true));
+      nhwc = input(n, i).nhwc;
+      if (nhwc != input(n, 0).nhwc) refuse(n, "joins channels-first and channels-last activations");
+    }
+    const int64_t axis = int_attr(n, "axis", 1);
+    if (!(nhwc ? axis == 3 || axis == -1 : axis == 1 || axis == -3)) {
+      refuse(n, "concatenates along an axis other than the channels");
+    }
+    const NodeId id = add(n, [&] { return result_.graph.concat(xs); });
+    set_output(n, activation(id, nhwc));
+  }
+
+  void global_pool(const OnnxNode& n) {
+    const bool reduce = n.op_type.starts_with("Reduce");
+    if (reduce) {
+      std::vector<int64_t> axes = ints(n, "axes", {});
+      if (has_input(n, 1)) {
+        const at::Tensor a = constant(n, 1, "axes").to(at::kLong).reshape({-1});
+        axes.assign(a.data_ptr<int64_t>(), a.data_ptr<int64_t>() + a.numel());
+      }
+      for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+      std::sort(axes.begin(), axes.end());
+      if (axes != std::vector<int64_t>{2, 3}) {
+        if (on_pooled(n)) return leave_out_head(n, "a reduction of the pooled vector");
+        refuse(n, "reduces over axes other than the image's height and width");
+      }
+    }
+    const NodeId x = spatial(n, 0);
+    core::Graph& g = result_.graph;
+    const bool max = n.op_type == "GlobalMaxPool" || n.op_type == "ReduceMax";
+    const NodeId id = add(n, [&] { return max ? g.global_max_pool(x) : g.global_avg_pool(x); });
+    set_output(n, activation(id));
+  }
+
+  // Flatten, Reshape or Squeeze of the pooled N×C×1×1 value to N×C.
+  void flatten(const OnnxNode& n) {
+    const Value& xv = input(n, 0);
+    if (xv.is_constant()) {  // shape arithmetic on constants: keep the constant's values
+      at::Tensor c = xv.constant;
+      if (n.op_type == "Reshape") {
+        const at::Tensor s = constant(n, 1, "shape").to(at::kLong);
+        c = c.reshape(
+            std::vector<int64_t>(s.data_ptr<int64_t>(), s.data_ptr<int64_t>() + s.numel()));
+      } else {
+        c = n.op_type == "Flatten" ? c.flatten(int_attr(n, "axis", 1)) : c.squeeze();
+      }
+      Value v;
+      v.constant = c;
+      set_output(n, v);
+      return;
+    }
+    if (xv.node >= 0 && node(xv).spatial()) {
+      refuse(n, "reshapes the image's activation, which would fix the image size");
+    }
+    const int64_t channels = node(xv).channels;
+    bool ok = true;
+    if (n.op_type == "Flatten") {
+      ok = int_attr(n, "axis", 1) == 1;
+    } else if (n.op_type == "Reshape") {
+      const at::Tensor s = constant(n, 1, "shape").to(at::kLong).reshape({-1});
+      ok = s.numel() == 2 && (s[1].item<int64_t>() == channels || s[1].item<int64_t>() == -1) &&
+           s[0].item<int64_t>() >= -1 && s[0].item<int64_t>() <= 1;
+    } else {  // Squeeze: axes 2 and 3 (an input from opset 13)
+      std::vector<int64_t> axes = ints(n, "axes", {});
+      if (has_input(n, 1)) {
+        const at::Tensor a = constant(n, 1, "axes").to(at::kLong).reshape({-1});
+        axes.assign(a.data_ptr<int64_t>(), a.data_ptr<int64_t>() + a.numel());
+      }
+      for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+      std::sort(axes.begin(), axes.end());
+      ok = axes == std::vector<int64_t>{2, 3};
+    }
+    if (!ok) return leave_out_head(n, "a reshape of the pooled vector other than to N×C");
+    const NodeId id = add(n, [&] { return result_.graph.flatten(xv.node); });
+    set_output(n, activation(id));
+  }
+
+  void gemm(const OnnxNode& n) {
+    if (!on_pooled(n)) refuse(n, "multiplies the image's activation as a matrix");
+    if (int_attr(n, "transA", 0) != 0 || float_attr(n, "alpha", 1.0) != 1.0 ||
+        float_attr(n, "beta", 1.0) != 1.0) {
+      return leave_out_head(n, "a Gemm with transA, alpha or beta");
+    }
+    at::Tensor w = constant(n, 1, "weight");
+    if (int_attr(n, "transB", 0) == 0) w = w.t();
+    linear(n, w, has_input(n, 2) ? constant(n, 2, "bias") : at::Tensor());
+  }
+
+  void linear(const OnnxNode& n, const at::Tensor& w, at::Tensor bias) {
+    const Value& xv = input(n, 0);
+    if (w.dim() != 2 || w.size(1) != node(xv).channels) {
+      refuse(n, "its weight " + shape_str(w) + " does not fit " +
+                    std::to_string(node(xv).channels) + " features");
+    }
+    const NodeId id =
+        add(n, [&] { return result_.graph.linear(xv.node, w.size(0), layer_name(n, 1)); });
+    set_param(n, id, "weight", w);
+    if (bias.defined()) {
+      set_param(n, id, "bias", bias.reshape({-1}));
+    } else if (auto j = following_bias(n, w.size(0))) {
+      fold_following_bias(n, id);
+    } else {
+      set_param(n, id, "bias", at::zeros({w.size(0)}));
+    }
+    set_output(n, activation(id));
+  }
+
+  // MatMul by a constant: on a channels-last activation a 1×1 convolution (torchvision's
+  // ConvNeXt MLP); on the pooled vector a linear layer.
+  void matmul(const OnnxNode& n) {
+    const Value& xv = input(n, 0);
+    if (!has_input(n, 1) || !input(n, 1).is_constant()) {
+      refuse(n,
+             "multiplies two activations (attention over all positions), which needs the "
+             "whole image at once");
+    }
+    const at::Tensor w = input(n, 1).constant;
+    if (on_pooled(n)) return linear(n, w.t(), at::Tensor());
+    const NodeId x = spatial(n, 0, true);
+    if (!xv.nhwc) refuse(n, "multiplies a channels-first activation as a matrix");
+    if (w.dim() != 2 || w.size(0) != node(xv).channels) {
+      refuse(n, "its weight " + shape_str(w) + " does not fit " +
+                    std::to_string(node(xv).channels) + " channels");
+    }
+    core::ConvSpec spec(w.size(0), w.size(1), 1);
+    spec.bias(bias_follows(n, w.size(1)));
+    const NodeId id = add(n, [&] { return result_.graph.conv(x, spec, layer_name(n, 1)); });
+    set_param(n, id, "weight", w.t().reshape({w.size(1), w.size(0), 1, 1}));
+    fold_following_bias(n, id);
+    set_output(n, activation(id, true));
+  }
+
+  void transpose(const OnnxNode& n) {
+    const Value& xv = input(n, 0);
+    const auto perm = ints(n, "perm", {});
+    if (xv.is_constant()) {  // a weight the exporter stores transposed
+      Value v;
+      v.constant = perm.empty() ? xv.constant.t() : xv.constant.permute(perm).contiguous();
+      return set_output(n, v);
+    }
+    if (on_pooled(n)) return leave_out_head(n, "a transpose of the pooled vector");
+    spatial(n, 0, true);
+    Value v = xv;
+    if (!xv.nhwc && perm == std::vector<int64_t>{0, 2, 3, 1}) {
+      v.nhwc = true;
+    } else if (xv.nhwc && perm == std::vector<int64_t>{0, 3, 1, 2}) {
+      v.nhwc = false;
+    } else {
+      refuse(n, "permutes the axes other than channels-last and back");
+    }
+    set_output(n, v);
+  }
+
+  void layer_norm(const OnnxNode& n) {
+    if (on_pooled(n)) return leave_out_head(n, "a LayerNorm after the pool");
+    const Value& xv = input(n, 0);
+    const NodeId x = spatial(n, 0, true);
+    const int64_t axis = int_attr(n, "axis", -1);
+    if (!xv.nhwc || (axis != -1 && axis != 3)) {
+      refuse(n,
+             "normalises over the image's positions, which needs the whole image; Tessel "
+             "takes LayerNorm over the channels (channels-last, axis -1)");
+    }
+    const double eps = float_attr(n, "epsilon", 1e-5);
+    const NodeId id = add(n, [&] { return result_.graph.channel_norm(x, eps, layer_name(n, 1)); });
+    set_param(n, id, "weight", constant(n, 1, "scale").reshape({-1}));
+    if (has_input(n, 2)) {
+      set_param(n, id, "bias", constant(n, 2, "bias").reshape({-1}));
+    } else {
+      set_param(n, id, "bias", at::zeros({node(xv).channels}));
+    }
+    set_output(n, activation(id, true));
+  }
+
+  // ---- the end ----
+
+  void finish() {
+    if (model_.outputs.size() != 1) {
+      throw Error("ONNX file " + model_.file.string() + " has " +
+                  std::to_string(model_.outputs.size()) + " outputs; Tessel takes one");
+    }
+    std::string out = model_.outputs[0];
+    while (aliases_.contains(out)) out = aliases_.at(out);
+    auto it = values_.find(out);
+    if (it == values_.end()) {
+      throw Error("ONNX file " + model_.file.string() + ": no node makes the output '" + out + "'");
+    }
+    const core::Graph& g = result_.graph;
+    if (!it->second.left_out_from.empty()) {
+      result_.notes.push_back("the head from " + it->second.left_out_from +
+                              " on is left out: a run puts its own head on the trunk");
+    } else if (it->second.is_constant()) {
+      throw Error("ONNX file " + model_.file.string() + ": the output is a constant");
+    } else if (it->second.node != g.output()) {
+      throw Error("ONNX file " + model_.file.string() + ": its output '" + out +
+                  "' is not the last layer Tessel mapped (" + g.node(g.output()).name + ")");
+    } else {
+      result_.has_head = g.node(g.output()).kind == OpKind::kLinear;
+    }
+    if (g.size() < 2) throw Error("ONNX file " + model_.file.string() + " has no layers");
+    const core::Node& last = g.node(g.output());
+    if (last.spatial() && it->second.nhwc) {
+      throw Error("ONNX file " + model_.file.string() + ": the network ends channels-last");
+    }
+  }
+
+  const OnnxModel& model_;
+  ImportedNetwork result_;
+  std::vector<OnnxNode> nodes_;
+  size_t current_ = 0;
+  std::map<std::string, Value> values_;
+  std::map<std::string, int> readers_;
+  std::set<std::string> folded_;                // outputs of nodes folded into a layer
+  std::map<std::string, std::string> aliases_;  // a folded node's output → its layer's
+  at::ScalarType dtype_ = at::kFloat;
+};
+
+}  // namespace
+
+ImportedNetwork import_onnx(const io::OnnxModel& model) { return Importer(model).run(); }
+
+ImportReport import_onnx_file(const std::filesystem::path& onnx, const std::filesystem::path& out,
+                              int64_t height, int64_t width) {
+  const auto start = std::chrono::steady_clock::now();
+  const io::OnnxModel model = io::read_onnx(onnx);
+  ImportedNetwork net = import_onnx(model);
+  core::Graph& g = net.graph;
+  // The size it is checked at: the caller's, the file's own, or ImageNet's.
+  if (height <= 0 || width <= 0) {
+    const bool known = model.input_shape[2] > 0 && model.input_shape[3] > 0;
+    height = known ? model.input_shape[2] : 224;
+    width = known ? model.input_shape[3] : 224;
+  }
+  const int64_t channels = g.node(g.input()).channels;
+  std::vector<core::Shape> shapes;
+  try {
+    shapes = g.shapes({channels, height, width});
+  } catch (const Error& e) {
+    throw Error("ONNX file " + onnx.string() + " does not fit a " + std::to_string(width) + "×" +
+                std::to_string(height) + " image: " + e.what());
+  }
+  io::CheckpointState state;
+  state.weights = io::named_weights(g.module());
+  state.network = models::network_json(g);
+  state.tessel_version = kVersion;
+  nlohmann::json origin = {{"imported_from", onnx.string()},
+                           {"producer", model.producer},
+                           {"opset", model.opset},
+                           {"has_head", net.has_head},
+                           {"notes", net.notes}};
+  state.config = origin.dump();
+  io::write_checkpoint(out, state);
+
+  ImportReport report;
+  report.layers = g.size() - 1;
+  for (const io::NamedTensor& w : state.weights) report.parameters += w.tensor.numel();
+  report.has_head = net.has_head;
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const core::Shape& last = shapes.back();
+  std::ostringstream text;
+  text << "imported   " << onnx.string() << " (" << model.producer << ", opset " << model.opset
+       << ")\n"
+       << "network    " << report.layers << " layers, " << report.parameters
+       << " parameters and statistics, input " << channels << " channels\n"
+       << "output     " << (net.has_head ? "the file's classifier, " : "features, ")
+       << (g.node(g.output()).spatial() ? core::to_string(last)
+                                        : std::to_string(last.channels) + " values")
+       << " at " << width << "×" << height << "\n";
+  for (const std::string& note : net.notes) text << "note       " << note << "\n";
+  text << "wrote      " << out.string() << " in " << std::fixed << std::setprecision(2)
+       << report.seconds << " s (train it with `model: " << out.string()
+       << "`; a run puts its own head for its classes on the trunk)\n";
+  report.summary = text.str();
+  return report;
+}
+
+}  // namespace tessel::pipelines
