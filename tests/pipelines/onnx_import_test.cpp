@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "core/error.h"
 #include "core/gradcheck.h"
@@ -16,6 +17,8 @@
 #include "core/tile_ops.h"
 #include "io/onnx_model.h"
 #include "pipelines/onnx_import.h"
+#include "tests/io/temp_folder.h"
+#include "tests/run_cli.h"
 
 namespace tessel::pipelines {
 namespace {
@@ -59,7 +62,7 @@ double max_relative(const at::Tensor& a, const at::Tensor& b) {
 
 std::vector<int64_t> shape_of(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
 
-class Imported : public testing::TestWithParam<std::string> {};
+class Imported : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Imported, ForwardEqualsPyTorch) {
   const nlohmann::json j = info(GetParam());
@@ -73,8 +76,11 @@ TEST_P(Imported, ForwardEqualsPyTorch) {
       net.has_head ? raw(GetParam() + ".output" + ext, shape_of(j.at("output_shape")), type)
                    : raw(GetParam() + ".features" + ext, shape_of(j.at("features_shape")), type);
   ASSERT_EQ(got.sizes(), want.sizes()) << (net.has_head ? "logits" : "features");
-  EXPECT_LT(max_relative(got, want), f64 ? 1e-10 : 1e-4)
-      << GetParam() << (net.has_head ? " logits" : " features");
+  const double error = max_relative(got, want);
+  EXPECT_LT(error, f64 ? 1e-10 : 1e-4) << GetParam() << (net.has_head ? " logits" : " features");
+  RecordProperty("max_relative_error", std::to_string(error));
+  std::cout << GetParam() << ": " << (net.has_head ? "logits" : "features")
+            << " against PyTorch's, max relative error " << error << "\n";
 }
 
 // A tiled step of the imported network (float64, its own weights, 3×3 tiles per segment)
@@ -99,13 +105,14 @@ TEST_P(Imported, TiledStepsMatchPlainAutograd) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Networks, Imported,
-                         testing::Values("tv_resnet18", "tv_resnet50", "tv_densenet121",
-                                         "tv_convnext_tiny", "timm_resnet50d", "timm_convnext_nano",
-                                         "timm_efficientnet_lite0", "timm_tf_efficientnet_lite0",
-                                         "tv_resnet18_legacy", "tv_resnet18_f64"),
+                         ::testing::Values("tv_resnet18", "tv_resnet50", "tv_densenet121",
+                                           "tv_convnext_tiny", "timm_resnet50d",
+                                           "timm_convnext_nano", "timm_efficientnet_lite0",
+                                           "timm_tf_efficientnet_lite0", "tv_resnet18_legacy",
+                                           "tv_resnet18_f64"),
                          [](const auto& p) { return p.param; });
 
-class Refused : public testing::TestWithParam<std::string> {};
+class Refused : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Refused, NamesTheNodeAndTheReason) {
   const nlohmann::json j = info(GetParam());
@@ -121,7 +128,7 @@ TEST_P(Refused, NamesTheNodeAndTheReason) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Networks, Refused,
-                         testing::Values("tv_mobilenet_v3_small", "tv_regnet_y_400mf"),
+                         ::testing::Values("tv_mobilenet_v3_small", "tv_regnet_y_400mf"),
                          [](const auto& p) { return p.param; });
 
 // A weight of the wrong shape names its node and both shapes.
@@ -139,6 +146,63 @@ TEST(OnnxImport, AWeightOfTheWrongShapeNamesTheNode) {
     }
     return;
   }
+}
+
+// `tessel import` as a user runs it: the checkpoint it writes is a network plan and gradcheck
+// take (`--model NET.h5`), with the planner's plan for a 20000² slide under 2 GiB.
+TEST(ImportCli, WritesACheckpointThatPlanAndGradcheckTake) {
+  test::TempFolder dir;
+  const std::string out = (dir.path() / "resnet18.h5").string();
+  const auto run =
+      testing::run_cli("import " + (kNets / "tv_resnet18.onnx").string() + " --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("the file's classifier, 10 values"), std::string::npos) << run.output;
+  ASSERT_TRUE(fs::exists(out));
+  const auto plan = testing::run_cli("plan --model " + out + " --size 20000x20000 --budget 2GiB");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("predicted peak"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("conv1"), std::string::npos) << plan.output;  // torchvision's names
+  const auto check = testing::run_cli("gradcheck --model " + out + " --size 75x61");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("PASS"), std::string::npos) << check.output;
+}
+
+// A file Tessel cannot import: one line naming the file and the reason, exit 1, nothing written.
+TEST(ImportCli, FilesItCannotImportAreOneLineErrorsAndWriteNothing) {
+  test::TempFolder dir;
+  const fs::path good = kNets / "tv_resnet18.onnx";
+  const fs::path truncated = dir.path() / "truncated.onnx";
+  {
+    std::ifstream in(good, std::ios::binary);
+    std::string head(100000, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    std::ofstream(truncated, std::ios::binary) << head;
+  }
+  const fs::path text = dir.path() / "notes.onnx";
+  std::ofstream(text) << "not a network\n";
+  const std::vector<std::pair<fs::path, std::string>> cases = {
+      {truncated, "not an ONNX model, or is truncated"},
+      {text, "not an ONNX model, or is truncated"},
+      {dir.path() / "missing.onnx", "does not exist"},
+      {kNets / "tv_regnet_y_400mf.onnx", "squeeze-and-excitation"},
+  };
+  for (const auto& [file, reason] : cases) {
+    const fs::path out = dir.path() / "out.h5";
+    const auto run = testing::run_cli("import " + file.string() + " --out " + out.string());
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+    EXPECT_NE(run.output.find(file.string()), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(reason), std::string::npos) << run.output;
+    EXPECT_FALSE(fs::exists(out)) << file;
+    EXPECT_FALSE(fs::exists(out.string() + ".partial")) << file;
+  }
+  // An image size the network does not fit (densenet's 2×2 average pools need 32 pixels).
+  const auto small =
+      testing::run_cli("import " + (kNets / "tv_densenet121.onnx").string() + " --out " +
+                       (dir.path() / "out.h5").string() + " --input-size 16x16");
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_NE(small.output.find("does not fit a 16×16 image"), std::string::npos) << small.output;
+  EXPECT_FALSE(fs::exists(dir.path() / "out.h5"));
 }
 
 }  // namespace
