@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "core/error.h"
 #include "core/gradcheck.h"
@@ -146,6 +147,121 @@ TEST(OnnxImport, AWeightOfTheWrongShapeNamesTheNode) {
     }
     return;
   }
+}
+
+// Small hand-made ONNX graphs: one op (or pattern) each, against the same function in ATen.
+class OnnxGraph {
+ public:
+  explicit OnnxGraph(int64_t channels) {
+    model_.file = "hand-made.onnx";
+    model_.opset = 18;
+    model_.input = "x";
+    model_.input_shape = {1, channels, -1, -1};
+  }
+  // Adds a node reading `inputs`, writing one output named after it; returns that name.
+  std::string node(const std::string& op, const std::vector<std::string>& inputs,
+                   std::map<std::string, std::vector<int64_t>> ints = {},
+                   std::map<std::string, std::vector<double>> floats = {},
+                   std::map<std::string, std::string> strings = {}) {
+    io::OnnxNode n;
+    n.name = op + std::to_string(model_.nodes.size());
+    n.op_type = op;
+    n.inputs = inputs;
+    n.outputs = {n.name + "_out"};
+    n.ints = std::move(ints);
+    n.floats = std::move(floats);
+    n.strings = std::move(strings);
+    model_.nodes.push_back(n);
+    return n.outputs[0];
+  }
+  std::string constant(const std::string& name, const at::Tensor& t) {
+    model_.constants[name] = t;
+    return name;
+  }
+  ImportedNetwork import(const std::string& output) {
+    model_.outputs = {output};
+    return import_onnx(model_);
+  }
+
+ private:
+  io::OnnxModel model_;
+};
+
+TEST(OnnxImport, PadFoldsIntoTheConvolutionsPerSidePadding) {
+  OnnxGraph g(2);
+  const at::Tensor w = at::randn({3, 2, 3, 3});
+  const std::string padded =
+      g.node("Pad", {"x", g.constant("pads", at::tensor({0, 0, 1, 0, 0, 0, 2, 1}, at::kLong))});
+  const std::string y = g.node("Conv", {padded, g.constant("conv.weight", w)},
+                               {{"strides", {2, 1}}, {"pads", {0, 1, 0, 0}}});
+  ImportedNetwork net = g.import(y);
+  const at::Tensor x = at::randn({1, 2, 11, 9});
+  // pads: top 1, left 0+1, bottom 2, right 1
+  const at::Tensor want = at::conv2d(at::constant_pad_nd(x, {1, 1, 1, 2}), w, {}, {2, 1});
+  EXPECT_LT(max_relative(forward(net.graph, x), want), 1e-6);
+  EXPECT_EQ(net.graph.node(1).conv->padding_end_, (std::array<int64_t, 2>{2, 1}));
+}
+
+TEST(OnnxImport, SamePaddingAtStrideOneIsPerSide) {
+  OnnxGraph g(1);
+  const at::Tensor w = at::randn({1, 1, 4, 4});
+  const std::string y =
+      g.node("Conv", {"x", g.constant("w", w)}, {}, {}, {{"auto_pad", "SAME_UPPER"}});
+  ImportedNetwork net = g.import(y);
+  const at::Tensor x = at::randn({1, 1, 7, 6});
+  const at::Tensor want = at::conv2d(at::constant_pad_nd(x, {1, 2, 1, 2}), w);  // 3 = 1 + 2
+  EXPECT_LT(max_relative(forward(net.graph, x), want), 1e-6);
+  OnnxGraph strided(1);
+  const std::string z = strided.node("Conv", {"x", strided.constant("w", w)}, {{"strides", {2, 2}}},
+                                     {}, {{"auto_pad", "SAME_UPPER"}});
+  EXPECT_THROW(strided.import(z), Error);
+}
+
+TEST(OnnxImport, ConstantsOnEitherSideOfArithmetic) {
+  OnnxGraph g(3);
+  const at::Tensor c = at::rand({1, 3, 1, 1}) + 0.5;
+  std::string y = g.node("Sub", {g.constant("k", at::tensor(2.5)), "x"});  // 2.5 - x
+  y = g.node("Div", {y, g.constant("c", c)});                              // / c per channel
+  y = g.node("Mul", {g.constant("gamma", c), y});                          // c · (LayerScale)
+  y = g.node("Add", {y, g.constant("beta", c * 3)});                       // + 3c
+  y = g.node("Clip", {y, g.constant("lo", at::tensor(-1.0)), ""});         // max(·, -1)
+  y = g.node("Mul", {y, g.node("Sigmoid", {y})});                          // SiLU
+  ImportedNetwork net = g.import(y);
+  const at::Tensor x = at::randn({1, 3, 5, 4});
+  at::Tensor want = at::clamp_min((2.5 - x) / c * c + c * 3, -1.0);
+  want = want * at::sigmoid(want);
+  EXPECT_LT(max_relative(forward(net.graph, x), want), 1e-6);
+  EXPECT_EQ(net.notes, std::vector<std::string>{"1 SiLU fused from Sigmoid, Mul"});
+  // A constant divided by the activation has no op here.
+  OnnxGraph r(3);
+  const std::string q = r.node("Div", {r.constant("k", at::tensor(1.0)), "x"});
+  EXPECT_THROW(r.import(q), Error);
+}
+
+TEST(OnnxImport, OpsItCannotTileAreRefusedNamingTheNodeAndOp) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"Resize", "resizes its input"},
+      {"Shape", "computes shapes while the network runs"},
+      {"Softmax", "needs the whole image"},
+      {"Celu", "not an op Tessel imports"},
+  };
+  for (const auto& [op, reason] : cases) {
+    OnnxGraph g(2);
+    const std::string y = g.node(op, {"x"});
+    try {
+      g.import(y);
+      ADD_FAILURE() << op << " imported";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("hand-made.onnx: node '" + op + "0' (" + op + "): "), std::string::npos)
+          << what;
+      EXPECT_NE(what.find(reason), std::string::npos) << what;
+    }
+  }
+  // A reshape of the image's activation would fix its size.
+  OnnxGraph g(2);
+  const std::string y = g.node("Reshape", {"x", g.constant("s", at::tensor({1, -1}, at::kLong))});
+  EXPECT_THROW(g.import(y), Error);
 }
 
 // `tessel import` as a user runs it: the checkpoint it writes is a network plan and gradcheck
