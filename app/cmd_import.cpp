@@ -6,7 +6,7 @@
 #include "app/command.h"
 #include "app/parse.h"
 #include "core/error.h"
-#include "pipelines/onnx_import.h"
+#include "pipelines/import_network.h"
 
 namespace tessel::app {
 

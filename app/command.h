@@ -38,5 +38,6 @@ void register_train(CLI::App& app, const GlobalOptions& global, CommandRegistry&
 void register_eval(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_heatmap(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 void register_import(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
+void register_export(CLI::App& app, const GlobalOptions& global, CommandRegistry& registry);
 
 }  // namespace tessel::app

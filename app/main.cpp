@@ -44,6 +44,7 @@ int run(int argc, char** argv) {
   app::register_eval(app, global, registry);
   app::register_heatmap(app, global, registry);
   app::register_import(app, global, registry);
+  app::register_export(app, global, registry);
 #endif
 
   try {

@@ -8,6 +8,7 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLinearGradient>
+#include <QMessageBox>
 #include <QPainter>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -18,6 +19,7 @@
 #include "gui/heatmap_overlay.h"
 #include "gui/slide_document.h"
 #include "io/manifest.h"
+#include "pipelines/import_network.h"
 
 namespace tessel::gui {
 
@@ -54,6 +56,15 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   model_->setEditable(true);
   model_->addItems({QStringLiteral("vgg-mini"), QStringLiteral("tiny"), QStringLiteral("resnet18"),
                     QStringLiteral("resnet34")});
+  model_->setToolTip(tr("A built-in network, or a checkpoint that holds one (NET.h5)"));
+  // A network of one's own: a checkpoint that holds one, or an ONNX file imported next to it
+  // (docs/models.md).
+  auto* browse_model = new QPushButton(tr("…"), this);
+  browse_model->setToolTip(tr("Choose a network file: NET.h5, or NET.onnx to import"));
+  connect(browse_model, &QPushButton::clicked, this, [this] { choose_network(); });
+  auto* model_row = new QHBoxLayout();
+  model_row->addWidget(model_, 1);
+  model_row->addWidget(browse_model);
   resolution_kind_ = new QComboBox(this);
   resolution_kind_->addItems({QStringLiteral("level"), QStringLiteral("mpp")});
   resolution_value_ = new QDoubleSpinBox(this);
@@ -83,7 +94,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
 
   auto* form = new QFormLayout();
   form->addRow(tr("Manifest"), manifest_row);
-  form->addRow(tr("Model"), model_);
+  form->addRow(tr("Model"), model_row);
   form->addRow(tr("Resolution"), resolution_row);
   form->addRow(tr("Memory budget"), budget_);
   form->addRow(tr("Strategy"), strategy_);
@@ -305,6 +316,48 @@ bool TrainingPanel::save_config(const QString& path) {
 }
 
 void TrainingPanel::set_manifest(const QString& csv) { manifest_->setText(csv); }
+
+void TrainingPanel::choose_network() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Network"), {},
+                                                    tr("Networks (*.h5 *.onnx);;All files (*)"));
+  if (path.isEmpty()) return;
+  const QFileInfo onnx(path);
+  const QString out = onnx.dir().filePath(onnx.completeBaseName() + QStringLiteral(".h5"));
+  if (path.endsWith(QLatin1String(".onnx"), Qt::CaseInsensitive) && QFileInfo::exists(out) &&
+      QMessageBox::question(this, tr("Import network"),
+                            tr("%1 exists. Replace it with the network imported from %2?")
+                                .arg(out, onnx.fileName())) != QMessageBox::Yes) {
+    return;
+  }
+  const bool ok = use_network(path);
+  if (path.endsWith(QLatin1String(".onnx"), Qt::CaseInsensitive)) {
+    if (ok) {
+      QMessageBox::information(this, tr("Network imported"), message_);
+    } else {
+      QMessageBox::warning(this, tr("Network not imported"), message_);
+    }
+  }
+}
+
+bool TrainingPanel::use_network(const QString& path) {
+  if (!path.endsWith(QLatin1String(".onnx"), Qt::CaseInsensitive)) {
+    model_->setCurrentText(path);
+    message_.clear();
+    return true;
+  }
+  const QFileInfo onnx(path);
+  const QString out = onnx.dir().filePath(onnx.completeBaseName() + QStringLiteral(".h5"));
+  try {
+    const pipelines::ImportReport report =
+        pipelines::import_onnx_file(path.toStdString(), out.toStdString());
+    model_->setCurrentText(out);
+    message_ = QString::fromStdString(report.summary);
+    return true;
+  } catch (const std::exception& e) {
+    message_ = QString::fromStdString(e.what());
+    return false;
+  }
+}
 
 bool TrainingPanel::start() {
   if (run_.running()) return false;

@@ -44,6 +44,9 @@ class TrainingPanel : public QWidget {
   bool load_config(const QString& path);                  // false: message() says why
   bool save_config(const QString& path);
   void set_manifest(const QString& csv);
+  // A network file as the model: an .h5 as it is; an .onnx imported to NAME.h5 beside it first
+  // (replacing one there). False: not imported, message() says why; else message() says what.
+  bool use_network(const QString& path);
 
   // Resumes when resume_box() is checked (it can be only when the output folder holds
   // checkpoints/last.h5). False: the config is not valid (message() says why) or a run is going.
@@ -94,6 +97,8 @@ class TrainingPanel : public QWidget {
   void apply(const TrainingEvents& batch);
   void on_slide(const pipelines::SlideProgress& slide);
   void update_buttons();
+  // The Model button: asks for a network file, and whether to replace an earlier import.
+  void choose_network();
   void update_resume();  // the output folder's last.h5 enables (and, when it appears, checks) it
   void load_thumbnail(const std::string& slide_name);
 

@@ -11,6 +11,7 @@
 
 #include "core/graph.h"
 #include "io/onnx_model.h"
+#include "pipelines/import_network.h"
 
 namespace tessel::pipelines {
 
@@ -28,17 +29,5 @@ struct ImportedNetwork {
 // exactly: an op outside the supported list, a global pool inside the trunk (squeeze-and-
 // excitation), shapes computed while it runs, weights of the wrong shape.
 ImportedNetwork import_onnx(const io::OnnxModel& model);
-
-// `tessel import`: an ONNX file as a checkpoint that holds the network (trunk and, where it
-// maps, the file's head) and its weights, for `model: NET.h5` in a run. Nothing is written when
-// anything fails. `height`/`width` (0: the file's input size, else 224) must fit the network.
-struct ImportReport {
-  std::string summary;  // readable: the file, layers, parameters, head, notes
-  int64_t layers = 0, parameters = 0;
-  bool has_head = false;
-  double seconds = 0.0;
-};
-ImportReport import_onnx_file(const std::filesystem::path& onnx, const std::filesystem::path& out,
-                              int64_t height = 0, int64_t width = 0);
 
 }  // namespace tessel::pipelines

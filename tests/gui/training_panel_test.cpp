@@ -15,6 +15,8 @@
 #include <QTest>
 #include <QTimer>
 
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "gui/main_window.h"
@@ -61,6 +63,26 @@ class TrainingPanelTest : public QObject {
     QVERIFY(!panel->running());
     panel->budget_edit()->setText(QStringLiteral("64MiB"));
     QVERIFY(panel->config().has_value());
+  }
+
+  // The Model row's "…": a checkpoint is used as it is; an ONNX file Tessel cannot import is a
+  // message naming the file, and the model is left as it was (tests/pipelines covers imports).
+  void aNetworkFileIsTheModelOrAMessageSayingWhyNot() {
+    TrainingPanel* panel = window_.training();
+    panel->set_manifest(manifest_);
+    const QString h5 = QString::fromStdString((data_.path() / "net.h5").string());
+    QVERIFY(panel->use_network(h5));
+    QVERIFY(panel->config().has_value());
+    QCOMPARE(QString::fromStdString(panel->config()->model), h5);
+    const auto broken = data_.path() / "broken.onnx";
+    std::ofstream(broken) << "not a network";
+    QVERIFY(!panel->use_network(QString::fromStdString(broken.string())));
+    QVERIFY2(panel->message().contains(QString::fromStdString(broken.string())) &&
+                 panel->message().contains(QStringLiteral("not an ONNX model")),
+             qPrintable(panel->message()));
+    QCOMPARE(QString::fromStdString(panel->config()->model), h5);
+    QVERIFY(!std::filesystem::exists(data_.path() / "broken.h5"));
+    QVERIFY(panel->use_network(QStringLiteral("vgg-mini")));
   }
 
   void theConfigSavesAndLoadsAsTheCliReadsIt() {
