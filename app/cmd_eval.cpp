@@ -28,12 +28,17 @@ void register_eval(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
   cmd->add_option("--device", request->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one)")
       ->capture_default_str();
+  auto inputs = std::make_shared<std::string>();
+  cmd->add_option("--save-inputs", *inputs,
+                  "Write each slide's network input (raw float32) and logits to this folder, to "
+                  "check an exported ONNX network against this evaluation (small slides)");
   auto scratch = std::make_shared<std::string>();
   cmd->add_option("--scratch", *scratch,
                   "Directory for the scratch file of checkpoints offloaded to disk when they do "
                   "not fit the budget (default: the temporary directory)");
-  cmd->callback([&registry, request, checkpoint, manifest, out, scratch] {
-    registry.selected = [request, checkpoint, manifest, out, scratch] {
+  cmd->callback([&registry, request, checkpoint, manifest, out, scratch, inputs] {
+    registry.selected = [request, checkpoint, manifest, out, scratch, inputs] {
+      request->inputs_dir = *inputs;
       request->checkpoint = *checkpoint;
       request->scratch_dir = *scratch;
       request->manifest = *manifest;

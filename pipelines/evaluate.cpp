@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -13,6 +14,7 @@
 #include "core/planner.h"
 #include "core/tile_store.h"
 #include "io/checkpoint.h"
+#include "io/durable.h"
 #include "io/manifest.h"
 #include "models/network_json.h"
 #include "models/zoo.h"
@@ -98,6 +100,26 @@ TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map,
   return {std::move(config), state.class_names, std::move(graph), where};
 }
 
+namespace {
+
+// EvaluationRequest::inputs_dir: the whole input as the network sees it, and its logits.
+void write_input(const std::filesystem::path& dir, const std::filesystem::path& slide,
+                 core::TileSource& view, const at::Tensor& logits) {
+  std::filesystem::create_directories(dir);
+  const at::Tensor image = view.read({{0, view.height()}, {0, view.width()}}).to(at::kFloat);
+  const std::string name = slide.stem().string() + ".input.f32";
+  write_text_atomically(dir / name,
+                        std::string(static_cast<const char*>(image.contiguous().data_ptr()),
+                                    static_cast<size_t>(image.nbytes())));
+  const nlohmann::json line = {{"slide", slide.string()},
+                               {"input", name},
+                               {"shape", image.sizes().vec()},
+                               {"logits", to_vector(logits)}};
+  io::append_line(dir / "inputs.jsonl", line.dump());
+}
+
+}  // namespace
+
 EvaluationResult evaluate(const EvaluationRequest& request) {
   if (!request.scratch_dir.empty()) core::TileStore::check_scratch_dir(request.scratch_dir);
   TrainedModel model = load_trained_model(request.checkpoint, false, request.device);
@@ -126,6 +148,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
     throw Error("manifest " + manifest_path.string() + " has no slides in split '" + request.split +
                 "'");
   }
+  if (!request.inputs_dir.empty()) std::filesystem::remove(request.inputs_dir / "inputs.jsonl");
   EvaluationResult result;
   result.classes = model.classes;
   std::vector<std::vector<double>> probabilities;
@@ -155,6 +178,8 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
       const at::Tensor target = at::tensor({static_cast<int64_t>(e.class_index)}, at::kLong);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
       loss_sum += progress.loss;
+      if (!request.inputs_dir.empty())
+        write_input(request.inputs_dir, e.slide, *input.view, logits);
       std::vector<double> p = to_vector(at::softmax(logits, 1));
       result.predictions.push_back({e.slide.string(), e.label, p});
       probabilities.push_back(std::move(p));

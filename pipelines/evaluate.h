@@ -39,6 +39,11 @@ struct EvaluationRequest {
   std::filesystem::path scratch_dir;
   std::string device = "auto";  // cpu, cuda, cuda:N or auto (the first GPU when there is one)
   TrainObserver* observer = nullptr;
+  // Non-empty: each slide's network input (as the network sees it: resolution, tissue fill,
+  // normalisation) is written there as raw float32 1×C×H×W, "NAME.input.f32", with a line in
+  // "inputs.jsonl" ({"slide", "input", "shape", "logits"}): for checking a network exported to
+  // ONNX against this evaluation (tests/onnx/ort_run.py). Meant for small slides.
+  std::filesystem::path inputs_dir;
 };
 
 struct SlidePrediction {
