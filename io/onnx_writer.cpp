@@ -78,6 +78,7 @@ class Writer {
       values_[static_cast<size_t>(n.id)] = n.id == g_.output() ? "output" : unique(n.name);
       write(n);
     }
+    current_ = nullptr;
     add_value_info(graph_->add_output(), "output", g_.node(g_.output()), false);
     std::string bytes;
     if (!model.SerializeToString(&bytes)) fail("the model could not be serialised");
@@ -96,8 +97,7 @@ class Writer {
   }
 
   // An N×C×H×W image (or the N×K pooled output): batch and spatial sizes left open.
-  void add_value_info(onnx::ValueInfoProto* v, const std::string& name, const Node& n,
-                      bool input) {
+  void add_value_info(onnx::ValueInfoProto* v, const std::string& name, const Node& n, bool input) {
     v->set_name(name);
     onnx::TypeProto::Tensor* t = v->mutable_type()->mutable_tensor_type();
     t->set_elem_type(onnx_type());

@@ -3,11 +3,14 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <array>
 #include <chrono>
 #include <iomanip>
 #include <map>
 #include <optional>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/version.h"
@@ -26,10 +29,10 @@ namespace fs = std::filesystem;
 struct Exported {
   core::Graph graph;
   std::vector<std::string> classes;
-  std::string model;           // the zoo model or network file it was trained as
-  std::string input;           // how the image must be prepared
-  std::optional<double> mpp;   // the resolution it was trained at, when given in µm per pixel
-  std::string resolution;      // the same in words, whatever its kind
+  std::string model;          // the zoo model or network file it was trained as
+  std::string input;          // how the image must be prepared; empty: as the imported file's
+  std::optional<double> mpp;  // the resolution it was trained at, when given in µm per pixel
+  std::string resolution;     // the same in words, whatever its kind
 };
 
 std::string numbers(const std::array<float, 3>& v) {
@@ -63,7 +66,12 @@ Exported imported(const fs::path& checkpoint, const io::CheckpointState& state) 
     throw Error("checkpoint " + checkpoint.string() + " does not fit its network: " + error.what());
   }
   e.model = "imported network";
-  e.input = "as the imported network took it";
+  try {  // `tessel import` keeps the file's name and producer in the config
+    const nlohmann::json origin = nlohmann::json::parse(state.config);
+    e.model += " from " + origin.at("imported_from").get<std::string>() + ", " +
+               origin.at("producer").get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+  }
   return e;
 }
 
@@ -84,7 +92,7 @@ ExportReport export_onnx_file(const fs::path& checkpoint, const fs::path& onnx) 
   const io::CheckpointState state = io::read_checkpoint(checkpoint);
   // Training checkpoints name their classes; `tessel import`'s carry a network and none.
   Exported e = state.class_names.empty() && !state.network.empty() ? imported(checkpoint, state)
-                                                                    : trained(checkpoint);
+                                                                   : trained(checkpoint);
   core::Graph& g = e.graph;
   const core::Node& last = g.node(g.output());
   const int64_t channels = g.node(g.input()).channels;
@@ -93,7 +101,11 @@ ExportReport export_onnx_file(const fs::path& checkpoint, const fs::path& onnx) 
                                                  {"tessel.model", e.model}};
   if (!e.input.empty()) metadata["tessel.input"] = e.input;
   if (!e.resolution.empty()) metadata["tessel.resolution"] = e.resolution;
-  if (e.mpp) metadata["tessel.mpp"] = std::to_string(*e.mpp);
+  if (e.mpp) {
+    std::ostringstream mpp;
+    mpp << std::setprecision(15) << *e.mpp;
+    metadata["tessel.mpp"] = mpp.str();
+  }
   std::string class_list;
   for (const std::string& c : e.classes) class_list += (class_list.empty() ? "" : ",") + c;
   if (!class_list.empty()) metadata["tessel.classes"] = class_list;
@@ -116,7 +128,8 @@ ExportReport export_onnx_file(const fs::path& checkpoint, const fs::path& onnx) 
   text << "exported   " << checkpoint.string() << " (" << e.model << ")\n"
        << "network    " << report.layers << " layers, " << report.parameters
        << " parameters and statistics, " << (float64 ? "float64" : "float32") << "\n"
-       << "input      'image': N×" << channels << "×H×W, " << e.input;
+       << "input      'image': N×" << channels << "×H×W, "
+       << (e.input.empty() ? "as the imported network took it" : e.input);
   if (!e.resolution.empty()) text << ", at " << e.resolution;
   text << "\noutput     'output': ";
   if (!e.classes.empty() && last.kind == core::OpKind::kLinear) {
@@ -130,8 +143,8 @@ ExportReport export_onnx_file(const fs::path& checkpoint, const fs::path& onnx) 
                                                 : " pooled features");
   }
   text << "\nwrote      " << onnx.string() << " (ONNX IR " << io::kExportIrVersion << ", opset "
-       << io::kExportOpset << ") in " << std::fixed
-       << std::setprecision(2) << report.seconds << " s\n";
+       << io::kExportOpset << ") in " << std::fixed << std::setprecision(2) << report.seconds
+       << " s\n";
   report.summary = text.str();
   return report;
 }

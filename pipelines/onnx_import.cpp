@@ -165,15 +165,14 @@ class Importer {
 
   // ---- parameters ----
 
+  // Float64 when the file holds any float64 tensor (weights or constants), else float32.
   at::ScalarType weights_dtype() const {
-    for (const OnnxNode& n : nodes_) {
-      if ((n.op_type == "Conv" || n.op_type == "Gemm") && n.inputs.size() > 1) {
-        auto it = model_.constants.find(n.inputs[1]);
-        if (it != model_.constants.end()) return it->second.scalar_type();
-      }
+    for (const auto& [name, t] : model_.constants) {
+      if (t.scalar_type() == at::kDouble) return at::kDouble;
     }
     return at::kFloat;
   }
+
 
   // A layer name from the weight's initializer ("layer1_0_conv1" from "layer1.0.conv1.weight"),
   // or "" (a default name) when it has none, an exporter's made-up one, or one already taken.
