@@ -14,8 +14,9 @@ struct CliRun {
   std::string output;  // stdout and stderr together
 };
 
-inline CliRun run_cli(const std::string& args) {
-  const std::string command = std::string(TESSEL_CLI) + " " + args + " 2>&1";
+// Any command line, through the shell: its exit code and output (stdout and stderr together).
+inline CliRun run_command(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return {-1, "popen failed"};
   std::string output;
@@ -23,6 +24,14 @@ inline CliRun run_cli(const std::string& args) {
   while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+inline CliRun run_cli(const std::string& args) {
+#ifdef TESSEL_CLI
+  return run_command(std::string(TESSEL_CLI) + " " + args);
+#else
+  return {-1, "TESSEL_CLI is not defined for this test"};
+#endif
 }
 
 }  // namespace tessel::testing

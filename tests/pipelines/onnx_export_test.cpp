@@ -286,20 +286,6 @@ TEST(OnnxExport, AnOpWithoutAnExactOnnxFormIsRefusedAndNothingIsWritten) {
 
 // ---- (b) onnxruntime ----
 
-struct Command {
-  int exit_code;
-  std::string output;
-};
-Command run(const std::string& command) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
 void write_raw(const fs::path& file, const at::Tensor& t) {
   const at::Tensor c = t.to(at::kFloat).contiguous();
   std::ofstream(file, std::ios::binary)
@@ -320,9 +306,9 @@ at::Tensor read_raw(const fs::path& file, at::IntArrayRef shape, at::ScalarType 
 at::Tensor onnxruntime(const fs::path& model, const at::Tensor& image, at::IntArrayRef shape) {
   const fs::path in = model.string() + ".input.f32", out = model.string() + ".output.f32";
   write_raw(in, image);
-  const Command c = run(kPython.string() + " " + kOrtRun.string() + " " + model.string() + " " +
-                        in.string() + " " + std::to_string(image.size(2)) + " " +
-                        std::to_string(image.size(3)) + " " + out.string());
+  const testing::CliRun c = testing::run_command(
+      kPython.string() + " " + kOrtRun.string() + " " + model.string() + " " + in.string() + " " +
+      std::to_string(image.size(2)) + " " + std::to_string(image.size(3)) + " " + out.string());
   if (c.exit_code != 0) throw Error("ort_run.py failed: " + c.output);
   return read_raw(out, shape, at::kFloat);
 }
@@ -577,11 +563,11 @@ TEST(ExportCli, OnnxRuntimeGivesTheLogitsOfTesselEvalOnEverySlide) {
     const nlohmann::json j = nlohmann::json::parse(line);
     const auto shape = j.at("shape").get<std::vector<int64_t>>();
     const fs::path out = dir.path() / "ort.f32";
-    const std::string command =
-        std::string(TESSEL_PYTHON) + " " + TESSEL_ORT_RUN + " " + onnx.string() + " " +
+    const testing::CliRun ran = testing::run_command(
+        kPython.string() + " " + kOrtRun.string() + " " + onnx.string() + " " +
         (inputs / j.at("input").get<std::string>()).string() + " " + std::to_string(shape[2]) +
-        " " + std::to_string(shape[3]) + " " + out.string() + " > /dev/null";
-    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+        " " + std::to_string(shape[3]) + " " + out.string());
+    ASSERT_EQ(ran.exit_code, 0) << ran.output;
     const auto logits = j.at("logits").get<std::vector<double>>();
     std::ifstream in(out, std::ios::binary);
     std::vector<float> ort(logits.size());
