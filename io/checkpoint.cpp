@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <hdf5.h>
-#include <zlib.h>
 #include <torch/nn/module.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>

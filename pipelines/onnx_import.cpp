@@ -173,7 +173,6 @@ class Importer {
     return at::kFloat;
   }
 
-
   // A layer name from the weight's initializer ("layer1_0_conv1" from "layer1.0.conv1.weight"),
   // or "" (a default name) when it has none, an exporter's made-up one, or one already taken.
   std::string layer_name(const OnnxNode& n, size_t weight_input) const {
