@@ -31,9 +31,10 @@ test: build format-check
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L 'unit|integration'
 	$(MAKE) --no-print-directory fuzz-smoke
 
-# The file readers (manifest, training config, region of interest, checkpoint) under libFuzzer,
-# ASan and UBSan, built with clang in $(BUILD_FUZZ): a fixed-seed run of each over its seed
-# corpus, then every regression input (tests/fuzz/README.md). `scripts/fuzz` is the long run.
+# The file readers (manifest, training config, region of interest, checkpoint, ONNX with its
+# importer) under libFuzzer, ASan and UBSan, built with clang in $(BUILD_FUZZ): a fixed-seed run
+# of each over its seed corpus, then every regression input (tests/fuzz/README.md).
+# `scripts/fuzz` is the long run.
 fuzz-smoke: setup
 	BUILD_FUZZ=$(BUILD_FUZZ) scripts/fuzz --smoke
 

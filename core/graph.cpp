@@ -61,23 +61,20 @@ std::string Graph::layer_name(const std::string& requested, const char* kind) {
     if (requested.find('.') != std::string::npos) {
       throw Error("layer name '" + requested + "' has a dot; parameters are '<layer>.weight'");
     }
-    for (const Node& n : nodes_) {
-      if (n.name == requested) throw Error("two layers are named '" + requested + "'");
-    }
+    if (names_.contains(requested)) throw Error("two layers are named '" + requested + "'");
     return requested;
   }
   // Default names follow the op kind and the order of that kind: conv1, conv2, ..., linear1.
-  for (int n = 1;; ++n) {
-    std::string candidate = std::string(kind) + std::to_string(n);
-    bool taken = false;
-    for (const Node& node : nodes_) taken = taken || node.name == candidate;
-    if (!taken) return candidate;
-  }
+  // Names are only ever added, so the first free number of a kind only grows.
+  int& n = first_free_.try_emplace(kind, 1).first->second;
+  while (names_.contains(std::string(kind) + std::to_string(n))) ++n;
+  return std::string(kind) + std::to_string(n);
 }
 
 NodeId Graph::add_node(Node node) {
   node.id = size();
   for (NodeId in : node.inputs) consumers_[static_cast<size_t>(in)].push_back(node.id);
+  names_.insert(node.name);
   nodes_.push_back(std::move(node));
   consumers_.emplace_back();
   return nodes_.back().id;

@@ -7,7 +7,9 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -228,6 +230,7 @@ class Graph {
   const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
   NodeId output() const { return static_cast<NodeId>(nodes_.size()) - 1; }
   int size() const { return static_cast<int>(nodes_.size()); }
+  bool has_layer(const std::string& name) const { return names_.contains(name); }
   // Consumers of each node, in execution order.
   const std::vector<std::vector<NodeId>>& consumers() const { return consumers_; }
   torch::nn::Module& module() { return *module_; }
@@ -251,6 +254,10 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<std::vector<NodeId>> consumers_;
   std::shared_ptr<torch::nn::Module> module_;
+  // The layer names taken, and per kind the number below which every default name is taken:
+  // naming stays O(log n) a layer (an imported file may have thousands of layers).
+  std::set<std::string> names_;
+  std::map<std::string, int> first_free_;
 };
 
 std::string to_string(OpKind kind);

@@ -58,7 +58,10 @@ at::Tensor to_tensor(const onnx::TensorProto& t, const std::filesystem::path& fi
   }
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
   if (t.has_raw_data()) {
-    std::memcpy(out.data_ptr(), t.raw_data().data(), static_cast<size_t>(expected));
+    // An empty tensor has no storage to copy into (memcpy to null; found by fuzzing).
+    if (expected > 0) {
+      std::memcpy(out.data_ptr(), t.raw_data().data(), static_cast<size_t>(expected));
+    }
     return out;
   }
   const auto copy = [](const auto& field, auto* target) {
@@ -120,13 +123,31 @@ OnnxModel read_onnx(const std::filesystem::path& file) {
     fail(file, "input '" + model.input + "' is not an N×C×H×W image");
   }
   for (const onnx::TensorShapeProto::Dimension& d : type.tensor_type().shape().dim()) {
-    model.input_shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    const int64_t size = d.has_dim_value() ? d.dim_value() : -1;
+    // Far beyond any image a network takes at once; the importer's size arithmetic stays
+    // inside int64 below it.
+    if (size > kMaxOnnxInputSize) {
+      fail(file, "input '" + model.input + "' has a dimension of " + std::to_string(size) +
+                     ", more than Tessel reads (" + std::to_string(kMaxOnnxInputSize) + ")");
+    }
+    model.input_shape.push_back(size);
   }
   if (model.input_shape[1] <= 0) {
     fail(file, "input '" + model.input + "' leaves its channel count open");
   }
   for (const onnx::ValueInfoProto& v : graph.output()) model.outputs.push_back(v.name());
+  // ONNX graphs assign every value once (static single assignment, as onnx.checker requires);
+  // the importer relies on it: a value made twice could alias itself.
+  std::set<std::string> made{model.input};
+  for (const onnx::TensorProto& t : graph.initializer()) made.insert(t.name());
+  const auto make = [&](const onnx::NodeProto& n, const std::string& value) {
+    if (!value.empty() && !made.insert(value).second) {
+      fail(file, "node '" + n.name() + "' (" + n.op_type() + ") makes '" + value +
+                     "', which the file already has: ONNX assigns every value once");
+    }
+  };
   for (const onnx::NodeProto& n : graph.node()) {
+    for (const std::string& out : n.output()) make(n, out);
     if (!n.domain().empty() && n.domain() != "ai.onnx") {
       fail(file,
            "node '" + n.name() + "' (" + n.op_type() + ") is of the domain '" + n.domain() + "'");

@@ -37,11 +37,13 @@ struct OnnxModel {
 
 // The opsets Tessel reads (torch 2.11 exports opset 18; its legacy exporter 17).
 constexpr int64_t kOldestOnnxOpset = 11, kNewestOnnxOpset = 18;
+// The largest dimension of the image input Tessel reads (2^31 - 1).
+constexpr int64_t kMaxOnnxInputSize = (int64_t{1} << 31) - 1;
 
 // Throws tessel::Error naming the file and, where there is one, the node or tensor: not a file,
 // not ONNX or truncated, an opset outside the range, other than one image input (N×C×H×W with C
-// known), a tensor of an unsupported type or whose bytes do not match its shape, weights stored
-// outside the file.
+// known, none above kMaxOnnxInputSize), a tensor of an unsupported type or whose bytes do not
+// match its shape, weights stored outside the file, a value made twice.
 OnnxModel read_onnx(const std::filesystem::path& file);
 
 }  // namespace tessel::io

@@ -35,7 +35,9 @@ class Fuser {
     std::map<size_t, OnnxNode> replaced;
     int gelu = 0, silu = 0, hard_swish = 0;
     for (size_t i = 0; i < nodes_.size(); ++i) {
-      if (gone[i]) continue;
+      // A pattern starts at a node with an input and an output (a damaged file may have
+      // neither: found by fuzzing).
+      if (gone[i] || !unary(nodes_[i])) continue;
       if (nodes_[i].op_type == "Erf" && fuse_gelu(i, gone, replaced)) ++gelu;
       if (nodes_[i].op_type == "Sigmoid" && fuse_gated(i, "Silu", gone, replaced)) ++silu;
       if (nodes_[i].op_type == "HardSigmoid" && near(attr(nodes_[i], "alpha", 0.2), 1.0 / 6.0) &&
@@ -65,10 +67,16 @@ class Fuser {
     return it == n.floats.end() || it->second.empty() ? fallback : it->second[0];
   }
 
-  // The one node that reads `value` (none if several or none).
+  static bool unary(const OnnxNode& n) {
+    return !n.inputs.empty() && !n.inputs[0].empty() && !n.outputs.empty() && !n.outputs[0].empty();
+  }
+
+  // The one node that reads `value` (none if several or none), when it makes an output that a
+  // pattern can go on from.
   std::optional<size_t> only_reader(const std::string& value) const {
     auto it = readers_.find(value);
-    if (it == readers_.end() || it->second.size() != 1 || it->second[0] >= nodes_.size()) {
+    if (value.empty() || it == readers_.end() || it->second.size() != 1 ||
+        it->second[0] >= nodes_.size() || !unary(nodes_[it->second[0]])) {
       return std::nullopt;
     }
     return it->second[0];
@@ -130,6 +138,9 @@ class Fuser {
       if (!ho || !half(*ho) || h->second > *m1) return false;
       parts.push_back(h->second);
     }
+    if (std::any_of(parts.begin(), parts.end(), [&](size_t part) { return gone[part]; })) {
+      return false;  // a node of another pattern already
+    }
     for (size_t part : parts) gone[part] = true;
     replaced[last] = fused("Gelu", x, nodes_[last]);
     return true;
@@ -142,7 +153,7 @@ class Fuser {
     const auto m = only_reader(g.outputs[0]);
     if (!m || nodes_[*m].op_type != "Mul") return false;
     const auto o = other_input(nodes_[*m], g.outputs[0]);
-    if (!o || *o != g.inputs[0]) return false;
+    if (!o || *o != g.inputs[0] || gone[*m]) return false;
     gone[gate] = gone[*m] = true;
     replaced[*m] = fused(op, g.inputs[0], nodes_[*m]);
     return true;

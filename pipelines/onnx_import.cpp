@@ -8,19 +8,11 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
-#include <chrono>
-#include <iomanip>
-#include <sstream>
-
 #include "core/error.h"
-#include "core/version.h"
-#include "io/checkpoint.h"
-#include "models/network_json.h"
 #include "pipelines/onnx_fuse.h"
 
 namespace tessel::pipelines {
@@ -47,15 +39,57 @@ struct Value {
 
 std::string describe(const OnnxNode& n) { return "node '" + n.name + "' (" + n.op_type + ")"; }
 
+// Bounds far beyond any real network's, so that a damaged file is refused before the window
+// arithmetic (core/window.h) overflows or the graph allocates from a channel count.
+constexpr int64_t kMaxWindow = int64_t{1} << 20;    // a kernel, stride, dilation or padding
+constexpr int64_t kMaxChannels = int64_t{1} << 24;  // of one activation
+// Values the importer may compute from constants (shape arithmetic, weights stored transposed):
+// this many plus twice the file's own.
+constexpr int64_t kFoldedValues = int64_t{1} << 24;
+
+std::string shape_str(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+std::string shape_str(const at::Tensor& t) { return shape_str(t.sizes()); }
+
+// The number of values of a shape, saturating instead of overflowing.
+int64_t count_values(at::IntArrayRef shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
+  }
+  return n;
+}
+
+// NumPy's broadcasting of two shapes (ONNX's multidirectional broadcasting), or none.
+std::optional<std::vector<int64_t>> broadcast(at::IntArrayRef a, at::IntArrayRef b) {
+  std::vector<int64_t> out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    const int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1) return std::nullopt;
+    out[out.size() - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
 class Importer {
  public:
   explicit Importer(const OnnxModel& model) : model_(model) {
     result_.graph = core::Graph(model.input_shape[1]);
     values_[model.input].node = result_.graph.input();
-    for (const auto& [name, t] : model.constants) values_[name].constant = t;
+    for (const auto& [name, t] : model.constants) {
+      values_[name].constant = t;
+      fold_budget_ += 2 * t.numel();
+    }
     nodes_ = fuse_onnx_patterns(model, result_.notes);
-    for (const OnnxNode& n : nodes_) {
-      for (const std::string& in : n.inputs) ++readers_[in];
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      for (const std::string& in : nodes_[i].inputs) {
+        ++readers_[in];
+        reader_[in] = i;
+      }
     }
     dtype_ = weights_dtype();
   }
@@ -107,6 +141,25 @@ class Importer {
                     "(export with do_constant_folding, or with the dynamo exporter)");
     }
     return v.constant;
+  }
+
+  // A parameter of one value per channel (`any_shape`: of any shape holding as many values),
+  // checked before the graph allocates the layer from the activation's channel count: a damaged
+  // count would otherwise allocate gigabytes.
+  at::Tensor per_channel_constant(const OnnxNode& n, size_t i, const char* what, int64_t channels,
+                                  bool any_shape = false) const {
+    at::Tensor c = constant(n, i, what);
+    if (any_shape ? c.numel() != channels : c.dim() != 1 || c.size(0) != channels) {
+      refuse(n, std::string("its ") + what + " has shape " + shape_str(c) + ", expected [" +
+                    std::to_string(channels) + "]");
+    }
+    return any_shape ? c.reshape({-1}) : c;
+  }
+
+  // An integer constant's values (a shape, axes, pads).
+  std::vector<int64_t> int_values(const OnnxNode& n, size_t i, const char* what) const {
+    const at::Tensor c = constant(n, i, what).to(at::kLong).contiguous();
+    return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
   }
 
   const core::Node& node(const Value& v) const { return result_.graph.node(v.node); }
@@ -163,6 +216,43 @@ class Importer {
     return it == n.floats.end() || it->second.empty() ? fallback : it->second[0];
   }
 
+  // kernel_shape, strides or dilations: one value per image axis, from 1 to kMaxWindow.
+  std::array<int64_t, 2> window_attr(const OnnxNode& n, const char* key,
+                                     std::array<int64_t, 2> fallback) const {
+    auto it = n.ints.find(key);
+    if (it == n.ints.end()) return fallback;
+    const std::vector<int64_t>& v = it->second;
+    if (v.size() != 2) {
+      refuse(n, "has " + std::to_string(v.size()) + " " + key +
+                    ", not 2: Tessel imports 2-D convolutions and pools");
+    }
+    for (int64_t x : v) check_window(n, key, x, 1);
+    return {v[0], v[1]};
+  }
+  void check_window(const OnnxNode& n, const std::string& what, int64_t value,
+                    int64_t lowest) const {
+    if (value < lowest || value > kMaxWindow) {
+      refuse(n, "has " + what + " " + std::to_string(value) + "; Tessel takes " +
+                    std::to_string(lowest) + " to " + std::to_string(kMaxWindow));
+    }
+  }
+
+  // ---- constants folded ----
+
+  // A constant computed from constants, counted against the file's budget of folded values so
+  // that a chain of broadcasts cannot ask for unbounded memory.
+  void fold(const OnnxNode& n, int64_t numel, const std::function<at::Tensor()>& compute) {
+    if (numel > fold_budget_ - folded_values_) {
+      refuse(n, "computes " + std::to_string(numel) + " constant values after " +
+                    std::to_string(folded_values_) + ", more than the file's network needs" +
+                    "; Tessel folds at most " + std::to_string(fold_budget_) + " in this file");
+    }
+    folded_values_ += numel;
+    Value v;
+    v.constant = compute();
+    set_output(n, v);
+  }
+
   // ---- parameters ----
 
   // Float64 when the file holds any float64 tensor (weights or constants), else float32.
@@ -184,10 +274,7 @@ class Importer {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
     });
     if (!plain || std::isdigit(static_cast<unsigned char>(name[0]))) return "";
-    for (const core::Node& other : result_.graph.nodes()) {
-      if (other.name == name) return "";
-    }
-    return name;
+    return result_.graph.has_layer(name) ? "" : name;
   }
 
   void set_param(const OnnxNode& n, NodeId id, const char* key, const at::Tensor& value,
@@ -201,12 +288,6 @@ class Importer {
     }
     at::NoGradGuard no_grad;
     p.set_data(value.to(dtype_).clone());
-  }
-
-  static std::string shape_str(const at::Tensor& t) {
-    std::string s = "[";
-    for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-    return s + "]";
   }
 
   // ---- the head left out ----
@@ -326,19 +407,21 @@ class Importer {
     if (w.dim() != 4) refuse(n, "is not a 2-D convolution (weight " + shape_str(w) + ")");
     const int64_t groups = int_attr(n, "group", 1);
     const int64_t in_channels = node(xv).channels;
-    if (w.size(1) * groups != in_channels) {
+    // Checked against the weight before the graph allocates one from the channels.
+    if (groups < 1 || in_channels % groups != 0 || w.size(1) != in_channels / groups) {
       refuse(n, "its weight " + shape_str(w) + " with " + std::to_string(groups) +
                     " groups does not fit its input of " + std::to_string(in_channels) +
                     " channels");
     }
-    const auto kernel = ints(n, "kernel_shape", {w.size(2), w.size(3)});
-    if (kernel != std::vector<int64_t>{w.size(2), w.size(3)}) {
+    check_window(n, "a kernel of height", w.size(2), 1);
+    check_window(n, "a kernel of width", w.size(3), 1);
+    if (window_attr(n, "kernel_shape", {w.size(2), w.size(3)}) !=
+        std::array<int64_t, 2>{w.size(2), w.size(3)}) {
       refuse(n, "its kernel_shape differs from its weight's " + shape_str(w));
     }
+    const auto strides = window_attr(n, "strides", {1, 1});
+    const auto dilations = window_attr(n, "dilations", {1, 1});
     const auto pads = window_pads(n, {w.size(2), w.size(3)}, xv.pad);
-    const auto strides = ints(n, "strides", {1, 1});
-    const auto dilations = ints(n, "dilations", {1, 1});
-    if (strides.size() != 2 || dilations.size() != 2) refuse(n, "is not a 2-D convolution");
     const bool bias = has_input(n, 2);
     core::ConvSpec spec(in_channels, w.size(0), 1);
     spec.kernel(w.size(2), w.size(3))
@@ -359,11 +442,12 @@ class Importer {
                                      const std::array<int64_t, 4>& folded) const {
     auto pads = ints(n, "pads", {0, 0, 0, 0});
     if (pads.size() != 4) refuse(n, "has " + std::to_string(pads.size()) + " pads, not 4");
+    for (int64_t p : pads) check_window(n, "pads of", p, 0);
     const auto it = n.strings.find("auto_pad");
     const std::string mode = it == n.strings.end() ? "NOTSET" : it->second;
     if (mode == "SAME_UPPER" || mode == "SAME_LOWER") {
-      const auto strides = ints(n, "strides", {1, 1});
-      const auto dil = ints(n, "dilations", {1, 1});
+      const auto strides = window_attr(n, "strides", {1, 1});
+      const auto dil = window_attr(n, "dilations", {1, 1});
       for (size_t a = 0; a < 2; ++a) {
         if (strides[a] != 1) {
           refuse(n,
@@ -380,7 +464,12 @@ class Importer {
     } else if (mode == "VALID") {
       pads = {0, 0, 0, 0};
     }
-    return {pads[0] + folded[0], pads[1] + folded[1], pads[2] + folded[2], pads[3] + folded[3]};
+    std::array<int64_t, 4> out{};
+    for (size_t i = 0; i < 4; ++i) {
+      out[i] = pads[i] + folded[i];
+      check_window(n, "pads (with a Pad folded in) of", out[i], 0);
+    }
+    return out;
   }
 
   // Add a node through `make`, turning core's own refusal into one naming the ONNX node.
@@ -398,19 +487,19 @@ class Importer {
     if (n.outputs.empty() || readers_.count(n.outputs[0]) == 0 || readers_.at(n.outputs[0]) != 1) {
       return std::nullopt;
     }
-    for (size_t j = current_ + 1; j < nodes_.size(); ++j) {
-      const OnnxNode& a = nodes_[j];
-      if (std::find(a.inputs.begin(), a.inputs.end(), n.outputs[0]) == a.inputs.end()) continue;
-      if (a.op_type != "Add" || a.inputs.size() != 2) return std::nullopt;
-      const std::string& other = a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0];
-      auto c = values_.find(other);
-      if (c == values_.end() || !c->second.is_constant() ||
-          c->second.constant.numel() != channels || c->second.constant.dim() > 1) {
-        return std::nullopt;
-      }
-      return j;
+    const size_t j = reader_.at(n.outputs[0]);
+    const OnnxNode& a = nodes_[j];
+    if (j <= current_ || a.op_type != "Add" || a.inputs.size() != 2 || a.outputs.empty() ||
+        a.outputs[0].empty() || a.outputs[0] == n.outputs[0]) {
+      return std::nullopt;
     }
-    return std::nullopt;
+    const std::string& other = a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0];
+    auto c = values_.find(other);
+    if (c == values_.end() || !c->second.is_constant() || c->second.constant.numel() != channels ||
+        c->second.constant.dim() > 1) {
+      return std::nullopt;
+    }
+    return j;
   }
   bool bias_follows(const OnnxNode& n, int64_t channels) const {
     return !has_input(n, 2) && following_bias(n, channels).has_value();
@@ -433,13 +522,18 @@ class Importer {
              "image (issue 20); export the network in eval mode");
     }
     const NodeId x = spatial(n, 0);
+    const int64_t channels = result_.graph.node(x).channels;
+    const at::Tensor scale = per_channel_constant(n, 1, "scale", channels);
+    const at::Tensor bias = per_channel_constant(n, 2, "bias", channels);
+    const at::Tensor mean = per_channel_constant(n, 3, "mean", channels);
+    const at::Tensor var = per_channel_constant(n, 4, "variance", channels);
     const double eps = float_attr(n, "epsilon", 1e-5);
     const NodeId id =
         add(n, [&] { return result_.graph.frozen_batch_norm(x, layer_name(n, 1), eps); });
-    set_param(n, id, "weight", constant(n, 1, "scale"));
-    set_param(n, id, "bias", constant(n, 2, "bias"));
-    set_param(n, id, "running_mean", constant(n, 3, "mean"), true);
-    set_param(n, id, "running_var", constant(n, 4, "variance"), true);
+    set_param(n, id, "weight", scale);
+    set_param(n, id, "bias", bias);
+    set_param(n, id, "running_mean", mean, true);
+    set_param(n, id, "running_var", var, true);
     set_output(n, activation(id));
   }
 
@@ -503,13 +597,20 @@ class Importer {
     const Value& a = input(n, 0);
     const Value& b = input(n, 1);
     if (a.is_constant() && b.is_constant()) {  // folded here
-      Value v;
+      const auto shape = broadcast(a.constant.sizes(), b.constant.sizes());
+      if (!shape) {
+        refuse(n, "its constants " + shape_str(a.constant) + " and " + shape_str(b.constant) +
+                      " do not broadcast");
+      }
+      // A division by zero stays IEEE's infinity, as in ONNX: a layer that takes the constant
+      // refuses a value that is not finite where it matters (Graph::scalar).
       const std::string& op = n.op_type;
-      v.constant = op == "Add"   ? a.constant + b.constant
-                   : op == "Sub" ? a.constant - b.constant
-                   : op == "Mul" ? a.constant * b.constant
-                                 : a.constant / b.constant;
-      set_output(n, v);
+      fold(n, count_values(*shape), [&] {
+        return op == "Add"   ? a.constant + b.constant
+               : op == "Sub" ? a.constant - b.constant
+               : op == "Mul" ? a.constant * b.constant
+                             : a.constant / b.constant;
+      });
       return;
     }
     if (!a.is_constant() && !b.is_constant()) {
@@ -549,6 +650,8 @@ class Importer {
         scale = k;
       } else if (constant_first) {
         refuse(n, "divides a constant by the activation; Tessel has no reciprocal op");
+      } else if (k == 0.0) {
+        refuse(n, "divides by zero, which makes every value infinite");
       } else {
         scale = 1.0 / k;
       }
@@ -565,6 +668,9 @@ class Importer {
     const at::Tensor flat = c.reshape({-1}).to(at::kDouble);
     if (op == "Div" && constant_first) {
       refuse(n, "divides a constant by the activation; Tessel has no reciprocal op");
+    }
+    if (op == "Div" && (flat == 0).any().item<bool>()) {
+      refuse(n, "divides by a constant that holds a zero, which makes a channel infinite");
     }
     const bool additive = op == "Add" || op == "Sub";
     const NodeId id =
@@ -591,10 +697,11 @@ class Importer {
   void pool(const OnnxNode& n) {
     const NodeId x = spatial(n, 0);
     if (n.outputs.size() > 1 && readers_.count(n.outputs[1])) refuse(n, "its indices are read");
-    const auto kernel = ints(n, "kernel_shape", {});
-    if (kernel.size() != 2) refuse(n, "is not a 2-D pool");
-    const auto strides = ints(n, "strides", {1, 1});
-    const auto pads = window_pads(n, {kernel[0], kernel[1]}, {0, 0, 0, 0});
+    if (!n.ints.contains("kernel_shape")) refuse(n, "has no kernel_shape");
+    const auto kernel = window_attr(n, "kernel_shape", {0, 0});
+    const auto strides = window_attr(n, "strides", {1, 1});
+    const auto dilations = window_attr(n, "dilations", {1, 1});
+    const auto pads = window_pads(n, kernel, {0, 0, 0, 0});
     core::PoolSpec spec(1);
     spec.kernel(kernel[0], kernel[1])
         .stride(strides[0], strides[1])
@@ -602,10 +709,10 @@ class Importer {
         .ceil_mode(int_attr(n, "ceil_mode", 0) != 0);
     const bool max = n.op_type == "MaxPool";
     if (max) {
-      const auto d = ints(n, "dilations", {1, 1});
-      if (d[0] != d[1]) refuse(n, "has different dilations along the two axes");
-      spec.dilation(d[0]);
+      if (dilations[0] != dilations[1]) refuse(n, "has different dilations along the two axes");
+      spec.dilation(dilations[0]);
     } else {
+      if (dilations != std::array<int64_t, 2>{1, 1}) refuse(n, "dilates an average pool");
       spec.count_include_pad(int_attr(n, "count_include_pad", 0) != 0);
     }
     core::Graph& g = result_.graph;
@@ -620,28 +727,47 @@ class Importer {
     }
     const Value& xv = input(n, 0);
     spatial(n, 0, false, true);
-    const at::Tensor p = constant(n, 1, "pads").to(at::kLong);
-    if (has_input(n, 2) && constant(n, 2, "value").to(at::kDouble).item<double>() != 0.0) {
-      refuse(n, "pads with a value other than zero");
+    const at::Tensor pads = constant(n, 1, "pads");
+    if (pads.numel() != 8) {
+      refuse(n, "has pads " + shape_str(pads) + ", not 8 numbers (begin and end of N, C, H, W)");
+    }
+    const at::Tensor p = pads.to(at::kLong).reshape({-1});
+    if (has_input(n, 2)) {
+      const at::Tensor value = constant(n, 2, "value");
+      if (value.numel() != 1 || value.to(at::kDouble).item<double>() != 0.0) {
+        refuse(n, "pads with a value other than zero");
+      }
     }
     if (has_input(n, 3)) refuse(n, "pads chosen axes; Tessel reads pads for all four axes");
-    if (p.numel() != 8 || p[0].item<int64_t>() || p[1].item<int64_t>() || p[4].item<int64_t>() ||
-        p[5].item<int64_t>()) {
+    const auto pad_at = [&](int64_t i) { return p[i].item<int64_t>(); };
+    if (pad_at(0) || pad_at(1) || pad_at(4) || pad_at(5)) {
       refuse(n, "pads the batch or channel axis");
     }
+    // A negative pad crops, which a Conv's zero padding cannot hold.
     Value v = xv;
-    v.pad = {xv.pad[0] + p[2].item<int64_t>(), xv.pad[1] + p[3].item<int64_t>(),
-             xv.pad[2] + p[6].item<int64_t>(), xv.pad[3] + p[7].item<int64_t>()};
+    const std::array<int64_t, 4> image_axes{pad_at(2), pad_at(3), pad_at(6), pad_at(7)};
+    for (size_t i = 0; i < 4; ++i) {
+      check_window(n, "pads of", image_axes[i], 0);
+      v.pad[i] = xv.pad[i] + image_axes[i];
+      check_window(n, "pads (with the Pads before it) of", v.pad[i], 0);
+    }
     set_output(n, v);
   }
 
   void concat(const OnnxNode& n) {
     std::vector<NodeId> xs;
     bool nhwc = false;
+    int64_t channels = 0;
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       xs.push_back(spatial(n, i, true));
       nhwc = input(n, i).nhwc;
       if (nhwc != input(n, 0).nhwc) refuse(n, "joins channels-first and channels-last activations");
+      // Concats of concats double the channels: bounded before they overflow.
+      channels += result_.graph.node(xs.back()).channels;
+      if (channels > kMaxChannels) {
+        refuse(n, "makes more than " + std::to_string(kMaxChannels) +
+                      " channels, more than Tessel holds in one activation");
+      }
     }
     const int64_t axis = int_attr(n, "axis", 1);
     if (!(nhwc ? axis == 3 || axis == -1 : axis == 1 || axis == -3)) {
@@ -655,10 +781,7 @@ class Importer {
     const bool reduce = n.op_type.starts_with("Reduce");
     if (reduce) {
       std::vector<int64_t> axes = ints(n, "axes", {});
-      if (has_input(n, 1)) {
-        const at::Tensor a = constant(n, 1, "axes").to(at::kLong).reshape({-1});
-        axes.assign(a.data_ptr<int64_t>(), a.data_ptr<int64_t>() + a.numel());
-      }
+      if (has_input(n, 1)) axes = int_values(n, 1, "axes");
       for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
       std::sort(axes.begin(), axes.end());
       if (axes != std::vector<int64_t>{2, 3}) {
@@ -673,22 +796,75 @@ class Importer {
     set_output(n, activation(id));
   }
 
+  // A constant's shape after ONNX's Reshape: 0 keeps the input's size there (unless allowzero),
+  // -1 (once) takes the rest; refused where the count of values would change.
+  std::vector<int64_t> reshaped(const OnnxNode& n, const at::Tensor& c) const {
+    std::vector<int64_t> shape = int_values(n, 1, "shape");
+    const bool allow_zero = int_attr(n, "allowzero", 0) != 0;
+    int64_t known = 1, open = -1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 0 && !allow_zero) {
+        if (static_cast<int64_t>(i) >= c.dim()) refuse(n, "keeps an axis its input lacks");
+        shape[i] = c.size(static_cast<int64_t>(i));
+      }
+      if (shape[i] == -1 && open < 0) {
+        open = static_cast<int64_t>(i);
+      } else if (shape[i] < 0) {
+        refuse(n, "reshapes to " + shape_str(shape) +
+                      ", which has more than one -1 or a size "
+                      "below -1");
+      } else {
+        known = count_values({known, shape[i]});
+      }
+    }
+    if (open >= 0 && known > 0 && c.numel() % known == 0) shape[open] = c.numel() / known;
+    if (count_values(shape) != c.numel() || (open >= 0 && known == 0)) {
+      refuse(n, "reshapes its constant " + shape_str(c) + " to " + shape_str(shape) +
+                    ", which holds another count of values");
+    }
+    return shape;
+  }
+
+  // ONNX's Flatten: two axes, those before `axis` and those from it.
+  std::vector<int64_t> flattened(const OnnxNode& n, const at::Tensor& c) const {
+    int64_t axis = int_attr(n, "axis", 1);
+    if (axis < -c.dim() || axis > c.dim()) {
+      refuse(n, "flattens at axis " + std::to_string(axis) + " of a constant " + shape_str(c));
+    }
+    if (axis < 0) axis += c.dim();
+    const int64_t outer = count_values(c.sizes().slice(0, static_cast<size_t>(axis)));
+    return {outer, outer == 0 ? 0 : c.numel() / outer};
+  }
+
+  // ONNX's Squeeze: the axes given (an attribute before opset 13, then an input), each of size
+  // 1, or every axis of size 1.
+  std::vector<int64_t> squeezed(const OnnxNode& n, const at::Tensor& c) const {
+    std::vector<int64_t> axes = ints(n, "axes", {});
+    if (has_input(n, 1)) axes = int_values(n, 1, "axes");
+    std::vector<bool> drop(static_cast<size_t>(c.dim()), axes.empty());
+    for (int64_t a : axes) {
+      if (a < -c.dim() || a >= c.dim() || c.size(a) != 1) {
+        refuse(n, "squeezes axis " + std::to_string(a) + " of a constant " + shape_str(c) +
+                      ", which is not of size 1");
+      }
+      drop[static_cast<size_t>(a < 0 ? a + c.dim() : a)] = true;
+    }
+    std::vector<int64_t> shape;
+    for (int64_t d = 0; d < c.dim(); ++d) {
+      if (!drop[static_cast<size_t>(d)] || c.size(d) != 1) shape.push_back(c.size(d));
+    }
+    return shape;
+  }
+
   // Flatten, Reshape or Squeeze of the pooled N×C×1×1 value to N×C.
   void flatten(const OnnxNode& n) {
     const Value& xv = input(n, 0);
     if (xv.is_constant()) {  // shape arithmetic on constants: keep the constant's values
-      at::Tensor c = xv.constant;
-      if (n.op_type == "Reshape") {
-        const at::Tensor s = constant(n, 1, "shape").to(at::kLong);
-        c = c.reshape(
-            std::vector<int64_t>(s.data_ptr<int64_t>(), s.data_ptr<int64_t>() + s.numel()));
-      } else {
-        c = n.op_type == "Flatten" ? c.flatten(int_attr(n, "axis", 1)) : c.squeeze();
-      }
-      Value v;
-      v.constant = c;
-      set_output(n, v);
-      return;
+      const at::Tensor c = xv.constant;
+      const std::vector<int64_t> shape = n.op_type == "Reshape"   ? reshaped(n, c)
+                                         : n.op_type == "Flatten" ? flattened(n, c)
+                                                                  : squeezed(n, c);
+      return fold(n, c.numel(), [&] { return c.reshape(shape); });
     }
     if (xv.node >= 0 && node(xv).spatial()) {
       refuse(n, "reshapes the image's activation, which would fix the image size");
@@ -698,15 +874,11 @@ class Importer {
     if (n.op_type == "Flatten") {
       ok = int_attr(n, "axis", 1) == 1;
     } else if (n.op_type == "Reshape") {
-      const at::Tensor s = constant(n, 1, "shape").to(at::kLong).reshape({-1});
-      ok = s.numel() == 2 && (s[1].item<int64_t>() == channels || s[1].item<int64_t>() == -1) &&
-           s[0].item<int64_t>() >= -1 && s[0].item<int64_t>() <= 1;
+      const std::vector<int64_t> s = int_values(n, 1, "shape");
+      ok = s.size() == 2 && (s[1] == channels || s[1] == -1) && s[0] >= -1 && s[0] <= 1;
     } else {  // Squeeze: axes 2 and 3 (an input from opset 13)
       std::vector<int64_t> axes = ints(n, "axes", {});
-      if (has_input(n, 1)) {
-        const at::Tensor a = constant(n, 1, "axes").to(at::kLong).reshape({-1});
-        axes.assign(a.data_ptr<int64_t>(), a.data_ptr<int64_t>() + a.numel());
-      }
+      if (has_input(n, 1)) axes = int_values(n, 1, "axes");
       for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
       std::sort(axes.begin(), axes.end());
       ok = axes == std::vector<int64_t>{2, 3};
@@ -723,12 +895,16 @@ class Importer {
       return leave_out_head(n, "a Gemm with transA, alpha or beta");
     }
     at::Tensor w = constant(n, 1, "weight");
+    if (w.dim() != 2) refuse(n, "its weight " + shape_str(w) + " is not a matrix");
     if (int_attr(n, "transB", 0) == 0) w = w.t();
     linear(n, w, has_input(n, 2) ? constant(n, 2, "bias") : at::Tensor());
   }
 
   void linear(const OnnxNode& n, const at::Tensor& w, at::Tensor bias) {
     const Value& xv = input(n, 0);
+    if (xv.is_constant() || node(xv).spatial()) {
+      refuse(n, "multiplies a value other than the pooled vector by the weight");
+    }
     if (w.dim() != 2 || w.size(1) != node(xv).channels) {
       refuse(n, "its weight " + shape_str(w) + " does not fit " +
                     std::to_string(node(xv).channels) + " features");
@@ -756,10 +932,11 @@ class Importer {
              "whole image at once");
     }
     const at::Tensor w = input(n, 1).constant;
+    if (w.dim() != 2) refuse(n, "its weight " + shape_str(w) + " is not a matrix");
     if (on_pooled(n)) return linear(n, w.t(), at::Tensor());
     const NodeId x = spatial(n, 0, true);
     if (!xv.nhwc) refuse(n, "multiplies a channels-first activation as a matrix");
-    if (w.dim() != 2 || w.size(0) != node(xv).channels) {
+    if (w.size(0) != node(xv).channels) {
       refuse(n, "its weight " + shape_str(w) + " does not fit " +
                     std::to_string(node(xv).channels) + " channels");
     }
@@ -773,11 +950,21 @@ class Importer {
 
   void transpose(const OnnxNode& n) {
     const Value& xv = input(n, 0);
-    const auto perm = ints(n, "perm", {});
+    auto perm = ints(n, "perm", {});
     if (xv.is_constant()) {  // a weight the exporter stores transposed
-      Value v;
-      v.constant = perm.empty() ? xv.constant.t() : xv.constant.permute(perm).contiguous();
-      return set_output(n, v);
+      const at::Tensor& c = xv.constant;
+      if (perm.empty()) {  // ONNX's default: the axes reversed
+        for (int64_t d = c.dim() - 1; d >= 0; --d) perm.push_back(d);
+      }
+      std::vector<int64_t> sorted = perm;
+      std::sort(sorted.begin(), sorted.end());
+      std::vector<int64_t> axes(static_cast<size_t>(c.dim()));
+      std::iota(axes.begin(), axes.end(), 0);
+      if (sorted != axes) {
+        refuse(n, "permutes a constant " + shape_str(c) + " by " + shape_str(perm) +
+                      ", which is not an order of its axes");
+      }
+      return fold(n, c.numel(), [&] { return c.permute(perm).contiguous(); });
     }
     if (on_pooled(n)) return leave_out_head(n, "a transpose of the pooled vector");
     spatial(n, 0, true);
@@ -802,14 +989,14 @@ class Importer {
              "normalises over the image's positions, which needs the whole image; Tessel "
              "takes LayerNorm over the channels (channels-last, axis -1)");
     }
+    const int64_t channels = node(xv).channels;
+    const at::Tensor scale = per_channel_constant(n, 1, "scale", channels, true);
+    const at::Tensor bias = has_input(n, 2) ? per_channel_constant(n, 2, "bias", channels, true)
+                                            : at::zeros({channels});
     const double eps = float_attr(n, "epsilon", 1e-5);
     const NodeId id = add(n, [&] { return result_.graph.channel_norm(x, eps, layer_name(n, 1)); });
-    set_param(n, id, "weight", constant(n, 1, "scale").reshape({-1}));
-    if (has_input(n, 2)) {
-      set_param(n, id, "bias", constant(n, 2, "bias").reshape({-1}));
-    } else {
-      set_param(n, id, "bias", at::zeros({node(xv).channels}));
-    }
+    set_param(n, id, "weight", scale);
+    set_param(n, id, "bias", bias);
     set_output(n, activation(id, true));
   }
 
@@ -821,7 +1008,10 @@ class Importer {
                   std::to_string(model_.outputs.size()) + " outputs; Tessel takes one");
     }
     std::string out = model_.outputs[0];
-    while (aliases_.contains(out)) out = aliases_.at(out);
+    // Acyclic as ONNX assigns every value once (io::read_onnx checks); bounded all the same.
+    for (size_t hops = 0; aliases_.contains(out) && hops <= aliases_.size(); ++hops) {
+      out = aliases_.at(out);
+    }
     auto it = values_.find(out);
     if (it == values_.end()) {
       throw Error("ONNX file " + model_.file.string() + ": no node makes the output '" + out + "'");
@@ -851,68 +1041,15 @@ class Importer {
   size_t current_ = 0;
   std::map<std::string, Value> values_;
   std::map<std::string, int> readers_;
+  std::map<std::string, size_t> reader_;        // a value's reader (the one, where readers_ is 1)
   std::set<std::string> folded_;                // outputs of nodes folded into a layer
   std::map<std::string, std::string> aliases_;  // a folded node's output → its layer's
   at::ScalarType dtype_ = at::kFloat;
+  int64_t folded_values_ = 0, fold_budget_ = kFoldedValues;
 };
 
 }  // namespace
 
 ImportedNetwork import_onnx(const io::OnnxModel& model) { return Importer(model).run(); }
-
-ImportReport import_onnx_file(const std::filesystem::path& onnx, const std::filesystem::path& out,
-                              int64_t height, int64_t width) {
-  const auto start = std::chrono::steady_clock::now();
-  const io::OnnxModel model = io::read_onnx(onnx);
-  ImportedNetwork net = import_onnx(model);
-  core::Graph& g = net.graph;
-  // The size it is checked at: the caller's, the file's own, or ImageNet's.
-  if (height <= 0 || width <= 0) {
-    const bool known = model.input_shape[2] > 0 && model.input_shape[3] > 0;
-    height = known ? model.input_shape[2] : 224;
-    width = known ? model.input_shape[3] : 224;
-  }
-  const int64_t channels = g.node(g.input()).channels;
-  std::vector<core::Shape> shapes;
-  try {
-    shapes = g.shapes({channels, height, width});
-  } catch (const Error& e) {
-    throw Error("ONNX file " + onnx.string() + " does not fit a " + std::to_string(width) + "×" +
-                std::to_string(height) + " image: " + e.what());
-  }
-  io::CheckpointState state;
-  state.weights = io::named_weights(g.module());
-  state.network = models::network_json(g);
-  state.tessel_version = kVersion;
-  nlohmann::json origin = {{"imported_from", onnx.string()},
-                           {"producer", model.producer},
-                           {"opset", model.opset},
-                           {"has_head", net.has_head},
-                           {"notes", net.notes}};
-  state.config = origin.dump();
-  io::write_checkpoint(out, state);
-
-  ImportReport report;
-  report.layers = g.size() - 1;
-  for (const io::NamedTensor& w : state.weights) report.parameters += w.tensor.numel();
-  report.has_head = net.has_head;
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const core::Shape& last = shapes.back();
-  std::ostringstream text;
-  text << "imported   " << onnx.string() << " (" << model.producer << ", opset " << model.opset
-       << ")\n"
-       << "network    " << report.layers << " layers, " << report.parameters
-       << " parameters and statistics, input " << channels << " channels\n"
-       << "output     " << (net.has_head ? "the file's classifier, " : "features, ")
-       << (g.node(g.output()).spatial() ? core::to_string(last)
-                                        : std::to_string(last.channels) + " values")
-       << " at " << width << "×" << height << "\n";
-  for (const std::string& note : net.notes) text << "note       " << note << "\n";
-  text << "wrote      " << out.string() << " in " << std::fixed << std::setprecision(2)
-       << report.seconds << " s (train it with `model: " << out.string()
-       << "`; a run puts its own head for its classes on the trunk)\n";
-  report.summary = text.str();
-  return report;
-}
 
 }  // namespace tessel::pipelines
