@@ -777,14 +777,20 @@ class Importer {
     set_output(n, activation(id, nhwc));
   }
 
+  // Whether a Reduce or Squeeze node's axes (an attribute, or an input from opsets 13/18) are
+  // exactly the image's height and width of an N×C×H×W value.
+  bool on_height_and_width(const OnnxNode& n) const {
+    std::vector<int64_t> axes = ints(n, "axes", {});
+    if (has_input(n, 1)) axes = int_values(n, 1, "axes");
+    for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
+    std::sort(axes.begin(), axes.end());
+    return axes == std::vector<int64_t>{2, 3};
+  }
+
   void global_pool(const OnnxNode& n) {
     const bool reduce = n.op_type.starts_with("Reduce");
     if (reduce) {
-      std::vector<int64_t> axes = ints(n, "axes", {});
-      if (has_input(n, 1)) axes = int_values(n, 1, "axes");
-      for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
-      std::sort(axes.begin(), axes.end());
-      if (axes != std::vector<int64_t>{2, 3}) {
+      if (!on_height_and_width(n)) {
         if (on_pooled(n)) return leave_out_head(n, "a reduction of the pooled vector");
         refuse(n, "reduces over axes other than the image's height and width");
       }
@@ -876,12 +882,8 @@ class Importer {
     } else if (n.op_type == "Reshape") {
       const std::vector<int64_t> s = int_values(n, 1, "shape");
       ok = s.size() == 2 && (s[1] == channels || s[1] == -1) && s[0] >= -1 && s[0] <= 1;
-    } else {  // Squeeze: axes 2 and 3 (an input from opset 13)
-      std::vector<int64_t> axes = ints(n, "axes", {});
-      if (has_input(n, 1)) axes = int_values(n, 1, "axes");
-      for (int64_t& a : axes) a = a < 0 ? a + 4 : a;
-      std::sort(axes.begin(), axes.end());
-      ok = axes == std::vector<int64_t>{2, 3};
+    } else {  // Squeeze
+      ok = on_height_and_width(n);
     }
     if (!ok) return leave_out_head(n, "a reshape of the pooled vector other than to N×C");
     const NodeId id = add(n, [&] { return result_.graph.flatten(xv.node); });
@@ -1007,11 +1009,8 @@ class Importer {
       throw Error("ONNX file " + model_.file.string() + " has " +
                   std::to_string(model_.outputs.size()) + " outputs; Tessel takes one");
     }
-    std::string out = model_.outputs[0];
-    // Acyclic as ONNX assigns every value once (io::read_onnx checks); bounded all the same.
-    for (size_t hops = 0; aliases_.contains(out) && hops <= aliases_.size(); ++hops) {
-      out = aliases_.at(out);
-    }
+    // A folded node's output already holds its layer's value (run()).
+    const std::string& out = model_.outputs[0];
     auto it = values_.find(out);
     if (it == values_.end()) {
       throw Error("ONNX file " + model_.file.string() + ": no node makes the output '" + out + "'");

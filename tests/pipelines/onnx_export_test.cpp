@@ -316,7 +316,7 @@ at::Tensor onnxruntime(const fs::path& model, const at::Tensor& image, at::IntAr
 class OnnxRuntime : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kPython)) GTEST_SKIP() << "no " << kPython << " (scripts/setup makes it)";
+    ASSERT_TRUE(fs::exists(kPython)) << "no " << kPython << " (scripts/setup makes it)";
   }
   // Exported, run by onnxruntime and by Tessel on a 1×3×height×width image: their relative
   // error, which must be below 1e-4.
@@ -387,7 +387,7 @@ class Reexported : public ::testing::TestWithParam<std::string> {};
 // onnxruntime on Tessel's file gives PyTorch's logits (or pooled features, where the importer
 // left the file's head out).
 TEST_P(Reexported, OnnxRuntimeGivesPyTorchsOutput) {
-  if (!fs::exists(kPython)) GTEST_SKIP() << "no " << kPython;
+  ASSERT_TRUE(fs::exists(kPython)) << "no " << kPython << " (scripts/setup makes it)";
   const nlohmann::json j = info(GetParam());
   ImportedNetwork net = import_onnx(io::read_onnx(kNets / (GetParam() + ".onnx")));
   test::TempFolder dir;
@@ -460,7 +460,7 @@ TEST(ExportCli, WritesATrainedCheckpointAsAFileOnnxRuntimeRunsAsTesselDoes) {
   std::ifstream in(onnx, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(bytes.find("benign,in-situ,invasive"), std::string::npos);  // tessel.classes
-  if (!fs::exists(kPython)) GTEST_SKIP() << "no " << kPython;
+  ASSERT_TRUE(fs::exists(kPython)) << "no " << kPython << " (scripts/setup makes it)";
   const TrainedModel model = load_trained_model(checkpoint, false, "cpu");
   at::manual_seed(1);
   const at::Tensor image = at::randn({1, 3, 70, 90});
@@ -478,7 +478,7 @@ TEST(ExportCli, WritesAnImportedCheckpointBackAsAFileThatGivesPyTorchsOutput) {
   const auto r = testing::run_cli("export " + checkpoint.string() + " --onnx " + onnx.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("N×10 values of the file's classifier"), std::string::npos) << r.output;
-  if (!fs::exists(kPython)) GTEST_SKIP() << "no " << kPython;
+  ASSERT_TRUE(fs::exists(kPython)) << "no " << kPython << " (scripts/setup makes it)";
   const nlohmann::json j = info("tv_resnet18");
   const at::Tensor image =
       read_raw(kNets / "tv_resnet18.input.f32", shape_of(j.at("input_shape")), at::kFloat);
