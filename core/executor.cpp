@@ -5,9 +5,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
 
+#include "core/barrier.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -78,6 +81,7 @@ class TiledStep {
         checkpoints_(static_cast<size_t>(graph.size())),
         stored_(static_cast<size_t>(graph.size())),
         stored_grads_(static_cast<size_t>(graph.size())),
+        barrier_states_(static_cast<size_t>(graph.size())),
         kept_(plan.segments.size()) {
     if (plan.offloads()) {
       TileStoreOptions o;
@@ -145,9 +149,16 @@ class TiledStep {
   // Runs nodes (input, output] of `s` over `need`, from the input tile; frees each activation
   // after its last consumer in the segment.
   at::Tensor run_tile(const Segment& s, const std::vector<Region>& need, TileTensor input) {
-    std::vector<TileTensor> acts(static_cast<size_t>(s.output) + 1);
-    std::vector<int> uses(static_cast<size_t>(s.output) + 1, 0);
-    for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    return run_tile(s.input, s.output, need, std::move(input), nullptr);
+  }
+
+  // Runs nodes (input, output] over `need`; `barrier_acts`, when given, receives every barrier's
+  // output and input tiles there (by node), for the backward's sums and corrections.
+  at::Tensor run_tile(NodeId first, NodeId output, const std::vector<Region>& need,
+                      TileTensor input, std::map<NodeId, TileTensor>* barrier_acts) {
+    std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
+    std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
+    for (NodeId v = first + 1; v <= output; ++v) {
       for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
     }
     // The no-grad forward runs channels-last: oneDNN's convs are faster in it (DESIGN.md);
@@ -155,13 +166,22 @@ class TiledStep {
     if (!at::GradMode::is_enabled() && input.tensor.numel() > 0) {
       input.tensor = input.tensor.contiguous(at::MemoryFormat::ChannelsLast);
     }
-    acts[static_cast<size_t>(s.input)] = std::move(input);
-    const at::TensorOptions options = acts[static_cast<size_t>(s.input)].tensor.options();
-    for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    acts[static_cast<size_t>(first)] = std::move(input);
+    const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
+    for (NodeId v = first + 1; v <= output; ++v) {
       const Node& node = graph_.node(v);
       const Region& r = need[static_cast<size_t>(v)];
       if (r.empty()) {
         acts[static_cast<size_t>(v)] = {at::empty({1, node.channels, 0, 0}, options), r};
+      } else if (node.is_barrier()) {
+        const TileTensor& in = acts[static_cast<size_t>(node.inputs[0])];
+        const at::Tensor x = crop(in, r);
+        const auto& state = barrier_states_[static_cast<size_t>(v)];
+        acts[static_cast<size_t>(v)] = {state ? state->forward(x) : batch_norm_eval(node, x), r};
+        if (barrier_acts != nullptr) {
+          (*barrier_acts)[v] = acts[static_cast<size_t>(v)];
+          (*barrier_acts)[node.inputs[0]] = in;
+        }
       } else {
         std::vector<TileTensor> ins;
         std::vector<Shape> in_shapes;
@@ -173,7 +193,7 @@ class TiledStep {
         // producer freshly allocated (never a view of a checkpoint, the image, or an alias).
         const Node& producer = graph_.node(node.inputs[0]);
         const bool fresh = allocates_output(producer);
-        const bool overwrite = fresh && producer.id != s.input &&
+        const bool overwrite = fresh && producer.id != first &&
                                graph_.consumers()[static_cast<size_t>(producer.id)].size() == 1;
         acts[static_cast<size_t>(v)] = {forward_tile(node, r, ins, in_shapes, overwrite), r};
       }
@@ -181,7 +201,176 @@ class TiledStep {
         if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
       }
     }
-    return acts[static_cast<size_t>(s.output)].tensor;
+    return acts[static_cast<size_t>(output)].tensor;
+  }
+
+  // The barriers of segment `s` that need whole-image statistics in this step (core/barrier.h).
+  std::vector<NodeId> barriers(const Segment& s) const {
+    std::vector<NodeId> out;
+    for (NodeId v = s.input + 1; v <= s.output; ++v) {
+      if (needs_statistics(graph_.node(v), training_)) out.push_back(v);
+    }
+    return out;
+  }
+
+  // The share of barrier `b`'s input that output tile `tile` of `s` owns.
+  Region share(const Segment& s, NodeId b, const Region& tile) const {
+    return barrier_share(tile, shape(s.output), shape(graph_.node(b).inputs[0]));
+  }
+
+  // The forward's statistic passes: for each barrier in order, its input recomputed over the
+  // shares of the forward tiles (a partition of it) and added to its statistic; the earlier
+  // barriers run with theirs. Batch norm's running statistics are updated once, here.
+  void statistic_passes(int index) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    for (NodeId b : barriers(s)) {
+      const Node& node = graph_.node(b);
+      const NodeId in = node.inputs[0];
+      auto state = std::make_unique<BarrierState>(node, tensor_options_);
+      std::vector<std::pair<Region, std::vector<Region>>> tiles;
+      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+        const Region r = share(s, b, s.forward.tile(t));
+        if (r.empty()) continue;
+        tiles.emplace_back(r, segment_needs(graph_, plan_.shapes, s.input, in, r));
+        if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
+          store_->schedule(stored->reads(tiles.back().second[static_cast<size_t>(s.input)]));
+        }
+      }
+      for (const auto& [r, need] : tiles) {
+        const Region& in_region = need[static_cast<size_t>(s.input)];
+        state->add_input(run_tile(s.input, in, need, read_input(s, in_region), nullptr));
+      }
+      state->finish_statistics(/*update_running=*/training_);
+      barrier_states_[static_cast<size_t>(b)] = std::move(state);
+    }
+  }
+
+  // The root a backward tile starts from: the output gradient's tile as the seed of `y` (or of
+  // the streaming reduction's surrogate), with neither held by the caller (Seeded).
+  at::Tensor output_root(const Segment& s, const Region& tile, at::Tensor& y,
+                         const at::Tensor& grad_out, StoredActivation* stored_grad_out) {
+    const Shape& out_shape = shape(s.output);
+    const bool is_max = s.reduction >= 0 && graph_.node(s.reduction).kind == OpKind::kGlobalMaxPool;
+    at::Tensor surrogate, seed;
+    if (s.reduction < 0) {
+      surrogate = y;
+      seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
+                                        : crop({grad_out, whole(out_shape)}, tile);
+    } else if (!is_max) {
+      surrogate = y.sum({2, 3});
+      seed = grad_out / static_cast<double>(out_shape.height * out_shape.width);
+    } else {
+      // Route each channel's gradient to its maximum, if that lies in this tile.
+      const int64_t w = tile.x.size();
+      const at::Tensor gy = at::div(reduced_index_, out_shape.width, "floor");
+      const at::Tensor gx = at::remainder(reduced_index_, out_shape.width);
+      const at::Tensor inside = (gy >= tile.y.begin)
+                                    .logical_and(gy < tile.y.end)
+                                    .logical_and(gx >= tile.x.begin)
+                                    .logical_and(gx < tile.x.end);
+      const at::Tensor local =
+          at::where(inside, (gy - tile.y.begin) * w + (gx - tile.x.begin), at::zeros_like(gy));
+      surrogate = y.flatten(2).gather(2, local.unsqueeze(2)).squeeze(2);
+      seed = at::where(inside, grad_out, at::zeros_like(grad_out));
+    }
+    y.reset();
+    if (!surrogate.requires_grad()) return {};
+    return Seeded::apply(surrogate, seed.to(surrogate.scalar_type()));
+  }
+
+  // Adds to `root` the corrections of the barriers whose sums are done, each over the tile's
+  // share of its input.
+  at::Tensor add_corrections(const Segment& s, const Region& tile, at::Tensor root,
+                             const std::map<NodeId, TileTensor>& acts) {
+    for (NodeId b : barriers(s)) {
+      const BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
+      if (!state.sums_done()) continue;
+      const Region r = share(s, b, tile);
+      if (r.empty()) continue;
+      const at::Tensor x = crop(acts.at(graph_.node(b).inputs[0]), r);
+      if (!x.requires_grad()) continue;
+      const at::Tensor c = state.correction(x);
+      root = root.defined() ? root + c : c;
+    }
+    return root;
+  }
+
+  // The backward's sums passes: a barrier's correction needs the gradient at its output summed
+  // over the image, which includes the corrections of the barriers after it. So the barriers go
+  // in rounds, latest first; each round recomputes the segment's tiles and takes the gradient
+  // at its barriers' outputs (nothing else: the parameters' gradients come in the main pass).
+  void sums_passes(int index, const at::Tensor& grad_out) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    std::vector<NodeId> pending = barriers(s);
+    StoredActivation* stored_in = stored_[static_cast<size_t>(s.input)].get();
+    StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
+    while (!pending.empty()) {
+      std::vector<NodeId> round;
+      for (NodeId b : pending) {
+        bool downstream_pending = false;
+        for (NodeId o : pending) downstream_pending |= o != b && reaches(b, o, s.output);
+        if (!downstream_pending) round.push_back(b);
+      }
+      if (store_ != nullptr) {
+        for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+          const Region tile = s.backward.tile(t);
+          if (stored_in != nullptr) {
+            store_->schedule(stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]));
+          }
+          if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
+        }
+      }
+      for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+        const Region tile = s.backward.tile(t);
+        const std::vector<Region> need = needs(s, tile);
+        const Region& in_region = need[static_cast<size_t>(s.input)];
+        at::AutoGradMode grad_mode(true);
+        std::map<NodeId, TileTensor> acts;
+        // The input requires a gradient so that every barrier output does (a squeeze-and-
+        // excitation on the segment's input has no parameter in its tile form); only the
+        // barriers' output gradients are computed.
+        at::Tensor x = read_input(s, in_region).tensor.detach().requires_grad_(true);
+        at::Tensor y = run_tile(s.input, s.output, need, {std::move(x), in_region}, &acts);
+        at::Tensor root = output_root(s, tile, y, grad_out, stored_grad_out);
+        root = add_corrections(s, tile, root, acts);
+        std::vector<NodeId> wanted;
+        std::vector<at::Tensor> outputs;
+        for (NodeId b : round) {
+          const TileTensor& out = acts[b];
+          if (out.tensor.defined() && out.tensor.requires_grad() && !out.region.empty()) {
+            wanted.push_back(b);
+            outputs.push_back(out.tensor);
+          }
+        }
+        if (!root.defined() || !root.requires_grad() || outputs.empty()) continue;
+        const auto grads = torch::autograd::grad({root}, outputs, {}, /*retain_graph=*/false,
+                                                 /*create_graph=*/false, /*allow_unused=*/true);
+        for (size_t i = 0; i < wanted.size(); ++i) {
+          if (!grads[i].defined()) continue;
+          const Node& node = graph_.node(wanted[i]);
+          const Region& r = acts[wanted[i]].region;
+          barrier_states_[static_cast<size_t>(wanted[i])]->add_output_grad(
+              crop(acts[node.inputs[0]], r).detach(), grads[i]);
+        }
+      }
+      for (NodeId b : round) {
+        barrier_states_[static_cast<size_t>(b)]->finish_sums();
+        pending.erase(std::find(pending.begin(), pending.end(), b));
+      }
+    }
+  }
+
+  // Whether a path leads from node `from` to node `to` through nodes up to `last`.
+  bool reaches(NodeId from, NodeId to, NodeId last) const {
+    if (to <= from) return false;
+    std::vector<char> seen(static_cast<size_t>(last) + 1, 0);
+    seen[static_cast<size_t>(from)] = 1;
+    for (NodeId v = from + 1; v <= to; ++v) {
+      for (NodeId p : graph_.node(v).inputs) {
+        if (p >= from && seen[static_cast<size_t>(p)]) seen[static_cast<size_t>(v)] = 1;
+      }
+    }
+    return seen[static_cast<size_t>(to)] != 0;
   }
 
   void emit(int segment, const Partition& part, int64_t index, TileEvent::Pass pass, bool done) {
@@ -237,6 +426,7 @@ class TiledStep {
     } else {
       out = at::zeros({1, out_shape.channels}, options);
     }
+    statistic_passes(index);
     // The tiles' dtype: the step's, or under bf16 autocast that of the segment's last op.
     at::ScalarType tile_dtype = options.dtype().toScalarType();
     std::vector<Region> schedule;
@@ -259,8 +449,12 @@ class TiledStep {
     if (s.keep_graph && !same_tiles) {
       throw Error("internal: a segment that keeps its graph must run the same tiles both ways");
     }
+    const bool has_barriers = !barriers(s).empty();
+    if (training_ && s.keep_graph && has_barriers) {
+      throw Error("internal: a segment with barriers recomputes its tiles, it keeps no graph");
+    }
     const bool last = index + 1 == static_cast<int>(plan_.segments.size());
-    const bool keep_last = training_ && last && same_tiles;
+    const bool keep_last = training_ && last && same_tiles && !has_barriers;
     auto& kept = kept_[static_cast<size_t>(index)];
     kept.assign(static_cast<size_t>(s.forward.tiles()), {});
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
@@ -321,10 +515,8 @@ class TiledStep {
 
   at::Tensor backward_segment(int index, const at::Tensor& grad_out) {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
-    const Shape& out_shape = shape(s.output);
     const Shape& in_shape = shape(s.input);
     const bool want_input_grad = wants_input_grad(s);
-    const bool is_max = s.reduction >= 0 && graph_.node(s.reduction).kind == OpKind::kGlobalMaxPool;
     at::Tensor grad_in;
     StoredActivation* stored_in = stored_[static_cast<size_t>(s.input)].get();
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
@@ -344,6 +536,8 @@ class TiledStep {
     } else if (want_input_grad) {
       grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
     }
+    const bool has_barriers = !barriers(s).empty();
+    if (has_barriers) sums_passes(index, grad_out);
     // The store's reads in the order the tiles below make them: the input tile (unless the
     // tile kept its graph from the forward, or the previous segment already scheduled it), then
     // the output gradient's tile.
@@ -354,7 +548,8 @@ class TiledStep {
     if (store_ != nullptr) {
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region tile = s.backward.tile(t);
-        const bool prescheduled = prescheduled_backward_ == index && t == s.backward.tiles() - 1;
+        const bool prescheduled =
+            prescheduled_backward_ == index && t == s.backward.tiles() - 1 && !has_barriers;
         if (stored_in != nullptr && !is_kept(t) && !prescheduled) {
           store_->schedule(stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]));
         }
@@ -380,36 +575,14 @@ class TiledStep {
       }
       {
         at::AutoGradMode grad_mode(true);
-        if (!y.defined()) y = run_tile(s, need, {x, in_region});
-        at::Tensor surrogate, seed;
-        if (s.reduction < 0) {
-          surrogate = y;
-          seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
-                                            : crop({grad_out, whole(out_shape)}, tile);
-        } else if (!is_max) {
-          surrogate = y.sum({2, 3});
-          seed = grad_out / static_cast<double>(out_shape.height * out_shape.width);
-        } else {
-          // Route each channel's gradient to its maximum, if that lies in this tile.
-          const int64_t w = tile.x.size();
-          const at::Tensor gy = at::div(reduced_index_, out_shape.width, "floor");
-          const at::Tensor gx = at::remainder(reduced_index_, out_shape.width);
-          const at::Tensor inside = (gy >= tile.y.begin)
-                                        .logical_and(gy < tile.y.end)
-                                        .logical_and(gx >= tile.x.begin)
-                                        .logical_and(gx < tile.x.end);
-          const at::Tensor local =
-              at::where(inside, (gy - tile.y.begin) * w + (gx - tile.x.begin), at::zeros_like(gy));
-          surrogate = y.flatten(2).gather(2, local.unsqueeze(2)).squeeze(2);
-          seed = at::where(inside, grad_out, at::zeros_like(grad_out));
+        std::map<NodeId, TileTensor> acts;
+        if (!y.defined()) {
+          y = run_tile(s.input, s.output, need, {x, in_region}, has_barriers ? &acts : nullptr);
         }
-        if (surrogate.requires_grad()) {
-          at::Tensor root = Seeded::apply(surrogate, seed.to(surrogate.scalar_type()));
-          surrogate.reset();
-          seed.reset();
-          y.reset();
-          root.backward();
-        }
+        at::Tensor root = output_root(s, tile, y, grad_out, stored_grad_out);
+        if (has_barriers) root = add_corrections(s, tile, root, acts);
+        acts.clear();
+        if (root.defined() && root.requires_grad()) root.backward();
       }
       if (want_input_grad && x.grad().defined() && !in_region.empty()) {
         if (stored_grad_in != nullptr) {
@@ -433,7 +606,8 @@ class TiledStep {
     if (next < 0 || next >= static_cast<int>(plan_.segments.size())) return;
     const Segment& n = plan_.segments[static_cast<size_t>(next)];
     const auto& stored = stored_[static_cast<size_t>(n.input)];
-    if (!stored) return;
+    // A segment with barriers starts with other reads (its statistic or sums passes).
+    if (!stored || !barriers(n).empty()) return;
     const Partition& part = backward ? n.backward : n.forward;
     const int64_t first = backward ? part.tiles() - 1 : 0;
     if (backward && n.keep_graph) return;
@@ -457,6 +631,8 @@ class TiledStep {
   std::vector<at::Tensor> checkpoints_;  // whole activations, by node
   // Offloaded checkpoints and their gradients, by node.
   std::vector<std::unique_ptr<StoredActivation>> stored_, stored_grads_;
+  // Barriers' statistics and gradient sums over this step, by node (core/barrier.h).
+  std::vector<std::unique_ptr<BarrierState>> barrier_states_;
   at::Tensor reduced_, reduced_index_;  // streaming reduction result (and argmax for max)
   // Forward tiles that keep their autograd graph for the backward, by segment and tile.
   struct KeptTile {
@@ -468,7 +644,8 @@ class TiledStep {
 // Runs the nodes after `first` on whole activations with `value` as node `first`'s output (the
 // plain reference from the image, or the head from the last checkpoint), freeing each
 // activation after its last consumer as an ordinary PyTorch forward does. Returns the output.
-at::Tensor run_from(Graph& graph, NodeId first, const at::Tensor& value) {
+// `training`: batch norm uses its batch statistics (and updates the running ones).
+at::Tensor run_from(Graph& graph, NodeId first, const at::Tensor& value, bool training) {
   std::vector<at::Tensor> values(static_cast<size_t>(graph.size()));
   std::vector<size_t> uses(static_cast<size_t>(graph.size()), 0);
   for (NodeId v = first; v < graph.size(); ++v) {
@@ -485,7 +662,7 @@ at::Tensor run_from(Graph& graph, NodeId first, const at::Tensor& value) {
       }
       ins.push_back(values[static_cast<size_t>(p)]);
     }
-    values[static_cast<size_t>(v)] = forward_plain(node, ins);
+    values[static_cast<size_t>(v)] = forward_plain(node, ins, training);
     for (NodeId p : node.inputs) {
       if (--uses[static_cast<size_t>(p)] == 0) values[static_cast<size_t>(p)] = at::Tensor();
     }
@@ -527,7 +704,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
     at::Tensor image = read_whole(source, compute);
     if (options.input_gradient) image = image.detach().requires_grad_(true);
-    const at::Tensor logits = run_from(graph, 0, image);
+    const at::Tensor logits = run_from(graph, 0, image, /*training=*/true);
     const at::Tensor loss = loss_fn(logits, target);
     result.forward_ms = ms_since(t0);
     const auto t1 = Clock::now();
@@ -547,7 +724,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
       if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     }
     const at::Tensor head_in = step.forward().detach().requires_grad_(true);
-    const at::Tensor logits = run_from(graph, plan.tail_input, head_in);
+    const at::Tensor logits = run_from(graph, plan.tail_input, head_in, /*training=*/true);
     const at::Tensor loss = loss_fn(logits, target);
     result.forward_ms = ms_since(t0);
     const auto t1 = Clock::now();
@@ -591,10 +768,10 @@ at::Tensor infer(Graph& graph, const Plan& plan, TileSource& source, const StepO
   const at::TensorOptions compute = compute_options(graph, source);
   const PrecisionScope precision(compute.device(), options.precision);
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {
-    return run_from(graph, 0, read_whole(source, compute));
+    return run_from(graph, 0, read_whole(source, compute), /*training=*/false);
   }
   TiledStep step(graph, plan, source, options, /*training=*/false);
-  return run_from(graph, plan.tail_input, step.forward());
+  return run_from(graph, plan.tail_input, step.forward(), /*training=*/false);
 }
 
 }  // namespace tessel::core

@@ -15,6 +15,9 @@ std::string Comparison::to_string() const {
      << ", worst parameter grad " << worst_param << " (" << worst_param_name
      << "); norm-wise: output " << output_norm << ", input grad " << input_grad_norm
      << ", parameter grads " << params_norm;
+  if (!worst_buffer_name.empty()) {
+    os << "; running statistics " << worst_buffer << " (" << worst_buffer_name << ")";
+  }
   return os.str();
 }
 
@@ -81,7 +84,20 @@ namespace {
 struct Outcome {
   StepResult step;
   std::vector<std::pair<std::string, at::Tensor>> grads;
+  std::vector<std::pair<std::string, at::Tensor>> buffers;  // after the step
 };
+
+std::vector<std::pair<std::string, at::Tensor>> buffers_of(Graph& graph) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& b : graph.module().named_buffers()) out.emplace_back(b.key(), b.value().clone());
+  return out;
+}
+
+void restore_buffers(Graph& graph, const std::vector<std::pair<std::string, at::Tensor>>& saved) {
+  at::NoGradGuard no_grad;
+  size_t i = 0;
+  for (auto& b : graph.module().named_buffers()) b.value().copy_(saved.at(i++).second);
+}
 
 Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossFn& loss,
             StepOptions options) {
@@ -94,6 +110,7 @@ Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossF
     o.grads.emplace_back(
         p.key(), p.value().grad().defined() ? p.value().grad().clone() : at::zeros_like(p.value()));
   }
+  o.buffers = buffers_of(graph);
   return o;
 }
 
@@ -151,6 +168,13 @@ Comparison compare(const Outcome& a, const Outcome& b) {
     grads_a.push_back(a.grads[i].second);
     grads_b.push_back(b.grads[i].second);
   }
+  for (size_t i = 0; i < a.buffers.size() && i < b.buffers.size(); ++i) {
+    const double e = error_in_dtype_of(a.buffers[i].second, b.buffers[i].second);
+    if (e >= c.worst_buffer) {
+      c.worst_buffer = e;
+      c.worst_buffer_name = a.buffers[i].first;
+    }
+  }
   c.output_norm = norm_relative_error({a.step.logits}, {b.step.logits});
   c.input_grad_norm = norm_relative_error({a.step.input_grad}, {b.step.input_grad});
   c.params_norm = norm_relative_error(grads_a, grads_b);
@@ -164,7 +188,10 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
   const c10::Device device = device_of(graph, image_anywhere);
   const at::Tensor image = image_anywhere.to(device);
   const CheckLoss loss(graph, plan, seed, device, image.scalar_type());
+  // Both steps start from the same running statistics (batch norm in training updates them).
+  const auto before = buffers_of(graph);
   const Outcome tiled = run(graph, plan, image, loss.fn(), options);
+  restore_buffers(graph, before);
   const Outcome reference = run(graph, plain_of(plan), image, loss.fn(), options);
   Comparison c = compare(tiled, reference);
   c.offload_bytes = tiled.step.offload_written_bytes + tiled.step.offload_read_bytes;

@@ -22,7 +22,10 @@ struct Comparison {
   // loss), in plain as much as tiled.
   double output_norm = 0, input_grad_norm = 0, params_norm = 0;
   int64_t offload_bytes = 0;  // the tiled step's bytes to and from the host or disk tier
-  double worst() const { return std::max({loss, logits, input_grad, worst_param}); }
+  // Buffers after the step (batch norm's running statistics), both steps starting alike.
+  double worst_buffer = 0;
+  std::string worst_buffer_name;
+  double worst() const { return std::max({loss, logits, input_grad, worst_param, worst_buffer}); }
   std::string to_string() const;
 };
 

@@ -256,6 +256,93 @@ NodeId Graph::frozen_batch_norm(NodeId x, const std::string& name, double eps) {
   return add_node(std::move(n));
 }
 
+namespace {
+
+void check_eps(const std::string& name, double eps) {
+  if (!(eps > 0.0) || !std::isfinite(eps)) throw Error(name + ": eps must be a positive number");
+}
+
+}  // namespace
+
+NodeId Graph::batch_norm(NodeId x, const std::string& name, double eps, double momentum) {
+  const Node& in = checked(x, "batch_norm");
+  Node n;
+  n.kind = OpKind::kBarrier;
+  n.barrier = BarrierOp::kBatchNorm;
+  n.name = layer_name(name, "bn");
+  if (!in.spatial()) throw Error(n.name + ": batch norm here acts on spatial activations");
+  check_eps(n.name, eps);
+  if (!(momentum >= 0.0 && momentum <= 1.0)) {
+    throw Error(n.name + ": momentum must be in [0, 1]");
+  }
+  n.inputs = {x};
+  n.channels = in.channels;
+  n.eps = eps;
+  n.momentum = momentum;
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  n.layer->register_parameter("weight", at::ones({in.channels}));
+  n.layer->register_parameter("bias", at::zeros({in.channels}));
+  n.layer->register_buffer("running_mean", at::zeros({in.channels}));
+  n.layer->register_buffer("running_var", at::ones({in.channels}));
+  module_->register_module(n.name, n.layer);
+  return add_node(std::move(n));
+}
+
+NodeId Graph::group_norm(NodeId x, int64_t groups, const std::string& name, double eps) {
+  const Node& in = checked(x, "group_norm");
+  Node n;
+  n.kind = OpKind::kBarrier;
+  n.barrier = BarrierOp::kGroupNorm;
+  n.name = layer_name(name, "gn");
+  if (!in.spatial()) throw Error(n.name + ": group norm here acts on spatial activations");
+  check_eps(n.name, eps);
+  if (groups < 1 || in.channels % groups != 0) {
+    throw Error(n.name + ": " + std::to_string(groups) + " groups do not divide " +
+                std::to_string(in.channels) + " channels");
+  }
+  n.inputs = {x};
+  n.channels = in.channels;
+  n.eps = eps;
+  n.groups = groups;
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  n.layer->register_parameter("weight", at::ones({in.channels}));
+  n.layer->register_parameter("bias", at::zeros({in.channels}));
+  module_->register_module(n.name, n.layer);
+  return add_node(std::move(n));
+}
+
+NodeId Graph::squeeze_excite(NodeId x, const SqueezeSpec& spec, const std::string& name) {
+  const Node& in = checked(x, "squeeze_excite");
+  Node n;
+  n.kind = OpKind::kBarrier;
+  n.barrier = BarrierOp::kSqueezeExcite;
+  n.name = layer_name(name, "se");
+  if (!in.spatial()) throw Error(n.name + ": squeeze-and-excitation acts on spatial activations");
+  if (spec.squeeze_channels < 1 || spec.squeeze_channels > (int64_t{1} << 20)) {
+    throw Error(n.name + ": needs between 1 and 2^20 squeeze channels");
+  }
+  if (spec.activation != Pointwise::kRelu && spec.activation != Pointwise::kSilu) {
+    throw Error(n.name + ": the activation between the gate's convs must be relu or silu");
+  }
+  if (spec.gate != Pointwise::kSigmoid && spec.gate != Pointwise::kHardSigmoid) {
+    throw Error(n.name + ": the gate must be a sigmoid or a hard sigmoid");
+  }
+  n.inputs = {x};
+  n.channels = in.channels;
+  n.squeeze = std::make_shared<SqueezeSpec>(spec);
+  n.layer = std::make_shared<torch::nn::Module>(n.name);
+  auto fc = [&](const char* fc_name, int64_t out, int64_t inc) {
+    auto m = std::make_shared<torch::nn::Module>(fc_name);
+    m->register_parameter("weight", at::empty({out, inc, 1, 1}));
+    m->register_parameter("bias", at::zeros({out}));
+    n.layer->register_module(fc_name, m);
+  };
+  fc("fc1", spec.squeeze_channels, in.channels);
+  fc("fc2", in.channels, spec.squeeze_channels);
+  module_->register_module(n.name, n.layer);
+  return add_node(std::move(n));
+}
+
 NodeId Graph::binary(NodeId a, NodeId b, Binary op) {
   static const char* const kNames[] = {"add", "sub", "mul", "div"};
   const char* kind = kNames[static_cast<int>(op)];
@@ -415,13 +502,21 @@ std::vector<Shape> Graph::shapes(const Shape& input) const {
 void Graph::init_parameters(uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   at::NoGradGuard no_grad;
-  for (const Node& n : nodes_) {
-    if (!n.layer || n.kind == OpKind::kPointwise) continue;
-    auto weight = n.layer->named_parameters(false)["weight"];
+  auto kaiming = [&](torch::nn::Module& layer) {
+    auto weight = layer.named_parameters(false)["weight"];
     const int64_t fan_in = weight.numel() / weight.size(0);
     const double std = std::sqrt(2.0 / static_cast<double>(fan_in));  // Kaiming, ReLU gain
     fill_normal(weight, 0.0, std, gen);
-    if (auto* bias = n.layer->named_parameters(false).find("bias")) bias->zero_();
+    if (auto* bias = layer.named_parameters(false).find("bias")) bias->zero_();
+  };
+  for (const Node& n : nodes_) {
+    if (!n.layer || n.kind == OpKind::kPointwise) continue;
+    if (n.kind == OpKind::kBarrier) {
+      // Norms keep weight 1 and bias 0; a squeeze-and-excitation gate's convs are drawn.
+      for (const auto& child : n.layer->children()) kaiming(*child);
+      continue;
+    }
+    kaiming(*n.layer);
   }
 }
 
@@ -462,6 +557,8 @@ std::string to_string(OpKind kind) {
       return "binary";
     case OpKind::kConcat:
       return "concat";
+    case OpKind::kBarrier:
+      return "barrier";
     case OpKind::kGlobalAvgPool:
       return "global-avgpool";
     case OpKind::kGlobalMaxPool:
@@ -559,6 +656,17 @@ std::string describe(const Node& n) {
       static const char* const kNames[] = {"add", "sub", "mul", "div"};
       return kNames[static_cast<int>(n.binary)];
     }
+    case OpKind::kBarrier:
+      switch (n.barrier) {
+        case BarrierOp::kBatchNorm:
+          return "batch-norm";
+        case BarrierOp::kGroupNorm:
+          return "group-norm/" + std::to_string(n.groups);
+        case BarrierOp::kSqueezeExcite:
+          return "squeeze-excite " + std::to_string(n.channels) + "→" +
+                 std::to_string(n.squeeze->squeeze_channels);
+      }
+      return "barrier";
     case OpKind::kLinear:
       return "linear →" + std::to_string(n.channels);
     case OpKind::kDropout:

@@ -114,6 +114,10 @@ enum class OpKind {
   kPointwise,
   kBinary,  // two activations of one shape, element by element (add, sub, mul, div)
   kConcat,
+  // A barrier (core/barrier.h): the output at a position depends on a statistic of the whole
+  // input (train-mode batch norm, group norm, squeeze-and-excitation). Tiled with the statistic
+  // computed in a streaming pass and its gradient terms added exactly (DESIGN.md "Barriers").
+  kBarrier,
   // tail (whole, small activation)
   kGlobalAvgPool,
   kGlobalMaxPool,
@@ -149,6 +153,19 @@ enum class Pointwise {
 
 enum class Binary { kAdd, kSub, kMul, kDiv };
 
+// Barriers. Batch norm in training mode (N = 1: per channel over the positions; running mean and
+// variance updated as BatchNorm2d does, and used in evaluation), group norm (per group of
+// channels over the positions), squeeze-and-excitation (x · gate(mean of x per channel), the
+// gate two 1×1 convs with an activation between and a sigmoid or hard sigmoid after).
+enum class BarrierOp { kBatchNorm, kGroupNorm, kSqueezeExcite };
+
+struct SqueezeSpec {
+  int64_t squeeze_channels = 0;
+  Pointwise activation = Pointwise::kRelu;  // between the convs: relu or silu
+  Pointwise gate = Pointwise::kSigmoid;     // sigmoid or hard sigmoid (coefficients below)
+  std::array<double, 2> gate_coeff{1.0 / 6.0, 0.5};
+};
+
 struct Node {
   NodeId id = 0;
   OpKind kind = OpKind::kInput;
@@ -157,16 +174,21 @@ struct Node {
   std::shared_ptr<ConvSpec> conv;  // kConv
   std::shared_ptr<PoolSpec> pool;  // kMaxPool, kAvgPool
   Pointwise pointwise = Pointwise::kIdentity;
-  Binary binary = Binary::kAdd;              // kBinary
-  double slope = 0.01;                       // leaky relu
-  double eps = 1e-5;                         // frozen batch norm, channel norm
-  std::array<double, 2> coeff{0.0, 0.0};     // clamp, hard sigmoid, scalar (see Pointwise)
-  double dropout_p = 0.0;                    // kDropout
-  int64_t channels = 0;                      // output channels (features for tail ops)
-  std::shared_ptr<torch::nn::Module> layer;  // parameters, when the op has any
+  Binary binary = Binary::kAdd;               // kBinary
+  BarrierOp barrier = BarrierOp::kBatchNorm;  // kBarrier
+  int64_t groups = 1;                         // group norm
+  double momentum = 0.1;                      // batch norm's running statistics
+  std::shared_ptr<SqueezeSpec> squeeze;       // squeeze-and-excitation
+  double slope = 0.01;                        // leaky relu
+  double eps = 1e-5;                          // frozen batch norm, channel norm
+  std::array<double, 2> coeff{0.0, 0.0};      // clamp, hard sigmoid, scalar (see Pointwise)
+  double dropout_p = 0.0;                     // kDropout
+  int64_t channels = 0;                       // output channels (features for tail ops)
+  std::shared_ptr<torch::nn::Module> layer;   // parameters, when the op has any
 
   bool tileable() const { return kind != OpKind::kInput && kind < OpKind::kGlobalAvgPool; }
   bool spatial() const { return kind == OpKind::kInput || tileable(); }
+  bool is_barrier() const { return kind == OpKind::kBarrier; }
   // The per-axis sliding window (identity for pointwise, add and concat).
   AxisOp axis_op(int axis) const;
   // The value an op's explicit padding holds: 0 for conv and avg pool, -inf for max pool.
@@ -217,6 +239,15 @@ class Graph {
   // Batch norm with frozen statistics: a per-channel affine y = x * scale + shift, where scale
   // and shift come from weight, bias, running mean and var (buffers) and eps.
   NodeId frozen_batch_norm(NodeId x, const std::string& name = "", double eps = 1e-5);
+  // Batch norm in training mode: batch statistics while training (a barrier), the running
+  // statistics in evaluation; weight 1, bias 0, running mean 0, var 1 until set.
+  NodeId batch_norm(NodeId x, const std::string& name = "", double eps = 1e-5,
+                    double momentum = 0.1);
+  // Group norm over `groups` groups of channels (which must divide them); weight 1, bias 0.
+  NodeId group_norm(NodeId x, int64_t groups, const std::string& name = "", double eps = 1e-5);
+  // Squeeze-and-excitation: x · gate(fc2(act(fc1(mean of x)))), fc1/fc2 1×1 convs with biases
+  // ("<name>.fc1.weight", ...), initialised by init_parameters.
+  NodeId squeeze_excite(NodeId x, const SqueezeSpec& spec, const std::string& name = "");
   NodeId add(NodeId a, NodeId b) { return binary(a, b, Binary::kAdd); }
   NodeId binary(NodeId a, NodeId b, Binary op);
   NodeId concat(const std::vector<NodeId>& xs);

@@ -79,10 +79,17 @@ Partition Partition::even(int64_t height, int64_t width, int64_t rows, int64_t c
   return p;
 }
 
+Region barrier_share(const Region& tile, const Shape& out, const Shape& at) {
+  auto map = [](int64_t e, int64_t from, int64_t to) { return e == from ? to : e * to / from; };
+  return {{map(tile.y.begin, out.height, at.height), map(tile.y.end, out.height, at.height)},
+          {map(tile.x.begin, out.width, at.width), map(tile.x.end, out.width, at.width)}};
+}
+
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile) {
   std::vector<Region> need(static_cast<size_t>(output) + 1);
   need[static_cast<size_t>(output)] = tile;
+  const Shape& out_shape = shapes[static_cast<size_t>(output)];
   for (NodeId v = output - 1; v >= input; --v) {
     const Shape& s = shapes[static_cast<size_t>(v)];
     const Region bounds{{0, s.height}, {0, s.width}};
@@ -90,6 +97,9 @@ std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& 
     for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
       if (c > output) continue;
       const Node& node = graph.node(c);
+      // A barrier's input: the tile also owns its share of the whole activation, where the
+      // backward adds the barrier's correction (core/barrier.h).
+      if (node.is_barrier()) r = hull(r, barrier_share(tile, out_shape, s));
       const Region& out = need[static_cast<size_t>(c)];
       if (out.empty()) continue;
       const Region window{input_window(node.axis_op(0), out.y),

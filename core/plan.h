@@ -121,8 +121,14 @@ struct Plan {
 };
 
 // The region of every node of a segment (input..output) that output tile `tile` needs: clipped
-// at every activation (DESIGN.md rule 1), the hull over consumers inside the segment. Indexed by
-// node id; nodes outside the segment are left empty. Pure: shared by planner and executor.
+// at every activation (DESIGN.md rule 1), the hull over consumers inside the segment, and at a
+// barrier's input the tile's share of it (barrier_share). Indexed by node id; nodes outside the
+// segment are left empty. Pure: shared by planner and executor.
+// The share of an activation of shape `at` that output tile `tile` (of an activation of shape
+// `out`) owns: the tile's edges scaled, so the tiles of any partition of `out` give a partition
+// of `at` (possibly with empty shares). A barrier's statistic pass and correction run over them.
+Region barrier_share(const Region& tile, const Shape& out, const Shape& at);
+
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile);
 

@@ -150,6 +150,16 @@ struct Analysis {
             for (NodeId p : n.inputs) keep(p, v);
           }
           break;
+        case OpKind::kBarrier:
+          // A norm keeps its normalised input (x̂), a squeeze-and-excitation its input; the
+          // correction on the tile's share of the input keeps a centred copy of it.
+          if (n.barrier == BarrierOp::kSqueezeExcite) {
+            keep(n.inputs[0], v);
+          } else {
+            own[static_cast<size_t>(v)] += b;
+          }
+          own[static_cast<size_t>(v)] += in_bytes;
+          break;
         default:
           break;
       }
@@ -201,8 +211,9 @@ struct Analysis {
       int64_t scratch = 0;
       if (n.kind == OpKind::kConv) {
         scratch = out + std::max(grad_in, out / 4) + 2 * weight_elements(n) * eb;
-      } else if (n.kind == OpKind::kPointwise &&
-                 (n.pointwise == Pointwise::kAffine || n.pointwise == Pointwise::kScale)) {
+      } else if ((n.kind == OpKind::kPointwise &&
+                  (n.pointwise == Pointwise::kAffine || n.pointwise == Pointwise::kScale)) ||
+                 n.kind == OpKind::kBarrier) {
         scratch = out;  // the scale's gradient: grad · x in full before it is summed per channel
       } else if (n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm) {
         scratch = 2 * out;  // the channels-last gradient and its copy back
@@ -509,6 +520,15 @@ std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& 
 // live through the fewest passes). Segments that
 // read or write the tile store are left as they are (their blocks follow their partitions).
 // The backward then runs the forward's tiles. `passes`: as in build, updated.
+// Whether segment `s` holds a barrier: its tiles run in several passes (core/barrier.h), so
+// the backward recomputes them and none keeps its graph.
+bool has_barrier(const Graph& graph, const Segment& s) {
+  for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    if (graph.node(v).is_barrier()) return true;
+  }
+  return false;
+}
+
 void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
                  int64_t budget) {
   const size_t n = plan.segments.size();
@@ -516,7 +536,7 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     Segment& s = plan.segments[i];
     const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
     const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
-    if (stored_in || stored_out) continue;
+    if (stored_in || stored_out || has_barrier(a.graph, s)) continue;
     // A graph that saves its input tile saves a view of a resident checkpoint (no new bytes);
     // a one-tile segment's output is its checkpoint (the executor keeps no copy).
     const bool input_view = i > 0;

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "core/barrier.h"
 #include "core/error.h"
 
 namespace tessel::core {
@@ -239,7 +240,7 @@ at::Tensor forward_plain_asymmetric(const Node& n, const at::Tensor& x) {
 
 }  // namespace
 
-at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in) {
+at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in, bool training) {
   if ((n.conv || n.pool) && !n.symmetric_padding()) return forward_plain_asymmetric(n, in[0]);
   switch (n.kind) {
     case OpKind::kInput:
@@ -267,6 +268,8 @@ at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in) {
       return binary(n, in[0], in[1]);
     case OpKind::kConcat:
       return at::cat(in, 1);
+    case OpKind::kBarrier:
+      return barrier_plain(n, in[0], training);
     case OpKind::kGlobalAvgPool:
       return in[0].mean({2, 3});
     case OpKind::kGlobalMaxPool:

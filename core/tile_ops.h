@@ -25,15 +25,18 @@ bool allocates_output(const Node& node);
 // Whether a pointwise op can overwrite its input (relu, leaky relu, sigmoid, tanh, affine).
 bool runs_in_place(const Node& node);
 
-// Node `node` on whole activations, with the op's own padding and ceil mode.
-at::Tensor forward_plain(const Node& node, const std::vector<at::Tensor>& inputs);
+// Node `node` on whole activations, with the op's own padding and ceil mode; `training`: batch
+// norm uses (and updates) the batch statistics, else its running ones.
+at::Tensor forward_plain(const Node& node, const std::vector<at::Tensor>& inputs,
+                         bool training = false);
 
 // Node `node` over output region `out` (non-empty, inside its activation), from producers' tiles
 // that cover at least the clipped windows `out` needs. `input_shapes[i]` is producer i's whole
 // activation. Pads only where a window crosses the true border: the op pads the part that is
 // equal on both sides of an axis itself, the rest is padded explicitly. With
 // `may_overwrite_input` (the caller owns inputs[0] and nothing else reads it) a pointwise op
-// runs in place when autograd is off.
+// runs in place when autograd is off. Not for barriers: the executor runs those with their
+// statistic (core/barrier.h).
 at::Tensor forward_tile(const Node& node, const Region& out, const std::vector<TileTensor>& inputs,
                         const std::vector<Shape>& input_shapes, bool may_overwrite_input = false);
 

@@ -41,6 +41,16 @@ const char* op_name(const Node& n) {
       break;
     case OpKind::kConcat:
       return "concat";
+    case OpKind::kBarrier:
+      switch (n.barrier) {
+        case core::BarrierOp::kBatchNorm:
+          return "batch_norm";
+        case core::BarrierOp::kGroupNorm:
+          return "group_norm";
+        case core::BarrierOp::kSqueezeExcite:
+          return "squeeze_excite";
+      }
+      break;
     case OpKind::kGlobalAvgPool:
       return "global_avg_pool";
     case OpKind::kGlobalMaxPool:
@@ -175,6 +185,29 @@ std::string network_json(const core::Graph& graph, bool trunk_only) {
             break;
         }
         break;
+      case OpKind::kBarrier:
+        switch (n.barrier) {
+          case core::BarrierOp::kBatchNorm:
+            j.update({{"eps", n.eps}, {"momentum", n.momentum}});
+            break;
+          case core::BarrierOp::kGroupNorm:
+            j.update({{"eps", n.eps}, {"groups", n.groups}});
+            break;
+          case core::BarrierOp::kSqueezeExcite: {
+            const core::SqueezeSpec& se = *n.squeeze;
+            j.update({{"squeeze", se.squeeze_channels},
+                      {"activation", se.activation == Pointwise::kSilu ? "silu" : "relu"}});
+            if (se.gate == Pointwise::kHardSigmoid) {
+              j.update({{"gate", "hard_sigmoid"},
+                        {"alpha", se.gate_coeff[0]},
+                        {"beta", se.gate_coeff[1]}});
+            } else {
+              j["gate"] = "sigmoid";
+            }
+            break;
+          }
+        }
+        break;
       case OpKind::kLinear:
         j["out"] = n.channels;
         break;
@@ -281,6 +314,24 @@ core::Graph network_from_json(const std::string& text, const std::string& source
         id = g.scale(one(), j.at("bias").get<bool>(), name);
       } else if (op == "channel_norm") {
         id = g.channel_norm(one(), j.at("eps").get<double>(), name);
+      } else if (op == "batch_norm") {
+        id = g.batch_norm(one(), name, j.at("eps").get<double>(), j.at("momentum").get<double>());
+      } else if (op == "group_norm") {
+        id = g.group_norm(one(), j.at("groups").get<int64_t>(), name, j.at("eps").get<double>());
+      } else if (op == "squeeze_excite") {
+        core::SqueezeSpec se;
+        se.squeeze_channels = j.at("squeeze").get<int64_t>();
+        const std::string act = j.at("activation").get<std::string>();
+        if (act != "relu" && act != "silu") throw Error("activation '" + act + "' is unknown");
+        se.activation = act == "silu" ? Pointwise::kSilu : Pointwise::kRelu;
+        const std::string gate = j.at("gate").get<std::string>();
+        if (gate == "hard_sigmoid") {
+          se.gate = Pointwise::kHardSigmoid;
+          se.gate_coeff = {j.at("alpha").get<double>(), j.at("beta").get<double>()};
+        } else if (gate != "sigmoid") {
+          throw Error("gate '" + gate + "' is unknown");
+        }
+        id = g.squeeze_excite(one(), se, name);
       } else if (op == "add" || op == "sub" || op == "mul" || op == "div") {
         if (in.size() != 2) throw Error(op + " takes two inputs");
         const core::Binary b = op == "add"   ? core::Binary::kAdd

@@ -1,0 +1,181 @@
+// Barriers under tiling (core/barrier.h): train-mode batch norm, group norm and
+// squeeze-and-excitation give plain LibTorch's outputs, gradients and running statistics in
+// float64, wherever they sit (inside residual branches, at the image, chained), for grid and
+// rows at sizes that do not divide the tiles, with offloaded checkpoints, on constant images.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/gradcheck.h"
+#include "core/planner.h"
+#include "core/tile_source.h"
+
+namespace tessel::core {
+namespace {
+
+constexpr double kTolerance = 1e-10;
+
+at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn({1, channels, h, w}, gen, at::kDouble).to(test_device());
+}
+
+PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
+  PlanOptions o;
+  o.strategy = s;
+  o.element_bytes = 8;
+  o.tiles_y = ty;
+  o.tiles_x = tx;
+  return o;
+}
+
+// The tiled step against plain autograd for several partitions; returns how many of the plans
+// had a tiled segment holding a barrier (a check without one proves nothing).
+int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const at::Tensor& image,
+                 PlanOptions base = {}) {
+  g.module().to(test_device(), at::kDouble);
+  randomise(g, 11);
+  int with_barrier = 0;
+  const std::vector<std::tuple<Strategy, int64_t, int64_t>> partitions{{Strategy::kGrid, 3, 2},
+                                                                       {Strategy::kGrid, 4, 1},
+                                                                       {Strategy::kGrid, 2, 5},
+                                                                       {Strategy::kRows, 3, 1},
+                                                                       {Strategy::kGrid, 1, 1}};
+  for (const auto& [strategy, ty, tx] : partitions) {
+    PlanOptions o = fixed_tiles(strategy, ty, tx);
+    o.checkpoints = base.checkpoints;
+    o.offload = base.offload;
+    o.streaming_reduction = base.streaming_reduction;
+    const Plan plan = make_plan(g, {g.node(0).channels, h, w}, 0, o);
+    for (const Segment& s : plan.segments) {
+      for (NodeId v = s.input + 1; v <= s.output; ++v) with_barrier += g.node(v).is_barrier();
+    }
+    const auto c = compare_with_plain(g, plan, image, 5);
+    EXPECT_LT(c.worst(), kTolerance)
+        << what << " " << to_string(strategy) << " " << ty << "×" << tx << "\n"
+        << to_string(plan, g) << c.to_string();
+    EXPECT_TRUE(std::isfinite(c.worst())) << what;
+  }
+  return with_barrier;
+}
+
+// A residual block with every barrier inside its branch (none at a checkpoint), a barrier on
+// the block's output, and a barrier reading the image itself. Convolutions before a batch norm
+// have no bias, as in ResNets: its gradient is 0, plain's rounding noise.
+Graph residual_network() {
+  Graph g(2);
+  NodeId x = g.batch_norm(g.input(), "bn_in");
+  x = g.relu(g.conv(x, ConvSpec(2, 8, 3).padding(1), "stem"));
+  NodeId y = g.relu(g.batch_norm(g.conv(x, ConvSpec(8, 8, 3).padding(1).bias(false), "c1"), "bn1"));
+  y = g.group_norm(g.conv(y, ConvSpec(8, 8, 3).padding(2).dilation(2), "c2"), 4, "gn2");
+  SqueezeSpec se;
+  se.squeeze_channels = 3;
+  y = g.squeeze_excite(y, se, "se");
+  x = g.relu(g.add(y, x));
+  x = g.batch_norm(g.conv(x, ConvSpec(8, 4, 3).stride(2).padding(1).bias(false), "c3"), "bn3");
+  SqueezeSpec hard;
+  hard.squeeze_channels = 2;
+  hard.activation = Pointwise::kSilu;
+  hard.gate = Pointwise::kHardSigmoid;
+  x = g.squeeze_excite(g.relu(x), hard, "se_hard");
+  x = g.conv(x, ConvSpec(4, 3, 3).padding(1), "head_conv");
+  return g;
+}
+
+TEST(Barriers, TrainModeNormsAndSqueezeExciteMatchPlainAutograd) {
+  Graph g = residual_network();
+  const int64_t h = 23, w = 19;
+  EXPECT_GT(expect_exact(g, "residual", h, w, random_image(2, h, w, 3)), 0);
+}
+
+TEST(Barriers, MatchWithStreamingReductionAndCheckpoints) {
+  Graph g = residual_network();
+  const NodeId gap = g.global_avg_pool(g.output());
+  g.linear(g.flatten(gap), 3, "fc");
+  const int64_t h = 29, w = 26;
+  PlanOptions o;
+  o.checkpoints = checkpoint_candidates(g);
+  EXPECT_GT(expect_exact(g, "residual+head", h, w, random_image(2, h, w, 4), o), 0);
+}
+
+TEST(Barriers, MatchWithOffloadedCheckpoints) {
+  Graph g = residual_network();
+  const int64_t h = 25, w = 21;
+  PlanOptions o;
+  o.checkpoints = checkpoint_candidates(g);
+  o.offload = PlanOptions::Offload::kDisk;
+  EXPECT_GT(expect_exact(g, "residual offloaded", h, w, random_image(2, h, w, 6), o), 0);
+}
+
+// Variance 0 in every channel of the first norms (a constant, all-background image): no NaN,
+// LibTorch's result.
+TEST(Barriers, ConstantImageMatchesPlain) {
+  Graph g = residual_network();
+  const int64_t h = 22, w = 17;
+  const at::Tensor image =
+      at::full({1, 2, h, w}, 0.75, at::TensorOptions().dtype(at::kDouble)).to(test_device());
+  EXPECT_GT(expect_exact(g, "constant", h, w, image), 0);
+}
+
+TEST(Barriers, TiledInferenceEqualsPlain) {
+  Graph g = residual_network();
+  g.module().to(test_device(), at::kDouble);
+  randomise(g, 2);
+  const int64_t h = 27, w = 22;
+  TensorTileSource source(random_image(2, h, w, 8));
+  const Plan plain = make_plan(g, {2, h, w}, 0, [] {
+    PlanOptions o;
+    o.strategy = Strategy::kNone;
+    return o;
+  }());
+  const at::Tensor want = infer(g, plain, source);
+  for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {1, 4}}) {
+    PlanOptions o = fixed_tiles(Strategy::kGrid, ty, tx);
+    o.element_bytes = 8;
+    const at::Tensor got = infer(g, make_plan(g, {2, h, w}, 0, o), source);
+    EXPECT_LT(relative_error(got, want), kTolerance) << ty << "×" << tx;
+  }
+}
+
+TEST(Barriers, BatchNormOverOnePositionIsRefusedNamingTheLayer) {
+  Graph g(2);
+  NodeId x = g.conv(g.input(), ConvSpec(2, 3, 3), "c");
+  g.batch_norm(x, "tiny_bn");
+  g.module().to(test_device(), at::kDouble);
+  const Plan plan = make_plan(g, {2, 3, 3}, 0, fixed_tiles(Strategy::kGrid, 1, 1));
+  try {
+    compare_with_plain(g, plan, random_image(2, 3, 3, 1), 1);
+    FAIL() << "expected an error";
+  } catch (const tessel::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny_bn"), std::string::npos) << e.what();
+  }
+}
+
+// A squeeze-and-excitation on a segment's input (a checkpoint): its tile form has no parameter,
+// so only the input's gradient carries the sums (they were once lost there).
+TEST(Barriers, AtASegmentsInputMatch) {
+  for (int variant = 0; variant < 4; ++variant) {
+    Graph g(2);
+    NodeId x = g.relu(g.conv(g.input(), ConvSpec(2, 4, 3).padding(1), "c0"));
+    SqueezeSpec hard;
+    hard.squeeze_channels = 2;
+    if (variant & 1) {
+      hard.activation = Pointwise::kSilu;
+      hard.gate = Pointwise::kHardSigmoid;
+    }
+    x = g.squeeze_excite(x, hard, "se");
+    g.conv(x, ConvSpec(4, 3, 3).padding(1), "c1");
+    g.module().to(test_device(), at::kDouble);
+    randomise(g, 11);
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 2, 2);
+    if (variant & 2) o.checkpoints = std::vector<NodeId>{2};
+    const Plan plan = make_plan(g, {2, 13, 11}, 0, o);
+    const auto c = compare_with_plain(g, plan, random_image(2, 13, 11, 3), 5);
+    EXPECT_LT(c.worst(), kTolerance) << variant << to_string(plan, g) << c.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace tessel::core
