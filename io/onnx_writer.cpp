@@ -206,6 +206,8 @@ class Writer {
         add(kOps[static_cast<int>(n.binary)], {in(0), in(1)}, "", out());
         return;
       }
+      case OpKind::kBarrier:
+        return fail("is a " + core::describe(n) + ", which ONNX export does not write yet");
       case OpKind::kConcat: {
         onnx::NodeProto* node = add("Concat", {}, "", out());
         node->clear_input();
