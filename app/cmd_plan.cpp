@@ -30,16 +30,17 @@ pipelines::NetworkBuilder checkpoint_network(const std::string& model) {
 
 void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
-    std::string model = "vgg16", size, budget = "8GiB", strategy = "auto";
+    std::string model = "vgg16", size, budget = "8GiB", strategy = "auto", norm = "frozen";
     int64_t classes = 2;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("plan", "Print how a training step runs under a memory budget");
-  cmd->add_option("--model", args->model,
-                  "Network (tiny, vgg-mini, vgg16, vgg19, darknet19, "
-                  "resnet18, resnet34), or a checkpoint that holds one (NET.h5 from tessel "
-                  "import)")
+  cmd->add_option(
+         "--model", args->model,
+         "Network (tiny, vgg-mini, vgg16, vgg19, darknet19, "
+         "resnet18, resnet34, resnet50), or a checkpoint that holds one (NET.h5 from tessel "
+         "import)")
       ->capture_default_str();
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT in pixels")->required();
   cmd->add_option("--budget", args->budget, "Memory budget, e.g. 2GiB, 512MiB")
@@ -48,6 +49,10 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->check(CLI::IsMember({"none", "grid", "rows", "auto"}))
       ->capture_default_str();
   cmd->add_option("--classes", args->classes, "Classes of the slide-level head")
+      ->capture_default_str();
+  cmd->add_option("--norm", args->norm,
+                  "The zoo's batch norms: frozen, batch (training mode) or group")
+      ->check(CLI::IsMember({"frozen", "batch", "group"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->callback([args, &registry] {
@@ -59,6 +64,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       r.budget_bytes = core::parse_bytes(args->budget);
       r.strategy = core::parse_strategy(args->strategy);
       r.classes = args->classes;
+      r.norm = args->norm;
       const auto report = pipelines::plan_model(r);
       std::cout << (args->json ? report.json + "\n" : report.table);
       return 0;
@@ -74,6 +80,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     bool float32 = false;
     std::string precision = "float64";
     std::string offload = "none", scratch, device = "auto";
+    std::string norm = "frozen";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -87,6 +94,10 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       ->check(CLI::IsMember({"grid", "rows"}))
       ->capture_default_str();
   cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)");
+  cmd->add_option("--norm", args->norm,
+                  "The zoo's batch norms: frozen, batch (training mode) or group")
+      ->check(CLI::IsMember({"frozen", "batch", "group"}))
+      ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of weights, image and random network")
       ->capture_default_str();
   cmd->add_option("--precision", args->precision,
@@ -111,6 +122,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       r.device = args->device;
       r.model = args->model;
       r.network = checkpoint_network(args->model);
+      r.norm = args->norm;
       std::tie(r.height, r.width) = parse_size(args->size);
       r.strategy = core::parse_strategy(args->strategy);
       r.tile = args->tile;

@@ -178,10 +178,7 @@ class TiledStep {
         const at::Tensor x = crop(in, r);
         const auto& state = barrier_states_[static_cast<size_t>(v)];
         acts[static_cast<size_t>(v)] = {state ? state->forward(x) : batch_norm_eval(node, x), r};
-        if (barrier_acts != nullptr) {
-          (*barrier_acts)[v] = acts[static_cast<size_t>(v)];
-          (*barrier_acts)[node.inputs[0]] = in;
-        }
+        if (barrier_acts != nullptr) (*barrier_acts)[v] = acts[static_cast<size_t>(v)];
       } else {
         std::vector<TileTensor> ins;
         std::vector<Shape> in_shapes;
@@ -196,6 +193,11 @@ class TiledStep {
         const bool overwrite = fresh && producer.id != first &&
                                graph_.consumers()[static_cast<size_t>(producer.id)].size() == 1;
         acts[static_cast<size_t>(v)] = {forward_tile(node, r, ins, in_shapes, overwrite), r};
+      }
+      // A barrier's input, also where the barrier's own output is not needed: the tile's share
+      // of it may still hold positions (the correction's).
+      if (node.is_barrier() && barrier_acts != nullptr) {
+        (*barrier_acts)[node.inputs[0]] = acts[static_cast<size_t>(node.inputs[0])];
       }
       for (NodeId p : node.inputs) {
         if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
@@ -301,16 +303,9 @@ class TiledStep {
   // at its barriers' outputs (nothing else: the parameters' gradients come in the main pass).
   void sums_passes(int index, const at::Tensor& grad_out) {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
-    std::vector<NodeId> pending = barriers(s);
     StoredActivation* stored_in = stored_[static_cast<size_t>(s.input)].get();
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
-    while (!pending.empty()) {
-      std::vector<NodeId> round;
-      for (NodeId b : pending) {
-        bool downstream_pending = false;
-        for (NodeId o : pending) downstream_pending |= o != b && reaches(b, o, s.output);
-        if (!downstream_pending) round.push_back(b);
-      }
+    for (const std::vector<NodeId>& round : barrier_rounds(graph_, s.input, s.output)) {
       if (store_ != nullptr) {
         for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
           const Region tile = s.backward.tile(t);
@@ -353,24 +348,8 @@ class TiledStep {
               crop(acts[node.inputs[0]], r).detach(), grads[i]);
         }
       }
-      for (NodeId b : round) {
-        barrier_states_[static_cast<size_t>(b)]->finish_sums();
-        pending.erase(std::find(pending.begin(), pending.end(), b));
-      }
+      for (NodeId b : round) barrier_states_[static_cast<size_t>(b)]->finish_sums();
     }
-  }
-
-  // Whether a path leads from node `from` to node `to` through nodes up to `last`.
-  bool reaches(NodeId from, NodeId to, NodeId last) const {
-    if (to <= from) return false;
-    std::vector<char> seen(static_cast<size_t>(last) + 1, 0);
-    seen[static_cast<size_t>(from)] = 1;
-    for (NodeId v = from + 1; v <= to; ++v) {
-      for (NodeId p : graph_.node(v).inputs) {
-        if (p >= from && seen[static_cast<size_t>(p)]) seen[static_cast<size_t>(v)] = 1;
-      }
-    }
-    return seen[static_cast<size_t>(to)] != 0;
   }
 
   void emit(int segment, const Partition& part, int64_t index, TileEvent::Pass pass, bool done) {

@@ -79,6 +79,46 @@ Partition Partition::even(int64_t height, int64_t width, int64_t rows, int64_t c
   return p;
 }
 
+std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input, NodeId output,
+                                                bool training) {
+  std::vector<NodeId> pending;
+  for (NodeId v = input + 1; v <= output; ++v) {
+    const Node& n = graph.node(v);
+    if (n.is_barrier() && (training || n.barrier != BarrierOp::kBatchNorm)) pending.push_back(v);
+  }
+  // reach[i][j]: a path leads from pending[i] to pending[j] within the segment.
+  const size_t k = pending.size();
+  std::vector<std::vector<char>> reach(k, std::vector<char>(k, 0));
+  for (size_t i = 0; i < k; ++i) {
+    std::vector<char> seen(static_cast<size_t>(output) + 1, 0);
+    seen[static_cast<size_t>(pending[i])] = 1;
+    for (NodeId v = pending[i] + 1; v <= output; ++v) {
+      for (NodeId p : graph.node(v).inputs) {
+        if (p >= pending[i] && seen[static_cast<size_t>(p)]) seen[static_cast<size_t>(v)] = 1;
+      }
+    }
+    for (size_t j = 0; j < k; ++j) reach[i][j] = j != i && seen[static_cast<size_t>(pending[j])];
+  }
+  std::vector<std::vector<NodeId>> rounds;
+  std::vector<char> done(k, 0);
+  for (size_t left = k; left > 0;) {
+    std::vector<size_t> round;
+    for (size_t i = 0; i < k; ++i) {
+      if (done[i]) continue;
+      bool blocked = false;
+      for (size_t j = 0; j < k && !blocked; ++j) blocked = !done[j] && reach[i][j];
+      if (!blocked) round.push_back(i);
+    }
+    rounds.emplace_back();
+    for (size_t i : round) {
+      done[i] = 1;
+      rounds.back().push_back(pending[i]);
+    }
+    left -= round.size();
+  }
+  return rounds;
+}
+
 Region barrier_share(const Region& tile, const Shape& out, const Shape& at) {
   auto map = [](int64_t e, int64_t from, int64_t to) { return e == from ? to : e * to / from; };
   return {{map(tile.y.begin, out.height, at.height), map(tile.y.end, out.height, at.height)},

@@ -129,6 +129,13 @@ struct Plan {
 // of `at` (possibly with empty shares). A barrier's statistic pass and correction run over them.
 Region barrier_share(const Region& tile, const Shape& out, const Shape& at);
 
+// The barriers of segment (input, output] in the rounds of its backward's sums passes
+// (core/barrier.h): a barrier's sums need the corrections of every barrier after it on a path, so
+// each round holds the barriers with no pending barrier downstream, latest first. `training`:
+// batch norms count (else only group norm and squeeze-and-excitation need statistics).
+std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input, NodeId output,
+                                                bool training = true);
+
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile);
 

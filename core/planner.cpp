@@ -327,6 +327,34 @@ struct Candidate {
   std::string dominant;
 };
 
+// The FLOPs a segment's barriers add (core/barrier.h): in the forward, each barrier's statistic
+// pass recomputes its input over the shares of the forward tiles; in the backward, each round
+// of sums recomputes the segment's tiles and takes the gradient back to its barriers (priced as
+// half a backward). Steers the search to checkpoints that split chains of barriers.
+double barrier_flops(const Analysis& a, const Segment& s) {
+  const auto rounds = barrier_rounds(a.graph, s.input, s.output);
+  if (rounds.empty()) return 0;
+  const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+  const Region mid = middle_tile(s.forward);
+  double flops = 0;
+  for (const auto& round : rounds) {
+    for (NodeId b : round) {
+      const NodeId in = a.graph.node(b).inputs[0];
+      if (in == s.input) continue;
+      const Region share = barrier_share(mid, out, a.shapes[static_cast<size_t>(in)]);
+      if (share.empty()) continue;
+      flops += static_cast<double>(a.tile_cost(s.input, in, share).flops) *
+               static_cast<double>(s.forward.tiles());
+    }
+  }
+  const auto back = a.tile_cost(s.input, s.output, middle_tile(s.backward));
+  flops += 2.0 * static_cast<double>(back.flops) * static_cast<double>(s.backward.tiles()) *
+           static_cast<double>(rounds.size());
+  flops += a.options.flops_per_tile *
+           static_cast<double>(rounds.size() * (s.forward.tiles() + s.backward.tiles()));
+  return flops;
+}
+
 // Sizes of the offload machinery (core/tile_store.h).
 struct Offloading {
   int64_t window_bytes = 0, block_bytes = 0;
@@ -727,7 +755,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     s.halo_flops = fc.flops * s.forward.tiles();
     cost += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
             3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles()) +
-            a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
+            a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles()) +
+            barrier_flops(a, s);
     plan.tiled_flops += s.halo_flops;
     const int64_t in_open = in_off ? Offloading::open_bytes(a, s, s.backward, true) : 0;
     if (i > 0 && tier(i - 1) != Tier::kResident) {

@@ -30,12 +30,37 @@ class Drawer {
 
 }  // namespace
 
-Graph random_network(uint64_t seed, int64_t min_size, int64_t in_channels) {
+Graph random_network(uint64_t seed, int64_t min_size, int64_t in_channels, bool barriers) {
   Drawer d(seed);
+  // Barriers come from their own stream, so the network around them is the one without.
+  Drawer b_draw(seed * 6364136223846793005ULL + 1442695040888963407ULL);
   Graph g(in_channels);
   NodeId x = g.input();
   int64_t channels = in_channels;
   const Shape probe{in_channels, min_size, min_size};
+  // Maybe a barrier after a nonlinearity on `at`: batch norm where it sees at least 8
+  // positions per channel at min_size (fewer make a statistic so ill-conditioned that plain
+  // float64 itself rounds to ~1e-6), group norm with 2+ channels per group, or SE.
+  auto maybe_barrier = [&](NodeId at, double p) {
+    if (!barriers || !b_draw.chance(p)) return at;
+    const Shape s = g.shapes(probe)[static_cast<size_t>(at)];
+    const int64_t c = g.node(at).channels;
+    const int64_t kind = b_draw.pick(0, 2);
+    auto act = [&](NodeId v) { return b_draw.chance(0.5) ? g.relu(v) : g.tanh(v); };
+    at = act(at);
+    // A norm is followed by a nonlinearity: with only linear ops to the global average pool
+    // the loss would not depend on the normalised values (their mean is 0), and the gradients
+    // before the norm would be exactly 0 in plain and tiled alike.
+    if (kind == 0 && s.height * s.width >= 8) return act(g.batch_norm(at));
+    if (kind == 1 && c % 2 == 0 && c * s.height * s.width >= 16) {
+      return act(g.group_norm(at, b_draw.chance(0.5) ? c / 2 : 1));
+    }
+    core::SqueezeSpec se;
+    se.squeeze_channels = b_draw.pick(1, 3);
+    se.activation = b_draw.chance(0.5) ? core::Pointwise::kRelu : core::Pointwise::kSilu;
+    if (b_draw.chance(0.5)) se.gate = core::Pointwise::kHardSigmoid;
+    return g.squeeze_excite(at, se);
+  };
   // Whether an op with these windows keeps every activation at least 1 px at min_size.
   auto fits = [&](const core::AxisOp& ay, const core::AxisOp& ax) {
     const Shape cur = g.shapes(probe)[static_cast<size_t>(x)];
@@ -144,7 +169,7 @@ Graph random_network(uint64_t seed, int64_t min_size, int64_t in_channels) {
       case 4: {  // residual: conv-act-conv + shortcut, same size
         const int64_t k = 2 * d.pick(0, 2) + 1, dil = d.pick(1, 2);
         NodeId y = g.conv(x, ConvSpec(channels, channels, k).padding(dil * (k / 2)).dilation(dil));
-        y = g.relu(y);
+        y = maybe_barrier(g.relu(y), 0.5);
         y = g.conv(y, ConvSpec(channels, channels, 3).padding(1).bias(d.chance(0.5)));
         switch (d.pick(0, 3)) {
           case 0:
@@ -174,6 +199,7 @@ Graph random_network(uint64_t seed, int64_t min_size, int64_t in_channels) {
         break;
       }
     }
+    x = maybe_barrier(x, 0.4);
   }
   switch (d.pick(0, 2)) {
     case 0:

@@ -53,8 +53,24 @@ const std::vector<int64_t> kVgg16 = {64, 64,  0,   128, 128, 0,   256, 256, 256,
 const std::vector<int64_t> kVgg19 = {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
                                      512, 512, 512, 512, 0,   512, 512, 512, 512, 0};
 
-// Darknet-19 (Redmon & Farhadi, YOLO9000): 3×3 and 1×1 convs with batch norm (frozen in tiled
-// segments) and leaky ReLU 0.1, five 2×2 max pools.
+// The normalisation after a bias-free conv, as ModelOptions::norm says.
+NodeId norm(Graph& g, NodeId x, const std::string& name, const ModelOptions& o) {
+  switch (o.norm) {
+    case Norm::kFrozen:
+      return g.frozen_batch_norm(x, name);
+    case Norm::kBatch:
+      return g.batch_norm(x, name);
+    case Norm::kGroup: {
+      int64_t groups = 32;
+      while (g.node(x).channels % groups != 0) groups /= 2;
+      return g.group_norm(x, groups, name);
+    }
+  }
+  throw Error("unknown norm");
+}
+
+// Darknet-19 (Redmon & Farhadi, YOLO9000): 3×3 and 1×1 convs with batch norm and leaky ReLU 0.1,
+// five 2×2 max pools.
 Graph darknet19(const ModelOptions& o) {
   Graph g(o.in_channels);
   NodeId x = g.input();
@@ -63,7 +79,7 @@ Graph darknet19(const ModelOptions& o) {
   auto conv = [&](int64_t out, int64_t k) {
     x = g.conv(x, ConvSpec(channels, out, k).padding(k / 2).bias(false),
                "conv" + std::to_string(n));
-    x = g.frozen_batch_norm(x, "bn" + std::to_string(n++));
+    x = norm(g, x, "bn" + std::to_string(n++), o);
     x = g.leaky_relu(x, 0.1);
     channels = out;
   };
@@ -95,28 +111,42 @@ Graph darknet19(const ModelOptions& o) {
   return g;
 }
 
-// ResNet-18/34 (He et al.) with basic blocks; batch norm frozen (per-channel affine).
-Graph resnet(const std::vector<int>& blocks, const ModelOptions& o) {
+// ResNet-18/34 (He et al.) with basic blocks, ResNet-50 with bottlenecks (torchvision's: the
+// stride on the 3×3 conv); batch norm as ModelOptions::norm says.
+Graph resnet(const std::vector<int>& blocks, bool bottleneck, const ModelOptions& o) {
   Graph g(o.in_channels);
   NodeId x =
       g.conv(g.input(), ConvSpec(o.in_channels, 64, 7).stride(2).padding(3).bias(false), "conv1");
-  x = g.relu(g.frozen_batch_norm(x, "bn1"));
+  x = g.relu(norm(g, x, "bn1", o));
   x = g.max_pool(x, PoolSpec(3).stride(2).padding(1));
   int64_t channels = 64;
+  const int64_t expansion = bottleneck ? 4 : 1;
   for (size_t stage = 0; stage < blocks.size(); ++stage) {
-    const int64_t out = 64 << stage;
+    const int64_t width = 64 << stage;
+    const int64_t out = width * expansion;
     for (int b = 0; b < blocks[stage]; ++b) {
       const int64_t stride = (b == 0 && stage > 0) ? 2 : 1;
       const std::string name = "layer" + std::to_string(stage + 1) + "_" + std::to_string(b);
-      NodeId y = g.conv(x, ConvSpec(channels, out, 3).stride(stride).padding(1).bias(false),
-                        name + "_conv1");
-      y = g.relu(g.frozen_batch_norm(y, name + "_bn1"));
-      y = g.conv(y, ConvSpec(out, out, 3).padding(1).bias(false), name + "_conv2");
-      y = g.frozen_batch_norm(y, name + "_bn2");
+      NodeId y;
+      if (bottleneck) {
+        y = g.conv(x, ConvSpec(channels, width, 1).bias(false), name + "_conv1");
+        y = g.relu(norm(g, y, name + "_bn1", o));
+        y = g.conv(y, ConvSpec(width, width, 3).stride(stride).padding(1).bias(false),
+                   name + "_conv2");
+        y = g.relu(norm(g, y, name + "_bn2", o));
+        y = g.conv(y, ConvSpec(width, out, 1).bias(false), name + "_conv3");
+        y = norm(g, y, name + "_bn3", o);
+      } else {
+        y = g.conv(x, ConvSpec(channels, out, 3).stride(stride).padding(1).bias(false),
+                   name + "_conv1");
+        y = g.relu(norm(g, y, name + "_bn1", o));
+        y = g.conv(y, ConvSpec(out, out, 3).padding(1).bias(false), name + "_conv2");
+        y = norm(g, y, name + "_bn2", o);
+      }
       NodeId shortcut = x;
       if (stride != 1 || channels != out) {
         shortcut = g.conv(x, ConvSpec(channels, out, 1).stride(stride).bias(false), name + "_down");
-        shortcut = g.frozen_batch_norm(shortcut, name + "_down_bn");
+        shortcut = norm(g, shortcut, name + "_down_bn", o);
       }
       x = g.relu(g.add(y, shortcut));
       channels = out;
@@ -147,11 +177,15 @@ const std::map<std::string, std::function<Graph(const ModelOptions&)>>& registry
       {"darknet19", darknet19},
       {"resnet18",
        [](const ModelOptions& o) {
-         return resnet({2, 2, 2, 2}, o);
+         return resnet({2, 2, 2, 2}, false, o);
        }},
       {"resnet34",
        [](const ModelOptions& o) {
-         return resnet({3, 4, 6, 3}, o);
+         return resnet({3, 4, 6, 3}, false, o);
+       }},
+      {"resnet50",
+       [](const ModelOptions& o) {
+         return resnet({3, 4, 6, 3}, true, o);
        }},
   };
   return models;
@@ -160,7 +194,26 @@ const std::map<std::string, std::function<Graph(const ModelOptions&)>>& registry
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34"};
+  return {"tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34", "resnet50"};
+}
+
+std::string to_string(Norm norm) {
+  switch (norm) {
+    case Norm::kFrozen:
+      return "frozen";
+    case Norm::kBatch:
+      return "batch";
+    case Norm::kGroup:
+      return "group";
+  }
+  return "?";
+}
+
+Norm parse_norm(const std::string& text) {
+  if (text == "frozen") return Norm::kFrozen;
+  if (text == "batch") return Norm::kBatch;
+  if (text == "group") return Norm::kGroup;
+  throw Error("unknown norm '" + text + "': choose frozen, batch or group");
 }
 
 Graph build_model(const std::string& name, const ModelOptions& options) {

@@ -17,19 +17,29 @@ enum class Head {
               // (same parameter names; the linear weight K×C is the conv weight K×C×1×1)
 };
 
+// How the zoo's batch-normalised networks (darknet19, resnet18/34/50) normalise.
+enum class Norm {
+  kFrozen,  // a per-channel affine from the running statistics (the usual whole-slide choice)
+  kBatch,   // batch norm in training mode: whole-image statistics, exact under tiling
+  kGroup,   // group norm, 32 groups (fewer where the channels do not divide)
+};
+std::string to_string(Norm norm);
+Norm parse_norm(const std::string& text);  // "frozen", "batch", "group"; throws tessel::Error
+
 struct ModelOptions {
   int64_t classes = 2;
   int64_t in_channels = 3;
   bool global_max_pool = false;  // default: global average pool
   double dropout = 0.0;          // before the classifier
   Head head = Head::kPool;
+  Norm norm = Norm::kFrozen;
 };
 
 // The slide-level head on feature map `x`: global pool, dropout, linear "classifier" (or the
 // class map's 1×1 convolution "classifier"), for options.classes. Returns the output node.
 core::NodeId add_head(core::Graph& g, core::NodeId x, const ModelOptions& options);
 
-// "tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34".
+// "tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34", "resnet50".
 std::vector<std::string> model_names();
 // Throws tessel::Error listing the known names for an unknown one.
 core::Graph build_model(const std::string& name, const ModelOptions& options = {});
@@ -38,6 +48,11 @@ core::Graph build_model(const std::string& name, const ModelOptions& options = {
 // kernel, stride, padding, dilation, groups and bias; max and avg pools with ceil mode and
 // padding; pointwise ops; residual adds and concats; and a random head (global avg or max pool
 // + linear, or none). Valid for inputs of at least `min_size` pixels per side. Deterministic.
-core::Graph random_network(uint64_t seed, int64_t min_size = 16, int64_t in_channels = 3);
+// With `barriers`, the same network with barriers (core/barrier.h: train-mode batch norm, group
+// norm, squeeze-and-excitation) after some activations, between blocks and inside residual
+// branches, each after a nonlinearity (a per-channel shift straight before a batch norm has a
+// gradient of exactly 0, which only rounding noise could be compared against).
+core::Graph random_network(uint64_t seed, int64_t min_size = 16, int64_t in_channels = 3,
+                           bool barriers = false);
 
 }  // namespace tessel::models

@@ -76,6 +76,7 @@ TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map,
   models::ModelOptions options;
   options.classes = static_cast<int64_t>(state.class_names.size());
   options.global_max_pool = config.pool == "max";
+  options.norm = models::parse_norm(config.norm);
   options.head = class_map ? models::Head::kClassMap : models::Head::kPool;
   // A network that came from a file travels in the checkpoint: the file need not exist now.
   core::Graph graph = state.network.empty()

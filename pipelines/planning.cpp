@@ -81,6 +81,7 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
 PlanReport plan_model(const PlanRequest& r) {
   models::ModelOptions mo;
   mo.classes = r.classes;
+  mo.norm = models::parse_norm(r.norm);
   const core::Graph graph = r.network ? r.network(r.classes) : models::build_model(r.model, mo);
   mo.in_channels = graph.node(graph.input()).channels;
   core::PlanOptions o;
@@ -96,7 +97,11 @@ PlanReport plan_model(const PlanRequest& r) {
 GradcheckReport gradcheck(const GradcheckRequest& r) {
   core::Graph graph = r.network             ? r.network(2)
                       : r.model == "random" ? models::random_network(r.seed, 16, 3)
-                                            : models::build_model(r.model);
+                                            : models::build_model(r.model, [&] {
+                                                models::ModelOptions mo;
+                                                mo.norm = models::parse_norm(r.norm);
+                                                return mo;
+                                              }());
   const int64_t channels = graph.node(graph.input()).channels;
   const c10::Device device = core::resolve_device(r.device);
   core::use_exact_algorithms();

@@ -23,6 +23,7 @@ struct PlanRequest {
   int64_t budget_bytes = 0;
   core::Strategy strategy = core::Strategy::kAuto;
   int64_t classes = 2;
+  std::string norm = "frozen";  // the zoo's batch norms: frozen, batch or group
 };
 
 struct PlanReport {
@@ -36,6 +37,7 @@ PlanReport plan_model(const PlanRequest& request);
 struct GradcheckRequest {
   std::string model = "random";  // a models/zoo.h name, or "random"
   NetworkBuilder network;        // when set, instead of `model`
+  std::string norm = "frozen";   // the zoo's batch norms: frozen, batch or group
   int64_t height = 0, width = 0;
   core::Strategy strategy = core::Strategy::kGrid;
   int64_t tile = 0;  // output pixels per tile of each segment; 0: 3 tiles per axis

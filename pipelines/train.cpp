@@ -347,6 +347,7 @@ class Trainer {
     options.classes = static_cast<int64_t>(manifest_.classes.size());
     options.global_max_pool = config_.pool == "max";
     options.dropout = config_.dropout;
+    options.norm = models::parse_norm(config_.norm);
     Network network = build_network(config_.model, options);
     graph_ = std::make_unique<core::Graph>(std::move(network.graph));
     trunk_ = std::move(network.trunk);

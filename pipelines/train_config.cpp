@@ -100,6 +100,7 @@ const std::map<std::string, Setter>& setters() {
       {"tissue_fill", set(&TrainConfig::tissue_fill, "true or false")},
       {"model", set(&TrainConfig::model, "a model name")},
       {"pool", set(&TrainConfig::pool, "avg or max")},
+      {"norm", set(&TrainConfig::norm, "frozen, batch or group")},
       {"dropout", set(&TrainConfig::dropout, "a number")},
       {"init_weights", set_path(&TrainConfig::init_weights)},
       {"epochs", set(&TrainConfig::epochs, "a whole number")},
@@ -167,6 +168,8 @@ void validate(const TrainConfig& c, const std::string& origin) {
               "holding a network (NET.h5)");
   require(one_of(c.pool, std::vector<std::string>{"avg", "max"}), origin, "pool",
           "must be avg or max");
+  require(one_of(c.norm, std::vector<std::string>{"frozen", "batch", "group"}), origin, "norm",
+          "must be frozen, batch or group");
   require(c.dropout >= 0 && c.dropout < 1, origin, "dropout", "must be in [0, 1)");
   require(c.epochs >= 1, origin, "epochs", "must be at least 1");
   require(c.batch >= 1, origin, "batch", "must be at least 1");
@@ -286,6 +289,7 @@ std::string TrainConfig::to_yaml() const {
   out << YAML::Key << "tissue_fill" << YAML::Value << tissue_fill;
   out << YAML::Key << "model" << YAML::Value << model;
   out << YAML::Key << "pool" << YAML::Value << pool;
+  out << YAML::Key << "norm" << YAML::Value << norm;
   out << YAML::Key << "dropout" << YAML::Value << dropout;
   out << YAML::Key << "init_weights" << YAML::Value << init_weights.string();
   out << YAML::Key << "epochs" << YAML::Value << epochs;

@@ -28,6 +28,9 @@ struct TrainConfig {
   // Model
   std::string model = "vgg-mini";
   std::string pool = "avg";  // the head's global pool: avg or max
+  // The zoo's batch norms: frozen (running statistics), batch (training mode, exact over the
+  // whole slide) or group (docs/barriers.md). Networks from NET.h5 keep their own.
+  std::string norm = "frozen";
   double dropout = 0.0;
   std::filesystem::path init_weights;  // an HDF5 checkpoint to start from (matched by name)
   // Optimisation

@@ -6,11 +6,15 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <random>
+#include <set>
+
 #include "core/device.h"
 #include "core/error.h"
 #include "core/gradcheck.h"
 #include "core/planner.h"
 #include "core/tile_source.h"
+#include "models/zoo.h"
 
 namespace tessel::core {
 namespace {
@@ -174,6 +178,63 @@ TEST(Barriers, AtASegmentsInputMatch) {
     const Plan plan = make_plan(g, {2, 13, 11}, 0, o);
     const auto c = compare_with_plain(g, plan, random_image(2, 13, 11, 3), 5);
     EXPECT_LT(c.worst(), kTolerance) << variant << to_string(plan, g) << c.to_string();
+  }
+}
+
+// Random networks with barriers anywhere (models/zoo.h): grid or rows with up to 4×3 tiles,
+// random checkpoints, streaming reductions, every fourth case with every checkpoint offloaded
+// in small blocks; sizes 17–45 a side. Counts the barriers that ran in a tiled segment, so the
+// check cannot pass by planning them away.
+TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
+  int64_t tiled_barriers = 0;
+  std::set<std::string> kinds;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed * 31337);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    Graph g = models::random_network(seed, 17, 2, /*barriers=*/true);
+    g.module().to(test_device(), at::kDouble);
+    randomise(g, seed);
+    const Shape in{2, pick(17, 45), pick(17, 45)};
+    PlanOptions o =
+        fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 4), pick(1, 3));
+    o.streaming_reduction = pick(0, 3) != 0;
+    std::vector<NodeId> checkpoints;
+    for (NodeId v : checkpoint_candidates(g)) {
+      if (seed % 4 == 0 || pick(0, 2) == 0) checkpoints.push_back(v);
+    }
+    if (seed % 4 == 0) {
+      o.offload = PlanOptions::Offload::kDisk;
+      o.offload_window_bytes = 16 << 10;
+      o.offload_block_bytes = 2 << 10;
+    }
+    Plan plan;
+    // A checkpoint after the last tiled layer is not a candidate: drop the last until it plans.
+    for (;; checkpoints.pop_back()) {
+      o.checkpoints = checkpoints;
+      try {
+        plan = make_plan(g, in, 0, o);
+        break;
+      } catch (const tessel::Error&) {
+        if (checkpoints.empty()) throw;
+      }
+    }
+    for (const Segment& s : plan.segments) {
+      if (s.backward.tiles() < 2) continue;
+      for (NodeId v = s.input + 1; v <= s.output; ++v) {
+        if (!g.node(v).is_barrier()) continue;
+        ++tiled_barriers;
+        kinds.insert(describe(g.node(v)).substr(0, 10));
+      }
+    }
+    const auto c = compare_with_plain(g, plan, random_image(2, in.height, in.width, seed), seed);
+    EXPECT_LT(c.worst(), kTolerance) << "seed " << seed << " input " << to_string(in) << "\n"
+                                     << to_string(plan, g) << c.to_string();
+  }
+  EXPECT_GT(tiled_barriers, 40);
+  for (const char* kind : {"batch-norm", "group-norm", "squeeze-ex"}) {
+    EXPECT_TRUE(kinds.count(kind)) << kind << " never ran tiled";
   }
 }
 

@@ -52,6 +52,19 @@ TEST(NetworkJson, RandomNetworksWithEveryOpComeBackTheSame) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     core::Graph g = random_network(seed, 24);
     expect_same_network(g, "random seed " + std::to_string(seed), 29);
+    core::Graph with_barriers = random_network(seed, 24, 3, /*barriers=*/true);
+    expect_same_network(with_barriers, "random seed " + std::to_string(seed) + " with barriers",
+                        29);
+  }
+}
+
+// Batch norm in training mode and group norm: the zoo's ResNets with either come back.
+TEST(NetworkJson, ZooNormsComeBackTheSame) {
+  for (const Norm norm : {Norm::kBatch, Norm::kGroup}) {
+    ModelOptions options;
+    options.norm = norm;
+    core::Graph g = build_model("resnet18", options);
+    expect_same_network(g, "resnet18 " + to_string(norm), 64);
   }
 }
 
