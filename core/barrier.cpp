@@ -196,6 +196,13 @@ void BarrierState::finish_sums() {
   sums_done_ = true;
 }
 
+at::Tensor BarrierState::correction_gradient(const at::Tensor& x) const {
+  if (!sums_done_) throw Error("internal: " + node_.name + "'s correction before its sums");
+  at::NoGradGuard no_grad;
+  if (node_.barrier == BarrierOp::kSqueezeExcite) return coeff_a_.expand_as(x);
+  return (x - mean_).mul_(coeff_b_ * 2).add_(coeff_a_);
+}
+
 at::Tensor BarrierState::correction(const at::Tensor& x) const {
   if (!sums_done_) throw Error("internal: " + node_.name + "'s correction before its sums");
   if (node_.barrier == BarrierOp::kSqueezeExcite) return (x * coeff_a_).sum();

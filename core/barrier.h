@@ -57,6 +57,9 @@ class BarrierState {
   // of the input's gradient that runs through the statistic, at the positions of that region:
   // summed over regions that partition the activation, each position gets its term once.
   at::Tensor correction(const at::Tensor& x) const;
+  // The gradient of correction(x) with respect to x, computed directly (an inner checkpoint's
+  // gradient takes it whole).
+  at::Tensor correction_gradient(const at::Tensor& x) const;
 
  private:
   const Node& node_;

@@ -153,9 +153,12 @@ class TiledStep {
   }
 
   // Runs nodes (input, output] over `need`; `barrier_acts`, when given, receives every barrier's
-  // output and input tiles there (by node), for the backward's sums and corrections.
+  // output and input tiles there (by node), for the backward's sums and corrections. `leaves`:
+  // nodes whose tiles are given (inner checkpoints), not computed. `hooks`: each barrier's output
+  // adds its gradient to the barrier's sums as the backward passes it.
   at::Tensor run_tile(NodeId first, NodeId output, const std::vector<Region>& need,
-                      TileTensor input, std::map<NodeId, TileTensor>* barrier_acts) {
+                      TileTensor input, std::map<NodeId, TileTensor>* barrier_acts,
+                      const std::map<NodeId, TileTensor>* leaves = nullptr, bool hooks = false) {
     std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
     std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
     for (NodeId v = first + 1; v <= output; ++v) {
@@ -171,13 +174,21 @@ class TiledStep {
     for (NodeId v = first + 1; v <= output; ++v) {
       const Node& node = graph_.node(v);
       const Region& r = need[static_cast<size_t>(v)];
-      if (r.empty()) {
+      const bool given = leaves != nullptr && leaves->count(v) > 0;
+      if (given) {
+        acts[static_cast<size_t>(v)] = leaves->at(v);
+      } else if (r.empty()) {
         acts[static_cast<size_t>(v)] = {at::empty({1, node.channels, 0, 0}, options), r};
       } else if (node.is_barrier()) {
         const TileTensor& in = acts[static_cast<size_t>(node.inputs[0])];
         const at::Tensor x = crop(in, r);
-        const auto& state = barrier_states_[static_cast<size_t>(v)];
-        acts[static_cast<size_t>(v)] = {state ? state->forward(x) : batch_norm_eval(node, x), r};
+        BarrierState* state = barrier_states_[static_cast<size_t>(v)].get();
+        at::Tensor y = state ? state->forward(x) : batch_norm_eval(node, x);
+        if (hooks && state != nullptr && y.requires_grad()) {
+          y.register_hook(
+              [state, x = x.detach()](const at::Tensor& grad) { state->add_output_grad(x, grad); });
+        }
+        acts[static_cast<size_t>(v)] = {std::move(y), r};
         if (barrier_acts != nullptr) (*barrier_acts)[v] = acts[static_cast<size_t>(v)];
       } else {
         std::vector<TileTensor> ins;
@@ -381,6 +392,182 @@ class TiledStep {
     }
   }
 
+  // ---- Barriers as sub-segments (Segment::inner_checkpoints) ----
+
+  bool inner_mode(const Segment& s) const { return s.inner_checkpoints && !barriers(s).empty(); }
+
+  // The barriers of `s` that read node `v`.
+  std::vector<NodeId> readers(const Segment& s, NodeId v) const {
+    std::vector<NodeId> out;
+    for (NodeId b : barriers(s)) {
+      if (graph_.node(b).inputs[0] == v) out.push_back(b);
+    }
+    return out;
+  }
+
+  // The segment's input and its inner checkpoints: the sub-segments' leaves.
+  std::vector<NodeId> leaves(const Segment& s) const {
+    std::vector<NodeId> out{s.input};
+    for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) out.push_back(v);
+    return out;
+  }
+
+  std::vector<Region> sub_needs(const Segment& s, NodeId target, const Region& r) const {
+    return sub_segment_needs(graph_, plan_.shapes, s.input, leaves(s), target, r);
+  }
+
+  // The inner checkpoints' tiles a sub-segment reads (those before `target`), requiring a
+  // gradient when `grad`.
+  std::map<NodeId, TileTensor> leaf_tiles(const Segment& s, const std::vector<Region>& need,
+                                          NodeId target, bool grad) {
+    std::map<NodeId, TileTensor> out;
+    for (NodeId l : inner_checkpoints(graph_, s.input, s.output)) {
+      if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
+      const Region& r = need[static_cast<size_t>(l)];
+      at::Tensor t = crop({inner_.at(l), whole(shape(l))}, r);
+      if (grad) t = t.detach().requires_grad_(true);
+      out[l] = {t, r};
+    }
+    return out;
+  }
+
+  // The forward's sub-segments: each inner checkpoint computed over the shares of the forward
+  // tiles from the leaves before it and kept whole; `with_statistics`: each barrier's statistic
+  // added there (the step's forward), else the checkpoints rebuilt for the backward.
+  void inner_forward(int index, bool with_statistics) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    at::NoGradGuard no_grad;
+    auto start = [&](NodeId v) {
+      if (!with_statistics) return;
+      for (NodeId b : readers(s, v)) {
+        barrier_states_[static_cast<size_t>(b)] =
+            std::make_unique<BarrierState>(graph_.node(b), tensor_options_);
+      }
+    };
+    auto add = [&](NodeId v, const at::Tensor& x) {
+      if (!with_statistics) return;
+      for (NodeId b : readers(s, v)) barrier_states_[static_cast<size_t>(b)]->add_input(x);
+    };
+    auto finish = [&](NodeId v) {
+      if (!with_statistics) return;
+      for (NodeId b : readers(s, v)) {
+        barrier_states_[static_cast<size_t>(b)]->finish_statistics(training_);
+      }
+    };
+    // Barriers on the segment's input read it over the shares.
+    if (with_statistics && !readers(s, s.input).empty()) {
+      start(s.input);
+      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+        const Region r = barrier_share(s.forward.tile(t), shape(s.output), shape(s.input));
+        if (!r.empty()) add(s.input, read_input(s, r).tensor);
+      }
+      finish(s.input);
+    }
+    for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
+      start(v);
+      const Shape& vs = shape(v);
+      at::Tensor whole_v = at::empty({1, vs.channels, vs.height, vs.width}, tensor_options_);
+      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+        const Region r = barrier_share(s.forward.tile(t), shape(s.output), vs);
+        if (r.empty()) continue;
+        const std::vector<Region> need = sub_needs(s, v, r);
+        const auto given = leaf_tiles(s, need, v, false);
+        const Region& in_region = need[static_cast<size_t>(s.input)];
+        const at::Tensor x =
+            run_tile(s.input, v, need, read_input(s, in_region), nullptr, &given, false);
+        crop({whole_v, whole(vs)}, r).copy_(x);
+        add(v, x);
+      }
+      inner_[v] = std::move(whole_v);
+      finish(v);
+    }
+  }
+
+  // The backward of a segment run as sub-segments: the output's tiles (gradients into the
+  // inner checkpoints, the segment's input and the parameters; the barriers' sums through
+  // hooks), then each inner checkpoint latest first: its barriers' corrections added to its
+  // gradient whole, and its sub-segment's tiles. Each op is recomputed once. Returns the
+  // input's gradient (resident: the planner keeps such a segment's input resident).
+  at::Tensor inner_backward(int index, const at::Tensor& grad_out) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    const Shape& in_shape = shape(s.input);
+    const bool want_input_grad = wants_input_grad(s);
+    if (stored_[static_cast<size_t>(s.input)]) {
+      throw Error("internal: a segment with inner checkpoints reads an offloaded input");
+    }
+    at::Tensor grad_in;
+    if (want_input_grad) {
+      grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
+    }
+    StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
+    inner_forward(index, /*with_statistics=*/false);
+    for (const auto& [v, t] : inner_) inner_grads_[v] = at::zeros_like(t);
+    // One sub-segment's backward over the backward tiles (shares of them for an inner
+    // checkpoint).
+    auto run = [&](NodeId target, bool output) {
+      for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+        const Region tile = s.backward.tile(t);
+        const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
+        if (r.empty()) continue;
+        if (output) emit(index, s.backward, t, TileEvent::kBackward, false);
+        const std::vector<Region> need = sub_needs(s, target, r);
+        const Region& in_region = need[static_cast<size_t>(s.input)];
+        at::Tensor x = read_input(s, in_region).tensor.detach();
+        if (want_input_grad) x.requires_grad_(true);
+        const auto given = leaf_tiles(s, need, target, true);
+        {
+          at::AutoGradMode grad_mode(true);
+          at::Tensor y = run_tile(s.input, target, need, {x, in_region}, nullptr, &given, true);
+          at::Tensor root;
+          if (output) {
+            root = output_root(s, tile, y, grad_out, stored_grad_out);
+          } else if (y.requires_grad()) {
+            root = Seeded::apply(y, crop({inner_grads_.at(target), whole(shape(target))}, r));
+            y.reset();
+          }
+          if (root.defined() && root.requires_grad()) root.backward();
+        }
+        if (want_input_grad && x.grad().defined() && !in_region.empty()) {
+          crop({grad_in, whole(in_shape)}, in_region).add_(x.grad());
+        }
+        for (const auto& [l, leaf] : given) {
+          if (!leaf.tensor.grad().defined()) continue;
+          crop({inner_grads_.at(l), whole(shape(l))}, leaf.region).add_(leaf.tensor.grad());
+        }
+        if (output) {
+          ++backward_tiles;
+          emit(index, s.backward, t, TileEvent::kBackward, true);
+        }
+      }
+    };
+    run(s.output, true);
+    const std::vector<NodeId> inner = inner_checkpoints(graph_, s.input, s.output);
+    for (auto it = inner.rbegin(); it != inner.rend(); ++it) {
+      const NodeId v = *it;
+      for (NodeId b : readers(s, v)) {
+        BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
+        state.finish_sums();
+        inner_grads_.at(v).add_(state.correction_gradient(inner_.at(v)));
+      }
+      run(v, false);
+      inner_.erase(v);
+      inner_grads_.erase(v);
+    }
+    // Barriers on the segment's input: their corrections go straight to its gradient.
+    for (NodeId b : readers(s, s.input)) {
+      BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
+      state.finish_sums();
+      if (!want_input_grad) continue;
+      for (int64_t t = 0; t < s.backward.tiles(); ++t) {
+        const Region r = barrier_share(s.backward.tile(t), shape(s.output), in_shape);
+        if (r.empty()) continue;
+        crop({grad_in, whole(in_shape)}, r)
+            .add_(state.correction_gradient(read_input(s, r).tensor));
+      }
+    }
+    return grad_in;
+  }
+
   void forward_segment(int index) {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     const Shape& out_shape = shape(s.output);
@@ -405,7 +592,12 @@ class TiledStep {
     } else {
       out = at::zeros({1, out_shape.channels}, options);
     }
-    statistic_passes(index);
+    const bool inner = inner_mode(s);
+    if (inner) {
+      inner_forward(index, /*with_statistics=*/true);
+    } else {
+      statistic_passes(index);
+    }
     // The tiles' dtype: the step's, or under bf16 autocast that of the segment's last op.
     at::ScalarType tile_dtype = options.dtype().toScalarType();
     std::vector<Region> schedule;
@@ -442,10 +634,13 @@ class TiledStep {
       }
       emit(index, s.forward, t, TileEvent::kForward, false);
       const Region tile = s.forward.tile(t);
-      const std::vector<Region> need = needs(s, tile);
+      const std::vector<Region> need = inner ? sub_needs(s, s.output, tile) : needs(s, tile);
       const Region& in_region = need[static_cast<size_t>(s.input)];
       at::Tensor y;
-      if ((training_ && s.keep_graph) || (keep_last && t + 1 == s.forward.tiles())) {
+      if (inner) {
+        const auto given = leaf_tiles(s, need, s.output, false);
+        y = run_tile(s.input, s.output, need, read_input(s, in_region), nullptr, &given, false);
+      } else if ((training_ && s.keep_graph) || (keep_last && t + 1 == s.forward.tiles())) {
         at::AutoGradMode grad_mode(true);
         KeptTile& k = kept[static_cast<size_t>(t)];
         k.input = read_input(s, in_region).tensor.detach();
@@ -479,6 +674,7 @@ class TiledStep {
       ++forward_tiles;
       emit(index, s.forward, t, TileEvent::kForward, true);
     }
+    inner_.clear();  // rebuilt in the backward
     if (stored_out != nullptr) {
       // Kept in the store.
     } else if (s.reduction < 0) {
@@ -515,6 +711,7 @@ class TiledStep {
     } else if (want_input_grad) {
       grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
     }
+    if (inner_mode(s)) return inner_backward(index, grad_out);
     const bool has_barriers = !barriers(s).empty();
     if (has_barriers) sums_passes(index, grad_out);
     // The store's reads in the order the tiles below make them: the input tile (unless the
@@ -612,6 +809,8 @@ class TiledStep {
   std::vector<std::unique_ptr<StoredActivation>> stored_, stored_grads_;
   // Barriers' statistics and gradient sums over this step, by node (core/barrier.h).
   std::vector<std::unique_ptr<BarrierState>> barrier_states_;
+  // Inner checkpoints of the segment running as sub-segments, and their gradients, by node.
+  std::map<NodeId, at::Tensor> inner_, inner_grads_;
   at::Tensor reduced_, reduced_index_;  // streaming reduction result (and argmax for max)
   // Forward tiles that keep their autograd graph for the backward, by segment and tile.
   struct KeptTile {

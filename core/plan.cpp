@@ -1,5 +1,6 @@
 #include "core/plan.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -117,6 +118,43 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
     left -= round.size();
   }
   return rounds;
+}
+
+std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output) {
+  std::vector<NodeId> out;
+  for (NodeId v = input + 1; v <= output; ++v) {
+    const Node& n = graph.node(v);
+    if (n.is_barrier() && n.inputs[0] != input) out.push_back(n.inputs[0]);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
+                                      NodeId input, const std::vector<NodeId>& leaves,
+                                      NodeId target, const Region& tile) {
+  std::vector<Region> need(static_cast<size_t>(target) + 1);
+  need[static_cast<size_t>(target)] = tile;
+  auto read = [&](NodeId c) {
+    return c != target && std::find(leaves.begin(), leaves.end(), c) != leaves.end();
+  };
+  for (NodeId v = target - 1; v >= input; --v) {
+    const Shape& s = shapes[static_cast<size_t>(v)];
+    const Region bounds{{0, s.height}, {0, s.width}};
+    Region r;
+    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+      if (c > target || read(c)) continue;
+      const Node& node = graph.node(c);
+      const Region& out = need[static_cast<size_t>(c)];
+      if (out.empty()) continue;
+      const Region window{input_window(node.axis_op(0), out.y),
+                          input_window(node.axis_op(1), out.x)};
+      r = hull(r, intersect(window, bounds));
+    }
+    need[static_cast<size_t>(v)] = r;
+  }
+  return need;
 }
 
 Region barrier_share(const Region& tile, const Shape& out, const Shape& at) {

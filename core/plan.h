@@ -65,6 +65,11 @@ struct Segment {
   // The forward runs with autograd and keeps every tile's graph for the backward, which then
   // recomputes nothing and runs the forward's tiles (the budget left room for them).
   bool keep_graph = false;
+  // Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept whole (an inner
+  // checkpoint, resident) from its statistic pass, the tiles read it instead of recomputing it,
+  // and the backward runs each sub-segment once. Otherwise (the budget has no room for them, or
+  // the segment's input is offloaded) the barriers' inputs are recomputed in every pass.
+  bool inner_checkpoints = false;
   // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
   // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
   Tier tier = Tier::kResident;
@@ -138,6 +143,17 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
 
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile);
+
+// The inner checkpoints of segment (input, output]: the inputs of its barriers other than the
+// segment's input, in order.
+std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output);
+
+// segment_needs for the sub-segment that computes `target` from `leaves` (the segment's input
+// and inner checkpoints before `target`, whose values are read, not computed): needs stop at
+// the leaves; no barrier shares (the corrections are added to the inner checkpoints' gradients).
+std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
+                                      NodeId input, const std::vector<NodeId>& leaves,
+                                      NodeId target, const Region& tile);
 
 // The input window that window `out` of node `node` reads along `axis` (0 rows, 1 columns), over
 // every path back to the input and unclipped (padding included): its receptive field. Where an

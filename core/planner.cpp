@@ -334,6 +334,11 @@ struct Candidate {
 double barrier_flops(const Analysis& a, const Segment& s) {
   const auto rounds = barrier_rounds(a.graph, s.input, s.output);
   if (rounds.empty()) return 0;
+  if (s.inner_checkpoints) {
+    // Sub-segments: the backward rebuilds the inner checkpoints (about one more forward).
+    return static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
+           static_cast<double>(s.forward.tiles());
+  }
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
   const Region mid = middle_tile(s.forward);
   double flops = 0;
@@ -678,8 +683,17 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t store_fwd = off.in_use(in_off || out_off, in_off || out_off, cap);
     const int64_t store_bwd =
         off.in_use(in_off || out_off || before_in_off, in_off || out_off, cap);
-    const int64_t fwd_fixed = base + held + out_fwd + store_fwd;
-    const int64_t bwd_fixed = base + held + out_bwd + in_bwd + store_bwd;
+    // Barriers' inner checkpoints: held whole in the forward, and with their gradients in the
+    // backward. Only with a resident input (its gradient is accumulated whole).
+    int64_t inner_bytes = 0;
+    for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) inner_bytes += a.bytes(v);
+    s.inner_checkpoints = a.options.inner_checkpoints && !in_off && has_barrier(a.graph, s);
+    int64_t fwd_fixed = base + held + out_fwd + store_fwd;
+    int64_t bwd_fixed = base + held + out_bwd + in_bwd + store_bwd;
+    if (s.inner_checkpoints) {
+      fwd_fixed += inner_bytes;
+      bwd_fixed += 2 * inner_bytes;
+    }
 
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
       const Partition p = partition_for(strategy, out, n);
@@ -716,7 +730,17 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       return Partition::even(out.height, out.width, (out.height + t - 1) / t,
                              strategy == Strategy::kRows ? 1 : (out.width + t - 1) / t);
     };
-    const int64_t nf = choose(false), nb = choose(true);
+    int64_t nf = choose(false), nb = choose(true);
+    if (s.inner_checkpoints && (nf < 0 || nb < 0)) {
+      // No room for the inner checkpoints: recompute the barriers' inputs instead.
+      s.inner_checkpoints = false;
+      fwd_fixed -= inner_bytes;
+      bwd_fixed -= 2 * inner_bytes;
+      nf = choose(false);
+      nb = choose(true);
+    }
+    const int64_t inner_fwd = s.inner_checkpoints ? inner_bytes : 0;
+    const int64_t inner_bwd = s.inner_checkpoints ? 2 * inner_bytes : 0;
     // The smallest working set this segmentation can reach: the finest partition.
     const Partition finest_partition = partition_for(strategy, out, max_count(strategy, out));
     const auto finest = a.tile_cost(s.input, s.output, middle_tile(finest_partition));
@@ -765,9 +789,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
     const int64_t bwd_peak = bwd_fixed + in_open + bc.backward_bytes;
     MemoryBreakdown fwd_at = fixed, bwd_at = fixed;
-    fwd_at.checkpoints = held + out_fwd + store_fwd;
+    fwd_at.checkpoints = held + out_fwd + store_fwd + inner_fwd;
     fwd_at.working_set = fc.forward_bytes;
-    bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open;
+    bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open + inner_bwd;
     bwd_at.working_set = bc.backward_bytes;
     passes[2 * i] = fwd_at;
     passes[2 * i + 1] = bwd_at;

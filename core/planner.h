@@ -38,6 +38,9 @@ struct PlanOptions {
   // Segments whose tiles' autograd graphs fit what the budget leaves free keep them from the
   // forward to the backward instead of recomputing (latest segments first; budgeted plans only).
   bool keep_graphs = true;
+  // Segments with barriers keep their barriers' inputs whole (inner checkpoints, resident) where
+  // the budget has room, and run as sub-segments (core/plan.h); false: they always recompute.
+  bool inner_checkpoints = true;
   Offload offload = Offload::kAuto;
   Tier auto_tier = Tier::kDisk;  // where kAuto offloads: disk on CPU builds
   // The tile store's read-ahead and write-behind. 0: the planner picks 1/4, 1/8 or 1/16 of the

@@ -35,8 +35,9 @@ PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
   return o;
 }
 
-// The tiled step against plain autograd for several partitions; returns how many of the plans
-// had a tiled segment holding a barrier (a check without one proves nothing).
+// The tiled step against plain autograd for several partitions, with the barriers' inputs kept
+// (sub-segments) and recomputed; returns how many of the plans had a tiled segment holding a
+// barrier (a check without one proves nothing).
 int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const at::Tensor& image,
                  PlanOptions base = {}) {
   g.module().to(test_device(), at::kDouble);
@@ -47,20 +48,24 @@ int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const 
                                                                        {Strategy::kGrid, 2, 5},
                                                                        {Strategy::kRows, 3, 1},
                                                                        {Strategy::kGrid, 1, 1}};
-  for (const auto& [strategy, ty, tx] : partitions) {
-    PlanOptions o = fixed_tiles(strategy, ty, tx);
-    o.checkpoints = base.checkpoints;
-    o.offload = base.offload;
-    o.streaming_reduction = base.streaming_reduction;
-    const Plan plan = make_plan(g, {g.node(0).channels, h, w}, 0, o);
-    for (const Segment& s : plan.segments) {
-      for (NodeId v = s.input + 1; v <= s.output; ++v) with_barrier += g.node(v).is_barrier();
+  for (const bool inner : {true, false}) {
+    for (const auto& [strategy, ty, tx] : partitions) {
+      PlanOptions o = fixed_tiles(strategy, ty, tx);
+      o.checkpoints = base.checkpoints;
+      o.offload = base.offload;
+      o.streaming_reduction = base.streaming_reduction;
+      o.inner_checkpoints = inner;
+      const Plan plan = make_plan(g, {g.node(0).channels, h, w}, 0, o);
+      for (const Segment& s : plan.segments) {
+        for (NodeId v = s.input + 1; v <= s.output; ++v) with_barrier += g.node(v).is_barrier();
+      }
+      const auto c = compare_with_plain(g, plan, image, 5);
+      EXPECT_LT(c.worst(), kTolerance)
+          << what << " " << to_string(strategy) << " " << ty << "×" << tx
+          << (inner ? " inner checkpoints" : " recomputed") << "\n"
+          << to_string(plan, g) << c.to_string();
+      EXPECT_TRUE(std::isfinite(c.worst())) << what;
     }
-    const auto c = compare_with_plain(g, plan, image, 5);
-    EXPECT_LT(c.worst(), kTolerance)
-        << what << " " << to_string(strategy) << " " << ty << "×" << tx << "\n"
-        << to_string(plan, g) << c.to_string();
-    EXPECT_TRUE(std::isfinite(c.worst())) << what;
   }
   return with_barrier;
 }
@@ -135,11 +140,14 @@ TEST(Barriers, TiledInferenceEqualsPlain) {
     return o;
   }());
   const at::Tensor want = infer(g, plain, source);
-  for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {1, 4}}) {
-    PlanOptions o = fixed_tiles(Strategy::kGrid, ty, tx);
-    o.element_bytes = 8;
-    const at::Tensor got = infer(g, make_plan(g, {2, h, w}, 0, o), source);
-    EXPECT_LT(relative_error(got, want), kTolerance) << ty << "×" << tx;
+  // Group norm and SE need their statistics in inference too (batch norm uses its running ones).
+  for (const bool inner : {true, false}) {
+    for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {1, 4}}) {
+      PlanOptions o = fixed_tiles(Strategy::kGrid, ty, tx);
+      o.inner_checkpoints = inner;
+      const at::Tensor got = infer(g, make_plan(g, {2, h, w}, 0, o), source);
+      EXPECT_LT(relative_error(got, want), kTolerance) << ty << "×" << tx << " " << inner;
+    }
   }
 }
 
@@ -175,6 +183,7 @@ TEST(Barriers, AtASegmentsInputMatch) {
     randomise(g, 11);
     PlanOptions o = fixed_tiles(Strategy::kGrid, 2, 2);
     if (variant & 2) o.checkpoints = std::vector<NodeId>{2};
+    o.inner_checkpoints = variant < 2;
     const Plan plan = make_plan(g, {2, 13, 11}, 0, o);
     const auto c = compare_with_plain(g, plan, random_image(2, 13, 11, 3), 5);
     EXPECT_LT(c.worst(), kTolerance) << variant << to_string(plan, g) << c.to_string();
@@ -200,6 +209,7 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
     PlanOptions o =
         fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 4), pick(1, 3));
     o.streaming_reduction = pick(0, 3) != 0;
+    o.inner_checkpoints = seed % 2 == 1;
     std::vector<NodeId> checkpoints;
     for (NodeId v : checkpoint_candidates(g)) {
       if (seed % 4 == 0 || pick(0, 2) == 0) checkpoints.push_back(v);
