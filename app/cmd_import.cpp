@@ -12,7 +12,7 @@ namespace tessel::app {
 
 void register_import(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
-    std::string onnx, out, size;
+    std::string onnx, out, size, batch_norm = "frozen";
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -25,14 +25,20 @@ void register_import(CLI::App& app, const GlobalOptions& /*global*/, CommandRegi
   cmd->add_option("--input-size", args->size,
                   "Image size WIDTHxHEIGHT the network is checked at (default: the file's input, "
                   "else 224x224)");
+  cmd->add_option("--batch-norm", args->batch_norm,
+                  "BatchNormalization as 'frozen' (a per-channel affine of the file's running "
+                  "statistics) or 'train' (batch statistics while training, updating the running "
+                  "ones)")
+      ->check(CLI::IsMember({"frozen", "train"}));
   cmd->callback([args, &registry] {
     registry.selected = [args] {
-      int64_t height = 0, width = 0;
-      if (!args->size.empty()) std::tie(height, width) = parse_size(args->size);
+      pipelines::ImportOptions options;
+      if (!args->size.empty()) std::tie(options.height, options.width) = parse_size(args->size);
+      if (args->batch_norm == "train") options.batch_norm = pipelines::BatchNormImport::kTrain;
       if (!args->out.ends_with(".h5")) {
         throw Error("--out " + args->out + ": a checkpoint's name ends in .h5");
       }
-      const auto report = pipelines::import_onnx_file(args->onnx, args->out, height, width);
+      const auto report = pipelines::import_onnx_file(args->onnx, args->out, options);
       std::cout << report.summary;
       return 0;
     };

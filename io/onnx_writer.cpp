@@ -177,9 +177,9 @@ class Writer {
   // The layer's parameter or buffer as the module names it, "<layer>.<name>".
   std::string parameter(const char* name, std::vector<int64_t> shape = {}) {
     at::Tensor t;
-    if (current_->layer) {
-      if (auto* p = current_->layer->named_parameters(false).find(name)) t = *p;
-      if (auto* b = current_->layer->named_buffers(false).find(name)) t = *b;
+    if (current_->layer) {  // recursive: squeeze-and-excitation's "fc1.weight"
+      if (auto* p = current_->layer->named_parameters(true).find(name)) t = *p;
+      if (auto* b = current_->layer->named_buffers(true).find(name)) t = *b;
     }
     if (!t.defined()) fail(std::string("has no parameter '") + name + "'");
     return initializer(current_->name + "." + name, shape.empty() ? t : t.reshape(shape));
@@ -207,7 +207,7 @@ class Writer {
         return;
       }
       case OpKind::kBarrier:
-        return fail("is a " + core::describe(n) + ", which ONNX export does not write yet");
+        return barrier(n);
       case OpKind::kConcat: {
         onnx::NodeProto* node = add("Concat", {}, "", out());
         node->clear_input();
@@ -287,6 +287,89 @@ class Writer {
     }
   }
 
+  // As PyTorch exports these in eval mode: batch norm with its running statistics (and the
+  // momentum, which a re-import in training mode reads back), group norm as Reshape,
+  // InstanceNormalization, Reshape, Mul, Add (opset 17 has no GroupNormalization), squeeze-and-
+  // excitation as its global pool, two 1×1 Convs, activation, gate and Mul.
+  void barrier(const Node& n) {
+    switch (n.barrier) {
+      case core::BarrierOp::kBatchNorm: {
+        auto* node = add("BatchNormalization",
+                         {in(), parameter("weight"), parameter("bias"), parameter("running_mean"),
+                          parameter("running_var")},
+                         "", out());
+        set_float(node, "epsilon", n.eps);
+        set_float(node, "momentum", 1.0 - n.momentum);  // ONNX's keeps, PyTorch's replaces
+        return;
+      }
+      case core::BarrierOp::kGroupNorm: {
+        const auto* shape = add("Shape", {in()}, "shape");
+        const auto* grouped =
+            add("Reshape", {in(), shape_constant("groups", {0, n.groups, -1})}, "grouped");
+        const std::vector<int64_t> groups{n.groups};
+        auto* norm = add("InstanceNormalization",
+                         {output_of(grouped), initializer(n.name + "/ones", at::ones(groups)),
+                          initializer(n.name + "/zeros", at::zeros(groups))},
+                         "norm");
+        set_float(norm, "epsilon", n.eps);
+        const auto* back = add("Reshape", {output_of(norm), output_of(shape)}, "ungrouped");
+        const std::vector<int64_t> per_channel{n.channels, 1, 1};
+        const auto* mul = add("Mul", {output_of(back), parameter("weight", per_channel)}, "mul");
+        add("Add", {output_of(mul), parameter("bias", per_channel)}, "", out());
+        return;
+      }
+      case core::BarrierOp::kSqueezeExcite: {
+        const core::SqueezeSpec& se = *n.squeeze;
+        const auto* pooled = add("GlobalAveragePool", {in()}, "squeeze");
+        const auto* fc1 =
+            add("Conv", {output_of(pooled), parameter("fc1.weight"), parameter("fc1.bias")}, "fc1");
+        std::string h = output_of(fc1);
+        if (se.activation == Pointwise::kSilu) {
+          const auto* sigmoid = add("Sigmoid", {h}, "act_sigmoid");
+          h = output_of(add("Mul", {h, output_of(sigmoid)}, "act"));
+        } else {
+          h = output_of(add("Relu", {h}, "act"));
+        }
+        const auto* fc2 = add("Conv", {h, parameter("fc2.weight"), parameter("fc2.bias")}, "fc2");
+        const std::string gate =
+            se.gate == Pointwise::kHardSigmoid
+                ? hard_sigmoid(output_of(fc2), se.gate_coeff[0], se.gate_coeff[1], "gate")
+                : output_of(add("Sigmoid", {output_of(fc2)}, "gate"));
+        add("Mul", {in(), gate}, "", out());
+        return;
+      }
+    }
+    fail("is a barrier the ONNX writer does not know");
+  }
+
+  // An int64 constant (a Reshape's shape).
+  std::string shape_constant(const std::string& what, const std::vector<int64_t>& values) {
+    const at::Tensor t = at::tensor(values, at::kLong);
+    onnx::TensorProto* p = graph_->add_initializer();
+    const std::string name = unique(current_->name + "/" + what);
+    p->set_name(name);
+    p->set_data_type(onnx::TensorProto::INT64);
+    p->add_dims(t.numel());
+    p->set_raw_data(std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()));
+    return name;
+  }
+
+  // max(0, min(1, alpha·x + beta)) into `output` (empty: a fresh "<layer>/<step>"): ONNX's
+  // HardSigmoid where its float32 attributes hold the coefficients, else as float64 arithmetic.
+  std::string hard_sigmoid(const std::string& x, double alpha, double beta, const std::string& step,
+                           const std::string& output = "") {
+    if (dtype_ == at::kFloat || (exact_in_float(alpha) && exact_in_float(beta))) {
+      auto* node = add("HardSigmoid", {x}, step, output);
+      set_float(node, "alpha", alpha);
+      set_float(node, "beta", beta);
+      return output_of(node);
+    }
+    const auto* mul = add("Mul", {x, constant("alpha", alpha)}, step + "_mul");
+    const auto* plus = add("Add", {output_of(mul), constant("beta", beta)}, step + "_add");
+    return output_of(
+        add("Clip", {output_of(plus), constant("min", 0.0), constant("max", 1.0)}, step, output));
+  }
+
   void pointwise(const Node& n) {
     const std::string& x = in();
     switch (n.pointwise) {
@@ -350,15 +433,7 @@ class Writer {
         add("HardSwish", {x}, "", out());
         return;
       case Pointwise::kHardSigmoid:
-        if (dtype_ == at::kFloat || (exact_in_float(n.coeff[0]) && exact_in_float(n.coeff[1]))) {
-          auto* node = add("HardSigmoid", {x}, "", out());
-          set_float(node, "alpha", n.coeff[0]);
-          set_float(node, "beta", n.coeff[1]);
-        } else {
-          const auto* mul = add("Mul", {x, constant("alpha", n.coeff[0])}, "mul");
-          const auto* plus = add("Add", {output_of(mul), constant("beta", n.coeff[1])}, "add");
-          add("Clip", {output_of(plus), constant("min", 0.0), constant("max", 1.0)}, "", out());
-        }
+        hard_sigmoid(x, n.coeff[0], n.coeff[1], "hard_sigmoid", out());
         return;
       case Pointwise::kClamp: {
         // A side at infinity is left out (Clip's inputs are optional).

@@ -15,10 +15,11 @@
 namespace tessel::pipelines {
 
 ImportReport import_onnx_file(const std::filesystem::path& onnx, const std::filesystem::path& out,
-                              int64_t height, int64_t width) {
+                              const ImportOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const io::OnnxModel model = io::read_onnx(onnx);
-  ImportedNetwork net = import_onnx(model);
+  ImportedNetwork net = import_onnx(model, options);
+  int64_t height = options.height, width = options.width;
   core::Graph& g = net.graph;
   // The size it is checked at: the caller's, the file's own, or ImageNet's.
   if (height <= 0 || width <= 0) {
@@ -38,11 +39,13 @@ ImportReport import_onnx_file(const std::filesystem::path& onnx, const std::file
   state.weights = io::named_weights(g.module());
   state.network = models::network_json(g);
   state.tessel_version = kVersion;
-  nlohmann::json origin = {{"imported_from", onnx.string()},
-                           {"producer", model.producer},
-                           {"opset", model.opset},
-                           {"has_head", net.has_head},
-                           {"notes", net.notes}};
+  nlohmann::json origin = {
+      {"imported_from", onnx.string()},
+      {"producer", model.producer},
+      {"opset", model.opset},
+      {"has_head", net.has_head},
+      {"batch_norm", options.batch_norm == BatchNormImport::kTrain ? "train" : "frozen"},
+      {"notes", net.notes}};
   state.config = origin.dump();
   io::write_checkpoint(out, state);
 

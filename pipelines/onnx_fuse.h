@@ -1,7 +1,10 @@
 // The patterns ONNX exporters write for one op, fused back into that op before import
 // (pipelines/onnx_import.h): GELU as Div, Erf, Add, Mul, Mul (opset 18 has no Gelu), SiLU as
-// Sigmoid and Mul, hard swish as HardSigmoid and Mul. A fused node ("Gelu", "Silu",
-// "HardSwish") computes the same function as one op, holding one activation instead of four.
+// Sigmoid and Mul, hard swish as HardSigmoid and Mul, group norm as Reshape,
+// InstanceNormalization, Reshape, Mul, Add, and squeeze-and-excitation as a global average pool,
+// two 1×1 Convs with an activation between, a gate and a Mul. A fused node ("Gelu", "Silu",
+// "HardSwish", "GroupNorm", "SqueezeExcite") computes the same function as one op, holding one
+// activation instead of several; the last two are barriers (core/barrier.h).
 #pragma once
 
 #include <string>

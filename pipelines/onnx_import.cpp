@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -38,6 +39,21 @@ struct Value {
 };
 
 std::string describe(const OnnxNode& n) { return "node '" + n.name + "' (" + n.op_type + ")"; }
+
+constexpr const char* kSqueezeExcitePattern =
+    "GlobalAveragePool or ReduceMean over H and W → Conv 1×1 → Relu or SiLU → Conv 1×1 → Sigmoid "
+    "or HardSigmoid → Mul with the pooled activation";
+
+// The decimal a float32 attribute was written from: the shortest one that rounds to it ("0.9"
+// for 0.89999998). ONNX's FLOAT attributes are float32, so PyTorch's momentum 0.1 is written as
+// 1 − 0.1 rounded to float32; 1 − 0.89999998 would update the running statistics with a
+// momentum 1e-8 off.
+double shortest_decimal(double attribute) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof text, static_cast<float>(attribute));
+  if (error != std::errc()) return attribute;
+  return std::strtod(std::string(text, end).c_str(), nullptr);
+}
 
 // Bounds far beyond any real network's, so that a damaged file is refused before the window
 // arithmetic (core/window.h) overflows or the graph allocates from a channel count.
@@ -77,7 +93,11 @@ std::optional<std::vector<int64_t>> broadcast(at::IntArrayRef a, at::IntArrayRef
 
 class Importer {
  public:
-  explicit Importer(const OnnxModel& model) : model_(model) {
+  // `head_left_out`: the reason a first import left the file's head out after mapping part of
+  // it; this one ends the trunk at the global pool.
+  Importer(const OnnxModel& model, const ImportOptions& options,
+           const std::string& head_left_out = "")
+      : model_(model), options_(options), head_left_out_(head_left_out) {
     result_.graph = core::Graph(model.input_shape[1]);
     values_[model.input].node = result_.graph.input();
     for (const auto& [name, t] : model.constants) {
@@ -94,6 +114,10 @@ class Importer {
     dtype_ = weights_dtype();
   }
 
+  // Set by run() when the head was left out after a part of it was mapped (a linear, then an op
+  // Tessel's heads do not have): the reason, for an import that ends at the pool.
+  std::string partial_head() const { return partial_head_; }
+
   ImportedNetwork run() {
     for (current_ = 0; current_ < nodes_.size(); ++current_) {
       const OnnxNode& n = nodes_[current_];
@@ -105,9 +129,23 @@ class Importer {
         leave_out(n, from);
         continue;
       }
+      if (!head_left_out_.empty() && on_pooled(n)) {
+        leave_out_head(n, "the head left out");
+        continue;
+      }
       map(n);
     }
     finish();
+    if (options_.batch_norm == BatchNormImport::kTrain) {
+      result_.notes.push_back(
+          train_batch_norms_
+              ? std::to_string(train_batch_norms_) +
+                    " BatchNormalization as batch norm in training mode (batch statistics while "
+                    "training, the file's running statistics to start from)"
+              : "no BatchNormalization to import in training mode: an exporter in eval mode "
+                "folds a batch norm that follows a Conv into it (export with "
+                "do_constant_folding=False, or dynamo=True with optimize=False)");
+    }
     return std::move(result_);
   }
 
@@ -172,8 +210,9 @@ class Importer {
     if (!node(v).spatial()) {
       refuse(n, "reads the output of " + v.made_by +
                     ", a global pool, where it expects a feature map: a global pool inside the "
-                    "network (squeeze-and-excitation) needs the whole image and is not tileable "
-                    "(issue 20)");
+                    "network needs the whole image; Tessel maps it only as squeeze-and-excitation "
+                    "(" +
+                    kSqueezeExcitePattern + ")");
     }
     if (v.nhwc && !nhwc_ok) {
       refuse(n,
@@ -214,6 +253,13 @@ class Importer {
   static double float_attr(const OnnxNode& n, const char* key, double fallback) {
     auto it = n.floats.find(key);
     return it == n.floats.end() || it->second.empty() ? fallback : it->second[0];
+  }
+
+  // PyTorch's Hardsigmoid is x/6 + 1/2 exactly; its exporters write 1/6 as the float32
+  // 0.16666667, which a float64 network would otherwise carry as an error of 3e-8.
+  static double hard_sigmoid_alpha(const OnnxNode& n) {
+    const double alpha = float_attr(n, "alpha", 0.2);
+    return static_cast<float>(alpha) == static_cast<float>(1.0 / 6.0) ? 1.0 / 6.0 : alpha;
   }
 
   // kernel_shape, strides or dilations: one value per image axis, from 1 to kMaxWindow.
@@ -269,6 +315,9 @@ class Importer {
     if (!has_input(n, weight_input)) return "";
     std::string name = n.inputs[weight_input];
     if (name.ends_with(".weight")) name.resize(name.size() - 7);
+    return plain_layer_name(name);
+  }
+  std::string plain_layer_name(std::string name) const {
     std::replace(name.begin(), name.end(), '.', '_');  // LibTorch's module names have no dots
     const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
@@ -280,8 +329,8 @@ class Importer {
   void set_param(const OnnxNode& n, NodeId id, const char* key, const at::Tensor& value,
                  bool buffer = false) {
     const core::Node& target = result_.graph.node(id);
-    at::Tensor p = buffer ? target.layer->named_buffers(false)[key]
-                          : target.layer->named_parameters(false)[key];
+    at::Tensor p =
+        buffer ? target.layer->named_buffers(true)[key] : target.layer->named_parameters(true)[key];
     if (p.sizes() != value.sizes()) {
       refuse(n, std::string("its ") + key + " has shape " + shape_str(value) + ", expected " +
                     shape_str(p));
@@ -307,8 +356,9 @@ class Importer {
       if (it != values_.end() && it->second.node >= 0 && node(it->second).spatial()) {
         refuse(n, "combines the image's activation with a value computed after the global pool " +
                       from +
-                      ": a global pool inside the network (squeeze-and-excitation) needs "
-                      "the whole image and is not tileable (issue 20)");
+                      ": a global pool inside the network needs the whole image; Tessel maps it "
+                      "only as squeeze-and-excitation (" +
+                      kSqueezeExcitePattern + ")");
       }
     }
     for (const std::string& out : n.outputs) values_[out].left_out_from = from;
@@ -364,10 +414,13 @@ class Importer {
         {"Flatten", &Importer::flatten},
         {"Reshape", &Importer::flatten},
         {"Squeeze", &Importer::flatten},
+        {"Unsqueeze", &Importer::flatten},
         {"Gemm", &Importer::gemm},
         {"MatMul", &Importer::matmul},
         {"Transpose", &Importer::transpose},
         {"LayerNormalization", &Importer::layer_norm},
+        {"SqueezeExcite", &Importer::squeeze_excite},
+        {"GroupNorm", &Importer::group_norm},
     };
     auto h = handlers.find(n.op_type);
     if (h != handlers.end()) {
@@ -391,6 +444,11 @@ class Importer {
     }
     if (op == "Resize" || op == "Upsample") {
       return "resizes its input; a resize is not tileable yet";
+    }
+    if (op == "InstanceNormalization") {
+      return "normalises over the image's positions; Tessel maps it only within PyTorch's group "
+             "norm (Reshape to [N, G, -1], InstanceNormalization with scale 1 and bias 0, Reshape "
+             "back, Mul, Add)";
     }
     if (op == "Softmax" || op == "LogSoftmax") {
       return "a softmax over the image's positions (attention) needs the whole image at once";
@@ -515,11 +573,17 @@ class Importer {
     aliases_[a.outputs[0]] = n.outputs[0];
   }
 
+  // Frozen (a per-channel affine of the running statistics), or with --batch-norm train batch
+  // norm in training mode, whichever mode the file was exported in.
   void batch_norm(const OnnxNode& n) {
-    if (int_attr(n, "training_mode", 0) != 0) {
+    const bool train = options_.batch_norm == BatchNormImport::kTrain;
+    if (int_attr(n, "training_mode", 0) != 0 && !train) {
       refuse(n,
-             "normalises with the batch's statistics (training mode), which need the whole "
-             "image (issue 20); export the network in eval mode");
+             "normalises with the batch's statistics (training mode): import it with "
+             "--batch-norm train, or export the network in eval mode");
+    }
+    for (size_t i = 1; i < n.outputs.size(); ++i) {
+      if (readers_.count(n.outputs[i])) refuse(n, "its updated running statistics are read");
     }
     const NodeId x = spatial(n, 0);
     const int64_t channels = result_.graph.node(x).channels;
@@ -528,8 +592,13 @@ class Importer {
     const at::Tensor mean = per_channel_constant(n, 3, "mean", channels);
     const at::Tensor var = per_channel_constant(n, 4, "variance", channels);
     const double eps = float_attr(n, "epsilon", 1e-5);
-    const NodeId id =
-        add(n, [&] { return result_.graph.frozen_batch_norm(x, layer_name(n, 1), eps); });
+    // ONNX's momentum keeps that much of the running statistic; PyTorch's replaces that much.
+    const double momentum = 1.0 - shortest_decimal(float_attr(n, "momentum", 0.9));
+    const NodeId id = add(n, [&] {
+      return train ? result_.graph.batch_norm(x, layer_name(n, 1), shortest_decimal(eps), momentum)
+                   : result_.graph.frozen_batch_norm(x, layer_name(n, 1), eps);
+    });
+    train_batch_norms_ += train;
     set_param(n, id, "weight", scale);
     set_param(n, id, "bias", bias);
     set_param(n, id, "running_mean", mean, true);
@@ -560,7 +629,7 @@ class Importer {
     } else if (op == "HardSwish") {
       id = g.hard_swish(x);
     } else if (op == "HardSigmoid") {
-      id = g.hard_sigmoid(x, float_attr(n, "alpha", 0.2), float_attr(n, "beta", 0.5));
+      id = g.hard_sigmoid(x, hard_sigmoid_alpha(n), float_attr(n, "beta", 0.5));
     } else if (op == "Silu") {
       id = g.silu(x);
     } else if (op == "Gelu") {
@@ -862,17 +931,49 @@ class Importer {
     return shape;
   }
 
-  // Flatten, Reshape or Squeeze of the pooled N×C×1×1 value to N×C.
+  // ONNX's Unsqueeze: axes of size 1 inserted (an attribute before opset 13, then an input),
+  // each an axis of the result.
+  std::vector<int64_t> unsqueezed(const OnnxNode& n, const at::Tensor& c) const {
+    std::vector<int64_t> axes = ints(n, "axes", {});
+    if (has_input(n, 1)) axes = int_values(n, 1, "axes");
+    const int64_t rank = c.dim() + static_cast<int64_t>(axes.size());
+    std::vector<bool> inserted(static_cast<size_t>(rank), false);
+    for (int64_t a : axes) {
+      if (a < -rank || a >= rank || inserted[static_cast<size_t>(a < 0 ? a + rank : a)]) {
+        refuse(n, "inserts axis " + std::to_string(a) + " into a constant " + shape_str(c) +
+                      " twice or outside its " + std::to_string(rank) + " axes");
+      }
+      inserted[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+    }
+    std::vector<int64_t> shape;
+    int64_t d = 0;
+    for (bool one : inserted) shape.push_back(one ? 1 : c.size(d++));
+    return shape;
+  }
+
+  // Flatten, Reshape or Squeeze of the pooled N×C×1×1 value to N×C; Unsqueeze only of constants.
   void flatten(const OnnxNode& n) {
     const Value& xv = input(n, 0);
     if (xv.is_constant()) {  // shape arithmetic on constants: keep the constant's values
       const at::Tensor c = xv.constant;
-      const std::vector<int64_t> shape = n.op_type == "Reshape"   ? reshaped(n, c)
-                                         : n.op_type == "Flatten" ? flattened(n, c)
-                                                                  : squeezed(n, c);
+      const std::vector<int64_t> shape = n.op_type == "Reshape"     ? reshaped(n, c)
+                                         : n.op_type == "Flatten"   ? flattened(n, c)
+                                         : n.op_type == "Unsqueeze" ? unsqueezed(n, c)
+                                                                    : squeezed(n, c);
       return fold(n, c.numel(), [&] { return c.reshape(shape); });
     }
+    if (n.op_type == "Unsqueeze") {
+      if (on_pooled(n)) return leave_out_head(n, "an op Tessel's heads do not have");
+      refuse(n, unsupported_reason(n.op_type));
+    }
     if (xv.node >= 0 && node(xv).spatial()) {
+      if (readers_.count(n.outputs.empty() ? "" : n.outputs[0]) &&
+          nodes_[reader_.at(n.outputs[0])].op_type == "InstanceNormalization") {
+        refuse(n,
+               "begins a group norm in a form Tessel does not map; it maps PyTorch's (Reshape "
+               "to [N, G, -1], InstanceNormalization with scale 1 and bias 0, Reshape back to "
+               "the input's shape, Mul, Add)");
+      }
       refuse(n, "reshapes the image's activation, which would fix the image size");
     }
     const int64_t channels = node(xv).channels;
@@ -1002,6 +1103,73 @@ class Importer {
     set_output(n, activation(id, true));
   }
 
+  // A fused squeeze-and-excitation block (pipelines/onnx_fuse.h): x, then fc1's weight and bias,
+  // fc2's weight and bias (a bias left out is zero).
+  void squeeze_excite(const OnnxNode& n) {
+    const NodeId x = spatial(n, 0);
+    const int64_t channels = result_.graph.node(x).channels;
+    const at::Tensor w1 = constant(n, 1, "first weight");
+    if (w1.dim() != 4 || w1.size(1) != channels || w1.size(2) != 1 || w1.size(3) != 1 ||
+        w1.size(0) < 1 || w1.size(0) > kMaxChannels) {
+      refuse(n, "its first Conv's weight " + shape_str(w1) + " is not [S, " +
+                    std::to_string(channels) + ", 1, 1]");
+    }
+    const int64_t squeeze = w1.size(0);
+    const at::Tensor w2 = constant(n, 3, "second weight");
+    if (w2.sizes() != at::IntArrayRef{channels, squeeze, 1, 1}) {
+      refuse(n, "its second Conv's weight " + shape_str(w2) + " is not [" +
+                    std::to_string(channels) + ", " + std::to_string(squeeze) + ", 1, 1]");
+    }
+    const auto bias = [&](size_t i, int64_t size) {
+      return has_input(n, i) ? per_channel_constant(n, i, "bias", size) : at::zeros({size});
+    };
+    const at::Tensor b1 = bias(2, squeeze), b2 = bias(4, channels);
+    // The fuser names them; a file's own node of this name must too.
+    const auto act = n.strings.find("activation"), gate = n.strings.find("gate");
+    if (act == n.strings.end() || gate == n.strings.end()) {
+      refuse(n, "has no 'activation' or 'gate' attribute");
+    }
+    core::SqueezeSpec spec;
+    spec.squeeze_channels = squeeze;
+    spec.activation = act->second == "Silu" ? core::Pointwise::kSilu : core::Pointwise::kRelu;
+    if (gate->second == "HardSigmoid") {
+      spec.gate = core::Pointwise::kHardSigmoid;
+      spec.gate_coeff = {hard_sigmoid_alpha(n), float_attr(n, "beta", 0.5)};
+    } else {
+      spec.gate = core::Pointwise::kSigmoid;
+    }
+    // "features.1.block.1" from "features.1.block.1.fc1.weight" (torchvision), "blocks.1.0.se"
+    // from "blocks.1.0.se.conv_reduce.weight" (timm).
+    std::string name = n.inputs[1];
+    if (name.ends_with(".weight")) name.resize(name.size() - 7);
+    if (const size_t dot = name.rfind('.'); dot != std::string::npos) name.resize(dot);
+    const NodeId id =
+        add(n, [&] { return result_.graph.squeeze_excite(x, spec, plain_layer_name(name)); });
+    set_param(n, id, "fc1.weight", w1);
+    set_param(n, id, "fc1.bias", b1);
+    set_param(n, id, "fc2.weight", w2);
+    set_param(n, id, "fc2.bias", b2);
+    set_output(n, activation(id));
+  }
+
+  // A fused group norm (pipelines/onnx_fuse.h): x, the weight and the bias (any shape holding
+  // one value per channel; left out: 1 and 0).
+  void group_norm(const OnnxNode& n) {
+    const NodeId x = spatial(n, 0);
+    const int64_t channels = result_.graph.node(x).channels;
+    const int64_t groups = int_attr(n, "groups", 1);
+    const at::Tensor weight = has_input(n, 1) ? per_channel_constant(n, 1, "weight", channels, true)
+                                              : at::ones({channels});
+    const at::Tensor bias = has_input(n, 2) ? per_channel_constant(n, 2, "bias", channels, true)
+                                            : at::zeros({channels});
+    const double eps = shortest_decimal(float_attr(n, "epsilon", 1e-5));
+    const NodeId id =
+        add(n, [&] { return result_.graph.group_norm(x, groups, layer_name(n, 1), eps); });
+    set_param(n, id, "weight", weight);
+    set_param(n, id, "bias", bias);
+    set_output(n, activation(id));
+  }
+
   // ---- the end ----
 
   void finish() {
@@ -1016,7 +1184,15 @@ class Importer {
       throw Error("ONNX file " + model_.file.string() + ": no node makes the output '" + out + "'");
     }
     const core::Graph& g = result_.graph;
-    if (!it->second.left_out_from.empty()) {
+    if (!head_left_out_.empty()) {
+      result_.notes.push_back("the head after the global pool is left out (at " + head_left_out_ +
+                              "): a run puts its own head on the trunk");
+    } else if (!it->second.left_out_from.empty()) {
+      const core::OpKind last = g.node(g.output()).kind;
+      if (last != OpKind::kGlobalAvgPool && last != OpKind::kGlobalMaxPool &&
+          !g.node(g.output()).spatial()) {
+        partial_head_ = it->second.left_out_from;
+      }
       result_.notes.push_back("the head from " + it->second.left_out_from +
                               " on is left out: a run puts its own head on the trunk");
     } else if (it->second.is_constant()) {
@@ -1035,7 +1211,10 @@ class Importer {
   }
 
   const OnnxModel& model_;
+  ImportOptions options_;
+  std::string head_left_out_, partial_head_;
   ImportedNetwork result_;
+  int train_batch_norms_ = 0;
   std::vector<OnnxNode> nodes_;
   size_t current_ = 0;
   std::map<std::string, Value> values_;
@@ -1049,6 +1228,15 @@ class Importer {
 
 }  // namespace
 
-ImportedNetwork import_onnx(const io::OnnxModel& model) { return Importer(model).run(); }
+ImportedNetwork import_onnx(const io::OnnxModel& model, const ImportOptions& options) {
+  Importer importer(model, options);
+  ImportedNetwork net = importer.run();
+  // A head left out after part of it was mapped (MobileNetV3's linear, hard swish, linear): the
+  // trunk ends at the global pool instead, as for a head left out at once.
+  if (!importer.partial_head().empty()) {
+    return Importer(model, options, importer.partial_head()).run();
+  }
+  return net;
+}
 
 }  // namespace tessel::pipelines

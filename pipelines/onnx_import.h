@@ -26,8 +26,9 @@ struct ImportedNetwork {
 };
 
 // Throws tessel::Error "ONNX file F: node 'N' (Op): reason" for anything that cannot be mapped
-// exactly: an op outside the supported list, a global pool inside the trunk (squeeze-and-
-// excitation), shapes computed while it runs, weights of the wrong shape.
-ImportedNetwork import_onnx(const io::OnnxModel& model);
+// exactly: an op outside the supported list, a global pool inside the trunk other than in the
+// squeeze-and-excitation pattern (pipelines/onnx_fuse.h), shapes computed while it runs, weights
+// of the wrong shape. Of `options`, the batch norms' form is used.
+ImportedNetwork import_onnx(const io::OnnxModel& model, const ImportOptions& options = {});
 
 }  // namespace tessel::pipelines

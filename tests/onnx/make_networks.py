@@ -48,7 +48,6 @@ NUM_CLASSES = 10
 OPSET = 18
 RTOL = 1e-4
 RTOL_F64 = 1e-10
-SE_REASON = "squeeze-and-excitation"
 
 
 def tv(name):
@@ -73,10 +72,10 @@ NETWORKS = {
     "tv_resnet50": (tv("resnet50"), "dynamo", "float32", "import", None, ("avgpool", "output"), POOL),
     "tv_densenet121": (tv("densenet121"), "dynamo", "float32", "import", None,
                        ("classifier", "input"), POOL + " (after the final BN+ReLU)"),
-    "tv_mobilenet_v3_small": (tv("mobilenet_v3_small"), "dynamo", "float32", "refuse", SE_REASON,
+    "tv_mobilenet_v3_small": (tv("mobilenet_v3_small"), "dynamo", "float32", "import", None,
                               ("avgpool", "output"),
                               POOL + " (input of the Linear-Hardswish-Dropout-Linear classifier)"),
-    "tv_regnet_y_400mf": (tv("regnet_y_400mf"), "dynamo", "float32", "refuse", SE_REASON,
+    "tv_regnet_y_400mf": (tv("regnet_y_400mf"), "dynamo", "float32", "import", None,
                           ("avgpool", "output"), POOL),
     "tv_convnext_tiny": (tv("convnext_tiny"), "dynamo", "float32", "import", None,
                          ("avgpool", "output"), POOL + " (before head LayerNorm)"),
@@ -86,6 +85,8 @@ NETWORKS = {
                            ("head.global_pool", "output"), POOL + " (before head LayerNorm)"),
     "timm_efficientnet_lite0": (timm_model("efficientnet_lite0"), "dynamo", "float32", "import",
                                 None, ("global_pool", "output"), POOL),
+    "timm_efficientnet_b0": (timm_model("efficientnet_b0"), "dynamo", "float32", "import", None,
+                             ("global_pool", "output"), POOL),
     "tv_resnet18_legacy": (tv("resnet18"), "legacy", "float32", "import", None,
                            ("avgpool", "output"), POOL),
     "tv_resnet18_f64": (tv("resnet18"), "dynamo", "float64", "import", None,

@@ -76,15 +76,26 @@ enum class Head { kAvg, kMax, kNone };
 std::string to_string(Head h) {
   return h == Head::kAvg ? "avg-pool head" : h == Head::kMax ? "max-pool head" : "no head";
 }
+core::SqueezeSpec squeeze(int64_t channels, core::Pointwise activation, core::Pointwise gate,
+                          std::array<double, 2> coeff = {1.0 / 6.0, 0.5}) {
+  core::SqueezeSpec se;
+  se.squeeze_channels = channels;
+  se.activation = activation;
+  se.gate = gate;
+  se.gate_coeff = coeff;
+  return se;
+}
+
 Graph every_op_network(Head head) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
+  using core::Pointwise;
   Graph g(3);
   NodeId x =
       g.conv(g.input(), ConvSpec(3, 6, 3).stride(2, 1).padding(1, 0, 2, 1).dilation(1, 2), "stem");
   x = g.frozen_batch_norm(x, "stem_bn");
   x = g.leaky_relu(x, 0.1);
   x = g.conv(x, ConvSpec(6, 6, 3).padding(1).groups(3).bias(false));
-  const std::vector<NodeId> branches = {
+  std::vector<NodeId> branches = {
       g.relu(x),
       g.sigmoid(x),
       g.tanh(x),
@@ -109,6 +120,14 @@ Graph every_op_network(Head head) {
       g.scale(x, false),
       g.channel_norm(x, 1e-6),
       g.frozen_batch_norm(x, "", 1e-3)};
+  // Barriers, written as PyTorch exports them in eval mode.
+  for (const NodeId barrier :
+       {g.batch_norm(x, "", 1e-3, 0.3), g.group_norm(x, 3),
+        g.squeeze_excite(x, squeeze(3, Pointwise::kRelu, Pointwise::kSigmoid)),
+        g.squeeze_excite(x, squeeze(2, Pointwise::kSilu, Pointwise::kHardSigmoid)),
+        g.squeeze_excite(x, squeeze(4, Pointwise::kRelu, Pointwise::kHardSigmoid, {0.2, 0.45}))}) {
+    branches.push_back(barrier);
+  }
   x = g.concat(branches);
   x = g.conv(x, ConvSpec(6 * static_cast<int64_t>(branches.size()), 8, 1));
   const NodeId y = g.conv(x, ConvSpec(8, 8, 3).padding(1));
@@ -168,6 +187,43 @@ TEST(OnnxExport, EveryOpComesBackThroughTheImporterWithTheSameForward) {
       expect_round_trip(g, "every op, " + to_string(head) + ", " + c10::toString(type), 96, 80,
                         dir.path(), type == at::kDouble ? 1e-10 : 1e-5);
     }
+  }
+}
+
+// Batch norm in training mode is written in its inference form with the running statistics and
+// the momentum: imported back by default as frozen batch norm, with --batch-norm train as batch
+// norm in training mode with the same eps and momentum; group norm and squeeze-and-excitation
+// come back as the same barriers.
+TEST(OnnxExport, BarriersComeBackAsTheSameBarriers) {
+  test::TempFolder dir;
+  Graph g(3);
+  NodeId x = g.conv(g.input(), ConvSpec(3, 6, 3).bias(false), "stem");
+  x = g.relu(g.batch_norm(x, "bn", 1e-3, 0.3));
+  x = g.group_norm(g.conv(x, ConvSpec(6, 6, 3), "c1"), 2, "gn", 1e-4);
+  x = g.squeeze_excite(x, squeeze(2, core::Pointwise::kSilu, core::Pointwise::kHardSigmoid), "se");
+  g.module().to(at::kDouble);
+  core::randomise(g, 3);
+  const fs::path file = dir.path() / "net.onnx";
+  io::write_onnx(g, file, "tessel test");
+  ImportOptions train;
+  train.batch_norm = BatchNormImport::kTrain;
+  for (const bool as_train : {false, true}) {
+    ImportedNetwork back = import_onnx(io::read_onnx(file), as_train ? train : ImportOptions{});
+    ASSERT_EQ(back.graph.size(), g.size()) << as_train;
+    for (const core::Node& n : g.nodes()) {
+      const core::Node& m = back.graph.node(n.id);
+      EXPECT_EQ(m.name, n.name);
+      const bool frozen = n.is_barrier() && n.barrier == core::BarrierOp::kBatchNorm && !as_train;
+      EXPECT_EQ(m.kind, frozen ? core::OpKind::kPointwise : n.kind) << n.name;
+      if (!m.is_barrier()) continue;
+      EXPECT_EQ(m.barrier, n.barrier) << n.name;
+      EXPECT_EQ(m.eps, n.eps) << n.name;
+      EXPECT_NEAR(m.momentum, n.momentum, 1e-15) << n.name;
+      EXPECT_EQ(m.groups, n.groups) << n.name;
+    }
+    at::manual_seed(4);
+    const at::Tensor image = at::randn({1, 3, 23, 19}, at::kDouble);
+    EXPECT_LT(max_relative(forward(back.graph, image), forward(g, image)), 1e-10) << as_train;
   }
 }
 
@@ -407,7 +463,9 @@ TEST_P(Reexported, OnnxRuntimeGivesPyTorchsOutput) {
 INSTANTIATE_TEST_SUITE_P(Networks, Reexported,
                          ::testing::Values("tv_resnet18", "timm_convnext_nano", "tv_convnext_tiny",
                                            "timm_resnet50d", "timm_tf_efficientnet_lite0",
-                                           "timm_efficientnet_lite0", "tv_densenet121"),
+                                           "timm_efficientnet_lite0", "tv_densenet121",
+                                           "tv_mobilenet_v3_small", "tv_regnet_y_400mf",
+                                           "timm_efficientnet_b0"),
                          [](const auto& p) { return p.param; });
 
 // float64 (onnxruntime has no float64 Conv): exported and imported again, PyTorch's logits.
