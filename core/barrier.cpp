@@ -103,9 +103,14 @@ void BarrierState::add_input(const at::Tensor& x) {
   // Chan et al.'s merge of the tile's mean and sum of squared deviations (computed in the
   // tile's dtype, accurately) into the running ones, in float64. The mean is kept as a sum, so
   // a constant image's mean is exact and its variance exactly 0, as LibTorch computes them.
-  const at::Tensor grouped = x.unflatten(1, {groups_, x.size(1) / groups_});
-  const auto [var, mean] = at::var_mean(grouped, {0, 2, 3, 4}, /*unbiased=*/false);
-  const int64_t n = grouped.numel() / groups_;
+  // Per channel on the 4-d tile (a channels-last tile reduces along its rows), per group on a
+  // 5-d view.
+  const bool per_channel_groups = groups_ == x.size(1);
+  const auto [var, mean] =
+      per_channel_groups
+          ? at::var_mean(x, {0, 2, 3}, /*unbiased=*/false)
+          : at::var_mean(x.unflatten(1, {groups_, x.size(1) / groups_}), {0, 2, 3, 4}, false);
+  const int64_t n = x.numel() / groups_;
   const at::Tensor tile_mean = mean.to(at::kDouble);
   const at::Tensor tile_m2 = var.to(at::kDouble) * static_cast<double>(n);
   if (count_ > 0) {
@@ -157,6 +162,13 @@ at::Tensor BarrierState::forward(const at::Tensor& x) const {
   // y = x̂·γ + β with x̂ = (x − μ)·rstd explicit, as LibTorch computes it: γ's gradient is
   // Σ dy·x̂, exactly 0 over a constant image (an affine form x·γ·rstd + (β − μ·γ·rstd) left
   // rounding noise there). x̂ is the one tensor autograd keeps for it.
+  if (!at::GradMode::is_enabled()) {
+    // Without autograd (the forward's tiles, whose values only feed on): one per-channel affine,
+    // one pass over memory.
+    const at::Tensor scale = per_channel(param(node_, "weight")) * rstd_;
+    const at::Tensor shift = per_channel(param(node_, "bias")) - mean_ * scale;
+    return at::mul(x, scale).add_(shift);
+  }
   const at::Tensor xhat = (x - mean_).mul_(rstd_);
   return at::addcmul(per_channel(param(node_, "bias")), xhat, per_channel(param(node_, "weight")));
 }

@@ -466,7 +466,12 @@ class TiledStep {
     for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
       start(v);
       const Shape& vs = shape(v);
-      at::Tensor whole_v = at::empty({1, vs.channels, vs.height, vs.width}, tensor_options_);
+      // Channels-last for the forward's convs (as run_tile's input tiles); the backward's
+      // recompute reads them contiguous.
+      at::Tensor whole_v =
+          at::empty({1, vs.channels, vs.height, vs.width},
+                    tensor_options_.memory_format(with_statistics ? at::MemoryFormat::ChannelsLast
+                                                                  : at::MemoryFormat::Contiguous));
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
         const Region r = barrier_share(s.forward.tile(t), shape(s.output), vs);
         if (r.empty()) continue;
@@ -500,8 +505,10 @@ class TiledStep {
       grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
     }
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
-    inner_forward(index, /*with_statistics=*/false);
-    for (const auto& [v, t] : inner_) inner_grads_[v] = at::zeros_like(t);
+    if (!s.keep_inner) inner_forward(index, /*with_statistics=*/false);
+    for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
+      inner_grads_[v] = at::zeros_like(inner_.at(v), at::MemoryFormat::Contiguous);
+    }
     // One sub-segment's backward over the backward tiles (shares of them for an inner
     // checkpoint).
     auto run = [&](NodeId target, bool output) {
@@ -674,7 +681,9 @@ class TiledStep {
       ++forward_tiles;
       emit(index, s.forward, t, TileEvent::kForward, true);
     }
-    inner_.clear();  // rebuilt in the backward
+    if (!(training_ && s.keep_inner)) {
+      for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) inner_.erase(v);
+    }
     if (stored_out != nullptr) {
       // Kept in the store.
     } else if (s.reduction < 0) {

@@ -70,6 +70,9 @@ struct Segment {
   // and the backward runs each sub-segment once. Otherwise (the budget has no room for them, or
   // the segment's input is offloaded) the barriers' inputs are recomputed in every pass.
   bool inner_checkpoints = false;
+  // The inner checkpoints stay from the forward to the backward (the budget left room for them
+  // through the passes between), so the backward does not rebuild them.
+  bool keep_inner = false;
   // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
   // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
   Tier tier = Tier::kResident;

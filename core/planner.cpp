@@ -569,7 +569,24 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     Segment& s = plan.segments[i];
     const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
     const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
-    if (stored_in || stored_out || has_barrier(a.graph, s)) continue;
+    if (stored_in || stored_out) continue;
+    if (has_barrier(a.graph, s)) {
+      // No graph (the tiles run in several passes), but the inner checkpoints may stay: from
+      // this forward to this backward, which already count them.
+      if (!s.inner_checkpoints) continue;
+      int64_t inner_bytes = 0;
+      for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) inner_bytes += a.bytes(v);
+      std::vector<MemoryBreakdown> after = passes;
+      bool fits = true;
+      for (size_t p = 2 * i + 2; p < passes.size() && fits; ++p) {
+        after[p].checkpoints += inner_bytes;
+        fits = after[p].total() <= budget;
+      }
+      if (!fits) continue;
+      passes = std::move(after);
+      s.keep_inner = true;
+      continue;
+    }
     // A graph that saves its input tile saves a view of a resident checkpoint (no new bytes);
     // a one-tile segment's output is its checkpoint (the executor keeps no copy).
     const bool input_view = i > 0;

@@ -120,6 +120,23 @@ TEST(Barriers, MatchWithOffloadedCheckpoints) {
 
 // Variance 0 in every channel of the first norms (a constant, all-background image): no NaN,
 // LibTorch's result.
+// A budgeted plan keeps inner checkpoints from the forward to the backward where they fit.
+TEST(Barriers, KeptInnerCheckpointsMatch) {
+  Graph g = residual_network();
+  g.module().to(test_device(), at::kDouble);
+  randomise(g, 11);
+  const int64_t h = 31, w = 27;
+  PlanOptions o;
+  o.element_bytes = 8;
+  o.strategy = Strategy::kGrid;
+  const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
+  int kept = 0;
+  for (const Segment& s : plan.segments) kept += s.keep_inner ? 1 : 0;
+  EXPECT_GT(kept, 0) << to_string(plan, g);
+  const auto c = compare_with_plain(g, plan, random_image(2, h, w, 9), 9);
+  EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
+}
+
 TEST(Barriers, ConstantImageMatchesPlain) {
   Graph g = residual_network();
   const int64_t h = 22, w = 17;
