@@ -7,6 +7,8 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only read  just the slide-reading section (`tessel bench read`, 20000² JPEG TIFF)
   bench/run --only offload  just the offload section (checkpoints on disk vs resident)
   bench/run --only dist  data-parallel training: 1 vs 2 local ranks, allreduce time per step
+  bench/run --only barriers  train-mode batch norm and group norm against frozen batch norm
+                             (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
 user would pick instead, PyTorch from Python (bench/pytorch_step.py with the project's .venv, the
@@ -404,6 +406,75 @@ def run_offload_section(args):
         write_between_markers(OFFLOAD_TABLE_BEGIN, OFFLOAD_TABLE_END, table)
     if any(p["status"] == "error" for p in points):
         sys.exit(1)
+# Barriers (docs/barriers.md): the same network with frozen batch norm, train-mode batch norm
+# (whole-image statistics, exact) and group norm, tiled in one budget, and plain LibTorch where
+# it fits: the cost of exact statistics. (model, sizes, budget, repeat, warmup).
+BARRIERS_FULL = ("resnet50", [1024, 2048], "2GiB", 1, 1)
+BARRIERS_QUICK = ("resnet18", [64], "512MiB", 1, 0)
+BARRIERS_TABLE_BEGIN = "<!-- barriers table: bench/run --only barriers writes between these lines -->"
+BARRIERS_TABLE_END = "<!-- end of barriers table -->"
+
+
+def barriers_table(points):
+    out = ["| size | norm | strategy | step s | fwd s | bwd s | × frozen (tiled) | "
+           "× plain (same norm) | measured peak MiB | tiles fwd/bwd |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        if p["status"] != "ok":
+            out.append(f"| {p['height']}² | {p['norm']} | {p['strategy']} | – | – | – | – | – | – "
+                       f"| {p['status']} {p.get('message', '')[:60]} |")
+            continue
+        frozen = next((q for q in points if q["height"] == p["height"] and q["norm"] == "frozen"
+                       and q["strategy"] != "none" and q["status"] == "ok"), None)
+        plain = next((q for q in points if q["height"] == p["height"] and q["norm"] == p["norm"]
+                      and q["strategy"] == "none" and q["status"] == "ok"), None)
+        out.append(f"| {p['height']}² | {p['norm']} | {p['strategy']} | "
+                   f"{p['step_ms_median'] / 1000:.1f} | {p['forward_ms_median'] / 1000:.1f} | "
+                   f"{p['backward_ms_median'] / 1000:.1f} | "
+                   f"{ratio(p, frozen) if p['strategy'] != 'none' else '–'} | "
+                   f"{ratio(p, plain) if plain is not None else '–'} | "
+                   f"{fmt_mib(p['measured_peak_bytes'])} | {tiles_cell(p)} |")
+    return "\n".join(out)
+
+
+def run_barriers_section(args):
+    model, sizes, budget, repeat, warmup = BARRIERS_QUICK if args.quick else BARRIERS_FULL
+    if os.environ.get("BENCH_BARRIER_SIZES"):
+        sizes = [int(x) for x in os.environ["BENCH_BARRIER_SIZES"].split(",")]
+    stamp = datetime.date.today().isoformat()
+    out = args.out or os.path.join(ROOT, "bench", "results",
+                                   f"barriers-{'quick' if args.quick else stamp}.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    points = []
+    with open(out, "w") as f:
+        for size in sizes:
+            for norm, strategy in [("frozen", "auto"), ("batch", "auto"), ("group", "auto"),
+                                   ("frozen", "none"), ("batch", "none")]:
+                cmd = [args.tessel, "bench", "step", "--model", model, "--norm", norm,
+                       "--size", f"{size}x{size}", "--strategy", strategy,
+                       "--budget", budget if strategy != "none" else "0",
+                       "--repeat", str(repeat), "--warmup", str(warmup),
+                       "--memory-limit", "20GiB", "--log-level", "warn"]
+                p = run_process(cmd, model, size, strategy)
+                p["norm"] = norm
+                points.append(p)
+                f.write(json.dumps(p) + "\n")
+                f.flush()
+                print(f"bench: barriers {model} {size}² {norm} {strategy}: {p['status']} "
+                      f"{p.get('step_ms_median', 0) / 1000:.1f} s/step", flush=True)
+    table = (f"Measured by `bench/run --only barriers` on {stamp}. Machine: {machine()}. "
+             f"Threads: {points[0].get('threads', '?')}. {model}, budget {budget} for the tiled "
+             f"points; median of {repeat} step(s) after {warmup} warmup.\n\n"
+             + barriers_table(points))
+    print(table, flush=True)
+    with open(out.replace(".jsonl", ".md"), "w") as f:
+        f.write(table + "\n")
+    if not args.quick:
+        write_between_markers(BARRIERS_TABLE_BEGIN, BARRIERS_TABLE_END, table)
+    if any(p["status"] == "error" for p in points):
+        sys.exit(1)
+
+
 # Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
 # local ranks over loopback TCP, each at 1 thread. Kept apart from the step benchmark above.
 DIST_MODELS = ["vgg-mini", "vgg16"]
@@ -494,7 +565,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run of a few seconds")
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
-    ap.add_argument("--only", choices=["step", "read", "offload", "dist"], default=None,
+    ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers"],
+                    default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
                     help="re-measure these points of today's run, keep the rest, rewrite the "
@@ -507,6 +579,9 @@ def main():
         return
     if args.only == "dist":
         run_dist(args.tessel, args.out, args.quick)
+        return
+    if args.only == "barriers":
+        run_barriers_section(args)
         return
 
     scenarios = QUICK if args.quick else FULL

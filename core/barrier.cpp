@@ -136,6 +136,8 @@ void BarrierState::finish_statistics(bool update_running) {
   const at::Tensor var = m2_ / static_cast<double>(count_);
   mean_ = expand_groups(mean64_, c, options_);
   rstd_ = expand_groups(at::rsqrt(var + node_.eps), c, options_);
+  mean_flat_ = mean_.flatten();
+  var_flat_ = expand_groups(var, c, options_).flatten();
   if (node_.barrier == BarrierOp::kBatchNorm && update_running) {
     if (count_ < 2) {
       throw Error(node_.name +
@@ -159,9 +161,6 @@ at::Tensor BarrierState::forward(const at::Tensor& x) const {
     }
     return batch_norm_eval(node_, x);
   }
-  // y = x̂·γ + β with x̂ = (x − μ)·rstd explicit, as LibTorch computes it: γ's gradient is
-  // Σ dy·x̂, exactly 0 over a constant image (an affine form x·γ·rstd + (β − μ·γ·rstd) left
-  // rounding noise there). x̂ is the one tensor autograd keeps for it.
   if (!at::GradMode::is_enabled()) {
     // Without autograd (the forward's tiles, whose values only feed on): one per-channel affine,
     // one pass over memory.
@@ -169,8 +168,11 @@ at::Tensor BarrierState::forward(const at::Tensor& x) const {
     const at::Tensor shift = per_channel(param(node_, "bias")) - mean_ * scale;
     return at::mul(x, scale).add_(shift);
   }
-  const at::Tensor xhat = (x - mean_).mul_(rstd_);
-  return at::addcmul(per_channel(param(node_, "bias")), xhat, per_channel(param(node_, "weight")));
+  // With autograd: LibTorch's batch norm in evaluation form, the statistic as its "running"
+  // mean and variance (constants to autograd): one fused kernel each way, x̂ computed as plain
+  // LibTorch computes it (γ's gradient is Σ dy·x̂, exactly 0 over a constant image).
+  return at::batch_norm(x, param(node_, "weight"), param(node_, "bias"), mean_flat_, var_flat_,
+                        /*training=*/false, 0.0, node_.eps, true);
 }
 
 void BarrierState::add_output_grad(const at::Tensor& x, const at::Tensor& dy) {

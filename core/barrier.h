@@ -64,11 +64,12 @@ class BarrierState {
  private:
   const Node& node_;
   at::TensorOptions options_;
-  int64_t groups_ = 1;          // statistic groups: channels (batch norm, SE) or the norm's groups
-  int64_t count_ = 0;           // positions (× channels per group) added so far, per group
-  at::Tensor mean64_, m2_;      // per group, float64: sums until finished, then means (Chan)
-  at::Tensor mean_, rstd_;      // norms: per channel, 1×C×1×1, the tiles' dtype
-  at::Tensor squeezed_, gate_;  // SE: the channel means and the gate, 1×C×1×1
+  int64_t groups_ = 1;      // statistic groups: channels (batch norm, SE) or the norm's groups
+  int64_t count_ = 0;       // positions (× channels per group) added so far, per group
+  at::Tensor mean64_, m2_;  // per group, float64: sums until finished, then means (Chan)
+  at::Tensor mean_, rstd_;  // norms: per channel, 1×C×1×1, the tiles' dtype
+  at::Tensor mean_flat_, var_flat_;  // the same mean and the biased variance, C
+  at::Tensor squeezed_, gate_;       // SE: the channel means and the gate, 1×C×1×1
   at::Tensor sum_a_, sum_b_;  // per channel, float64: norms Σ dy·γ and Σ dy·γ·x̂; SE Σ dy·x
   at::Tensor coeff_a_, coeff_b_;  // the correction's coefficients, 1×C×1×1
   bool sums_done_ = false;

@@ -258,6 +258,15 @@ std::string percent(int64_t part, int64_t whole) {
 }
 }  // namespace
 
+// How a segment's barriers run (core/barrier.h): as sub-segments ("inner", "inner kept" when
+// the inner checkpoints stay to the backward) or recomputed in rounds ("2 rounds").
+std::string barrier_note(const Graph& graph, const Segment& s) {
+  const size_t rounds = barrier_rounds(graph, s.input, s.output).size();
+  if (rounds == 0) return "";
+  if (s.inner_checkpoints) return s.keep_inner ? ", inner kept" : ", inner";
+  return ", " + std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
+}
+
 std::string to_string(const Plan& plan, const Graph& graph) {
   std::ostringstream os;
   os << "plan: strategy " << to_string(plan.strategy) << ", input " << to_string(plan.input);
@@ -280,8 +289,10 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         std::to_string(s.output - s.input),
         to_string(out),
         std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()),
-        s.keep_graph ? "graph kept"
-                     : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols()),
+        (s.keep_graph
+             ? "graph kept"
+             : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols())) +
+            barrier_note(graph, s),
         s.reduction >= 0 ? "none (" + describe(graph.node(s.reduction)) + " streamed)"
                          : format_bytes(out_bytes),
         s.reduction >= 0 ? "-"

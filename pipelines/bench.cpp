@@ -127,7 +127,9 @@ BenchResult bench_step(const BenchPoint& p) {
   r.threads = core::intra_op_threads();
   const c10::Device device = core::resolve_device(p.device);
   r.device = device.str();
-  core::Graph graph = models::build_model(p.model);
+  models::ModelOptions model_options;
+  model_options.norm = models::parse_norm(p.norm);
+  core::Graph graph = models::build_model(p.model, model_options);
   graph.init_parameters(p.seed);
   graph.module().to(device);
   const core::Shape input{3, p.height, p.width};
@@ -243,6 +245,7 @@ BenchResult bench_step(const BenchPoint& p) {
 std::string to_json(const BenchPoint& p, const BenchResult& r) {
   nlohmann::json j;
   j["model"] = p.model;
+  j["norm"] = p.norm;
   j["height"] = p.height;
   j["width"] = p.width;
   j["strategy"] = core::to_string(p.strategy);
