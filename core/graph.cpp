@@ -10,6 +10,23 @@
 
 namespace tessel::core {
 
+namespace {
+
+// A norm's per-channel parameters: weight 1, bias 0, and batch norm's running statistics.
+std::shared_ptr<torch::nn::Module> norm_layer(const std::string& name, int64_t channels,
+                                              bool running_statistics) {
+  auto layer = std::make_shared<torch::nn::Module>(name);
+  layer->register_parameter("weight", at::ones({channels}));
+  layer->register_parameter("bias", at::zeros({channels}));
+  if (running_statistics) {
+    layer->register_buffer("running_mean", at::zeros({channels}));
+    layer->register_buffer("running_var", at::ones({channels}));
+  }
+  return layer;
+}
+
+}  // namespace
+
 AxisOp Node::axis_op(int axis) const {
   const auto a = static_cast<size_t>(axis);
   switch (kind) {
@@ -230,9 +247,7 @@ NodeId Graph::channel_norm(NodeId x, double eps, const std::string& name) {
       pointwise(x, Pointwise::kChannelNorm, name.empty() ? layer_name("", "norm") : name);
   Node& n = nodes_.back();
   n.eps = eps;
-  n.layer = std::make_shared<torch::nn::Module>(n.name);
-  n.layer->register_parameter("weight", at::ones({n.channels}));
-  n.layer->register_parameter("bias", at::zeros({n.channels}));
+  n.layer = norm_layer(n.name, n.channels, /*running_statistics=*/false);
   module_->register_module(n.name, n.layer);
   return id;
 }
@@ -247,11 +262,7 @@ NodeId Graph::frozen_batch_norm(NodeId x, const std::string& name, double eps) {
   n.inputs = {x};
   n.channels = in.channels;
   n.eps = eps;
-  n.layer = std::make_shared<torch::nn::Module>(n.name);
-  n.layer->register_parameter("weight", at::ones({in.channels}));
-  n.layer->register_parameter("bias", at::zeros({in.channels}));
-  n.layer->register_buffer("running_mean", at::zeros({in.channels}));
-  n.layer->register_buffer("running_var", at::ones({in.channels}));
+  n.layer = norm_layer(n.name, in.channels, /*running_statistics=*/true);
   module_->register_module(n.name, n.layer);
   return add_node(std::move(n));
 }
@@ -279,11 +290,7 @@ NodeId Graph::batch_norm(NodeId x, const std::string& name, double eps, double m
   n.channels = in.channels;
   n.eps = eps;
   n.momentum = momentum;
-  n.layer = std::make_shared<torch::nn::Module>(n.name);
-  n.layer->register_parameter("weight", at::ones({in.channels}));
-  n.layer->register_parameter("bias", at::zeros({in.channels}));
-  n.layer->register_buffer("running_mean", at::zeros({in.channels}));
-  n.layer->register_buffer("running_var", at::ones({in.channels}));
+  n.layer = norm_layer(n.name, in.channels, /*running_statistics=*/true);
   module_->register_module(n.name, n.layer);
   return add_node(std::move(n));
 }
@@ -304,9 +311,7 @@ NodeId Graph::group_norm(NodeId x, int64_t groups, const std::string& name, doub
   n.channels = in.channels;
   n.eps = eps;
   n.groups = groups;
-  n.layer = std::make_shared<torch::nn::Module>(n.name);
-  n.layer->register_parameter("weight", at::ones({in.channels}));
-  n.layer->register_parameter("bias", at::zeros({in.channels}));
+  n.layer = norm_layer(n.name, in.channels, /*running_statistics=*/false);
   module_->register_module(n.name, n.layer);
   return add_node(std::move(n));
 }

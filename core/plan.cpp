@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "core/error.h"
@@ -120,6 +121,39 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
   return rounds;
 }
 
+namespace {
+
+// The region of each node (input..target) that `tile` of `target` needs: the hull over each
+// node's consumers up to `target` of the windows they read, clipped (DESIGN.md rules 1-2),
+// except consumers `read` says are given rather than computed; with `shares`, a barrier's input
+// also holds the tile's share of it, where the backward adds the barrier's correction.
+std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                               NodeId target, const Region& tile, bool shares,
+                               const std::function<bool(NodeId)>& read) {
+  std::vector<Region> need(static_cast<size_t>(target) + 1);
+  need[static_cast<size_t>(target)] = tile;
+  const Shape& target_shape = shapes[static_cast<size_t>(target)];
+  for (NodeId v = target - 1; v >= input; --v) {
+    const Shape& s = shapes[static_cast<size_t>(v)];
+    const Region bounds{{0, s.height}, {0, s.width}};
+    Region r;
+    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+      if (c > target || read(c)) continue;
+      const Node& node = graph.node(c);
+      if (shares && node.is_barrier()) r = hull(r, barrier_share(tile, target_shape, s));
+      const Region& out = need[static_cast<size_t>(c)];
+      if (out.empty()) continue;
+      const Region window{input_window(node.axis_op(0), out.y),
+                          input_window(node.axis_op(1), out.x)};
+      r = hull(r, intersect(window, bounds));
+    }
+    need[static_cast<size_t>(v)] = r;
+  }
+  return need;
+}
+
+}  // namespace
+
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output) {
   std::vector<NodeId> out;
   for (NodeId v = input + 1; v <= output; ++v) {
@@ -134,27 +168,9 @@ std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId o
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                       NodeId input, const std::vector<NodeId>& leaves,
                                       NodeId target, const Region& tile) {
-  std::vector<Region> need(static_cast<size_t>(target) + 1);
-  need[static_cast<size_t>(target)] = tile;
-  auto read = [&](NodeId c) {
+  return needs_back(graph, shapes, input, target, tile, /*shares=*/false, [&](NodeId c) {
     return c != target && std::find(leaves.begin(), leaves.end(), c) != leaves.end();
-  };
-  for (NodeId v = target - 1; v >= input; --v) {
-    const Shape& s = shapes[static_cast<size_t>(v)];
-    const Region bounds{{0, s.height}, {0, s.width}};
-    Region r;
-    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
-      if (c > target || read(c)) continue;
-      const Node& node = graph.node(c);
-      const Region& out = need[static_cast<size_t>(c)];
-      if (out.empty()) continue;
-      const Region window{input_window(node.axis_op(0), out.y),
-                          input_window(node.axis_op(1), out.x)};
-      r = hull(r, intersect(window, bounds));
-    }
-    need[static_cast<size_t>(v)] = r;
-  }
-  return need;
+  });
 }
 
 Region barrier_share(const Region& tile, const Shape& out, const Shape& at) {
@@ -165,28 +181,8 @@ Region barrier_share(const Region& tile, const Shape& out, const Shape& at) {
 
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile) {
-  std::vector<Region> need(static_cast<size_t>(output) + 1);
-  need[static_cast<size_t>(output)] = tile;
-  const Shape& out_shape = shapes[static_cast<size_t>(output)];
-  for (NodeId v = output - 1; v >= input; --v) {
-    const Shape& s = shapes[static_cast<size_t>(v)];
-    const Region bounds{{0, s.height}, {0, s.width}};
-    Region r;
-    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
-      if (c > output) continue;
-      const Node& node = graph.node(c);
-      // A barrier's input: the tile also owns its share of the whole activation, where the
-      // backward adds the barrier's correction (core/barrier.h).
-      if (node.is_barrier()) r = hull(r, barrier_share(tile, out_shape, s));
-      const Region& out = need[static_cast<size_t>(c)];
-      if (out.empty()) continue;
-      const Region window{input_window(node.axis_op(0), out.y),
-                          input_window(node.axis_op(1), out.x)};
-      r = hull(r, intersect(window, bounds));
-    }
-    need[static_cast<size_t>(v)] = r;
-  }
-  return need;
+  return needs_back(graph, shapes, input, output, tile, /*shares=*/true,
+                    [](NodeId) { return false; });
 }
 
 Window receptive_field(const Graph& graph, NodeId node, int axis, Window out) {

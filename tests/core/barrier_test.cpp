@@ -15,25 +15,14 @@
 #include "core/planner.h"
 #include "core/tile_source.h"
 #include "models/zoo.h"
+#include "tests/core/first_law.h"
 
 namespace tessel::core {
 namespace {
 
-constexpr double kTolerance = 1e-10;
-
-at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({1, channels, h, w}, gen, at::kDouble).to(test_device());
-}
-
-PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
-  PlanOptions o;
-  o.strategy = s;
-  o.element_bytes = 8;
-  o.tiles_y = ty;
-  o.tiles_x = tx;
-  return o;
-}
+using test::fixed_tiles;
+using test::kTolerance;
+using test::random_image;
 
 // The tiled step against plain autograd for several partitions, with the barriers' inputs kept
 // (sub-segments) and recomputed; returns how many of the plans had a tiled segment holding a

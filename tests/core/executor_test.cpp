@@ -13,25 +13,14 @@
 #include "core/memory.h"
 #include "core/planner.h"
 #include "models/zoo.h"
+#include "tests/core/first_law.h"
 
 namespace tessel::core {
 namespace {
 
-constexpr double kTolerance = 1e-10;
-
-at::Tensor random_image(int64_t channels, int64_t h, int64_t w, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randn({1, channels, h, w}, gen, at::kDouble).to(test_device());
-}
-
-PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
-  PlanOptions o;
-  o.strategy = s;
-  o.element_bytes = 8;
-  o.tiles_y = ty;
-  o.tiles_x = tx;
-  return o;
-}
+using test::fixed_tiles;
+using test::kTolerance;
+using test::random_image;
 
 // A random case: a random network in float64 with random weights, an input of 17–45 pixels a
 // side (rarely a multiple of the tiles), grid or rows with up to `max_ty` × `max_tx` fixed
