@@ -139,7 +139,12 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       std::cout << report.plan_table << "max relative error (" << precision << ", " << report.device
                 << "): output " << c.logits << ", loss " << c.loss << ", input gradient "
                 << c.input_grad << ", parameter gradients " << c.worst_param << " ("
-                << c.worst_param_name << ")\n";
+                << c.worst_param_name << ")";
+      if (!c.worst_buffer_name.empty()) {
+        std::cout << ", running statistics " << c.worst_buffer << " (" << c.worst_buffer_name
+                  << ")";
+      }
+      std::cout << "\n";
       if (r.offload != core::PlanOptions::Offload::kNever) {
         std::cout << "offload (" << args->offload << "): " << core::format_bytes(c.offload_bytes)
                   << " moved\n";

@@ -466,8 +466,8 @@ class TiledStep {
     for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
       start(v);
       const Shape& vs = shape(v);
-      // Channels-last for the forward's convs (as run_tile's input tiles); the backward's
-      // recompute reads them contiguous.
+      // Channels-last for the forward's convs (as run_tile's input tiles); rebuilt for the
+      // backward's recompute, contiguous (kept ones stay channels-last).
       at::Tensor whole_v =
           at::empty({1, vs.channels, vs.height, vs.width},
                     tensor_options_.memory_format(with_statistics ? at::MemoryFormat::ChannelsLast
@@ -699,6 +699,8 @@ class TiledStep {
 
   at::Tensor backward_segment(int index, const at::Tensor& grad_out) {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    // Before anything below allocates the input's gradient: sub-segments allocate their own.
+    if (inner_mode(s)) return inner_backward(index, grad_out);
     const Shape& in_shape = shape(s.input);
     const bool want_input_grad = wants_input_grad(s);
     at::Tensor grad_in;
@@ -720,7 +722,6 @@ class TiledStep {
     } else if (want_input_grad) {
       grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
     }
-    if (inner_mode(s)) return inner_backward(index, grad_out);
     const bool has_barriers = !barriers(s).empty();
     if (has_barriers) sums_passes(index, grad_out);
     // The store's reads in the order the tiles below make them: the input tile (unless the

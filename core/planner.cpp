@@ -151,13 +151,10 @@ struct Analysis {
           }
           break;
         case OpKind::kBarrier:
-          // A norm keeps its normalised input (x̂), a squeeze-and-excitation its input; the
-          // correction on the tile's share of the input keeps a centred copy of it.
-          if (n.barrier == BarrierOp::kSqueezeExcite) {
-            keep(n.inputs[0], v);
-          } else {
-            own[static_cast<size_t>(v)] += b;
-          }
+          // The tile form (LibTorch's batch norm kernel with the statistic as constants, or
+          // SE's scale) keeps its input; the correction on the tile's share of the input keeps
+          // a centred copy of it.
+          keep(n.inputs[0], v);
           own[static_cast<size_t>(v)] += in_bytes;
           break;
         default:
