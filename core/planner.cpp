@@ -3,10 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
+#include <tuple>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -59,7 +62,21 @@ struct Analysis {
     int64_t kept_bytes = 0;  // what the tile's autograd graph holds after its forward (and y)
     int64_t kept_input_bytes = 0, kept_output_bytes = 0;  // the input's and y's part of it
   };
+  // Memoised: the search builds many plans that share segments and tiles (the local search
+  // below made planning resnet50 at 2048² take 3 s without it). Depends only on the graph, the
+  // shapes and the element size, none of which change during a search.
+  using TileKey = std::array<int64_t, 6>;
+  mutable std::map<TileKey, TileCost> tile_costs;
+  // worst_tile's, by segment and partition.
+  using PartitionKey = std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>>;
+  mutable std::map<PartitionKey, TileCost> worst_tiles;
   TileCost tile_cost(NodeId input, NodeId output, const Region& tile) const {
+    const TileKey key{input, output, tile.y.begin, tile.y.end, tile.x.begin, tile.x.end};
+    const auto hit = tile_costs.find(key);
+    if (hit != tile_costs.end()) return hit->second;
+    return tile_costs.emplace(key, compute_tile_cost(input, output, tile)).first->second;
+  }
+  TileCost compute_tile_cost(NodeId input, NodeId output, const Region& tile) const {
     const std::vector<Region> need = segment_needs(graph, shapes, input, output, tile);
     const size_t count = static_cast<size_t>(output) + 1;
     TileCost cost;
@@ -279,7 +296,16 @@ std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId outpu
 
 // The largest working set over the tiles of a partition: every row or column when there are
 // few, else the picks below on each axis.
+Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const Partition& p);
+
 Analysis::TileCost worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
+  auto key = std::make_tuple(s.input, s.output, p.y_edges, p.x_edges);
+  const auto hit = a.worst_tiles.find(key);
+  if (hit != a.worst_tiles.end()) return hit->second;
+  return a.worst_tiles.emplace(std::move(key), compute_worst_tile(a, s, p)).first->second;
+}
+
+Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
   // Border tiles and their neighbours (clipped halos), the middle one, and the largest interior
   // one: the partition's tiles differ by one row or column (26 rows over 64 output rows are 2 or
   // 3 high), and the middle tile may be a small one (measured: darknet19 1024² rows, 107 MiB on
@@ -906,14 +932,64 @@ namespace {
 
 // The cheapest plan over strategies and checkpoint sets, every checkpoint resident or (when
 // `offloading`) the cheapest mix of tiers; `smallest` keeps the plan that needs the least budget.
+// Threshold sets ("every candidate below a size") split a chain of large activations only by
+// keeping every smaller one too: resnet50 with batch norm at 2048² in 2 GiB ran layer1 and
+// layer2_0 as one 44-op segment in 12 rounds of recompute, because layer1's 256 MiB block
+// outputs came only with all 17 smaller ones (1.8 GiB). A local search from the best of them:
+// add, drop or move one checkpoint (to the candidate before or after it) while the plan gets
+// cheaper; every checkpoint keeps the tier the set had. Each round builds about three plans per
+// candidate.
+Candidate refine(const Analysis& a, Candidate best, const std::vector<NodeId>& candidates,
+                 NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t target,
+                 const Offloading& off, Candidate& smallest) {
+  const Tier tier = best.tiers.empty() ? Tier::kResident : best.tiers.front();
+  auto try_set = [&](std::vector<NodeId> set, Candidate& next) {
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+    if (set == best.set) return;
+    Candidate c = build(a, best.strategy, set, last, reduction, fixed, target,
+                        std::vector<Tier>(set.size() + 1, tier), off);
+    if (c.needed < smallest.needed) smallest = c;
+    if (c.cost < next.cost) next = std::move(c);
+  };
+  constexpr int kMaxRounds = 64;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    Candidate next;
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      const NodeId v = candidates[k];
+      std::vector<NodeId> set = best.set;
+      const auto at = std::find(set.begin(), set.end(), v);
+      if (at == set.end()) {
+        set.push_back(v);
+        try_set(set, next);
+        continue;
+      }
+      const size_t i = static_cast<size_t>(at - set.begin());
+      set.erase(set.begin() + static_cast<ptrdiff_t>(i));
+      try_set(set, next);
+      for (const size_t j : {k - 1, k + 1}) {
+        if (j >= candidates.size()) continue;  // k - 1 wraps for k = 0
+        std::vector<NodeId> moved = best.set;
+        moved[i] = candidates[j];
+        try_set(moved, next);
+      }
+    }
+    // Only a clear gain: the cost is a model, and chasing its rounding noise moves plans.
+    if (!(next.cost < best.cost * (1.0 - 1e-6))) break;
+    best = std::move(next);
+  }
+  return best;
+}
+
 Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
-                 const std::vector<std::vector<NodeId>>& sets, bool offloading,
-                 const PlanOptions& options, NodeId last, NodeId reduction,
-                 const MemoryBreakdown& fixed, int64_t target, const Offloading& off,
-                 Candidate& smallest) {
+                 const std::vector<std::vector<NodeId>>& sets,
+                 const std::vector<NodeId>& candidates, bool offloading, const PlanOptions& options,
+                 NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t target,
+                 const Offloading& off, Candidate& smallest) {
   using Offload = PlanOptions::Offload;
   Candidate best;
   for (Strategy s : strategies) {
+    Candidate best_here;  // with this strategy
     for (const auto& set : sets) {
       std::vector<Tier> tiers(set.size() + 1, Tier::kResident);
       if (options.offload == Offload::kHost || options.offload == Offload::kDisk) {
@@ -946,9 +1022,14 @@ Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
       } else {
         continue;
       }
-      if (c.cost < best.cost) best = c;
+      if (c.cost < best_here.cost) best_here = c;
       if (c.needed < smallest.needed) smallest = c;
     }
+    if (!offloading && !candidates.empty() && best_here.cost != kNever) {
+      best_here = refine(a, std::move(best_here), candidates, last, reduction, fixed, target, off,
+                         smallest);
+    }
+    if (best_here.cost < best.cost) best = std::move(best_here);
   }
   return best;
 }
@@ -961,7 +1042,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   // Plans aim below the budget by the headroom: allocator effects the model does not capture.
   const int64_t target =
       budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
-  Analysis a{graph, graph.shapes(input), options, options.element_bytes};
+  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}};
 
   // The last spatial node; everything after it is the head and must not reach back past it.
   NodeId last = 0;
@@ -1116,8 +1197,9 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     std::vector<Candidate> by_window(tried.size());
     for (size_t w = 0; w < tried.size(); ++w) {
       const Offloading o = offloading_with(tried[w]);
-      by_window[w] = search(a, strategies, sets, offloading, options, last, reduction, fixed,
-                            target, o, smallest);
+      by_window[w] =
+          search(a, strategies, sets, options.checkpoints ? std::vector<NodeId>{} : candidates,
+                 offloading, options, last, reduction, fixed, target, o, smallest);
     }
     double cheapest = kNever;
     for (const Candidate& c : by_window) cheapest = std::min(cheapest, c.cost);
