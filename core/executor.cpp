@@ -454,6 +454,25 @@ class TiledStep {
         barrier_states_[static_cast<size_t>(b)]->finish_statistics(training_);
       }
     };
+    // An offloaded input: its reads below, in order, so the store reads ahead.
+    if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
+      std::vector<TileStore::BlockId> reads;
+      auto add_reads = [&](const Region& r) {
+        const auto ids = stored->reads(r);
+        reads.insert(reads.end(), ids.begin(), ids.end());
+      };
+      for (int64_t t = 0; with_statistics && !readers(s, s.input).empty() && t < s.forward.tiles();
+           ++t) {
+        add_reads(barrier_share(s.forward.tile(t), shape(s.output), shape(s.input)));
+      }
+      for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
+        for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+          const Region r = barrier_share(s.forward.tile(t), shape(s.output), shape(v));
+          if (!r.empty()) add_reads(sub_needs(s, v, r)[static_cast<size_t>(s.input)]);
+        }
+      }
+      store_->schedule(reads);
+    }
     // Barriers on the segment's input read it over the shares.
     if (with_statistics && !readers(s, s.input).empty()) {
       start(s.input);
@@ -492,26 +511,40 @@ class TiledStep {
   // inner checkpoints, the segment's input and the parameters; the barriers' sums through
   // hooks), then each inner checkpoint latest first: its barriers' corrections added to its
   // gradient whole, and its sub-segment's tiles. Each op is recomputed once. Returns the
-  // input's gradient (resident: the planner keeps such a segment's input resident).
+  // input's gradient, accumulated whole (the planner counts it); an offloaded input's goes to
+  // the store block by block at the end, and nothing is returned.
   at::Tensor inner_backward(int index, const at::Tensor& grad_out) {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     const Shape& in_shape = shape(s.input);
     const bool want_input_grad = wants_input_grad(s);
-    if (stored_[static_cast<size_t>(s.input)]) {
-      throw Error("internal: a segment with inner checkpoints reads an offloaded input");
-    }
     at::Tensor grad_in;
     if (want_input_grad) {
       grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
     }
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
     if (!s.keep_inner) inner_forward(index, /*with_statistics=*/false);
-    for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
-      inner_grads_[v] = at::zeros_like(inner_.at(v), at::MemoryFormat::Contiguous);
-    }
+    // An inner checkpoint's gradient exists from the first tile that adds into it until its
+    // sub-segment has run (the planner's inner_backward_bytes counts the same).
+    auto grad_of = [&](NodeId v) -> at::Tensor& {
+      at::Tensor& g = inner_grads_[v];
+      if (!g.defined()) {
+        const Shape& vs = shape(v);
+        g = at::zeros({1, vs.channels, vs.height, vs.width}, tensor_options_);
+      }
+      return g;
+    };
     // One sub-segment's backward over the backward tiles (shares of them for an inner
     // checkpoint).
     auto run = [&](NodeId target, bool output) {
+      if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
+        for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+          const Region tile = s.backward.tile(t);
+          const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
+          if (!r.empty()) {
+            store_->schedule(stored->reads(sub_needs(s, target, r)[static_cast<size_t>(s.input)]));
+          }
+        }
+      }
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region tile = s.backward.tile(t);
         const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
@@ -529,7 +562,7 @@ class TiledStep {
           if (output) {
             root = output_root(s, tile, y, grad_out, stored_grad_out);
           } else if (y.requires_grad()) {
-            root = Seeded::apply(y, crop({inner_grads_.at(target), whole(shape(target))}, r));
+            root = Seeded::apply(y, crop({grad_of(target), whole(shape(target))}, r));
             y.reset();
           }
           if (root.defined() && root.requires_grad()) root.backward();
@@ -539,7 +572,7 @@ class TiledStep {
         }
         for (const auto& [l, leaf] : given) {
           if (!leaf.tensor.grad().defined()) continue;
-          crop({inner_grads_.at(l), whole(shape(l))}, leaf.region).add_(leaf.tensor.grad());
+          crop({grad_of(l), whole(shape(l))}, leaf.region).add_(leaf.tensor.grad());
         }
         if (output) {
           ++backward_tiles;
@@ -554,10 +587,18 @@ class TiledStep {
       for (NodeId b : readers(s, v)) {
         BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
         state.finish_sums();
-        inner_grads_.at(v).add_(state.correction_gradient(inner_.at(v)));
+        // In slices of rows: the correction's gradient is elementwise, and a whole one would
+        // be one more activation-sized tensor at this pass's fullest.
+        const int64_t rows = std::max<int64_t>(1, (shape(v).height + 15) / 16);
+        const auto grads = grad_of(v).split(rows, 2);
+        const auto values = inner_.at(v).split(rows, 2);
+        for (size_t k = 0; k < grads.size(); ++k) {
+          grads[k].add_(state.correction_gradient(values[k]));
+        }
       }
-      run(v, false);
+      // Its sub-segment reads the inner checkpoints before it, not this one.
       inner_.erase(v);
+      run(v, false);
       inner_grads_.erase(v);
     }
     // Barriers on the segment's input: their corrections go straight to its gradient.
@@ -572,7 +613,30 @@ class TiledStep {
             .add_(state.correction_gradient(read_input(s, r).tensor));
       }
     }
+    if (want_input_grad && stored_[static_cast<size_t>(s.input)]) {
+      store_input_gradient(index, grad_in);
+      return {};
+    }
     return grad_in;
+  }
+
+  // Writes segment `index`'s whole input gradient to the store, in the blocks the previous
+  // segment's backward reads (Segment::input_grad_blocks), each stored once it is added.
+  void store_input_gradient(int index, at::Tensor& grad_in) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    const Segment& producer = plan_.segments[static_cast<size_t>(index) - 1];
+    const Shape& in_shape = shape(s.input);
+    auto& stored = stored_grads_[static_cast<size_t>(s.input)];
+    stored = std::make_unique<StoredActivation>(*store_, in_shape, s.input_grad_blocks,
+                                                producer.tier, tensor_options_);
+    std::vector<Region> blocks;
+    for (int64_t b = 0; b < s.input_grad_blocks.tiles(); ++b) {
+      blocks.push_back(s.input_grad_blocks.tile(b));
+    }
+    stored->expect_additions(blocks);
+    for (const Region& r : blocks) stored->accumulate(r, crop({grad_in, whole(in_shape)}, r));
+    stored->finish_additions();
+    grad_in.reset();
   }
 
   void forward_segment(int index) {
@@ -615,7 +679,9 @@ class TiledStep {
       source_.will_read(schedule);
     } else if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
       for (int64_t t = prescheduled_forward_ == index ? 1 : 0; t < s.forward.tiles(); ++t) {
-        store_->schedule(stored->reads(needs(s, s.forward.tile(t))[static_cast<size_t>(s.input)]));
+        const Region tile = s.forward.tile(t);
+        const auto need = inner ? sub_needs(s, s.output, tile) : needs(s, tile);
+        store_->schedule(stored->reads(need[static_cast<size_t>(s.input)]));
       }
     }
     // A segment the plan keeps runs every tile with autograd and keeps its graph for the

@@ -383,6 +383,44 @@ double barrier_flops(const Analysis& a, const Segment& s) {
   return flops;
 }
 
+// What a segment run as sub-segments holds beyond its tiles in its backward at its fullest
+// (the executor's inner_backward): the inner checkpoints not yet passed, and the gradients of
+// those a later sub-segment has added into, each from the first addition until its own
+// sub-segment has run; an inner checkpoint goes once its correction is added, before its
+// sub-segment (which reads only those before it).
+int64_t inner_backward_bytes(const Analysis& a, const Segment& s) {
+  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+  std::vector<NodeId> leaves{s.input};
+  leaves.insert(leaves.end(), inner.begin(), inner.end());
+  std::set<NodeId> grads;  // inner checkpoints whose gradient exists
+  auto add_reads = [&](NodeId target) {
+    const Shape& t = a.shapes[static_cast<size_t>(target)];
+    const auto need = sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
+                                        Region{{0, t.height}, {0, t.width}});
+    for (NodeId l : inner) {
+      if (l < target && !need[static_cast<size_t>(l)].empty()) grads.insert(l);
+    }
+  };
+  auto grad_bytes = [&]() {
+    int64_t sum = 0;
+    for (NodeId l : grads) sum += a.bytes(l);
+    return sum;
+  };
+  int64_t values = 0;
+  for (NodeId v : inner) values += a.bytes(v);
+  add_reads(s.output);
+  int64_t peak = values + grad_bytes();
+  for (auto it = inner.rbegin(); it != inner.rend(); ++it) {
+    grads.insert(*it);  // its correction's gradient, added with the checkpoint still held
+    peak = std::max(peak, values + grad_bytes());
+    values -= a.bytes(*it);
+    add_reads(*it);
+    peak = std::max(peak, values + grad_bytes());
+    grads.erase(*it);
+  }
+  return peak;
+}
+
 // Sizes of the offload machinery (core/tile_store.h).
 struct Offloading {
   int64_t window_bytes = 0, block_bytes = 0;
@@ -723,24 +761,31 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t store_fwd = off.in_use(in_off || out_off, in_off || out_off, cap);
     const int64_t store_bwd =
         off.in_use(in_off || out_off || before_in_off, in_off || out_off, cap);
-    // Barriers' inner checkpoints: held whole in the forward, and with their gradients in the
-    // backward. Only with a resident input (its gradient is accumulated whole).
+    // Barriers' inner checkpoints: held whole in the forward, and in the backward as
+    // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
+    // input's goes to the store at the end, so it holds no open blocks while tiles add into it).
     int64_t inner_bytes = 0;
     for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) inner_bytes += a.bytes(v);
-    s.inner_checkpoints = a.options.inner_checkpoints && !in_off && has_barrier(a.graph, s);
+    s.inner_checkpoints = a.options.inner_checkpoints && has_barrier(a.graph, s);
+    const int64_t inner_fwd_bytes = inner_bytes;
+    const int64_t inner_bwd_bytes =
+        s.inner_checkpoints ? inner_backward_bytes(a, s) + (in_off ? in_grad : 0) : 0;
     int64_t fwd_fixed = base + held + out_fwd + store_fwd;
     int64_t bwd_fixed = base + held + out_bwd + in_bwd + store_bwd;
     if (s.inner_checkpoints) {
-      fwd_fixed += inner_bytes;
-      bwd_fixed += 2 * inner_bytes;
+      fwd_fixed += inner_fwd_bytes;
+      bwd_fixed += inner_bwd_bytes;
     }
+    // Bytes of the input gradient's open blocks while partition `p`'s tiles add into it.
+    auto open_bytes = [&](const Partition& p, bool in_order) -> int64_t {
+      return in_off && !s.inner_checkpoints ? Offloading::open_bytes(a, s, p, in_order) : 0;
+    };
 
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
       const Partition p = partition_for(strategy, out, n);
       const auto tc = worst_tile(a, s, p);
       if (!backward) return tc.forward_bytes <= avail;
-      const int64_t open = in_off ? Offloading::open_bytes(a, s, p, false) : 0;
-      return tc.backward_bytes + open <= avail;
+      return tc.backward_bytes + open_bytes(p, false) <= avail;
     };
     auto choose = [&](bool backward) -> int64_t {
       const int64_t fixed_bytes = backward ? bwd_fixed : fwd_fixed;
@@ -774,17 +819,17 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     if (s.inner_checkpoints && (nf < 0 || nb < 0)) {
       // No room for the inner checkpoints: recompute the barriers' inputs instead.
       s.inner_checkpoints = false;
-      fwd_fixed -= inner_bytes;
-      bwd_fixed -= 2 * inner_bytes;
+      fwd_fixed -= inner_fwd_bytes;
+      bwd_fixed -= inner_bwd_bytes;
       nf = choose(false);
       nb = choose(true);
     }
-    const int64_t inner_fwd = s.inner_checkpoints ? inner_bytes : 0;
-    const int64_t inner_bwd = s.inner_checkpoints ? 2 * inner_bytes : 0;
+    const int64_t inner_fwd = s.inner_checkpoints ? inner_fwd_bytes : 0;
+    const int64_t inner_bwd = s.inner_checkpoints ? inner_bwd_bytes : 0;
     // The smallest working set this segmentation can reach: the finest partition.
     const Partition finest_partition = partition_for(strategy, out, max_count(strategy, out));
     const auto finest = a.tile_cost(s.input, s.output, middle_tile(finest_partition));
-    const int64_t finest_open = in_off ? Offloading::open_bytes(a, s, finest_partition, false) : 0;
+    const int64_t finest_open = open_bytes(finest_partition, false);
     finest_peak = std::max({finest_peak, fwd_fixed + finest.forward_bytes,
                             bwd_fixed + finest_open + finest.backward_bytes});
     if (nf < 0 || nb < 0) cost = kNever;
@@ -822,7 +867,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
             a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles()) +
             barrier_flops(a, s);
     plan.tiled_flops += s.halo_flops;
-    const int64_t in_open = in_off ? Offloading::open_bytes(a, s, s.backward, true) : 0;
+    const int64_t in_open = open_bytes(s.backward, true);
     if (i > 0 && tier(i - 1) != Tier::kResident) {
       s.input_grad_blocks = off.grad_blocks(a, s, s.backward, plan.segments[i - 1].backward);
     }
@@ -1179,8 +1224,18 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   // First every checkpoint set all resident; offload only when none of them fits. Pricing
   // offload against recompute for every set made planning VGG-16 on a 200000² slide take 25 s
   // instead of 0.4 s, and the price of a moved byte is a guess until it is measured (DELTA).
+  // A resident plan whose barriers recompute in rounds may cost more than offloading a few
+  // checkpoints so that every segment runs as sub-segments: then offloading is priced too.
+  const auto recomputes_barriers = [&](const Plan& plan) {
+    return std::any_of(plan.segments.begin(), plan.segments.end(), [&](const Segment& s) {
+      return !s.inner_checkpoints && has_barrier(graph, s);
+    });
+  };
   for (const bool offloading : {false, true}) {
-    if (offloading && (best.cost != kNever || options.offload != Offload::kAuto)) break;
+    if (offloading && ((best.cost != kNever && !recomputes_barriers(best.plan)) ||
+                       options.offload != Offload::kAuto)) {
+      break;
+    }
     if (offloading && options.measure_prices) {
       const OffloadPrices measured = options.measure_prices();
       if (measured.seconds_per_byte_moved > 0 && measured.seconds_per_flop > 0) {

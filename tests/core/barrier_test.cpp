@@ -105,6 +105,19 @@ TEST(Barriers, MatchWithOffloadedCheckpoints) {
   o.checkpoints = checkpoint_candidates(g);
   o.offload = PlanOptions::Offload::kDisk;
   EXPECT_GT(expect_exact(g, "residual offloaded", h, w, random_image(2, h, w, 6), o), 0);
+  // Sub-segments read an offloaded input and send its gradient to the store: the plans above
+  // must have such a segment, or this proves nothing about them.
+  PlanOptions tiled = fixed_tiles(Strategy::kGrid, 3, 2);
+  tiled.checkpoints = o.checkpoints;
+  tiled.offload = o.offload;
+  const Plan plan = make_plan(g, {2, h, w}, 0, tiled);
+  int offloaded_inputs = 0;
+  for (size_t i = 1; i < plan.segments.size(); ++i) {
+    offloaded_inputs += plan.segments[i].inner_checkpoints &&
+                        plan.segments[i - 1].tier != Tier::kResident &&
+                        plan.segments[i].backward.tiles() > 1;
+  }
+  EXPECT_GT(offloaded_inputs, 0) << to_string(plan, g);
 }
 
 // Variance 0 in every channel of the first norms (a constant, all-background image): no NaN,
@@ -215,7 +228,8 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
     PlanOptions o =
         fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 4), pick(1, 3));
     o.streaming_reduction = pick(0, 3) != 0;
-    o.inner_checkpoints = seed % 2 == 1;
+    // Half of the offloading cases run sub-segments (reading an offloaded input), half recompute.
+    o.inner_checkpoints = seed % 4 == 0 ? seed % 8 == 4 : seed % 2 == 1;
     std::vector<NodeId> checkpoints;
     for (NodeId v : checkpoint_candidates(g)) {
       if (seed % 4 == 0 || pick(0, 2) == 0) checkpoints.push_back(v);
