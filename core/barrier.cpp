@@ -101,15 +101,18 @@ void BarrierState::add_input(const at::Tensor& x) {
     return;
   }
   // Chan et al.'s merge of the tile's mean and sum of squared deviations (computed in the
-  // tile's dtype, accurately) into the running ones, in float64. The mean is kept as a sum, so
-  // a constant image's mean is exact and its variance exactly 0, as LibTorch computes them.
-  // Per channel on the 4-d tile (a channels-last tile reduces along its rows), per group on a
-  // 5-d view.
+  // tile's dtype) into the running ones, in float64. The mean is kept as a sum, so a constant
+  // image's mean is exact and its variance exactly 0, as LibTorch computes them. Per channel:
+  // LibTorch's own batch-norm statistics kernel (the mean, then the centred sum of squares,
+  // vectorised), as plain train-mode batch norm computes them (var_mean's Welford loop took 7%
+  // of a resnet50 step, 7–15× longer: bench/NOTES.md, session 20); per group, on a 5-d view.
   const bool per_channel_groups = groups_ == x.size(1);
-  const auto [var, mean] =
-      per_channel_groups
-          ? at::var_mean(x, {0, 2, 3}, /*unbiased=*/false)
-          : at::var_mean(x.unflatten(1, {groups_, x.size(1) / groups_}), {0, 2, 3, 4}, false);
+  const auto [mean, var] =
+      per_channel_groups ? at::batch_norm_update_stats(x, std::nullopt, std::nullopt, 0.0) : [&] {
+        const auto [v, m] =
+            at::var_mean(x.unflatten(1, {groups_, x.size(1) / groups_}), {0, 2, 3, 4}, false);
+        return std::make_tuple(m, v);
+      }();
   const int64_t n = x.numel() / groups_;
   const at::Tensor tile_mean = mean.to(at::kDouble);
   const at::Tensor tile_m2 = var.to(at::kDouble) * static_cast<double>(n);
@@ -161,16 +164,10 @@ at::Tensor BarrierState::forward(const at::Tensor& x) const {
     }
     return batch_norm_eval(node_, x);
   }
-  if (!at::GradMode::is_enabled()) {
-    // Without autograd (the forward's tiles, whose values only feed on): one per-channel affine,
-    // one pass over memory.
-    const at::Tensor scale = per_channel(param(node_, "weight")) * rstd_;
-    const at::Tensor shift = per_channel(param(node_, "bias")) - mean_ * scale;
-    return at::mul(x, scale).add_(shift);
-  }
-  // With autograd: LibTorch's batch norm in evaluation form, the statistic as its "running"
-  // mean and variance (constants to autograd): one fused kernel each way, x̂ computed as plain
-  // LibTorch computes it (γ's gradient is Σ dy·x̂, exactly 0 over a constant image).
+  // LibTorch's batch norm in evaluation form, the statistic as its "running" mean and variance
+  // (constants to autograd): one fused kernel each way, one pass over memory (a per-channel
+  // mul and add were two, measured: bench/NOTES.md session 20), x̂ computed as plain LibTorch
+  // computes it (γ's gradient is Σ dy·x̂, exactly 0 over a constant image).
   return at::batch_norm(x, param(node_, "weight"), param(node_, "bias"), mean_flat_, var_flat_,
                         /*training=*/false, 0.0, node_.eps, true);
 }
@@ -182,9 +179,15 @@ void BarrierState::add_output_grad(const at::Tensor& x, const at::Tensor& dy) {
     sum_a_ += (dy * x).sum({0, 2, 3}).to(at::kDouble);
     return;
   }
-  const at::Tensor dz = dy * per_channel(param(node_, "weight"));
-  sum_a_ += dz.sum({0, 2, 3}).to(at::kDouble);
-  sum_b_ += (dz * ((x - mean_) * rstd_)).sum({0, 2, 3}).to(at::kDouble);
+  // Σ dy and Σ dy·x̂ per channel in one fused pass: LibTorch's batch norm backward in
+  // evaluation form (the statistic as its running mean and variance) computes exactly these as
+  // the bias's and weight's gradients; scaled by γ, they are Σ dz and Σ dz·x̂ (dz = γ·dy).
+  const auto grads = at::native_batch_norm_backward(
+      dy, x, /*weight=*/{}, mean_flat_, var_flat_, /*save_mean=*/{}, /*save_invstd=*/{},
+      /*train=*/false, node_.eps, {false, true, true});
+  const at::Tensor gamma = param(node_, "weight");
+  sum_a_ += (std::get<2>(grads) * gamma).to(at::kDouble);
+  sum_b_ += (std::get<1>(grads) * gamma).to(at::kDouble);
 }
 
 void BarrierState::finish_sums() {
