@@ -392,6 +392,26 @@ class TiledStep {
     }
   }
 
+  at::Tensor zeros(const Shape& s) const {
+    return at::zeros({1, s.channels, s.height, s.width}, tensor_options_);
+  }
+
+  // Adds `g`, region `r` of an activation shaped `s`, into its whole gradient `whole_grad`,
+  // allocated at the first addition; a first addition that covers it all is taken as it is (a
+  // one-tile segment's gradients move rather than being added to zeros: measured, the adds
+  // and page clearing were a fifth of a resnet50 step, bench/NOTES.md session 20).
+  void add_into(at::Tensor& whole_grad, const Shape& s, const Region& r, const at::Tensor& g) {
+    if (!whole_grad.defined()) {
+      if (r == whole(s) && g.is_non_overlapping_and_dense() &&
+          g.scalar_type() == tensor_options_.dtype().toScalarType()) {
+        whole_grad = g;
+        return;
+      }
+      whole_grad = zeros(s);
+    }
+    crop({whole_grad, whole(s)}, r).add_(g);
+  }
+
   // ---- Barriers as sub-segments (Segment::inner_checkpoints) ----
 
   bool inner_mode(const Segment& s) const { return s.inner_checkpoints && !barriers(s).empty(); }
@@ -517,20 +537,14 @@ class TiledStep {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     const Shape& in_shape = shape(s.input);
     const bool want_input_grad = wants_input_grad(s);
-    at::Tensor grad_in;
-    if (want_input_grad) {
-      grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
-    }
+    at::Tensor grad_in;  // from the first addition (add_into)
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
     if (!s.keep_inner) inner_forward(index, /*with_statistics=*/false);
     // An inner checkpoint's gradient exists from the first tile that adds into it until its
     // sub-segment has run (the planner's inner_backward_bytes counts the same).
     auto grad_of = [&](NodeId v) -> at::Tensor& {
       at::Tensor& g = inner_grads_[v];
-      if (!g.defined()) {
-        const Shape& vs = shape(v);
-        g = at::zeros({1, vs.channels, vs.height, vs.width}, tensor_options_);
-      }
+      if (!g.defined()) g = zeros(shape(v));
       return g;
     };
     // One sub-segment's backward over the backward tiles (shares of them for an inner
@@ -568,11 +582,11 @@ class TiledStep {
           if (root.defined() && root.requires_grad()) root.backward();
         }
         if (want_input_grad && x.grad().defined() && !in_region.empty()) {
-          crop({grad_in, whole(in_shape)}, in_region).add_(x.grad());
+          add_into(grad_in, in_shape, in_region, x.grad());
         }
         for (const auto& [l, leaf] : given) {
           if (!leaf.tensor.grad().defined()) continue;
-          crop({grad_of(l), whole(shape(l))}, leaf.region).add_(leaf.tensor.grad());
+          add_into(inner_grads_[l], shape(l), leaf.region, leaf.tensor.grad());
         }
         if (output) {
           ++backward_tiles;
@@ -609,10 +623,10 @@ class TiledStep {
       for (int64_t t = 0; t < s.backward.tiles(); ++t) {
         const Region r = barrier_share(s.backward.tile(t), shape(s.output), in_shape);
         if (r.empty()) continue;
-        crop({grad_in, whole(in_shape)}, r)
-            .add_(state.correction_gradient(read_input(s, r).tensor));
+        add_into(grad_in, in_shape, r, state.correction_gradient(read_input(s, r).tensor));
       }
     }
+    if (want_input_grad && !grad_in.defined()) grad_in = zeros(in_shape);
     if (want_input_grad && stored_[static_cast<size_t>(s.input)]) {
       store_input_gradient(index, grad_in);
       return {};
@@ -785,8 +799,6 @@ class TiledStep {
         additions.push_back(needs(s, s.backward.tile(t))[static_cast<size_t>(s.input)]);
       }
       stored_grad_in->expect_additions(additions);
-    } else if (want_input_grad) {
-      grad_in = at::zeros({1, in_shape.channels, in_shape.height, in_shape.width}, tensor_options_);
     }
     const bool has_barriers = !barriers(s).empty();
     if (has_barriers) sums_passes(index, grad_out);
@@ -840,13 +852,15 @@ class TiledStep {
         if (stored_grad_in != nullptr) {
           stored_grad_in->accumulate(in_region, x.grad());
         } else {
-          crop({grad_in, whole(in_shape)}, in_region).add_(x.grad());
+          add_into(grad_in, in_shape, in_region, x.grad());
         }
       }
       ++backward_tiles;
       emit(index, s.backward, t, TileEvent::kBackward, true);
     }
     if (stored_grad_in != nullptr) stored_grad_in->finish_additions();
+    if (want_input_grad && stored_grad_in == nullptr && !grad_in.defined())
+      grad_in = zeros(in_shape);
     return grad_in;
   }
 
