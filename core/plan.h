@@ -67,8 +67,9 @@ struct Segment {
   bool keep_graph = false;
   // Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept whole (an inner
   // checkpoint, resident) from its statistic pass, the tiles read it instead of recomputing it,
-  // and the backward runs each sub-segment once. Otherwise (the budget has no room for them, or
-  // the segment's input is offloaded) the barriers' inputs are recomputed in every pass.
+  // and the backward runs each sub-segment once (the segment's input may be offloaded).
+  // Otherwise (the budget has no room for them) the barriers' inputs are recomputed in every
+  // pass.
   bool inner_checkpoints = false;
   // The inner checkpoints stay from the forward to the backward (the budget left room for them
   // through the passes between), so the backward does not rebuild them.
