@@ -56,7 +56,8 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   model_ = new QComboBox(this);
   model_->setEditable(true);
   model_->addItems({QStringLiteral("vgg-mini"), QStringLiteral("tiny"), QStringLiteral("resnet18"),
-                    QStringLiteral("resnet34")});
+                    QStringLiteral("resnet34"), QStringLiteral("resnet50"),
+                    QStringLiteral("darknet19")});
   model_->setToolTip(tr("A built-in network, or a checkpoint that holds one (NET.h5)"));
   // A network of one's own: a checkpoint that holds one, or an ONNX file imported next to it
   // (docs/models.md).
@@ -66,6 +67,12 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   auto* model_row = new QHBoxLayout();
   model_row->addWidget(model_, 1);
   model_row->addWidget(browse_model);
+  norm_ = new QComboBox(this);
+  norm_->addItems({QStringLiteral("frozen"), QStringLiteral("batch"), QStringLiteral("group")});
+  norm_->setToolTip(
+      tr("The built-in ResNets' and darknet19's batch norms: frozen (running statistics, as "
+         "whole-slide systems train), batch (training mode, statistics over the whole slide, "
+         "exact; slower, docs/barriers.md) or group norm"));
   resolution_kind_ = new QComboBox(this);
   resolution_kind_->addItems({QStringLiteral("level"), QStringLiteral("mpp")});
   resolution_value_ = new QDoubleSpinBox(this);
@@ -96,6 +103,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   auto* form = new QFormLayout();
   form->addRow(tr("Manifest"), manifest_row);
   form->addRow(tr("Model"), model_row);
+  form->addRow(tr("Batch norm"), norm_);
   form->addRow(tr("Resolution"), resolution_row);
   form->addRow(tr("Memory budget"), budget_);
   form->addRow(tr("Strategy"), strategy_);
@@ -247,6 +255,7 @@ void TrainingPanel::set_config(const pipelines::TrainConfig& c) {
   base_ = c;
   manifest_->setText(QString::fromStdString(c.manifest.string()));
   model_->setCurrentText(QString::fromStdString(c.model));
+  norm_->setCurrentText(QString::fromStdString(c.norm));
   if (c.mpp) {
     resolution_kind_->setCurrentText(QStringLiteral("mpp"));
     resolution_value_->setValue(*c.mpp);
@@ -273,6 +282,7 @@ std::optional<pipelines::TrainConfig> TrainingPanel::config() {
   std::vector<std::string> overrides = {
       "manifest=" + manifest_->text().toStdString(),
       "model=" + model_->currentText().toStdString(),
+      "norm=" + norm_->currentText().toStdString(),
       level ? "level=" + std::to_string(static_cast<int>(resolution_value_->value()))
             : "mpp=" + QString::number(resolution_value_->value()).toStdString(),
       "budget=" + budget_->text().toStdString(),

@@ -74,6 +74,7 @@ class TrainingPanel : public QWidget {
   QSpinBox* epochs_edit() { return epochs_; }
   QLineEdit* budget_edit() { return budget_; }
   QComboBox* strategy_edit() { return strategy_; }
+  QComboBox* norm_edit() { return norm_; }
   QLineEdit* output_edit() { return output_; }
   QPushButton* start_button() { return start_button_; }
   QPushButton* stop_button() { return stop_button_; }
@@ -109,7 +110,7 @@ class TrainingPanel : public QWidget {
   pipelines::TrainConfig base_;  // the loaded file; keys the form does not show come from it
 
   QLineEdit *manifest_, *budget_, *output_, *checkpoint_;
-  QComboBox *model_, *resolution_kind_, *strategy_;
+  QComboBox *model_, *resolution_kind_, *strategy_, *norm_;
   QDoubleSpinBox *resolution_value_, *lr_;
   QSpinBox *epochs_, *batch_;
   QPushButton *start_button_, *stop_button_;

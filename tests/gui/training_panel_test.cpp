@@ -63,6 +63,14 @@ class TrainingPanelTest : public QObject {
     QVERIFY(!panel->running());
     panel->budget_edit()->setText(QStringLiteral("64MiB"));
     QVERIFY(panel->config().has_value());
+    // The norm row reaches the config, and a loaded config sets it.
+    panel->norm_edit()->setCurrentText(QStringLiteral("batch"));
+    QCOMPARE(QString::fromStdString(panel->config()->norm), QStringLiteral("batch"));
+    pipelines::TrainConfig c = *panel->config();
+    c.norm = "group";
+    panel->set_config(c);
+    QCOMPARE(panel->norm_edit()->currentText(), QStringLiteral("group"));
+    panel->norm_edit()->setCurrentText(QStringLiteral("frozen"));
   }
 
   // The Model row's "…": a checkpoint is used as it is; an ONNX file Tessel cannot import is a
