@@ -101,8 +101,8 @@ void BarrierState::add_input(const at::Tensor& x) {
     return;
   }
   // Chan et al.'s merge of the tile's mean and sum of squared deviations (computed in the
-  // tile's dtype) into the running ones, in float64. The mean is kept as a sum, so a constant
-  // image's mean is exact and its variance exactly 0, as LibTorch computes them. Per channel:
+  // tile's dtype) into the running ones, in float64, the mean kept as a sum: a constant image's
+  // variance is 0, or the rounding noise LibTorch's own kernel leaves over it. Per channel:
   // LibTorch's own batch-norm statistics kernel (the mean, then the centred sum of squares,
   // vectorised), as plain train-mode batch norm computes them (var_mean's Welford loop took 7%
   // of a resnet50 step, 7–15× longer: bench/NOTES.md, session 20); per group, on a 5-d view.

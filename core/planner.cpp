@@ -975,8 +975,6 @@ std::vector<NodeId> checkpoint_candidates(const Graph& graph) {
 
 namespace {
 
-// The cheapest plan over strategies and checkpoint sets, every checkpoint resident or (when
-// `offloading`) the cheapest mix of tiers; `smallest` keeps the plan that needs the least budget.
 // Threshold sets ("every candidate below a size") split a chain of large activations only by
 // keeping every smaller one too: resnet50 with batch norm at 2048² in 2 GiB ran layer1 and
 // layer2_0 as one 44-op segment in 12 rounds of recompute, because layer1's 256 MiB block
@@ -1026,6 +1024,10 @@ Candidate refine(const Analysis& a, Candidate best, const std::vector<NodeId>& c
   return best;
 }
 
+// The cheapest plan over strategies and checkpoint sets, every checkpoint resident or (when
+// `offloading`) the cheapest mix of tiers; `smallest` keeps the plan that needs the least budget.
+// `candidates` (empty when the checkpoints are given): outside the offloading search, each
+// strategy's best set is then refined by the local search above.
 Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
                  const std::vector<std::vector<NodeId>>& sets,
                  const std::vector<NodeId>& candidates, bool offloading, const PlanOptions& options,
