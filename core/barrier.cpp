@@ -63,13 +63,17 @@ at::Tensor batch_norm_eval(const Node& n, const at::Tensor& x) {
   return at::mul(x, per_channel(scale)).add_(per_channel(shift));
 }
 
-at::Tensor barrier_plain(const Node& n, const at::Tensor& x, bool training) {
+at::Tensor barrier_plain(const Node& n, const at::Tensor& x, bool training, bool update_running) {
   switch (n.barrier) {
     case BarrierOp::kBatchNorm:
       if (training && x.size(2) * x.size(3) < 2) {
         throw Error(n.name + ": batch norm in training needs more than one position per channel (" +
                     "its input is " + std::to_string(x.size(2)) + "×" + std::to_string(x.size(3)) +
                     ")");
+      }
+      if (training && !update_running) {
+        return at::batch_norm(x, param(n, "weight"), param(n, "bias"), {}, {}, true, n.momentum,
+                              n.eps, true);
       }
       return at::batch_norm(x, param(n, "weight"), param(n, "bias"), buffer(n, "running_mean"),
                             buffer(n, "running_var"), training, n.momentum, n.eps, true);

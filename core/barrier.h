@@ -17,8 +17,11 @@ namespace tessel::core {
 
 // Node `barrier` on a whole activation with autograd through its statistic, as LibTorch runs it:
 // batch norm in training (`training`, updating the running statistics) or evaluation, group
-// norm, squeeze-and-excitation. The plain reference and the tile form's definition.
-at::Tensor barrier_plain(const Node& barrier, const at::Tensor& x, bool training);
+// norm, squeeze-and-excitation. The plain reference, the tile form's definition, and how a
+// one-tile segment runs it (Segment::whole_barriers). `update_running` false: batch norm in
+// training leaves its running statistics (a recompute of a forward that updated them).
+at::Tensor barrier_plain(const Node& barrier, const at::Tensor& x, bool training,
+                         bool update_running = true);
 
 // Batch norm in evaluation on any region: the running statistics as a per-channel affine.
 at::Tensor batch_norm_eval(const Node& barrier, const at::Tensor& x);

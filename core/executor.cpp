@@ -175,14 +175,26 @@ class TiledStep {
       const Node& node = graph_.node(v);
       const Region& r = need[static_cast<size_t>(v)];
       const bool given = leaves != nullptr && leaves->count(v) > 0;
+      BarrierState* state =
+          node.is_barrier() ? barrier_states_[static_cast<size_t>(v)].get() : nullptr;
       if (given) {
         acts[static_cast<size_t>(v)] = leaves->at(v);
+      } else if (node.is_barrier() && state == nullptr && needs_statistics(node, training_)) {
+        // A one-tile segment (Segment::whole_barriers): the barrier over its whole input, as
+        // plain LibTorch runs it (its statistic counts every position, also those no consumer
+        // reads), then the part the segment needs.
+        const TileTensor& in = acts[static_cast<size_t>(node.inputs[0])];
+        const Shape& in_shape = shape(node.inputs[0]);
+        if (in.region.y.size() != in_shape.height || in.region.x.size() != in_shape.width) {
+          throw Error("internal: " + node.name + " runs whole on part of its input");
+        }
+        const at::Tensor y = barrier_plain(node, in.tensor, training_, update_running_);
+        acts[static_cast<size_t>(v)] = {crop({y, in.region}, r), r};
       } else if (r.empty()) {
         acts[static_cast<size_t>(v)] = {at::empty({1, node.channels, 0, 0}, options), r};
       } else if (node.is_barrier()) {
         const TileTensor& in = acts[static_cast<size_t>(node.inputs[0])];
         const at::Tensor x = crop(in, r);
-        BarrierState* state = barrier_states_[static_cast<size_t>(v)].get();
         at::Tensor y = state ? state->forward(x) : batch_norm_eval(node, x);
         if (hooks && state != nullptr && y.requires_grad()) {
           y.register_hook(
@@ -218,8 +230,10 @@ class TiledStep {
   }
 
   // The barriers of segment `s` that need whole-image statistics in this step (core/barrier.h).
+  // None in a one-tile segment: its tile is the whole activation, so its barriers run whole.
   std::vector<NodeId> barriers(const Segment& s) const {
     std::vector<NodeId> out;
+    if (s.whole_barriers) return out;
     for (NodeId v = s.input + 1; v <= s.output; ++v) {
       if (needs_statistics(graph_.node(v), training_)) out.push_back(v);
     }
@@ -677,6 +691,12 @@ class TiledStep {
     } else {
       out = at::zeros({1, out_shape.channels}, options);
     }
+    if (s.whole_barriers && (s.forward.tiles() != 1 || s.backward.tiles() != 1)) {
+      throw Error("internal: a segment runs its barriers whole only as one tile");
+    }
+    // The forward of a one-tile segment with barriers updates batch norm's running statistics
+    // (once: the backward's recompute leaves them).
+    update_running_ = training_ && s.whole_barriers;
     const bool inner = inner_mode(s);
     if (inner) {
       inner_forward(index, /*with_statistics=*/true);
@@ -761,6 +781,7 @@ class TiledStep {
       ++forward_tiles;
       emit(index, s.forward, t, TileEvent::kForward, true);
     }
+    update_running_ = false;
     if (!(training_ && s.keep_inner)) {
       for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) inner_.erase(v);
     }
@@ -889,6 +910,7 @@ class TiledStep {
 
   int prescheduled_forward_ = -1, prescheduled_backward_ = -1;
   bool training_;
+  bool update_running_ = false;  // barriers run whole update batch norm's running statistics
   Graph& graph_;
   const Plan& plan_;
   TileSource& source_;

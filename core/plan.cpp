@@ -254,14 +254,23 @@ std::string percent(int64_t part, int64_t whole) {
 }
 }  // namespace
 
-// How a segment's barriers run (core/barrier.h): as sub-segments ("inner", "inner kept" when
+// How a segment's barriers run (core/barrier.h): as plain LibTorch runs them in a one-tile
+// segment ("whole"), as sub-segments ("inner", "inner kept" when
 // the inner checkpoints stay to the backward) or recomputed in rounds ("2 rounds").
-std::string barrier_note(const Graph& graph, const Segment& s) {
+std::string barrier_mode(const Graph& graph, const Segment& s) {
   const size_t rounds = barrier_rounds(graph, s.input, s.output).size();
   if (rounds == 0) return "";
-  if (s.inner_checkpoints) return s.keep_inner ? ", inner kept" : ", inner";
-  return ", " + std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
+  if (s.whole_barriers) return "whole";
+  if (s.inner_checkpoints) return s.keep_inner ? "inner kept" : "inner";
+  return std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
 }
+
+namespace {
+std::string barrier_note(const Graph& graph, const Segment& s) {
+  const std::string mode = barrier_mode(graph, s);
+  return mode.empty() ? "" : ", " + mode;
+}
+}  // namespace
 
 std::string to_string(const Plan& plan, const Graph& graph) {
   std::ostringstream os;

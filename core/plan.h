@@ -74,6 +74,12 @@ struct Segment {
   // The inner checkpoints stay from the forward to the backward (the budget left room for them
   // through the passes between), so the backward does not rebuild them.
   bool keep_inner = false;
+  // The segment runs as one tile in both passes, so each barrier's statistic is that of its one
+  // tile: the barriers run as LibTorch runs them on whole activations (no statistic passes, no
+  // sums, no corrections: plain autograd through the statistic), the forward updates batch
+  // norm's running statistics and the backward's recompute leaves them, and the segment may
+  // keep its graph like any other. Neither inner checkpoints nor rounds.
+  bool whole_barriers = false;
   // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
   // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
   Tier tier = Tier::kResident;
@@ -151,6 +157,11 @@ std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& 
 // The inner checkpoints of segment (input, output]: the inputs of its barriers other than the
 // segment's input, in order.
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output);
+
+// How segment `s`'s barriers run, as the plan table says: "whole" (Segment::whole_barriers),
+// "inner" or "inner kept" (sub-segments), "N rounds" (recomputed), or "" (no barrier needing
+// statistics in training).
+std::string barrier_mode(const Graph& graph, const Segment& s);
 
 // segment_needs for the sub-segment that computes `target` from `leaves` (the segment's input
 // and inner checkpoints before `target`, whose values are read, not computed): needs stop at

@@ -79,6 +79,9 @@ struct Analysis {
   TileCost compute_tile_cost(NodeId input, NodeId output, const Region& tile) const {
     const std::vector<Region> need = segment_needs(graph, shapes, input, output, tile);
     const size_t count = static_cast<size_t>(output) + 1;
+    const Shape& out_shape = shapes[static_cast<size_t>(output)];
+    const bool whole_tile = options.whole_barriers && tile.y.begin == 0 && tile.x.begin == 0 &&
+                            tile.y.end == out_shape.height && tile.x.end == out_shape.width;
     TileCost cost;
     std::vector<int> uses(count, 0);
     for (NodeId v = input + 1; v <= output; ++v) {
@@ -170,9 +173,10 @@ struct Analysis {
         case OpKind::kBarrier:
           // The tile form (LibTorch's batch norm kernel with the statistic as constants, or
           // SE's scale) keeps its input; the correction on the tile's share of the input keeps
-          // a centred copy of it.
+          // a centred copy of it. A one-tile segment runs its barriers whole, as LibTorch does
+          // (Segment::whole_barriers): the input, no correction.
           keep(n.inputs[0], v);
-          own[static_cast<size_t>(v)] += in_bytes;
+          if (!whole_tile) own[static_cast<size_t>(v)] += in_bytes;
           break;
         default:
           break;
@@ -356,7 +360,7 @@ struct Candidate {
 // half a backward). Steers the search to checkpoints that split chains of barriers.
 double barrier_flops(const Analysis& a, const Segment& s) {
   const auto rounds = barrier_rounds(a.graph, s.input, s.output);
-  if (rounds.empty()) return 0;
+  if (rounds.empty() || s.whole_barriers) return 0;
   if (s.inner_checkpoints) {
     // Sub-segments: the backward rebuilds the inner checkpoints (about one more forward).
     return static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
@@ -606,6 +610,16 @@ std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& 
   return top;
 }
 
+// Whether segment `s` holds a barrier: unless it runs as one tile (Segment::whole_barriers),
+// its tiles run in several passes (core/barrier.h), so the backward recomputes them and keeps
+// no graph.
+bool has_barrier(const Graph& graph, const Segment& s) {
+  for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    if (graph.node(v).is_barrier()) return true;
+  }
+  return false;
+}
+
 // Kept graphs: a segment whose tiles' autograd graphs fit the budget its passes leave free runs
 // its forward with autograd and keeps every tile's graph, so its backward recomputes nothing
 // (what torch.utils.checkpoint_sequential does for its last segment, here for as many segments
@@ -614,15 +628,6 @@ std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& 
 // live through the fewest passes). Segments that
 // read or write the tile store are left as they are (their blocks follow their partitions).
 // The backward then runs the forward's tiles. `passes`: as in build, updated.
-// Whether segment `s` holds a barrier: its tiles run in several passes (core/barrier.h), so
-// the backward recomputes them and none keeps its graph.
-bool has_barrier(const Graph& graph, const Segment& s) {
-  for (NodeId v = s.input + 1; v <= s.output; ++v) {
-    if (graph.node(v).is_barrier()) return true;
-  }
-  return false;
-}
-
 void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
                  int64_t budget) {
   const size_t n = plan.segments.size();
@@ -631,7 +636,7 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
     const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
     if (stored_in || stored_out) continue;
-    if (has_barrier(a.graph, s)) {
+    if (has_barrier(a.graph, s) && !s.whole_barriers) {
       // No graph (the tiles run in several passes), but the inner checkpoints may stay: from
       // this forward to this backward, which already count them.
       if (!s.inner_checkpoints) continue;
@@ -764,18 +769,15 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     // Barriers' inner checkpoints: held whole in the forward, and in the backward as
     // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
     // input's goes to the store at the end, so it holds no open blocks while tiles add into it).
+    const bool barriers = has_barrier(a.graph, s);
+    const bool may_inner = a.options.inner_checkpoints && barriers;
     int64_t inner_bytes = 0;
     for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) inner_bytes += a.bytes(v);
-    s.inner_checkpoints = a.options.inner_checkpoints && has_barrier(a.graph, s);
     const int64_t inner_fwd_bytes = inner_bytes;
     const int64_t inner_bwd_bytes =
-        s.inner_checkpoints ? inner_backward_bytes(a, s) + (in_off ? in_grad : 0) : 0;
+        may_inner ? inner_backward_bytes(a, s) + (in_off ? in_grad : 0) : 0;
     int64_t fwd_fixed = base + held + out_fwd + store_fwd;
     int64_t bwd_fixed = base + held + out_bwd + in_bwd + store_bwd;
-    if (s.inner_checkpoints) {
-      fwd_fixed += inner_fwd_bytes;
-      bwd_fixed += inner_bwd_bytes;
-    }
     // Bytes of the input gradient's open blocks while partition `p`'s tiles add into it.
     auto open_bytes = [&](const Partition& p, bool in_order) -> int64_t {
       return in_off && !s.inner_checkpoints ? Offloading::open_bytes(a, s, p, in_order) : 0;
@@ -815,14 +817,26 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       return Partition::even(out.height, out.width, (out.height + t - 1) / t,
                              strategy == Strategy::kRows ? 1 : (out.width + t - 1) / t);
     };
+    // Barriers: whole where the segment fits as one tile both ways (they run as LibTorch runs
+    // them), else as sub-segments where the inner checkpoints fit, else recomputed in rounds.
     int64_t nf = choose(false), nb = choose(true);
-    if (s.inner_checkpoints && (nf < 0 || nb < 0)) {
-      // No room for the inner checkpoints: recompute the barriers' inputs instead.
-      s.inner_checkpoints = false;
-      fwd_fixed -= inner_fwd_bytes;
-      bwd_fixed -= inner_bwd_bytes;
-      nf = choose(false);
-      nb = choose(true);
+    const bool one_tile = nf == 0 ? fixed_partition().tiles() == 1 : nf == 1 && nb == 1;
+    if (barriers && a.options.whole_barriers && one_tile) {
+      s.whole_barriers = true;
+    } else if (may_inner) {
+      s.inner_checkpoints = true;
+      fwd_fixed += inner_fwd_bytes;
+      bwd_fixed += inner_bwd_bytes;
+      const int64_t inner_nf = choose(false), inner_nb = choose(true);
+      if (inner_nf < 0 || inner_nb < 0) {
+        // No room for the inner checkpoints: recompute the barriers' inputs instead.
+        s.inner_checkpoints = false;
+        fwd_fixed -= inner_fwd_bytes;
+        bwd_fixed -= inner_bwd_bytes;
+      } else {
+        nf = inner_nf;
+        nb = inner_nb;
+      }
     }
     const int64_t inner_fwd = s.inner_checkpoints ? inner_fwd_bytes : 0;
     const int64_t inner_bwd = s.inner_checkpoints ? inner_bwd_bytes : 0;
@@ -1230,7 +1244,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   // checkpoints so that every segment runs as sub-segments: then offloading is priced too.
   const auto recomputes_barriers = [&](const Plan& plan) {
     return std::any_of(plan.segments.begin(), plan.segments.end(), [&](const Segment& s) {
-      return !s.inner_checkpoints && has_barrier(graph, s);
+      return !s.inner_checkpoints && !s.whole_barriers && has_barrier(graph, s);
     });
   };
   for (const bool offloading : {false, true}) {

@@ -41,6 +41,10 @@ struct PlanOptions {
   // Segments with barriers keep their barriers' inputs whole (inner checkpoints, resident) where
   // the budget has room, and run as sub-segments (core/plan.h); false: they always recompute.
   bool inner_checkpoints = true;
+  // A segment with barriers that fits as one tile in both passes runs them whole, as plain
+  // LibTorch does (Segment::whole_barriers); false: such a segment runs the tiled schemes with
+  // its one tile (tests).
+  bool whole_barriers = true;
   Offload offload = Offload::kAuto;
   Tier auto_tier = Tier::kDisk;  // where kAuto offloads: disk on CPU builds
   // The tile store's read-ahead and write-behind. 0: the planner picks 1/4, 1/8 or 1/16 of the

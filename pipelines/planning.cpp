@@ -37,6 +37,7 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"forward", partition_json(s.forward)},
         {"backward", partition_json(s.backward)},
         {"keep_graph", s.keep_graph},
+        {"barriers", core::barrier_mode(graph, s)},
         {"forward_working_bytes", s.forward_working_bytes},
         {"backward_working_bytes", s.backward_working_bytes},
         {"tier", s.reduction >= 0 ? "" : core::to_string(s.tier)},

@@ -134,7 +134,7 @@ TEST(Barriers, PlannerSplitsResNet50sBatchNormChainsIntoSubSegments) {
     bool barrier = false;
     for (NodeId v = s.input + 1; v <= s.output; ++v) barrier = barrier || g.node(v).is_barrier();
     with_barriers += barrier;
-    recomputing += barrier && !s.inner_checkpoints;
+    recomputing += barrier && !s.inner_checkpoints && !s.whole_barriers;
   }
   EXPECT_GT(with_barriers, 10) << to_string(plan, g);
   EXPECT_EQ(recomputing, 0) << to_string(plan, g);
@@ -152,12 +152,57 @@ TEST(Barriers, KeptInnerCheckpointsMatch) {
   PlanOptions o;
   o.element_bytes = 8;
   o.strategy = Strategy::kGrid;
+  o.whole_barriers = false;  // the plan's one-tile segments would run their barriers whole
   const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
   int kept = 0;
   for (const Segment& s : plan.segments) kept += s.keep_inner ? 1 : 0;
   EXPECT_GT(kept, 0) << to_string(plan, g);
   const auto c = compare_with_plain(g, plan, random_image(2, h, w, 9), 9);
   EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
+}
+
+// One-tile segments run their barriers whole, as LibTorch does (Segment::whole_barriers): the
+// budget's plan keeps some graphs (the forward updates the running statistics with autograd on)
+// and recomputes others (the recompute must leave them); a stride-2 convolution without padding
+// at an even size never reads the last row and column of its batch norm's output, which still
+// count in the statistic. Three steps, so a running statistic updated twice would show.
+TEST(Barriers, OneTileSegmentsRunThemWholeAndMatch) {
+  Graph g(2);
+  NodeId x = g.relu(g.batch_norm(g.input(), "bn_in"));
+  x = g.conv(x, ConvSpec(2, 6, 3).stride(2).bias(false), "c1");
+  x = g.relu(g.batch_norm(x, "bn1"));
+  NodeId y = g.group_norm(g.conv(x, ConvSpec(6, 6, 3).padding(1), "c2"), 3, "gn2");
+  SqueezeSpec se;
+  se.squeeze_channels = 2;
+  y = g.squeeze_excite(g.relu(y), se, "se");
+  x = g.relu(g.add(x, y));
+  x = g.batch_norm(g.conv(x, ConvSpec(6, 4, 3).stride(2).bias(false), "c3"), "bn3");
+  g.conv(g.relu(x), ConvSpec(4, 3, 3).padding(1), "head_conv");
+  g.module().to(test_device(), at::kDouble);
+  randomise(g, 5);
+  const int64_t h = 30, w = 26;
+  // Every candidate a checkpoint (each barrier near its segment's output), or none (one segment:
+  // c1 reads part of bn_in's output).
+  for (const int variant : {0, 1, 2, 3}) {
+    const bool keep = variant % 2 == 0;
+    PlanOptions o;
+    o.element_bytes = 8;
+    o.checkpoints = variant < 2 ? checkpoint_candidates(g) : std::vector<NodeId>{};
+    o.keep_graphs = keep;
+    const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
+    int whole = 0, kept = 0;
+    for (const Segment& s : plan.segments) {
+      whole += s.whole_barriers;
+      kept += s.whole_barriers && s.keep_graph;
+    }
+    const int expected = variant < 2 ? 4 : 1;
+    EXPECT_EQ(whole, expected) << to_string(plan, g);
+    EXPECT_EQ(kept, keep ? expected : 0) << to_string(plan, g);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      const auto c = compare_with_plain(g, plan, random_image(2, h, w, step), step);
+      EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
+    }
+  }
 }
 
 TEST(Barriers, ConstantImageMatchesPlain) {
