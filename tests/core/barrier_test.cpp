@@ -141,8 +141,6 @@ TEST(Barriers, PlannerSplitsResNet50sBatchNormChainsIntoSubSegments) {
   EXPECT_LE(plan.predicted.total(), int64_t{2} << 30);
 }
 
-// Variance 0 in every channel of the first norms (a constant, all-background image): no NaN,
-// LibTorch's result.
 // A budgeted plan keeps inner checkpoints from the forward to the backward where they fit.
 TEST(Barriers, KeptInnerCheckpointsMatch) {
   Graph g = residual_network();
@@ -161,11 +159,12 @@ TEST(Barriers, KeptInnerCheckpointsMatch) {
   EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
 }
 
-// One-tile segments run their barriers whole, as LibTorch does (Segment::whole_barriers): the
-// budget's plan keeps some graphs (the forward updates the running statistics with autograd on)
-// and recomputes others (the recompute must leave them); a stride-2 convolution without padding
-// at an even size never reads the last row and column of its batch norm's output, which still
-// count in the statistic. Three steps, so a running statistic updated twice would show.
+// One-tile segments run their barriers whole, as LibTorch does (Segment::whole_barriers), with
+// their graphs kept (the forward updates the running statistics with autograd on) or recomputed
+// (the recompute must leave them), and beside tiled ones in the same step; a stride-2
+// convolution without padding at an even size never reads the last row and column of its batch
+// norm's output, which still count in the statistic. Three steps, so a running statistic updated
+// twice would show.
 TEST(Barriers, OneTileSegmentsRunThemWholeAndMatch) {
   Graph g(2);
   NodeId x = g.relu(g.batch_norm(g.input(), "bn_in"));
@@ -203,8 +202,32 @@ TEST(Barriers, OneTileSegmentsRunThemWholeAndMatch) {
       EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
     }
   }
+  // Tiles of 12 output pixels: the full-size segments run tiled (bn_in as sub-segments or in
+  // rounds), the half- and quarter-size ones whole.
+  for (const bool inner : {true, false}) {
+    PlanOptions o;
+    o.element_bytes = 8;
+    o.strategy = Strategy::kGrid;
+    o.tile_size = 12;
+    o.checkpoints = checkpoint_candidates(g);
+    o.inner_checkpoints = inner;
+    const Plan plan = make_plan(g, {2, h, w}, 0, o);
+    int whole = 0, tiled = 0;
+    for (const Segment& s : plan.segments) {
+      whole += s.whole_barriers;
+      tiled += !barrier_mode(g, s).empty() && !s.whole_barriers;
+    }
+    EXPECT_GT(whole, 0) << to_string(plan, g);
+    EXPECT_GT(tiled, 0) << to_string(plan, g);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      const auto c = compare_with_plain(g, plan, random_image(2, h, w, step + 3), step + 3);
+      EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
+    }
+  }
 }
 
+// Variance 0 in every channel of the first norms (a constant, all-background image): no NaN,
+// LibTorch's result.
 TEST(Barriers, ConstantImageMatchesPlain) {
   Graph g = residual_network();
   const int64_t h = 22, w = 17;
