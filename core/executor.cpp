@@ -430,6 +430,11 @@ class TiledStep {
 
   bool inner_mode(const Segment& s) const { return s.inner_checkpoints && !barriers(s).empty(); }
 
+  // Segment `s`'s inner checkpoints live in the tile store (Segment::inner_tier).
+  bool inner_offloaded(const Segment& s) const {
+    return store_ != nullptr && s.inner_tier != Tier::kResident;
+  }
+
   // The barriers of `s` that read node `v`.
   std::vector<NodeId> readers(const Segment& s, NodeId v) const {
     std::vector<NodeId> out;
@@ -450,6 +455,28 @@ class TiledStep {
     return sub_segment_needs(graph_, plan_.shapes, s.input, leaves(s), target, r);
   }
 
+  // The store's reads a sub-segment's tile over `need` makes, in the order it makes them:
+  // the segment's input (read_input), then the inner checkpoints before `target` (leaf_tiles).
+  std::vector<TileStore::BlockId> tile_reads(const Segment& s, NodeId target,
+                                             const std::vector<Region>& need) const {
+    std::vector<TileStore::BlockId> ids;
+    auto append = [&](const StoredActivation& stored, const Region& r) {
+      const auto more = stored.reads(r);
+      ids.insert(ids.end(), more.begin(), more.end());
+    };
+    if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
+      append(*stored, need[static_cast<size_t>(s.input)]);
+    }
+    for (NodeId l : inner_checkpoints(graph_, s.input, s.output)) {
+      if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
+      const auto it = inner_.find(l);
+      if (it != inner_.end() && it->second.stored_value) {
+        append(*it->second.stored_value, need[static_cast<size_t>(l)]);
+      }
+    }
+    return ids;
+  }
+
   // The inner checkpoints' tiles a sub-segment reads (those before `target`), requiring a
   // gradient when `grad`.
   std::map<NodeId, TileTensor> leaf_tiles(const Segment& s, const std::vector<Region>& need,
@@ -458,7 +485,12 @@ class TiledStep {
     for (NodeId l : inner_checkpoints(graph_, s.input, s.output)) {
       if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
       const Region& r = need[static_cast<size_t>(l)];
-      at::Tensor t = crop({inner_.at(l), whole(shape(l))}, r);
+      const Inner& in = inner_.at(l);
+      // Channels-last for the no-grad forward's convs (as run_tile's input tile).
+      at::Tensor t = in.stored_value
+                         ? in.stored_value->read(r, grad ? at::MemoryFormat::Contiguous
+                                                         : at::MemoryFormat::ChannelsLast)
+                         : crop({in.value, whole(shape(l))}, r);
       if (grad) t = t.detach().requires_grad_(true);
       out[l] = {t, r};
     }
@@ -466,8 +498,9 @@ class TiledStep {
   }
 
   // The forward's sub-segments: each inner checkpoint computed over the shares of the forward
-  // tiles from the leaves before it and kept whole; `with_statistics`: each barrier's statistic
-  // added there (the step's forward), else the checkpoints rebuilt for the backward.
+  // tiles from the leaves before it and kept (whole, or in the store's blocks); with
+  // `with_statistics`, each barrier's statistic added there (the step's forward), else the
+  // checkpoints rebuilt for the backward.
   void inner_forward(int index, bool with_statistics) {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     at::NoGradGuard no_grad;
@@ -488,55 +521,65 @@ class TiledStep {
         barrier_states_[static_cast<size_t>(b)]->finish_statistics(training_);
       }
     };
-    // An offloaded input: its reads below, in order, so the store reads ahead.
-    if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
-      std::vector<TileStore::BlockId> reads;
-      auto add_reads = [&](const Region& r) {
-        const auto ids = stored->reads(r);
-        reads.insert(reads.end(), ids.begin(), ids.end());
-      };
-      for (int64_t t = 0; with_statistics && !readers(s, s.input).empty() && t < s.forward.tiles();
-           ++t) {
-        add_reads(barrier_share(s.forward.tile(t), shape(s.output), shape(s.input)));
-      }
-      for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
-        for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-          const Region r = barrier_share(s.forward.tile(t), shape(s.output), shape(v));
-          if (!r.empty()) add_reads(sub_needs(s, v, r)[static_cast<size_t>(s.input)]);
-        }
-      }
-      store_->schedule(reads);
-    }
+    const StoredActivation* stored_in = stored_[static_cast<size_t>(s.input)].get();
     // Barriers on the segment's input read it over the shares.
     if (with_statistics && !readers(s, s.input).empty()) {
-      start(s.input);
+      std::vector<Region> shares;
+      std::vector<TileStore::BlockId> reads;
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
         const Region r = barrier_share(s.forward.tile(t), shape(s.output), shape(s.input));
-        if (!r.empty()) add(s.input, read_input(s, r).tensor);
+        if (r.empty()) continue;
+        shares.push_back(r);
+        if (stored_in != nullptr) {
+          const auto ids = stored_in->reads(r);
+          reads.insert(reads.end(), ids.begin(), ids.end());
+        }
       }
+      if (!reads.empty()) store_->schedule(reads);
+      start(s.input);
+      for (const Region& r : shares) add(s.input, read_input(s, r).tensor);
       finish(s.input);
     }
-    for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) {
+    const std::vector<NodeId> inner = inner_checkpoints(graph_, s.input, s.output);
+    for (size_t k = 0; k < inner.size(); ++k) {
+      const NodeId v = inner[k];
       start(v);
       const Shape& vs = shape(v);
-      // Channels-last for the forward's convs (as run_tile's input tiles); rebuilt for the
-      // backward's recompute, contiguous (kept ones stay channels-last).
-      at::Tensor whole_v =
-          at::empty({1, vs.channels, vs.height, vs.width},
-                    tensor_options_.memory_format(with_statistics ? at::MemoryFormat::ChannelsLast
-                                                                  : at::MemoryFormat::Contiguous));
+      // Its tiles, their reads scheduled in order (the store reads ahead).
+      std::vector<std::pair<Region, std::vector<Region>>> tiles;
+      std::vector<TileStore::BlockId> reads;
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
         const Region r = barrier_share(s.forward.tile(t), shape(s.output), vs);
         if (r.empty()) continue;
-        const std::vector<Region> need = sub_needs(s, v, r);
+        tiles.emplace_back(r, sub_needs(s, v, r));
+        const auto ids = tile_reads(s, v, tiles.back().second);
+        reads.insert(reads.end(), ids.begin(), ids.end());
+      }
+      if (!reads.empty()) store_->schedule(reads);
+      Inner& in = inner_[v];
+      in = Inner{};
+      if (inner_offloaded(s)) {
+        in.stored_value = std::make_unique<StoredActivation>(*store_, vs, s.inner_blocks.at(k),
+                                                             s.inner_tier, tensor_options_);
+      } else {
+        // Channels-last for the forward's convs (as run_tile's input tiles); rebuilt for the
+        // backward's recompute, contiguous (kept ones stay channels-last).
+        in.value = at::empty(
+            {1, vs.channels, vs.height, vs.width},
+            tensor_options_.memory_format(with_statistics ? at::MemoryFormat::ChannelsLast
+                                                          : at::MemoryFormat::Contiguous));
+      }
+      for (const auto& [r, need] : tiles) {
+        const TileTensor x_in = read_input(s, need[static_cast<size_t>(s.input)]);
         const auto given = leaf_tiles(s, need, v, false);
-        const Region& in_region = need[static_cast<size_t>(s.input)];
-        const at::Tensor x =
-            run_tile(s.input, v, need, read_input(s, in_region), nullptr, &given, false);
-        crop({whole_v, whole(vs)}, r).copy_(x);
+        const at::Tensor x = run_tile(s.input, v, need, x_in, nullptr, &given, false);
+        if (in.stored_value) {
+          in.stored_value->write(r, x);
+        } else {
+          crop({in.value, whole(vs)}, r).copy_(x);
+        }
         add(v, x);
       }
-      inner_[v] = std::move(whole_v);
       finish(v);
     }
   }
@@ -544,9 +587,12 @@ class TiledStep {
   // The backward of a segment run as sub-segments: the output's tiles (gradients into the
   // inner checkpoints, the segment's input and the parameters; the barriers' sums through
   // hooks), then each inner checkpoint latest first: its barriers' corrections added to its
-  // gradient whole, and its sub-segment's tiles. Each op is recomputed once. Returns the
-  // input's gradient, accumulated whole (the planner counts it); an offloaded input's goes to
-  // the store block by block at the end, and nothing is returned.
+  // gradient, and its sub-segment's tiles. Each op is recomputed once. Resident inner
+  // checkpoints take their corrections whole; offloaded ones accumulate their gradients in the
+  // store's blocks and add the corrections to each share as their sub-segment reads it.
+  // Returns the input's gradient, accumulated whole; an offloaded input's goes to the store
+  // block by block, each after the last addition of each pass into it, and nothing is
+  // returned.
   at::Tensor inner_backward(int index, const at::Tensor& grad_out) {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     const Shape& in_shape = shape(s.input);
@@ -554,29 +600,91 @@ class TiledStep {
     at::Tensor grad_in;  // from the first addition (add_into)
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
     if (!s.keep_inner) inner_forward(index, /*with_statistics=*/false);
-    // An inner checkpoint's gradient exists from the first tile that adds into it until its
-    // sub-segment has run (the planner's inner_backward_bytes counts the same).
-    auto grad_of = [&](NodeId v) -> at::Tensor& {
-      at::Tensor& g = inner_grads_[v];
-      if (!g.defined()) g = zeros(shape(v));
+    const std::vector<NodeId> inner = inner_checkpoints(graph_, s.input, s.output);
+    if (inner_offloaded(s)) {
+      for (size_t k = 0; k < inner.size(); ++k) {
+        inner_.at(inner[k]).stored_grad = std::make_unique<StoredActivation>(
+            *store_, shape(inner[k]), s.inner_grad_blocks.at(k), s.inner_tier, tensor_options_);
+      }
+    }
+    // An offloaded input's gradient goes to the store block by block, each after the last
+    // addition of each pass that adds into it (Segment::input_grad_blocks).
+    StoredActivation* stored_grad_in = nullptr;
+    if (want_input_grad && stored_[static_cast<size_t>(s.input)]) {
+      const Segment& producer = plan_.segments[static_cast<size_t>(index) - 1];
+      auto& g = stored_grads_[static_cast<size_t>(s.input)];
+      g = std::make_unique<StoredActivation>(*store_, in_shape, s.input_grad_blocks, producer.tier,
+                                             tensor_options_);
+      stored_grad_in = g.get();
+    }
+    auto add_input_grad = [&](const Region& r, const at::Tensor& g) {
+      if (stored_grad_in != nullptr) {
+        stored_grad_in->accumulate(r, g);
+      } else {
+        add_into(grad_in, in_shape, r, g);
+      }
+    };
+    // A resident inner checkpoint's gradient exists from the first tile that adds into it
+    // until its sub-segment has run (the planner's inner_backward_bytes counts the same).
+    auto add_grad = [&](NodeId l, const Region& r, const at::Tensor& g) {
+      Inner& in = inner_.at(l);
+      if (in.stored_grad) {
+        in.stored_grad->accumulate(r, g);
+      } else {
+        add_into(in.grad, shape(l), r, g);
+      }
+    };
+    // The gradient at inner checkpoint `v`'s share `r`, its barriers' corrections included.
+    auto grad_at = [&](NodeId v, const Region& r) -> at::Tensor {
+      Inner& in = inner_.at(v);
+      if (!in.stored_grad) {
+        if (!in.grad.defined()) in.grad = zeros(shape(v));
+        return crop({in.grad, whole(shape(v))}, r);
+      }
+      at::Tensor g = in.stored_grad->read(r);
+      const at::Tensor x = in.stored_value->read(r);
+      for (NodeId b : readers(s, v)) {
+        g.add_(barrier_states_[static_cast<size_t>(b)]->correction_gradient(x));
+      }
       return g;
     };
     // One sub-segment's backward over the backward tiles (shares of them for an inner
     // checkpoint).
     auto run = [&](NodeId target, bool output) {
-      if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
-        for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
-          const Region tile = s.backward.tile(t);
-          const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
-          if (!r.empty()) {
-            store_->schedule(stored->reads(sub_needs(s, target, r)[static_cast<size_t>(s.input)]));
-          }
-        }
-      }
+      std::vector<std::pair<int64_t, Region>> tiles;  // backward tile index, region at target
+      std::vector<TileStore::BlockId> reads;
+      // The additions into stored gradients (grad_additions' pass for this sub-segment).
+      std::map<StoredActivation*, std::vector<Region>> adds;
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region tile = s.backward.tile(t);
         const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
         if (r.empty()) continue;
+        tiles.emplace_back(t, r);
+        if (store_ == nullptr) continue;
+        const std::vector<Region> need = sub_needs(s, target, r);
+        if (stored_grad_in != nullptr && !need[static_cast<size_t>(s.input)].empty()) {
+          adds[stored_grad_in].push_back(need[static_cast<size_t>(s.input)]);
+        }
+        for (NodeId l : inner) {
+          if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
+          if (StoredActivation* g = inner_.at(l).stored_grad.get()) {
+            adds[g].push_back(need[static_cast<size_t>(l)]);
+          }
+        }
+        auto ids = tile_reads(s, target, need);
+        const Inner* in = output ? nullptr : &inner_.at(target);
+        for (const StoredActivation* g : {output ? stored_grad_out : in->stored_grad.get(),
+                                          output ? nullptr : in->stored_value.get()}) {
+          if (g == nullptr) continue;
+          const auto more = g->reads(r);
+          ids.insert(ids.end(), more.begin(), more.end());
+        }
+        reads.insert(reads.end(), ids.begin(), ids.end());
+      }
+      if (!reads.empty()) store_->schedule(reads);
+      for (const auto& [g, regions] : adds) g->expect_additions(regions);
+      for (const auto& [t, r] : tiles) {
+        const Region tile = s.backward.tile(t);
         if (output) emit(index, s.backward, t, TileEvent::kBackward, false);
         const std::vector<Region> need = sub_needs(s, target, r);
         const Region& in_region = need[static_cast<size_t>(s.input)];
@@ -590,17 +698,16 @@ class TiledStep {
           if (output) {
             root = output_root(s, tile, y, grad_out, stored_grad_out);
           } else if (y.requires_grad()) {
-            root = Seeded::apply(y, crop({grad_of(target), whole(shape(target))}, r));
+            root = Seeded::apply(y, grad_at(target, r));
             y.reset();
           }
           if (root.defined() && root.requires_grad()) root.backward();
         }
         if (want_input_grad && x.grad().defined() && !in_region.empty()) {
-          add_into(grad_in, in_shape, in_region, x.grad());
+          add_input_grad(in_region, x.grad());
         }
         for (const auto& [l, leaf] : given) {
-          if (!leaf.tensor.grad().defined()) continue;
-          add_into(inner_grads_[l], shape(l), leaf.region, leaf.tensor.grad());
+          if (leaf.tensor.grad().defined()) add_grad(l, leaf.region, leaf.tensor.grad());
         }
         if (output) {
           ++backward_tiles;
@@ -609,62 +716,65 @@ class TiledStep {
       }
     };
     run(s.output, true);
-    const std::vector<NodeId> inner = inner_checkpoints(graph_, s.input, s.output);
     for (auto it = inner.rbegin(); it != inner.rend(); ++it) {
       const NodeId v = *it;
-      for (NodeId b : readers(s, v)) {
-        BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
-        state.finish_sums();
-        // In slices of rows: the correction's gradient is elementwise, and a whole one would
-        // be one more activation-sized tensor at this pass's fullest.
-        const int64_t rows = std::max<int64_t>(1, (shape(v).height + 15) / 16);
-        const auto grads = grad_of(v).split(rows, 2);
-        const auto values = inner_.at(v).split(rows, 2);
-        for (size_t k = 0; k < grads.size(); ++k) {
-          grads[k].add_(state.correction_gradient(values[k]));
+      Inner& in = inner_.at(v);
+      for (NodeId b : readers(s, v)) barrier_states_[static_cast<size_t>(b)]->finish_sums();
+      if (in.stored_grad) {
+        in.stored_grad->finish_additions();
+      } else {
+        if (!in.grad.defined()) in.grad = zeros(shape(v));
+        for (NodeId b : readers(s, v)) {
+          const BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
+          // In slices of rows: the correction's gradient is elementwise, and a whole one would
+          // be one more activation-sized tensor at this pass's fullest.
+          const int64_t rows = std::max<int64_t>(1, (shape(v).height + 15) / 16);
+          const auto grads = in.grad.split(rows, 2);
+          const auto values = in.value.split(rows, 2);
+          for (size_t k = 0; k < grads.size(); ++k) {
+            grads[k].add_(state.correction_gradient(values[k]));
+          }
         }
+        // Its sub-segment reads the inner checkpoints before it, not this one.
+        in.value.reset();
       }
-      // Its sub-segment reads the inner checkpoints before it, not this one.
-      inner_.erase(v);
       run(v, false);
-      inner_grads_.erase(v);
+      inner_.erase(v);
     }
-    // Barriers on the segment's input: their corrections go straight to its gradient.
-    for (NodeId b : readers(s, s.input)) {
-      BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
-      state.finish_sums();
-      if (!want_input_grad) continue;
+    // Barriers on the segment's input: their corrections go straight to its gradient, over
+    // the shares (one pass for all of them).
+    const std::vector<NodeId> on_input = readers(s, s.input);
+    for (NodeId b : on_input) barrier_states_[static_cast<size_t>(b)]->finish_sums();
+    if (want_input_grad && !on_input.empty()) {
+      std::vector<Region> shares;
       for (int64_t t = 0; t < s.backward.tiles(); ++t) {
         const Region r = barrier_share(s.backward.tile(t), shape(s.output), in_shape);
-        if (r.empty()) continue;
-        add_into(grad_in, in_shape, r, state.correction_gradient(read_input(s, r).tensor));
+        if (!r.empty()) shares.push_back(r);
+      }
+      if (stored_grad_in != nullptr) {
+        stored_grad_in->expect_additions(shares);
+        std::vector<TileStore::BlockId> reads;
+        for (const Region& r : shares) {
+          const auto ids = stored_[static_cast<size_t>(s.input)]->reads(r);
+          reads.insert(reads.end(), ids.begin(), ids.end());
+        }
+        store_->schedule(reads);
+      }
+      for (const Region& r : shares) {
+        const at::Tensor x = read_input(s, r).tensor;
+        at::Tensor g = barrier_states_[static_cast<size_t>(on_input[0])]->correction_gradient(x);
+        for (size_t k = 1; k < on_input.size(); ++k) {
+          g.add_(barrier_states_[static_cast<size_t>(on_input[k])]->correction_gradient(x));
+        }
+        add_input_grad(r, g);
       }
     }
-    if (want_input_grad && !grad_in.defined()) grad_in = zeros(in_shape);
-    if (want_input_grad && stored_[static_cast<size_t>(s.input)]) {
-      store_input_gradient(index, grad_in);
+    if (stored_grad_in != nullptr) {
+      stored_grad_in->finish_additions();
       return {};
     }
+    if (want_input_grad && !grad_in.defined()) grad_in = zeros(in_shape);
     return grad_in;
-  }
-
-  // Writes segment `index`'s whole input gradient to the store, in the blocks the previous
-  // segment's backward reads (Segment::input_grad_blocks), each stored once it is added.
-  void store_input_gradient(int index, at::Tensor& grad_in) {
-    const Segment& s = plan_.segments[static_cast<size_t>(index)];
-    const Segment& producer = plan_.segments[static_cast<size_t>(index) - 1];
-    const Shape& in_shape = shape(s.input);
-    auto& stored = stored_grads_[static_cast<size_t>(s.input)];
-    stored = std::make_unique<StoredActivation>(*store_, in_shape, s.input_grad_blocks,
-                                                producer.tier, tensor_options_);
-    std::vector<Region> blocks;
-    for (int64_t b = 0; b < s.input_grad_blocks.tiles(); ++b) {
-      blocks.push_back(s.input_grad_blocks.tile(b));
-    }
-    stored->expect_additions(blocks);
-    for (const Region& r : blocks) stored->accumulate(r, crop({grad_in, whole(in_shape)}, r));
-    stored->finish_additions();
-    grad_in.reset();
   }
 
   void forward_segment(int index) {
@@ -706,16 +816,25 @@ class TiledStep {
     // The tiles' dtype: the step's, or under bf16 autocast that of the segment's last op.
     at::ScalarType tile_dtype = options.dtype().toScalarType();
     std::vector<Region> schedule;
+    auto tile_needs = [&](const Region& tile) {
+      return inner ? sub_needs(s, s.output, tile) : needs(s, tile);
+    };
     if (s.input == 0) {
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-        schedule.push_back(needs(s, s.forward.tile(t))[0]);
+        schedule.push_back(tile_needs(s.forward.tile(t))[0]);
       }
       source_.will_read(schedule);
-    } else if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
+    }
+    if (inner && store_ != nullptr) {
+      std::vector<TileStore::BlockId> reads;
+      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+        const auto ids = tile_reads(s, s.output, tile_needs(s.forward.tile(t)));
+        reads.insert(reads.end(), ids.begin(), ids.end());
+      }
+      if (!reads.empty()) store_->schedule(reads);
+    } else if (const auto& stored = stored_[static_cast<size_t>(s.input)]; stored && s.input != 0) {
       for (int64_t t = prescheduled_forward_ == index ? 1 : 0; t < s.forward.tiles(); ++t) {
-        const Region tile = s.forward.tile(t);
-        const auto need = inner ? sub_needs(s, s.output, tile) : needs(s, tile);
-        store_->schedule(stored->reads(need[static_cast<size_t>(s.input)]));
+        store_->schedule(stored->reads(needs(s, s.forward.tile(t))[static_cast<size_t>(s.input)]));
       }
     }
     // A segment the plan keeps runs every tile with autograd and keeps its graph for the
@@ -745,8 +864,9 @@ class TiledStep {
       const Region& in_region = need[static_cast<size_t>(s.input)];
       at::Tensor y;
       if (inner) {
+        const TileTensor x = read_input(s, in_region);
         const auto given = leaf_tiles(s, need, s.output, false);
-        y = run_tile(s.input, s.output, need, read_input(s, in_region), nullptr, &given, false);
+        y = run_tile(s.input, s.output, need, x, nullptr, &given, false);
       } else if ((training_ && s.keep_graph) || (keep_last && t + 1 == s.forward.tiles())) {
         at::AutoGradMode grad_mode(true);
         KeptTile& k = kept[static_cast<size_t>(t)];
@@ -922,8 +1042,13 @@ class TiledStep {
   std::vector<std::unique_ptr<StoredActivation>> stored_, stored_grads_;
   // Barriers' statistics and gradient sums over this step, by node (core/barrier.h).
   std::vector<std::unique_ptr<BarrierState>> barrier_states_;
-  // Inner checkpoints of the segment running as sub-segments, and their gradients, by node.
-  std::map<NodeId, at::Tensor> inner_, inner_grads_;
+  // Inner checkpoints of segments running as sub-segments and their gradients, by node: whole
+  // tensors, or blocks in the tile store (Segment::inner_tier).
+  struct Inner {
+    at::Tensor value, grad;
+    std::unique_ptr<StoredActivation> stored_value, stored_grad;
+  };
+  std::map<NodeId, Inner> inner_;
   at::Tensor reduced_, reduced_index_;  // streaming reduction result (and argmax for max)
   // Forward tiles that keep their autograd graph for the backward, by segment and tile.
   struct KeptTile {

@@ -39,13 +39,13 @@ std::string to_string(Tier t) {
 
 int64_t Plan::moved_bytes() const {
   int64_t n = 0;
-  for (const Segment& s : segments) n += s.moved_bytes;
+  for (const Segment& s : segments) n += s.moved_bytes + s.inner_moved_bytes;
   return n;
 }
 
 bool Plan::offloads() const {
   for (const Segment& s : segments) {
-    if (s.tier != Tier::kResident) return true;
+    if (s.tier != Tier::kResident || s.inner_tier != Tier::kResident) return true;
   }
   return false;
 }
@@ -168,15 +168,72 @@ std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId o
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                       NodeId input, const std::vector<NodeId>& leaves,
                                       NodeId target, const Region& tile) {
-  return needs_back(graph, shapes, input, target, tile, /*shares=*/false, [&](NodeId c) {
-    return c != target && std::find(leaves.begin(), leaves.end(), c) != leaves.end();
-  });
+  std::vector<char> leaf(static_cast<size_t>(target) + 1, 0);
+  for (NodeId l : leaves) {
+    if (l <= target) leaf[static_cast<size_t>(l)] = 1;
+  }
+  return needs_back(graph, shapes, input, target, tile, /*shares=*/false,
+                    [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; });
 }
 
 Region barrier_share(const Region& tile, const Shape& out, const Shape& at) {
   auto map = [](int64_t e, int64_t from, int64_t to) { return e == from ? to : e * to / from; };
   return {{map(tile.y.begin, out.height, at.height), map(tile.y.end, out.height, at.height)},
           {map(tile.x.begin, out.width, at.width), map(tile.x.end, out.width, at.width)}};
+}
+
+Partition share_partition(const Partition& tiles, const Shape& out, const Shape& at) {
+  // barrier_share's scaling of one edge; equal edges (empty shares) once.
+  auto map = [](const std::vector<int64_t>& edges, int64_t from, int64_t to) {
+    std::vector<int64_t> e;
+    for (int64_t x : edges) {
+      const int64_t m = x == from ? to : x * to / from;
+      if (e.empty() || m != e.back()) e.push_back(m);
+    }
+    return e;
+  };
+  Partition p;
+  p.y_edges = map(tiles.y_edges, out.height, at.height);
+  p.x_edges = map(tiles.x_edges, out.width, at.width);
+  return p;
+}
+
+std::vector<std::vector<Region>> grad_additions(const Graph& graph,
+                                                const std::vector<Shape>& shapes, const Segment& s,
+                                                NodeId v) {
+  std::vector<NodeId> leaves{s.input};
+  const std::vector<NodeId> inner = inner_checkpoints(graph, s.input, s.output);
+  leaves.insert(leaves.end(), inner.begin(), inner.end());
+  const Shape& out = shapes[static_cast<size_t>(s.output)];
+  std::vector<std::vector<Region>> passes;
+  auto run = [&](NodeId target, bool output) {
+    std::vector<Region> adds;
+    for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+      const Region tile = s.backward.tile(t);
+      const Region r =
+          output ? tile : barrier_share(tile, out, shapes[static_cast<size_t>(target)]);
+      if (r.empty()) continue;
+      const Region& add =
+          sub_segment_needs(graph, shapes, s.input, leaves, target, r)[static_cast<size_t>(v)];
+      if (!add.empty()) adds.push_back(add);
+    }
+    if (!adds.empty()) passes.push_back(std::move(adds));
+  };
+  run(s.output, true);
+  for (auto it = inner.rbegin(); it != inner.rend() && *it > v; ++it) run(*it, false);
+  bool corrected = false;
+  for (NodeId b = s.input + 1; b <= s.output && v == s.input; ++b) {
+    corrected = corrected || (graph.node(b).is_barrier() && graph.node(b).inputs[0] == v);
+  }
+  if (corrected) {
+    std::vector<Region> shares;
+    for (int64_t t = 0; t < s.backward.tiles(); ++t) {
+      const Region r = barrier_share(s.backward.tile(t), out, shapes[static_cast<size_t>(v)]);
+      if (!r.empty()) shares.push_back(r);
+    }
+    passes.push_back(std::move(shares));
+  }
+  return passes;
 }
 
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
@@ -261,6 +318,8 @@ std::string barrier_mode(const Graph& graph, const Segment& s) {
   const size_t rounds = barrier_rounds(graph, s.input, s.output).size();
   if (rounds == 0) return "";
   if (s.whole_barriers) return "whole";
+  if (s.inner_checkpoints && s.inner_tier != Tier::kResident)
+    return "inner " + to_string(s.inner_tier);
   if (s.inner_checkpoints) return s.keep_inner ? "inner kept" : "inner";
   return std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
 }
@@ -304,7 +363,9 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         : s.resident_bytes > 0
             ? to_string(s.tier) + " (" + percent(s.resident_bytes, out_bytes) + " resident)"
             : to_string(s.tier),
-        s.tier == Tier::kResident ? "-" : format_bytes(s.moved_bytes),
+        s.tier == Tier::kResident && s.inner_tier == Tier::kResident
+            ? "-"
+            : format_bytes(s.moved_bytes + s.inner_moved_bytes),
     });
   }
   auto width = [](const std::string& text) {

@@ -65,11 +65,11 @@ struct Segment {
   // The forward runs with autograd and keeps every tile's graph for the backward, which then
   // recomputes nothing and runs the forward's tiles (the budget left room for them).
   bool keep_graph = false;
-  // Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept whole (an inner
-  // checkpoint, resident) from its statistic pass, the tiles read it instead of recomputing it,
-  // and the backward runs each sub-segment once (the segment's input may be offloaded).
-  // Otherwise (the budget has no room for them) the barriers' inputs are recomputed in every
-  // pass.
+  // Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept (an inner
+  // checkpoint, whole or in the tile store: inner_tier) from its statistic pass, the tiles read
+  // it instead of recomputing it, and the backward runs each sub-segment once (the segment's
+  // input may be offloaded). Otherwise (the budget has no room for them) the barriers' inputs
+  // are recomputed in every pass.
   bool inner_checkpoints = false;
   // The inner checkpoints stay from the forward to the backward (the budget left room for them
   // through the passes between), so the backward does not rebuild them.
@@ -80,6 +80,16 @@ struct Segment {
   // norm's running statistics and the backward's recompute leaves them, and the segment may
   // keep its graph like any other. Neither inner checkpoints nor rounds.
   bool whole_barriers = false;
+  // Where the inner checkpoints and their gradients live. Resident: whole tensors. Offloaded
+  // (the budget has no room for them whole): in the tile store, each inner checkpoint (in
+  // inner_checkpoints order) in the blocks of inner_blocks (its shares of the forward tiles,
+  // split to the block size, so each share fills whole blocks) and its gradient in those of
+  // inner_grad_blocks (the cells between the regions the backward's tiles add, split likewise:
+  // only strips where tiles overlap stay open across tiles). Offloaded ones always stay from
+  // the forward to the backward. inner_moved_bytes: predicted bytes they move per step.
+  Tier inner_tier = Tier::kResident;
+  std::vector<Partition> inner_blocks, inner_grad_blocks;
+  int64_t inner_moved_bytes = 0;
   // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
   // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
   Tier tier = Tier::kResident;
@@ -90,6 +100,8 @@ struct Segment {
   // When the input is offloaded: the blocks its gradient accumulates in. Their edges are those
   // of the backward tiles' input regions (split to the block size), so a block is complete after
   // the last tile that adds to it and only the strips where tiles overlap stay open across tiles.
+  // A segment run as sub-segments adds in several passes (grad_additions): its blocks are the
+  // cells between all of them, each stored after its last addition in each pass.
   Partition input_grad_blocks;
   int64_t moved_bytes = 0;  // predicted bytes to and from the tier per step (it and its gradient)
 };
@@ -159,9 +171,23 @@ std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& 
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output);
 
 // How segment `s`'s barriers run, as the plan table says: "whole" (Segment::whole_barriers),
-// "inner" or "inner kept" (sub-segments), "N rounds" (recomputed), or "" (no barrier needing
-// statistics in training).
+// "inner", "inner kept" or "inner disk|host" (sub-segments), "N rounds" (recomputed), or "" (no
+// barrier needing statistics in training).
 std::string barrier_mode(const Graph& graph, const Segment& s);
+
+// The shares (barrier_share) of the tiles of `tiles`, a partition of an activation of shape
+// `out`, at an activation of shape `at`: a partition of `at` (empty shares dropped).
+Partition share_partition(const Partition& tiles, const Shape& out, const Shape& at);
+
+// The regions the backward of segment `s` (run as sub-segments) adds into the gradient of `v`
+// (an inner checkpoint or the segment's input), in the executor's order, one list per pass
+// that adds into it: the output's backward tiles latest first, then each later inner
+// checkpoint's sub-segment (latest first) over its shares of the backward tiles, and for the
+// input the corrections of the barriers that read it, over its shares. A stored gradient's
+// blocks are stored after each pass's last addition into them (StoredActivation).
+std::vector<std::vector<Region>> grad_additions(const Graph& graph,
+                                                const std::vector<Shape>& shapes, const Segment& s,
+                                                NodeId v);
 
 // segment_needs for the sub-segment that computes `target` from `leaves` (the segment's input
 // and inner checkpoints before `target`, whose values are read, not computed): needs stop at

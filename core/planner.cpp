@@ -70,6 +70,20 @@ struct Analysis {
   // worst_tile's, by segment and partition.
   using PartitionKey = std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>>;
   mutable std::map<PartitionKey, TileCost> worst_tiles;
+  // Segments run as sub-segments: grad_additions and the search's estimate of the bytes they
+  // leave open (Offloading::grad_strip_bytes), by segment, backward partition and node.
+  using GradKey = std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>, NodeId>;
+  mutable std::map<GradKey, std::vector<std::vector<Region>>> grad_adds;
+  mutable std::map<GradKey, int64_t> grad_strips;
+  static GradKey grad_key(const Segment& s, NodeId v) {
+    return {s.input, s.output, s.backward.y_edges, s.backward.x_edges, v};
+  }
+  const std::vector<std::vector<Region>>& additions(const Segment& s, NodeId v) const {
+    const GradKey key = grad_key(s, v);
+    const auto hit = grad_adds.find(key);
+    if (hit != grad_adds.end()) return hit->second;
+    return grad_adds.emplace(key, grad_additions(graph, shapes, s, v)).first->second;
+  }
   TileCost tile_cost(NodeId input, NodeId output, const Region& tile) const {
     const TileKey key{input, output, tile.y.begin, tile.y.end, tile.x.begin, tile.x.end};
     const auto hit = tile_costs.find(key);
@@ -356,8 +370,8 @@ struct Candidate {
 
 // The FLOPs a segment's barriers add (core/barrier.h): in the forward, each barrier's statistic
 // pass recomputes its input over the shares of the forward tiles; in the backward, each round
-// of sums recomputes the segment's tiles and takes the gradient back to its barriers (priced as
-// half a backward). Steers the search to checkpoints that split chains of barriers.
+// of sums recomputes the segment's tiles and takes the gradient back to its barriers. Steers the
+// search to checkpoints that split chains of barriers.
 double barrier_flops(const Analysis& a, const Segment& s) {
   const auto rounds = barrier_rounds(a.graph, s.input, s.output);
   if (rounds.empty() || s.whole_barriers) return 0;
@@ -379,8 +393,12 @@ double barrier_flops(const Analysis& a, const Segment& s) {
                static_cast<double>(s.forward.tiles());
     }
   }
+  // Each round: the tiles' recompute and their backward to the barriers, priced as a whole
+  // recompute and backward. Priced as two thirds of that, resnet50 at 4096² in 2 GiB chose 13
+  // rounds over offloaded inner checkpoints at some measured prices: 867 s a step against
+  // 317 s (bench/NOTES.md, session 22).
   const auto back = a.tile_cost(s.input, s.output, middle_tile(s.backward));
-  flops += 2.0 * static_cast<double>(back.flops) * static_cast<double>(s.backward.tiles()) *
+  flops += 3.0 * static_cast<double>(back.flops) * static_cast<double>(s.backward.tiles()) *
            static_cast<double>(rounds.size());
   flops += a.options.flops_per_tile *
            static_cast<double>(rounds.size() * (s.forward.tiles() + s.backward.tiles()));
@@ -429,6 +447,10 @@ int64_t inner_backward_bytes(const Analysis& a, const Segment& s) {
 struct Offloading {
   int64_t window_bytes = 0, block_bytes = 0;
   bool partly_resident = false;  // keep blocks resident where the budget leaves room
+  // Where inner checkpoints the budget cannot hold whole go (Segment::inner_tier); resident:
+  // nowhere (such segments recompute in rounds). `force_inner`: there even where they fit.
+  Tier inner_tier = Tier::kResident;
+  bool force_inner = false;
   // Resident bytes the store holds during a pass: the blocks read ahead within the window (one
   // may cross its end, one is in the caller's hand) and the writes behind it (in flight until
   // one crosses the window). One window for all the activations the store holds: no more than
@@ -488,6 +510,12 @@ struct Offloading {
     for (int64_t c : cs) {
       nx.push_back(segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(c))[v].x);
     }
+    return strip_bytes(ny, nx, in.width) * in.channels * a.eb;
+  }
+  // Pixels open at once when tiles whose regions are rows `ny` × columns `nx` (consecutive
+  // rows and columns of the partition) add into an activation `width` wide (as above).
+  static int64_t strip_bytes(const std::vector<Window>& ny, const std::vector<Window>& nx,
+                             int64_t width) {
     int64_t overlap_x = 0;  // the widest strip two neighbouring columns share
     for (size_t j = 0; j + 1 < nx.size(); ++j) {
       overlap_x = std::max(overlap_x, intersect(nx[j], nx[j + 1]).size());
@@ -497,9 +525,48 @@ struct Offloading {
       const Window up = i > 0 ? intersect(ny[i], ny[i - 1]) : Window{};
       const Window down = i + 1 < ny.size() ? intersect(ny[i], ny[i + 1]) : Window{};
       const int64_t shared = up.size() + down.size() - intersect(up, down).size();
-      worst = std::max(worst, shared * in.width + (ny[i].size() - shared) * overlap_x);
+      worst = std::max(worst, shared * width + (ny[i].size() - shared) * overlap_x);
     }
-    return worst * in.channels * a.eb;
+    return worst;
+  }
+  // The same for the gradient of `v` (an inner checkpoint or the input) of a segment run as
+  // sub-segments while its backward (partition `part`) adds into it, from the three rows and
+  // columns around the middle of each sub-segment reading `v`, one pass at a time (blocks are
+  // stored after each pass's last addition into them).
+  static int64_t grad_strip_bytes(const Analysis& a, const Segment& s, const Partition& part,
+                                  NodeId v) {
+    const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+    std::vector<NodeId> leaves{s.input};
+    leaves.insert(leaves.end(), inner.begin(), inner.end());
+    const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+    const Shape& vs = a.shapes[static_cast<size_t>(v)];
+    auto at = [&](NodeId target, const Region& tile) {
+      const Region r = target == s.output
+                           ? tile
+                           : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
+      if (r.empty()) return Region{};
+      return sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
+                               r)[static_cast<size_t>(v)];
+    };
+    std::vector<NodeId> readers{s.output};
+    for (NodeId t : inner) {
+      if (t > v) readers.push_back(t);
+    }
+    const int64_t rows = part.rows(), cols = part.cols();
+    int64_t worst = 0;
+    for (NodeId reader : readers) {
+      std::vector<Window> ny, nx;
+      for (int64_t d = -1; d <= 1; ++d) {
+        if (rows / 2 + d >= 0 && rows / 2 + d < rows) {
+          ny.push_back(at(reader, part.tile((rows / 2 + d) * cols)).y);
+        }
+        if (cols / 2 + d >= 0 && cols / 2 + d < cols) {
+          nx.push_back(at(reader, part.tile(cols / 2 + d)).x);
+        }
+      }
+      worst = std::max(worst, strip_bytes(ny, nx, vs.width));
+    }
+    return worst * vs.channels * a.eb;
   }
   // The gradient's blocks: the cells between the tiles' region edges, and the edges of the
   // producer's backward tiles (`reader`, which read the gradient whole blocks at a time), split
@@ -535,6 +602,94 @@ struct Offloading {
     return p;
   }
 
+  // Offloaded inner checkpoint `v` of `s`: its value in the shares of the forward tiles.
+  Partition inner_blocks(const Analysis& a, const Segment& s, NodeId v) const {
+    return blocks(a, v,
+                  share_partition(s.forward, a.shapes[static_cast<size_t>(s.output)],
+                                  a.shapes[static_cast<size_t>(v)]));
+  }
+  // Its gradient: the cells between the regions the backward's passes add (`passes`,
+  // grad_additions) and the shares of the backward tiles its sub-segment reads, split to the
+  // block size (as grad_blocks). For the input of a segment run as sub-segments (`v` its
+  // input): the same cells, with the edges of the producer's backward tiles (`reader`)
+  // instead of the shares.
+  Partition inner_grad_blocks(const Analysis& a, const Segment& s, NodeId v,
+                              const std::vector<std::vector<Region>>& passes,
+                              const Partition* reader = nullptr) const {
+    const Shape& vs = a.shapes[static_cast<size_t>(v)];
+    const Partition shares =
+        reader != nullptr
+            ? *reader
+            : share_partition(s.backward, a.shapes[static_cast<size_t>(s.output)], vs);
+    std::vector<int64_t> ey = shares.y_edges, ex = shares.x_edges;
+    for (const auto& adds : passes) {
+      for (const Region& r : adds) {
+        ey.insert(ey.end(), {r.y.begin, r.y.end});
+        ex.insert(ex.end(), {r.x.begin, r.x.end});
+      }
+    }
+    return cells(a, v, std::move(ey), std::move(ex));
+  }
+  // The most bytes of `blocks` open at once while the passes of additions `passes` are added
+  // in order (a block is open from its first addition in a pass to its last, StoredActivation).
+  static int64_t open_bytes(const Partition& blocks, const std::vector<std::vector<Region>>& passes,
+                            int64_t per_pixel) {
+    auto each = [&](const Region& r, const auto& f) {
+      const auto [y0, y1] = span(blocks.y_edges, r.y);
+      const auto [x0, x1] = span(blocks.x_edges, r.x);
+      for (int64_t y = y0; y < y1; ++y) {
+        for (int64_t x = x0; x < x1; ++x) f(y * blocks.cols() + x);
+      }
+    };
+    std::vector<int64_t> left(static_cast<size_t>(blocks.tiles()), 0);
+    std::vector<char> open(left.size(), 0);
+    int64_t now = 0, peak = 0;
+    for (const auto& adds : passes) {
+      for (const Region& r : adds) each(r, [&](int64_t b) { ++left[static_cast<size_t>(b)]; });
+      for (const Region& r : adds) {
+        each(r, [&](int64_t b) {
+          const auto i = static_cast<size_t>(b);
+          if (!open[i]) {
+            open[i] = 1;
+            now += blocks.tile(b).area() * per_pixel;
+          }
+          peak = std::max(peak, now);
+          if (--left[i] == 0) {
+            open[i] = 0;
+            now -= blocks.tile(b).area() * per_pixel;
+          }
+        });
+      }
+    }
+    return peak;
+  }
+  // The intervals of sorted `edges` that meet window `w`: [first, last).
+  static std::pair<int64_t, int64_t> span(const std::vector<int64_t>& edges, const Window& w) {
+    const auto lo = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
+    const auto hi = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
+    return {std::max<int64_t>(lo, 0), hi};
+  }
+  // The cells between edges `ey` × `ex` (any order, repeats) of node `v`, split to the block size.
+  Partition cells(const Analysis& a, NodeId v, std::vector<int64_t> ey,
+                  std::vector<int64_t> ex) const {
+    const Shape& vs = a.shapes[static_cast<size_t>(v)];
+    for (auto [e, end] : {std::pair{&ey, vs.height}, std::pair{&ex, vs.width}}) {
+      for (int64_t& x : *e) x = std::clamp<int64_t>(x, 0, end);
+      e->insert(e->end(), {0, end});
+      std::sort(e->begin(), e->end());
+      e->erase(std::unique(e->begin(), e->end()), e->end());
+    }
+    const int64_t per_pixel = std::max<int64_t>(1, vs.channels * a.eb);
+    int64_t widest = 1;
+    for (size_t j = 0; j + 1 < ex.size(); ++j) widest = std::max(widest, ex[j + 1] - ex[j]);
+    const int64_t width = std::clamp<int64_t>(block_bytes / per_pixel, 1, widest);
+    const int64_t height = std::max<int64_t>(1, block_bytes / (per_pixel * width));
+    Partition p;
+    p.y_edges = subdivide(ey, height);
+    p.x_edges = subdivide(ex, width);
+    return p;
+  }
+
   static std::vector<int64_t> subdivide(const std::vector<int64_t>& edges, int64_t side) {
     std::vector<int64_t> out{edges.front()};
     for (size_t i = 0; i + 1 < edges.size(); ++i) {
@@ -552,22 +707,13 @@ struct Offloading {
 // before the distinct blocks scheduled in between fill `window` bytes is still in memory (the
 // tile store keeps a block whose next read is within the window). The other activations read
 // in the same pass share the window, so this counts somewhat less than the store moves.
-int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
-                   const Partition& blocks, int64_t window, bool reverse, int64_t resident = 0) {
-  auto span = [](const std::vector<int64_t>& edges, const Window& w) {
-    const auto lo = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
-    const auto hi = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
-    return std::pair<int64_t, int64_t>{std::max<int64_t>(lo, 0), hi};
-  };
-  const int64_t per_pixel = a.graph.node(v).channels * a.eb;
+int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, int64_t per_pixel,
+                   int64_t window, int64_t resident = 0) {
   std::vector<int64_t> order;  // block indices in read order
-  for (int64_t k = 0; k < part.tiles(); ++k) {
-    const int64_t t = reverse ? part.tiles() - 1 - k : k;
-    const Region r =
-        segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(t))[static_cast<size_t>(v)];
+  for (const Region& r : regions) {
     if (r.empty()) continue;
-    const auto [y0, y1] = span(blocks.y_edges, r.y);
-    const auto [x0, x1] = span(blocks.x_edges, r.x);
+    const auto [y0, y1] = Offloading::span(blocks.y_edges, r.y);
+    const auto [x0, x1] = Offloading::span(blocks.x_edges, r.x);
     for (int64_t y = y0; y < y1; ++y) {
       for (int64_t x = x0; x < x1; ++x) order.push_back(y * blocks.cols() + x);
     }
@@ -599,6 +745,17 @@ int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, N
     }
   }
   return n;
+}
+
+int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
+                   const Partition& blocks, int64_t window, bool reverse, int64_t resident = 0) {
+  std::vector<Region> regions;
+  for (int64_t k = 0; k < part.tiles(); ++k) {
+    const int64_t t = reverse ? part.tiles() - 1 - k : k;
+    regions.push_back(
+        segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(t))[static_cast<size_t>(v)]);
+  }
+  return read_bytes(regions, blocks, a.graph.node(v).channels * a.eb, window, resident);
 }
 
 // The pass that holds most, and what it holds.
@@ -639,7 +796,7 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     if (has_barrier(a.graph, s) && !s.whole_barriers) {
       // No graph (the tiles run in several passes), but the inner checkpoints may stay: from
       // this forward to this backward, which already count them.
-      if (!s.inner_checkpoints) continue;
+      if (!s.inner_checkpoints || s.inner_tier != Tier::kResident) continue;
       int64_t inner_bytes = 0;
       for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) inner_bytes += a.bytes(v);
       std::vector<MemoryBreakdown> after = passes;
@@ -771,18 +928,59 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     // input's goes to the store at the end, so it holds no open blocks while tiles add into it).
     const bool barriers = has_barrier(a.graph, s);
     const bool may_inner = a.options.inner_checkpoints && barriers;
+    const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
     int64_t inner_bytes = 0;
-    for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) inner_bytes += a.bytes(v);
-    const int64_t inner_fwd_bytes = inner_bytes;
-    const int64_t inner_bwd_bytes =
-        may_inner ? inner_backward_bytes(a, s) + (in_off ? in_grad : 0) : 0;
+    for (NodeId v : inner) inner_bytes += a.bytes(v);
     int64_t fwd_fixed = base + held + out_fwd + store_fwd;
     int64_t bwd_fixed = base + held + out_bwd + in_bwd + store_bwd;
-    // Bytes of the input gradient's open blocks while partition `p`'s tiles add into it.
-    auto open_bytes = [&](const Partition& p, bool in_order) -> int64_t {
-      return in_off && !s.inner_checkpoints ? Offloading::open_bytes(a, s, p, in_order) : 0;
+    // What sub-segments add to each pass beyond the partition-dependent bytes below. Resident
+    // inner checkpoints: held whole in the forward, and in the backward as inner_backward_bytes
+    // says. Offloaded ones: the store's reads and writes of them. A resident input's gradient
+    // is whole (in_bwd); an offloaded one's goes to the store block by block.
+    int64_t inner_fwd = 0, inner_bwd = 0;
+    auto inner_extra = [&](Tier t) {
+      if (t == Tier::kResident) return std::pair{inner_bytes, inner_backward_bytes(a, s)};
+      return std::pair{off.in_use(true, true, cap + inner_bytes) - store_fwd,
+                       off.in_use(true, true, cap + 2 * inner_bytes) - store_bwd};
     };
-
+    // Bytes open while partition `p`'s backward tiles run: an offloaded input's gradient
+    // blocks, and offloaded inner checkpoints' gradient blocks and a share each of gradient,
+    // value and correction as a sub-segment reads them. The chosen partition's (`exact`) from
+    // the blocks the executor will use; the search's from the rows and columns around the
+    // middle.
+    auto open_bytes = [&](const Partition& p, bool exact) -> int64_t {
+      if (!s.inner_checkpoints) return in_off ? Offloading::open_bytes(a, s, p, exact) : 0;
+      Segment t = s;
+      t.backward = p;
+      auto grad_open = [&](NodeId v, const Partition* reader) {
+        const Shape& vs = a.shapes[static_cast<size_t>(v)];
+        if (!exact) {
+          const auto key = Analysis::grad_key(t, v);
+          const auto hit = a.grad_strips.find(key);
+          if (hit != a.grad_strips.end()) return hit->second;
+          return a.grad_strips.emplace(key, Offloading::grad_strip_bytes(a, t, p, v)).first->second;
+        }
+        const auto passes = a.additions(t, v);
+        return Offloading::open_bytes(off.inner_grad_blocks(a, t, v, passes, reader), passes,
+                                      vs.channels * a.eb);
+      };
+      int64_t open = in_off ? grad_open(s.input, &plan.segments[i - 1].backward) : 0;
+      if (s.inner_tier == Tier::kResident) return open;
+      int64_t share = 0;
+      for (NodeId v : inner) {
+        const Shape& vs = a.shapes[static_cast<size_t>(v)];
+        open += grad_open(v, nullptr);
+        const Partition shares = share_partition(p, out, vs);
+        auto widest = [](const std::vector<int64_t>& e) {
+          int64_t w = 0;
+          for (size_t j = 0; j + 1 < e.size(); ++j) w = std::max(w, e[j + 1] - e[j]);
+          return w;
+        };
+        share =
+            std::max(share, widest(shares.y_edges) * widest(shares.x_edges) * vs.channels * a.eb);
+      }
+      return open + 3 * share;
+    };
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
       const Partition p = partition_for(strategy, out, n);
       const auto tc = worst_tile(a, s, p);
@@ -818,28 +1016,38 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
                              strategy == Strategy::kRows ? 1 : (out.width + t - 1) / t);
     };
     // Barriers: whole where the segment fits as one tile both ways (they run as LibTorch runs
-    // them), else as sub-segments where the inner checkpoints fit, else recomputed in rounds.
+    // them), else as sub-segments where the inner checkpoints fit (resident, else in the store
+    // where the plan offloads), else recomputed in rounds.
     int64_t nf = choose(false), nb = choose(true);
     const bool one_tile = nf == 0 ? fixed_partition().tiles() == 1 : nf == 1 && nb == 1;
     if (barriers && a.options.whole_barriers && one_tile) {
       s.whole_barriers = true;
     } else if (may_inner) {
-      s.inner_checkpoints = true;
-      fwd_fixed += inner_fwd_bytes;
-      bwd_fixed += inner_bwd_bytes;
-      const int64_t inner_nf = choose(false), inner_nb = choose(true);
-      if (inner_nf < 0 || inner_nb < 0) {
-        // No room for the inner checkpoints: recompute the barriers' inputs instead.
+      std::vector<Tier> tiers_to_try;
+      if (!off.force_inner) tiers_to_try.push_back(Tier::kResident);
+      if (off.inner_tier != Tier::kResident) tiers_to_try.push_back(off.inner_tier);
+      for (Tier t : tiers_to_try) {
+        s.inner_checkpoints = true;
+        s.inner_tier = t;
+        std::tie(inner_fwd, inner_bwd) = inner_extra(t);
+        fwd_fixed += inner_fwd;
+        bwd_fixed += inner_bwd;
+        const int64_t inner_nf = choose(false), inner_nb = choose(true);
+        if (inner_nf >= 0 && inner_nb >= 0) {
+          nf = inner_nf;
+          nb = inner_nb;
+          // Offloaded ones stay in the store from the forward to the backward.
+          s.keep_inner = t != Tier::kResident;
+          break;
+        }
+        // No room for them: the next tier, or recompute the barriers' inputs.
         s.inner_checkpoints = false;
-        fwd_fixed -= inner_fwd_bytes;
-        bwd_fixed -= inner_bwd_bytes;
-      } else {
-        nf = inner_nf;
-        nb = inner_nb;
+        s.inner_tier = Tier::kResident;
+        fwd_fixed -= inner_fwd;
+        bwd_fixed -= inner_bwd;
+        inner_fwd = inner_bwd = 0;
       }
     }
-    const int64_t inner_fwd = s.inner_checkpoints ? inner_fwd_bytes : 0;
-    const int64_t inner_bwd = s.inner_checkpoints ? inner_bwd_bytes : 0;
     // The smallest working set this segmentation can reach: the finest partition.
     const Partition finest_partition = partition_for(strategy, out, max_count(strategy, out));
     const auto finest = a.tile_cost(s.input, s.output, middle_tile(finest_partition));
@@ -882,7 +1090,10 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
             barrier_flops(a, s);
     plan.tiled_flops += s.halo_flops;
     const int64_t in_open = open_bytes(s.backward, true);
-    if (i > 0 && tier(i - 1) != Tier::kResident) {
+    if (i > 0 && tier(i - 1) != Tier::kResident && s.inner_checkpoints) {
+      s.input_grad_blocks = off.inner_grad_blocks(a, s, s.input, a.additions(s, s.input),
+                                                  &plan.segments[i - 1].backward);
+    } else if (i > 0 && tier(i - 1) != Tier::kResident) {
       s.input_grad_blocks = off.grad_blocks(a, s, s.backward, plan.segments[i - 1].backward);
     }
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
@@ -899,6 +1110,12 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       at_peak = bwd_peak >= fwd_peak ? bwd_at : fwd_at;
     }
     if (s.tier != Tier::kResident) s.blocks = off.blocks(a, s.output, s.forward);
+    if (s.inner_checkpoints && s.inner_tier != Tier::kResident) {
+      for (NodeId v : inner) {
+        s.inner_blocks.push_back(off.inner_blocks(a, s, v));
+        s.inner_grad_blocks.push_back(off.inner_grad_blocks(a, s, v, a.additions(s, v)));
+      }
+    }
     if (!out_off) held += out_bytes;
     plan.checkpoints.push_back(s.output);
     plan.segments.push_back(std::move(s));
@@ -922,6 +1139,14 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
               static_cast<double>(a.bytes(s.output) - s.resident_bytes);
     }
   }
+  // Offloaded inner checkpoints: each written once and read about three times (the forward's
+  // later sub-segments, the backward's, the correction), its gradient written and read once.
+  for (const Segment& s : plan.segments) {
+    if (s.inner_tier == Tier::kResident) continue;
+    for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) {
+      cost += a.options.flops_per_byte_moved * 6.0 * static_cast<double>(a.bytes(v));
+    }
+  }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
   plan.tail_input = reduction >= 0 ? reduction : last;
   plan.predicted = at_peak;
@@ -939,17 +1164,144 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
 // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
 // forward and backward tiles (halos, block rounding and the window's reuse included; resident
 // blocks never move), its gradient written once and read by this segment's backward tiles.
+// Bytes a gradient accumulated in `blocks` over `passes` (grad_additions) moves beyond its one
+// write: a block stored after one pass is read back and written again in each later pass that
+// adds into it.
+int64_t reopened_bytes(const Partition& blocks, const std::vector<std::vector<Region>>& passes,
+                       int64_t per_pixel) {
+  std::vector<char> stored(static_cast<size_t>(blocks.tiles()), 0);
+  int64_t n = 0;
+  for (const auto& adds : passes) {
+    std::set<int64_t> touched;
+    for (const Region& r : adds) {
+      const auto [y0, y1] = Offloading::span(blocks.y_edges, r.y);
+      const auto [x0, x1] = Offloading::span(blocks.x_edges, r.x);
+      for (int64_t y = y0; y < y1; ++y) {
+        for (int64_t x = x0; x < x1; ++x) touched.insert(y * blocks.cols() + x);
+      }
+    }
+    for (int64_t b : touched) {
+      if (stored[static_cast<size_t>(b)]) n += 2 * blocks.tile(b).area() * per_pixel;
+      stored[static_cast<size_t>(b)] = 1;
+    }
+  }
+  return n;
+}
+
+// Bytes moved per step by segment `s`'s offloaded inner checkpoints: each written once and read
+// by the later sub-segments' tiles in the forward and the backward and by its own sub-segment's
+// shares (the correction), in the executor's order; its gradient written once and read by its
+// sub-segment's shares.
+int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
+  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+  std::vector<NodeId> leaves{s.input};
+  leaves.insert(leaves.end(), inner.begin(), inner.end());
+  const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+  int64_t n = 0;
+  for (size_t k = 0; k < inner.size(); ++k) {
+    const NodeId v = inner[k];
+    const Shape& vs = a.shapes[static_cast<size_t>(v)];
+    const int64_t per_pixel = vs.channels * a.eb;
+    std::vector<Region> reads, own;
+    // The tiles of sub-segment `target` over `part` (its shares, or the output's tiles).
+    auto pass = [&](NodeId target, const Partition& part, bool reverse) {
+      for (int64_t j = 0; j < part.tiles(); ++j) {
+        const Region tile = part.tile(reverse ? part.tiles() - 1 - j : j);
+        const Region r = target == s.output
+                             ? tile
+                             : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
+        if (r.empty()) continue;
+        if (target == v) {
+          own.push_back(r);
+          reads.push_back(r);
+          continue;
+        }
+        reads.push_back(sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
+                                          r)[static_cast<size_t>(v)]);
+      }
+    };
+    for (size_t j = k + 1; j < inner.size(); ++j) pass(inner[j], s.forward, false);
+    pass(s.output, s.forward, false);
+    pass(s.output, s.backward, true);
+    for (size_t j = inner.size(); j-- > k;) pass(inner[j], s.backward, true);
+    n += 2 * a.bytes(v) + read_bytes(reads, s.inner_blocks.at(k), per_pixel, window) +
+         read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window) +
+         reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
+  }
+  return n;
+}
+
+// The regions of its input that segment `s`, run as sub-segments, reads in its forward
+// (`backward` false: the statistic pass of the barriers on it, each inner checkpoint's tiles,
+// the output's tiles) or its backward (the output's tiles, each inner checkpoint's latest
+// first, the corrections of the barriers on it), in the executor's order.
+std::vector<Region> sub_segment_input_reads(const Analysis& a, const Segment& s, bool backward) {
+  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+  std::vector<NodeId> leaves{s.input};
+  leaves.insert(leaves.end(), inner.begin(), inner.end());
+  const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+  const Shape& in = a.shapes[static_cast<size_t>(s.input)];
+  bool on_input = false;
+  for (NodeId b = s.input + 1; b <= s.output; ++b) {
+    on_input = on_input || (a.graph.node(b).is_barrier() && a.graph.node(b).inputs[0] == s.input);
+  }
+  const Partition& part = backward ? s.backward : s.forward;
+  std::vector<Region> reads;
+  auto shares = [&]() {
+    for (int64_t t = 0; t < part.tiles() && on_input; ++t) {
+      const Region r = barrier_share(part.tile(t), out, in);
+      if (!r.empty()) reads.push_back(r);
+    }
+  };
+  auto pass = [&](NodeId target) {
+    for (int64_t j = 0; j < part.tiles(); ++j) {
+      const Region tile = part.tile(backward ? part.tiles() - 1 - j : j);
+      const Region r = target == s.output
+                           ? tile
+                           : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
+      if (r.empty()) continue;
+      reads.push_back(sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
+                                        r)[static_cast<size_t>(s.input)]);
+    }
+  };
+  if (!backward) {
+    shares();
+    for (NodeId v : inner) pass(v);
+    pass(s.output);
+  } else {
+    pass(s.output);
+    for (auto it = inner.rbegin(); it != inner.rend(); ++it) pass(*it);
+    shares();
+  }
+  return reads;
+}
+
 void count_moved_bytes(const Analysis& a, Plan& plan) {
+  for (Segment& s : plan.segments) {
+    s.inner_moved_bytes =
+        s.inner_tier == Tier::kResident ? 0 : inner_moved_bytes(a, s, plan.window_bytes);
+  }
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     Segment& s = plan.segments[i];
     if (s.tier == Tier::kResident) continue;
     const Segment& next = plan.segments[i + 1];
     const int64_t w = plan.window_bytes;
-    s.moved_bytes =
-        2 * a.bytes(s.output) - s.resident_bytes +
-        read_bytes(a, next, next.forward, s.output, s.blocks, w, false, s.resident_blocks) +
-        read_bytes(a, next, next.backward, s.output, s.blocks, w, true, s.resident_blocks) +
-        read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
+    const int64_t per_pixel = a.graph.node(s.output).channels * a.eb;
+    s.moved_bytes = 2 * a.bytes(s.output) - s.resident_bytes +
+                    read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
+    if (next.inner_checkpoints && !next.whole_barriers) {
+      // Each sub-segment reading it reads it again; its gradient adds up pass by pass.
+      for (const bool backward : {false, true}) {
+        s.moved_bytes += read_bytes(sub_segment_input_reads(a, next, backward), s.blocks, per_pixel,
+                                    w, s.resident_blocks);
+      }
+      s.moved_bytes +=
+          reopened_bytes(next.input_grad_blocks, a.additions(next, next.input), per_pixel);
+    } else {
+      s.moved_bytes +=
+          read_bytes(a, next, next.forward, s.output, s.blocks, w, false, s.resident_blocks) +
+          read_bytes(a, next, next.backward, s.output, s.blocks, w, true, s.resident_blocks);
+    }
   }
 }
 
@@ -1103,7 +1455,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   // Plans aim below the budget by the headroom: allocator effects the model does not capture.
   const int64_t target =
       budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
-  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}};
+  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}};
 
   // The last spatial node; everything after it is the head and must not reach back past it.
   NodeId last = 0;
@@ -1222,15 +1574,18 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     windows = {int64_t{64} << 20};
   }
   constexpr double kLargerWindowWorth = 1.05;
-  auto offloading_with = [&](int64_t window) {
+  // `offloading`: a plan that offloads checkpoints may offload inner checkpoints too.
+  auto offloading_with = [&](int64_t window, bool offloading) {
     Offloading o;
+    o.inner_tier = options.inner_tier.value_or(offloading ? options.auto_tier : Tier::kResident);
+    o.force_inner = options.inner_tier.has_value() && *options.inner_tier != Tier::kResident;
     o.window_bytes = window;
     o.block_bytes = options.offload_block_bytes > 0 ? options.offload_block_bytes
                                                     : std::max<int64_t>(window / 4, 1);
     o.partly_resident = options.offload == PlanOptions::Offload::kAuto;
     return o;
   };
-  Offloading off = offloading_with(windows.back());
+  Offloading off = offloading_with(windows.back(), false);
   using Offload = PlanOptions::Offload;
   // The guess until the offloading search asks for measured prices.
   constexpr double kGuessedSecondsPerFlop = 1e-11;  // 100 GFLOP/s
@@ -1267,7 +1622,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
         offloading || forced ? windows : std::vector<int64_t>{windows.back()};
     std::vector<Candidate> by_window(tried.size());
     for (size_t w = 0; w < tried.size(); ++w) {
-      const Offloading o = offloading_with(tried[w]);
+      const Offloading o = offloading_with(tried[w], offloading);
       by_window[w] =
           search(a, strategies, sets, options.checkpoints ? std::vector<NodeId>{} : candidates,
                  offloading, options, last, reduction, fixed, target, o, smallest);
@@ -1278,7 +1633,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       if (cheapest != kNever && by_window[w].cost <= kLargerWindowWorth * cheapest) {
         if (by_window[w].cost < best.cost) {
           best = std::move(by_window[w]);
-          off = offloading_with(tried[w]);
+          off = offloading_with(tried[w], offloading);
         }
         break;
       }

@@ -41,6 +41,10 @@ struct PlanOptions {
   // Segments with barriers keep their barriers' inputs whole (inner checkpoints, resident) where
   // the budget has room, and run as sub-segments (core/plan.h); false: they always recompute.
   bool inner_checkpoints = true;
+  // Where inner checkpoints live. Unset: resident where the budget has room; in a plan that
+  // offloads (kAuto's offloading search), in auto_tier where it has not (else the segment
+  // recomputes in rounds). Set: there always (tests; kResident: never offloaded).
+  std::optional<Tier> inner_tier;
   // A segment with barriers that fits as one tile in both passes runs them whole, as plain
   // LibTorch does (Segment::whole_barriers); false: such a segment runs the tiled schemes with
   // its one tile (tests).

@@ -83,7 +83,13 @@ void StoredActivation::expect_additions(const std::vector<Region>& regions) {
 void StoredActivation::accumulate(const Region& r, const at::Tensor& tile) {
   for (size_t i : overlapping(r)) {
     Block& b = block_[i];
-    if (!b.open.defined()) {
+    if (!b.open.defined() && b.id >= 0) {
+      // Stored after an earlier pass of additions: back, to add this pass's. A copy: the
+      // store's I/O thread may still be writing the block it holds.
+      b.open = store_.get(b.id).clone();
+      store_.erase(b.id);
+      b.id = -1;
+    } else if (!b.open.defined()) {
       b.open = at::zeros({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
     }
     const Region part = intersect(r, b.region);
@@ -108,8 +114,9 @@ std::vector<TileStore::BlockId> StoredActivation::reads(const Region& r) const {
   return ids;
 }
 
-at::Tensor StoredActivation::read(const Region& r) {
-  at::Tensor out = at::empty({1, shape_.channels, r.y.size(), r.x.size()}, options_);
+at::Tensor StoredActivation::read(const Region& r, at::MemoryFormat format) {
+  at::Tensor out =
+      at::empty({1, shape_.channels, r.y.size(), r.x.size()}, options_.memory_format(format));
   for (size_t i : overlapping(r)) {
     Block& b = block_[i];
     if (b.id < 0) throw Error("internal: an offloaded checkpoint block was read before written");

@@ -26,7 +26,8 @@ class StoredActivation {
   // Copies `tile` (region `r`) in; a block goes to the store once it is wholly written.
   void write(const Region& r, const at::Tensor& tile);
   // Before accumulating: every region that will be added, in order, so each block goes to the
-  // store after its last addition.
+  // store after its last addition. May be called again for a later pass of additions: a block
+  // stored before is read back at its first addition there and stored again after its last.
   void expect_additions(const std::vector<Region>& regions);
   // Adds `tile` into region `r` (blocks start at zero).
   void accumulate(const Region& r, const at::Tensor& tile);
@@ -35,8 +36,8 @@ class StoredActivation {
 
   // The store's block reads `read(r)` makes, in its order: for TileStore::schedule.
   std::vector<TileStore::BlockId> reads(const Region& r) const;
-  // A new tensor holding region `r`.
-  at::Tensor read(const Region& r);
+  // A new tensor holding region `r`, in memory format `format`.
+  at::Tensor read(const Region& r, at::MemoryFormat format = at::MemoryFormat::Contiguous);
 
  private:
   struct Block {

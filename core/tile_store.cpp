@@ -20,6 +20,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -168,8 +169,7 @@ class TileStore::Impl {
       // The I/O thread writes from host memory.
       if (!tensor.is_cpu()) b.host = copy_async(b.resident, pinned(b), b.copied);
       // Direct I/O writes whole aligned pages: each block starts on its own.
-      b.offset = direct_fd >= 0 ? round_up(file_end, kDirectAlign) : file_end;
-      file_end = b.offset + (direct_fd >= 0 ? round_up(b.bytes, kDirectAlign) : b.bytes);
+      b.offset = take_extent(extent(b));
       b.writing = true;
       in_flight += b.bytes;
       disk_bytes += b.bytes;
@@ -327,7 +327,30 @@ class TileStore::Impl {
   void forget(std::unordered_map<BlockId, Block>::iterator it) {
     if (it->second.tier == Tier::kHost) host_bytes -= it->second.bytes;
     if (it->second.tier == Tier::kDisk) disk_bytes -= it->second.bytes;
+    if (it->second.tier == Tier::kDisk && it->second.offset >= 0) {
+      free_extents.emplace(extent(it->second), it->second.offset);
+    }
     blocks.erase(it);
+  }
+
+  // The bytes block `b` takes in the scratch file (direct I/O writes whole aligned pages).
+  int64_t extent(const Block& b) const {
+    return direct_fd >= 0 ? round_up(b.bytes, kDirectAlign) : b.bytes;
+  }
+  // Where a block of `length` bytes goes: the smallest freed extent that holds it (the rest
+  // stays free), else the end of the file. Called with the lock held; an extent is freed only
+  // once no write or read of its block is in flight (erase defers until then).
+  int64_t take_extent(int64_t length) {
+    const auto fit = free_extents.lower_bound(length);
+    if (fit != free_extents.end()) {
+      const int64_t offset = fit->second, rest = fit->first - length;
+      free_extents.erase(fit);
+      if (rest > 0) free_extents.emplace(rest, offset + length);
+      return offset;
+    }
+    const int64_t offset = direct_fd >= 0 ? round_up(file_end, kDirectAlign) : file_end;
+    file_end = offset + length;
+    return offset;
   }
 
   // The blocks read within the window ahead (at least the next one).
@@ -619,6 +642,10 @@ class TileStore::Impl {
   ino_t inode = 0;
   dev_t device = 0;
   int64_t file_end = 0, in_flight = 0, written = 0, read = 0, host_bytes = 0, disk_bytes = 0;
+  // Extents of erased disk blocks (length → offset), reused: a step writes many times the bytes
+  // it holds at once (inner checkpoints, gradients stored pass after pass), and an append-only
+  // scratch file filled the disk (resnet50 4096² with offloaded inner checkpoints, 46 GB free).
+  std::multimap<int64_t, int64_t> free_extents;
   double wait_ms = 0, write_ms = 0, read_ms = 0;
   std::thread io;  // last: started after every member it uses
 };

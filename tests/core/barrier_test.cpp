@@ -44,6 +44,9 @@ int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const 
       o.offload = base.offload;
       o.streaming_reduction = base.streaming_reduction;
       o.inner_checkpoints = inner;
+      o.inner_tier = base.inner_tier;
+      o.offload_window_bytes = base.offload_window_bytes;
+      o.offload_block_bytes = base.offload_block_bytes;
       const Plan plan = make_plan(g, {g.node(0).channels, h, w}, 0, o);
       for (const Segment& s : plan.segments) {
         for (NodeId v = s.input + 1; v <= s.output; ++v) with_barrier += g.node(v).is_barrier();
@@ -118,6 +121,47 @@ TEST(Barriers, MatchWithOffloadedCheckpoints) {
                         plan.segments[i].backward.tiles() > 1;
   }
   EXPECT_GT(offloaded_inputs, 0) << to_string(plan, g);
+}
+
+// Inner checkpoints in the tile store (Segment::inner_tier): written in blocks of the forward
+// tiles' shares, their gradients accumulated in the cells between the backward tiles' additions
+// and corrected share by share, in a window and blocks so small that every pass reads and
+// writes many blocks. With and without offloaded checkpoints, whole-network segments (several
+// inner checkpoints, read by several sub-segments) and a streaming reduction.
+TEST(Barriers, OffloadedInnerCheckpointsMatch) {
+  Graph g = residual_network();
+  const NodeId gap = g.global_avg_pool(g.output());
+  g.linear(g.flatten(gap), 3, "fc");
+  const int64_t h = 27, w = 22;
+  for (const Tier tier : {Tier::kDisk, Tier::kHost}) {
+    for (const bool checkpoints : {false, true}) {
+      PlanOptions o;
+      o.inner_tier = tier;
+      o.offload_window_bytes = 16 << 10;
+      o.offload_block_bytes = 2 << 10;
+      if (checkpoints) {
+        o.checkpoints = checkpoint_candidates(g);
+        o.offload = PlanOptions::Offload::kDisk;
+      }
+      const std::string what = "inner " + to_string(tier) + (checkpoints ? ", checkpoints" : "");
+      EXPECT_GT(expect_exact(g, what, h, w, random_image(2, h, w, 8), o), 0);
+      // The plans above must offload inner checkpoints over several tiles, or this proves
+      // nothing about them.
+      PlanOptions tiled = fixed_tiles(Strategy::kGrid, 3, 2);
+      tiled.checkpoints = o.checkpoints;
+      tiled.offload = o.offload;
+      tiled.inner_tier = tier;
+      tiled.offload_window_bytes = o.offload_window_bytes;
+      tiled.offload_block_bytes = o.offload_block_bytes;
+      const Plan plan = make_plan(g, {2, h, w}, 0, tiled);
+      int offloaded = 0;
+      for (const Segment& s : plan.segments) {
+        offloaded += s.inner_checkpoints && s.inner_tier == tier && s.backward.tiles() > 1 &&
+                     !s.inner_blocks.empty();
+      }
+      EXPECT_GT(offloaded, 0) << to_string(plan, g);
+    }
+  }
 }
 
 // The planner's choice for resnet50 with train-mode batch norm at 2048² in 2 GiB: every segment
@@ -300,10 +344,11 @@ TEST(Barriers, AtASegmentsInputMatch) {
 
 // Random networks with barriers anywhere (models/zoo.h): grid or rows with up to 4×3 tiles,
 // random checkpoints, streaming reductions, every fourth case with every checkpoint offloaded
-// in small blocks; sizes 17–45 a side. Counts the barriers that ran in a tiled segment, so the
+// in small blocks, a third of the sub-segment cases with their inner checkpoints in the store;
+// sizes 17–45 a side. Counts the barriers that ran in a tiled segment, so the
 // check cannot pass by planning them away.
 TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
-  int64_t tiled_barriers = 0;
+  int64_t tiled_barriers = 0, offloaded_inner = 0;
   std::set<std::string> kinds;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     std::mt19937_64 rng(seed * 31337);
@@ -328,6 +373,12 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
       o.offload_window_bytes = 16 << 10;
       o.offload_block_bytes = 2 << 10;
     }
+    // A third of the sub-segment cases keep their inner checkpoints in the tile store.
+    if (o.inner_checkpoints && seed % 3 == 0) {
+      o.inner_tier = Tier::kDisk;
+      o.offload_window_bytes = 16 << 10;
+      o.offload_block_bytes = 2 << 10;
+    }
     Plan plan;
     // A checkpoint after the last tiled layer is not a candidate: drop the last until it plans.
     for (;; checkpoints.pop_back()) {
@@ -341,6 +392,7 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
     }
     for (const Segment& s : plan.segments) {
       if (s.backward.tiles() < 2) continue;
+      offloaded_inner += s.inner_tier != Tier::kResident && !s.inner_blocks.empty();
       for (NodeId v = s.input + 1; v <= s.output; ++v) {
         if (!g.node(v).is_barrier()) continue;
         ++tiled_barriers;
@@ -352,6 +404,7 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
                                      << to_string(plan, g) << c.to_string();
   }
   EXPECT_GT(tiled_barriers, 40);
+  EXPECT_GT(offloaded_inner, 3);
   for (const char* kind : {"batch-norm", "group-norm", "squeeze-ex"}) {
     EXPECT_TRUE(kinds.count(kind)) << kind << " never ran tiled";
   }
