@@ -178,7 +178,12 @@ class TiledStep {
       BarrierState* state =
           node.is_barrier() ? barrier_states_[static_cast<size_t>(v)].get() : nullptr;
       if (given) {
-        acts[static_cast<size_t>(v)] = leaves->at(v);
+        // A leaf the forward reads when it gets here (leaf_tiles), so that it is freed after
+        // its last consumer like any activation.
+        const TileTensor& leaf = leaves->at(v);
+        acts[static_cast<size_t>(v)] =
+            leaf.tensor.defined() ? leaf
+                                  : TileTensor{read_leaf(v, leaf.region, false), leaf.region};
       } else if (node.is_barrier() && state == nullptr && needs_statistics(node, training_)) {
         // A one-tile segment (Segment::whole_barriers): the barrier over its whole input, as
         // plain LibTorch runs it (its statistic counts every position, also those no consumer
@@ -477,22 +482,27 @@ class TiledStep {
     return ids;
   }
 
+  // Region `r` of inner checkpoint `l`: a view of a resident one, a copy of an offloaded one
+  // (channels-last for the no-grad forward's convs, as run_tile's input tile).
+  at::Tensor read_leaf(NodeId l, const Region& r, bool grad) {
+    const Inner& in = inner_.at(l);
+    if (!in.stored_value) return crop({in.value, whole(shape(l))}, r);
+    return in.stored_value->read(
+        r, grad ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast);
+  }
+
   // The inner checkpoints' tiles a sub-segment reads (those before `target`), requiring a
-  // gradient when `grad`.
+  // gradient when `grad`. Without: only their regions, read as run_tile reaches them (a
+  // sub-segment late in a ResNet stage recomputes the residual chain from every earlier
+  // block's last inner checkpoint, and reading them all first held them all at once: 0.6 GiB
+  // over the budget at resnet50 4096²).
   std::map<NodeId, TileTensor> leaf_tiles(const Segment& s, const std::vector<Region>& need,
                                           NodeId target, bool grad) {
     std::map<NodeId, TileTensor> out;
     for (NodeId l : inner_checkpoints(graph_, s.input, s.output)) {
       if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
       const Region& r = need[static_cast<size_t>(l)];
-      const Inner& in = inner_.at(l);
-      // Channels-last for the no-grad forward's convs (as run_tile's input tile).
-      at::Tensor t = in.stored_value
-                         ? in.stored_value->read(r, grad ? at::MemoryFormat::Contiguous
-                                                         : at::MemoryFormat::ChannelsLast)
-                         : crop({in.value, whole(shape(l))}, r);
-      if (grad) t = t.detach().requires_grad_(true);
-      out[l] = {t, r};
+      out[l] = {grad ? read_leaf(l, r, true).detach().requires_grad_(true) : at::Tensor(), r};
     }
     return out;
   }
