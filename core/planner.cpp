@@ -587,19 +587,7 @@ struct Offloading {
       ex.insert(ex.end(), {std::clamp<int64_t>(w.begin, 0, in.width),
                            std::clamp<int64_t>(w.end, 0, in.width)});
     }
-    for (auto* e : {&ey, &ex}) {
-      std::sort(e->begin(), e->end());
-      e->erase(std::unique(e->begin(), e->end()), e->end());
-    }
-    const int64_t per_pixel = std::max<int64_t>(1, in.channels * a.eb);
-    int64_t widest = 1;
-    for (size_t j = 0; j + 1 < ex.size(); ++j) widest = std::max(widest, ex[j + 1] - ex[j]);
-    const int64_t width = std::clamp<int64_t>(block_bytes / per_pixel, 1, widest);
-    const int64_t height = std::max<int64_t>(1, block_bytes / (per_pixel * width));
-    Partition p;
-    p.y_edges = subdivide(ey, height);
-    p.x_edges = subdivide(ex, width);
-    return p;
+    return cells(a, s.input, std::move(ey), std::move(ex));
   }
 
   // Offloaded inner checkpoint `v` of `s`: its value in the shares of the forward tiles.
