@@ -9,6 +9,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "core/barrier.h"
 #include "core/device.h"
@@ -661,7 +662,8 @@ class TiledStep {
     // One sub-segment's backward over the backward tiles (shares of them for an inner
     // checkpoint).
     auto run = [&](NodeId target, bool output) {
-      std::vector<std::pair<int64_t, Region>> tiles;  // backward tile index, region at target
+      // Backward tile index, region at target, and what it needs.
+      std::vector<std::tuple<int64_t, Region, std::vector<Region>>> tiles;
       std::vector<TileStore::BlockId> reads;
       // The additions into stored gradients (grad_additions' pass for this sub-segment).
       std::map<StoredActivation*, std::vector<Region>> adds;
@@ -669,9 +671,9 @@ class TiledStep {
         const Region tile = s.backward.tile(t);
         const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
         if (r.empty()) continue;
-        tiles.emplace_back(t, r);
+        tiles.emplace_back(t, r, sub_needs(s, target, r));
         if (store_ == nullptr) continue;
-        const std::vector<Region> need = sub_needs(s, target, r);
+        const std::vector<Region>& need = std::get<2>(tiles.back());
         if (stored_grad_in != nullptr && !need[static_cast<size_t>(s.input)].empty()) {
           adds[stored_grad_in].push_back(need[static_cast<size_t>(s.input)]);
         }
@@ -693,10 +695,9 @@ class TiledStep {
       }
       if (!reads.empty()) store_->schedule(reads);
       for (const auto& [g, regions] : adds) g->expect_additions(regions);
-      for (const auto& [t, r] : tiles) {
+      for (const auto& [t, r, need] : tiles) {
         const Region tile = s.backward.tile(t);
         if (output) emit(index, s.backward, t, TileEvent::kBackward, false);
-        const std::vector<Region> need = sub_needs(s, target, r);
         const Region& in_region = need[static_cast<size_t>(s.input)];
         at::Tensor x = read_input(s, in_region).tensor.detach();
         if (want_input_grad) x.requires_grad_(true);

@@ -37,6 +37,22 @@ std::string to_string(Tier t) {
   return "?";
 }
 
+std::vector<int64_t> Partition::meeting(const Region& r) const {
+  std::vector<int64_t> out;
+  if (r.empty()) return out;
+  auto span = [](const std::vector<int64_t>& edges, const Window& w) {
+    const auto lo = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
+    const auto hi = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
+    return std::pair<int64_t, int64_t>{std::max<int64_t>(lo, 0), hi};
+  };
+  const auto [y0, y1] = span(y_edges, r.y);
+  const auto [x0, x1] = span(x_edges, r.x);
+  for (int64_t y = y0; y < y1; ++y) {
+    for (int64_t x = x0; x < x1; ++x) out.push_back(y * cols() + x);
+  }
+  return out;
+}
+
 int64_t Plan::moved_bytes() const {
   int64_t n = 0;
   for (const Segment& s : segments) n += s.moved_bytes + s.inner_moved_bytes;

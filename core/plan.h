@@ -34,6 +34,8 @@ struct Partition {
   int64_t cols() const { return static_cast<int64_t>(x_edges.size()) - 1; }
   int64_t tiles() const { return rows() * cols(); }
   Region tile(int64_t index) const;
+  // The indices of the tiles that meet region `r`, row-major (none for an empty one).
+  std::vector<int64_t> meeting(const Region& r) const;
   static Partition whole(int64_t height, int64_t width);
   static Partition even(int64_t height, int64_t width, int64_t rows, int64_t cols);
 };

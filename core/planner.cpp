@@ -623,11 +623,7 @@ struct Offloading {
   static int64_t open_bytes(const Partition& blocks, const std::vector<std::vector<Region>>& passes,
                             int64_t per_pixel) {
     auto each = [&](const Region& r, const auto& f) {
-      const auto [y0, y1] = span(blocks.y_edges, r.y);
-      const auto [x0, x1] = span(blocks.x_edges, r.x);
-      for (int64_t y = y0; y < y1; ++y) {
-        for (int64_t x = x0; x < x1; ++x) f(y * blocks.cols() + x);
-      }
+      for (int64_t b : blocks.meeting(r)) f(b);
     };
     std::vector<int64_t> left(static_cast<size_t>(blocks.tiles()), 0);
     std::vector<char> open(left.size(), 0);
@@ -650,12 +646,6 @@ struct Offloading {
       }
     }
     return peak;
-  }
-  // The intervals of sorted `edges` that meet window `w`: [first, last).
-  static std::pair<int64_t, int64_t> span(const std::vector<int64_t>& edges, const Window& w) {
-    const auto lo = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
-    const auto hi = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
-    return {std::max<int64_t>(lo, 0), hi};
   }
   // The cells between edges `ey` × `ex` (any order, repeats) of node `v`, split to the block size.
   Partition cells(const Analysis& a, NodeId v, std::vector<int64_t> ey,
@@ -699,12 +689,8 @@ int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, 
                    int64_t window, int64_t resident = 0) {
   std::vector<int64_t> order;  // block indices in read order
   for (const Region& r : regions) {
-    if (r.empty()) continue;
-    const auto [y0, y1] = Offloading::span(blocks.y_edges, r.y);
-    const auto [x0, x1] = Offloading::span(blocks.x_edges, r.x);
-    for (int64_t y = y0; y < y1; ++y) {
-      for (int64_t x = x0; x < x1; ++x) order.push_back(y * blocks.cols() + x);
-    }
+    const auto meets = blocks.meeting(r);
+    order.insert(order.end(), meets.begin(), meets.end());
   }
   auto bytes = [&](int64_t b) {
     const Region r = blocks.tile(b);
@@ -1149,9 +1135,6 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   return c;
 }
 
-// Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
-// forward and backward tiles (halos, block rounding and the window's reuse included; resident
-// blocks never move), its gradient written once and read by this segment's backward tiles.
 // Bytes a gradient accumulated in `blocks` over `passes` (grad_additions) moves beyond its one
 // write: a block stored after one pass is read back and written again in each later pass that
 // adds into it.
@@ -1162,11 +1145,7 @@ int64_t reopened_bytes(const Partition& blocks, const std::vector<std::vector<Re
   for (const auto& adds : passes) {
     std::set<int64_t> touched;
     for (const Region& r : adds) {
-      const auto [y0, y1] = Offloading::span(blocks.y_edges, r.y);
-      const auto [x0, x1] = Offloading::span(blocks.x_edges, r.x);
-      for (int64_t y = y0; y < y1; ++y) {
-        for (int64_t x = x0; x < x1; ++x) touched.insert(y * blocks.cols() + x);
-      }
+      for (int64_t b : blocks.meeting(r)) touched.insert(b);
     }
     for (int64_t b : touched) {
       if (stored[static_cast<size_t>(b)]) n += 2 * blocks.tile(b).area() * per_pixel;
@@ -1176,42 +1155,68 @@ int64_t reopened_bytes(const Partition& blocks, const std::vector<std::vector<Re
   return n;
 }
 
-// Bytes moved per step by segment `s`'s offloaded inner checkpoints: each written once and read
-// by the later sub-segments' tiles in the forward and the backward and by its own sub-segment's
-// shares (the correction), in the executor's order; its gradient written once and read by its
-// sub-segment's shares.
-int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
+// The regions of `v` (the input or an inner checkpoint of segment `s`, run as sub-segments)
+// that the forward reads, in the executor's order: the statistic pass of the barriers on the
+// input, each later inner checkpoint's sub-segment over its shares of the forward tiles, then
+// the output's tiles. (The backward reads what grad_additions lists.)
+std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v) {
   const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
   std::vector<NodeId> leaves{s.input};
   leaves.insert(leaves.end(), inner.begin(), inner.end());
+  const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+  std::vector<Region> reads;
+  bool on_input = false;
+  for (NodeId b = s.input + 1; b <= s.output && v == s.input; ++b) {
+    on_input = on_input || (a.graph.node(b).is_barrier() && a.graph.node(b).inputs[0] == v);
+  }
+  for (int64_t t = 0; t < s.forward.tiles() && on_input; ++t) {
+    reads.push_back(barrier_share(s.forward.tile(t), out, a.shapes[static_cast<size_t>(v)]));
+  }
+  std::vector<NodeId> targets;
+  for (NodeId u : inner) {
+    if (u > v) targets.push_back(u);
+  }
+  targets.push_back(s.output);
+  for (NodeId target : targets) {
+    for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+      const Region r = target == s.output ? s.forward.tile(t)
+                                          : barrier_share(s.forward.tile(t), out,
+                                                          a.shapes[static_cast<size_t>(target)]);
+      if (r.empty()) continue;
+      reads.push_back(
+          sub_segment_needs(a.graph, a.shapes, s.input, leaves, target, r)[static_cast<size_t>(v)]);
+    }
+  }
+  return reads;
+}
+
+// The regions of all `passes` (grad_additions) in order.
+std::vector<Region> flatten(const std::vector<std::vector<Region>>& passes) {
+  std::vector<Region> out;
+  for (const auto& p : passes) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// Bytes moved per step by segment `s`'s offloaded inner checkpoints: each written once, read by
+// the later sub-segments' tiles in the forward and the backward (where they add into its
+// gradient) and by its own sub-segment's shares (the correction); its gradient written once,
+// read by those shares, and read and written again where a later pass reopens a block.
+int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
+  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
   int64_t n = 0;
   for (size_t k = 0; k < inner.size(); ++k) {
     const NodeId v = inner[k];
     const Shape& vs = a.shapes[static_cast<size_t>(v)];
     const int64_t per_pixel = vs.channels * a.eb;
-    std::vector<Region> reads, own;
-    // The tiles of sub-segment `target` over `part` (its shares, or the output's tiles).
-    auto pass = [&](NodeId target, const Partition& part, bool reverse) {
-      for (int64_t j = 0; j < part.tiles(); ++j) {
-        const Region tile = part.tile(reverse ? part.tiles() - 1 - j : j);
-        const Region r = target == s.output
-                             ? tile
-                             : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
-        if (r.empty()) continue;
-        if (target == v) {
-          own.push_back(r);
-          reads.push_back(r);
-          continue;
-        }
-        reads.push_back(sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
-                                          r)[static_cast<size_t>(v)]);
-      }
-    };
-    for (size_t j = k + 1; j < inner.size(); ++j) pass(inner[j], s.forward, false);
-    pass(s.output, s.forward, false);
-    pass(s.output, s.backward, true);
-    for (size_t j = inner.size(); j-- > k;) pass(inner[j], s.backward, true);
+    std::vector<Region> reads = forward_reads(a, s, v), own;
+    const auto later = flatten(a.additions(s, v));
+    reads.insert(reads.end(), later.begin(), later.end());
+    for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+      const Region r = barrier_share(s.backward.tile(t), out, vs);
+      if (!r.empty()) own.push_back(r);
+    }
+    reads.insert(reads.end(), own.begin(), own.end());
     n += 2 * a.bytes(v) + read_bytes(reads, s.inner_blocks.at(k), per_pixel, window) +
          read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window) +
          reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
@@ -1219,51 +1224,9 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
   return n;
 }
 
-// The regions of its input that segment `s`, run as sub-segments, reads in its forward
-// (`backward` false: the statistic pass of the barriers on it, each inner checkpoint's tiles,
-// the output's tiles) or its backward (the output's tiles, each inner checkpoint's latest
-// first, the corrections of the barriers on it), in the executor's order.
-std::vector<Region> sub_segment_input_reads(const Analysis& a, const Segment& s, bool backward) {
-  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
-  std::vector<NodeId> leaves{s.input};
-  leaves.insert(leaves.end(), inner.begin(), inner.end());
-  const Shape& out = a.shapes[static_cast<size_t>(s.output)];
-  const Shape& in = a.shapes[static_cast<size_t>(s.input)];
-  bool on_input = false;
-  for (NodeId b = s.input + 1; b <= s.output; ++b) {
-    on_input = on_input || (a.graph.node(b).is_barrier() && a.graph.node(b).inputs[0] == s.input);
-  }
-  const Partition& part = backward ? s.backward : s.forward;
-  std::vector<Region> reads;
-  auto shares = [&]() {
-    for (int64_t t = 0; t < part.tiles() && on_input; ++t) {
-      const Region r = barrier_share(part.tile(t), out, in);
-      if (!r.empty()) reads.push_back(r);
-    }
-  };
-  auto pass = [&](NodeId target) {
-    for (int64_t j = 0; j < part.tiles(); ++j) {
-      const Region tile = part.tile(backward ? part.tiles() - 1 - j : j);
-      const Region r = target == s.output
-                           ? tile
-                           : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
-      if (r.empty()) continue;
-      reads.push_back(sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
-                                        r)[static_cast<size_t>(s.input)]);
-    }
-  };
-  if (!backward) {
-    shares();
-    for (NodeId v : inner) pass(v);
-    pass(s.output);
-  } else {
-    pass(s.output);
-    for (auto it = inner.rbegin(); it != inner.rend(); ++it) pass(*it);
-    shares();
-  }
-  return reads;
-}
-
+// Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
+// forward and backward tiles (halos, block rounding and the window's reuse included; resident
+// blocks never move), its gradient written once and read by this segment's backward tiles.
 void count_moved_bytes(const Analysis& a, Plan& plan) {
   for (Segment& s : plan.segments) {
     s.inner_moved_bytes =
@@ -1279,10 +1242,10 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
                     read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
     if (next.inner_checkpoints && !next.whole_barriers) {
       // Each sub-segment reading it reads it again; its gradient adds up pass by pass.
-      for (const bool backward : {false, true}) {
-        s.moved_bytes += read_bytes(sub_segment_input_reads(a, next, backward), s.blocks, per_pixel,
-                                    w, s.resident_blocks);
-      }
+      s.moved_bytes += read_bytes(forward_reads(a, next, next.input), s.blocks, per_pixel, w,
+                                  s.resident_blocks) +
+                       read_bytes(flatten(a.additions(next, next.input)), s.blocks, per_pixel, w,
+                                  s.resident_blocks);
       s.moved_bytes +=
           reopened_bytes(next.input_grad_blocks, a.additions(next, next.input), per_pixel);
     } else {

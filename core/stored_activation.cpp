@@ -9,17 +9,6 @@
 
 namespace tessel::core {
 
-namespace {
-
-// Indices of the intervals of `edges` that meet [begin, end).
-std::pair<size_t, size_t> span(const std::vector<int64_t>& edges, const Window& w) {
-  const auto first = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
-  const auto last = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
-  return {static_cast<size_t>(std::max<ptrdiff_t>(first, 0)), static_cast<size_t>(last)};
-}
-
-}  // namespace
-
 StoredActivation::StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks,
                                    Tier tier, at::TensorOptions options, int64_t resident_blocks)
     : store_(store),
@@ -46,12 +35,7 @@ StoredActivation::~StoredActivation() {
 
 std::vector<size_t> StoredActivation::overlapping(const Region& r) const {
   std::vector<size_t> out;
-  if (r.empty()) return out;
-  const auto [y0, y1] = span(blocks_.y_edges, r.y);
-  const auto [x0, x1] = span(blocks_.x_edges, r.x);
-  for (size_t y = y0; y < y1; ++y) {
-    for (size_t x = x0; x < x1; ++x) out.push_back(y * static_cast<size_t>(blocks_.cols()) + x);
-  }
+  for (int64_t i : blocks_.meeting(r)) out.push_back(static_cast<size_t>(i));
   return out;
 }
 
