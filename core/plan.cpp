@@ -170,6 +170,35 @@ std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& sha
 
 }  // namespace
 
+namespace {
+
+// For each node of segment (input, output], the indices in `targets` (the inner checkpoints
+// `leaves` in order, then the output) of the sub-segments that compute it: those it leads to
+// without passing a leaf. A target computes itself.
+std::vector<std::vector<int>> computed_by(const Graph& graph, NodeId input, NodeId output,
+                                          const std::vector<NodeId>& leaves) {
+  std::vector<char> leaf(static_cast<size_t>(output) + 1, 0);
+  for (NodeId l : leaves) leaf[static_cast<size_t>(l)] = 1;
+  std::vector<NodeId> targets = leaves;
+  targets.push_back(output);
+  std::vector<std::vector<int>> by(static_cast<size_t>(output) + 1);
+  std::vector<char> mark(static_cast<size_t>(output) + 1);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    std::fill(mark.begin(), mark.end(), 0);
+    mark[static_cast<size_t>(targets[i])] = 1;
+    for (NodeId v = targets[i]; v > input; --v) {
+      if (!mark[static_cast<size_t>(v)]) continue;
+      by[static_cast<size_t>(v)].push_back(static_cast<int>(i));
+      for (NodeId p : graph.node(v).inputs) {
+        if (p > input && !leaf[static_cast<size_t>(p)]) mark[static_cast<size_t>(p)] = 1;
+      }
+    }
+  }
+  return by;
+}
+
+}  // namespace
+
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output) {
   std::vector<NodeId> out;
   for (NodeId v = input + 1; v <= output; ++v) {
@@ -178,6 +207,30 @@ std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId o
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.empty()) return out;
+  // Forks: a node several sub-segments compute, whose consumers are computed by different
+  // ones (a ResNet block's output feeds the next block's first conv and its skip connection,
+  // so every later sub-segment of the stage recomputed the residual chain back to the earlier
+  // blocks' last inner checkpoints). Kept too, each op of the chain runs once.
+  for (bool more = true; more;) {
+    more = false;
+    const auto by = computed_by(graph, input, output, out);
+    std::vector<NodeId> forks;
+    for (NodeId v = input + 1; v < output; ++v) {
+      const auto& mine = by[static_cast<size_t>(v)];
+      if (mine.size() < 2) continue;
+      for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+        if (c <= output && by[static_cast<size_t>(c)] != mine) {
+          forks.push_back(v);
+          break;
+        }
+      }
+    }
+    if (forks.empty()) break;
+    out.insert(out.end(), forks.begin(), forks.end());
+    std::sort(out.begin(), out.end());
+    more = true;
+  }
   return out;
 }
 

@@ -168,8 +168,10 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile);
 
-// The inner checkpoints of segment (input, output]: the inputs of its barriers other than the
-// segment's input, in order.
+// The inner checkpoints of segment (input, output], in order: the inputs of its barriers other
+// than the segment's input, and the forks between them: nodes that several sub-segments would
+// compute, whose consumers are computed by different ones (a ResNet block's output, read by the
+// next block's first conv and by its skip connection), so each op runs in one sub-segment.
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output);
 
 // How segment `s`'s barriers run, as the plan table says: "whole" (Segment::whole_barriers),

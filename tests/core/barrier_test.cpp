@@ -185,6 +185,42 @@ TEST(Barriers, PlannerSplitsResNet50sBatchNormChainsIntoSubSegments) {
   EXPECT_LE(plan.predicted.total(), int64_t{2} << 30);
 }
 
+// Sub-segments compute each op once: a ResNet block's output feeds the next block's first conv
+// and its skip connection, so without it as an inner checkpoint every later sub-segment of a
+// stage recomputed the residual chain back to the earlier blocks' last inner checkpoints.
+TEST(Barriers, SubSegmentsComputeEachOpOnce) {
+  for (const std::string model : {"resnet18", "resnet50"}) {
+    models::ModelOptions options;
+    options.norm = models::Norm::kBatch;
+    Graph g = models::build_model(model, options);
+    const std::vector<Shape> shapes = g.shapes({3, 96, 80});
+    NodeId output = 0;  // the last spatial node: one segment over the whole network
+    while (output + 1 < g.size() && g.node(output + 1).spatial()) ++output;
+    const std::vector<NodeId> inner = inner_checkpoints(g, 0, output);
+    std::vector<NodeId> leaves{0};
+    leaves.insert(leaves.end(), inner.begin(), inner.end());
+    std::vector<int> computed(static_cast<size_t>(output) + 1, 0);
+    std::vector<NodeId> targets = inner;
+    targets.push_back(output);
+    for (NodeId t : targets) {
+      const Shape& ts = shapes[static_cast<size_t>(t)];
+      const auto need = sub_segment_needs(g, shapes, 0, leaves, t, {{0, ts.height}, {0, ts.width}});
+      for (NodeId v = 1; v <= t; ++v) {
+        const bool leaf = v != t && std::find(inner.begin(), inner.end(), v) != inner.end();
+        computed[static_cast<size_t>(v)] += !leaf && !need[static_cast<size_t>(v)].empty();
+      }
+    }
+    int forks = 0;
+    for (NodeId v = 1; v <= output; ++v) {
+      EXPECT_EQ(computed[static_cast<size_t>(v)], 1) << model << " " << g.node(v).name;
+      forks += std::find(inner.begin(), inner.end(), v) != inner.end() &&
+               g.consumers()[static_cast<size_t>(v)].size() > 1;
+    }
+    // Every block's output but the last feeds two consumers (16 or 8 blocks, and the stem).
+    EXPECT_EQ(forks, model == "resnet50" ? 16 : 8) << model;
+  }
+}
+
 // A budgeted plan keeps inner checkpoints from the forward to the backward where they fit.
 TEST(Barriers, KeptInnerCheckpointsMatch) {
   Graph g = residual_network();
@@ -292,13 +328,26 @@ TEST(Barriers, TiledInferenceEqualsPlain) {
     return o;
   }());
   const at::Tensor want = infer(g, plain, source);
-  // Group norm and SE need their statistics in inference too (batch norm uses its running ones).
+  // Group norm and SE need their statistics in inference too (batch norm uses its running ones),
+  // also with the inner checkpoints in the tile store.
   for (const bool inner : {true, false}) {
-    for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {1, 4}}) {
-      PlanOptions o = fixed_tiles(Strategy::kGrid, ty, tx);
-      o.inner_checkpoints = inner;
-      const at::Tensor got = infer(g, make_plan(g, {2, h, w}, 0, o), source);
-      EXPECT_LT(relative_error(got, want), kTolerance) << ty << "×" << tx << " " << inner;
+    for (const Tier tier : {Tier::kResident, Tier::kDisk}) {
+      for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {1, 4}}) {
+        PlanOptions o = fixed_tiles(Strategy::kGrid, ty, tx);
+        o.inner_checkpoints = inner;
+        o.inner_tier = tier;
+        o.offload_window_bytes = 16 << 10;
+        o.offload_block_bytes = 2 << 10;
+        const Plan plan = make_plan(g, {2, h, w}, 0, o);
+        int offloaded = 0;
+        for (const Segment& s : plan.segments) {
+          offloaded += s.inner_checkpoints && s.inner_tier == Tier::kDisk;
+        }
+        EXPECT_EQ(offloaded > 0, inner && tier == Tier::kDisk) << to_string(plan, g);
+        const at::Tensor got = infer(g, plan, source);
+        EXPECT_LT(relative_error(got, want), kTolerance)
+            << ty << "×" << tx << " " << inner << " " << to_string(tier);
+      }
     }
   }
 }
