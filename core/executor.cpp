@@ -135,7 +135,12 @@ class TiledStep {
       }
       return {to_compute(source_.read(r), tensor_options_), r};
     }
-    if (const auto& stored = stored_[static_cast<size_t>(s.input)]) return {stored->read(r), r};
+    if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
+      // Channels-last for the no-grad forward's convs (run_tile).
+      return {stored->read(r, at::GradMode::is_enabled() ? at::MemoryFormat::Contiguous
+                                                         : at::MemoryFormat::ChannelsLast),
+              r};
+    }
     const at::Tensor& ckpt = checkpoints_[static_cast<size_t>(s.input)];
     return {crop({ckpt, whole(shape(s.input))}, r), r};
   }
@@ -167,8 +172,11 @@ class TiledStep {
     }
     // The no-grad forward runs channels-last: oneDNN's convs are faster in it (DESIGN.md);
     // autograd's recompute stays contiguous, where channels-last slowed the backward.
-    if (!at::GradMode::is_enabled() && input.tensor.numel() > 0) {
-      input.tensor = input.tensor.contiguous(at::MemoryFormat::ChannelsLast);
+    if (!at::GradMode::is_enabled() && input.tensor.numel() > 0 &&
+        !input.tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      at::Tensor last = at::empty_like(input.tensor, at::MemoryFormat::ChannelsLast);
+      copy_tile(last, input.tensor);
+      input.tensor = std::move(last);
     }
     acts[static_cast<size_t>(first)] = std::move(input);
     const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
@@ -587,7 +595,7 @@ class TiledStep {
         if (in.stored_value) {
           in.stored_value->write(r, x);
         } else {
-          crop({in.value, whole(vs)}, r).copy_(x);
+          copy_tile(crop({in.value, whole(vs)}, r), x);
         }
         add(v, x);
       }
@@ -894,7 +902,7 @@ class TiledStep {
       } else if (s.reduction < 0 && output_is_tile) {
         out = y;
       } else if (s.reduction < 0) {
-        crop({out, whole(out_shape)}, tile).copy_(y);
+        copy_tile(crop({out, whole(out_shape)}, tile), y);
       } else if (!is_max) {
         out += y.sum({2, 3});
       } else {

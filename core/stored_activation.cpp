@@ -52,7 +52,7 @@ void StoredActivation::write(const Region& r, const at::Tensor& tile) {
     if (!b.open.defined()) {
       b.open = at::empty({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
     }
-    crop({b.open, b.region}, part).copy_(crop({tile, r}, part));
+    copy_tile(crop({b.open, b.region}, part), crop({tile, r}, part));
     b.filled += part.area();
     if (b.filled == b.region.area()) store(b);
   }
@@ -105,7 +105,7 @@ at::Tensor StoredActivation::read(const Region& r, at::MemoryFormat format) {
     Block& b = block_[i];
     if (b.id < 0) throw Error("internal: an offloaded checkpoint block was read before written");
     const Region part = intersect(r, b.region);
-    crop({out, r}, part).copy_(crop({store_.get(b.id), b.region}, part));
+    copy_tile(crop({out, r}, part), crop({store_.get(b.id), b.region}, part));
   }
   return out;
 }

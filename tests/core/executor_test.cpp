@@ -12,6 +12,7 @@
 #include "core/gradcheck.h"
 #include "core/memory.h"
 #include "core/planner.h"
+#include "core/tile_ops.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"
 
@@ -491,3 +492,22 @@ TEST(TiledStep, OnePixelTilesThroughResnetDownsamplingMatch) {
 
 }  // namespace
 }  // namespace tessel::core
+
+// copy_tile between channels-first and channels-last tensors and views of them (crops), float
+// and double, against ATen's own copy: the same elements, bit for bit.
+TEST(TileOps, CopyTileTransposesLayoutsExactly) {
+  for (const auto dtype : {at::kFloat, at::kDouble}) {
+    const at::Tensor whole = at::randn({1, 67, 41, 53}, at::TensorOptions().dtype(dtype));
+    const at::Tensor last = whole.contiguous(at::MemoryFormat::ChannelsLast);
+    for (const at::Tensor& src : {whole, last}) {
+      for (const auto format : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast}) {
+        const at::Tensor view = src.slice(2, 3, 40).slice(3, 5, 52);
+        at::Tensor dst = at::full({1, 67, 45, 60}, -1.0, whole.options().memory_format(format));
+        const at::Tensor target = dst.slice(2, 4, 41).slice(3, 2, 49);
+        tessel::core::copy_tile(target, view);
+        EXPECT_TRUE(at::equal(target, view));
+        EXPECT_EQ(dst.eq(-1.0).sum().item<int64_t>(), dst.numel() - view.numel());
+      }
+    }
+  }
+}
