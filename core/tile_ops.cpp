@@ -5,6 +5,9 @@
 #include <ATen/Parallel.h>
 
 #include <array>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <utility>
 
 #include "core/barrier.h"
@@ -180,23 +183,40 @@ bool runs_in_place(const Node& node) {
 
 namespace {
 
-// d[j * dr + i] = s[i * sr + j] for i < ni, j < nj: a strided matrix transposed in 16×16 blocks
-// through a buffer, so both sides move whole cache lines.
+// d[j * dr + i] = s[i * sr + j] for i < ni, j < nj: a strided matrix transposed in 32×32
+// tiles, 4×4 blocks in SSE registers for 4-byte elements (a standalone test: 45 ms per
+// 256 MiB on 2 threads either way, against 23 ms for a memcpy).
 template <typename T>
-void transpose_block(T* d, const T* s, int64_t ni, int64_t nj, int64_t sr, int64_t dr) {
-  constexpr int64_t kBlock = 16;
-  T buf[kBlock][kBlock];
-  for (int64_t ib = 0; ib < ni; ib += kBlock) {
-    const int64_t ie = std::min(kBlock, ni - ib);
-    for (int64_t jb = 0; jb < nj; jb += kBlock) {
-      const int64_t je = std::min(kBlock, nj - jb);
-      for (int64_t i = 0; i < ie; ++i) {
-        const T* row = s + (ib + i) * sr + jb;
-        for (int64_t j = 0; j < je; ++j) buf[j][i] = row[j];
+void transpose_matrix(T* d, const T* s, int64_t ni, int64_t nj, int64_t sr, int64_t dr) {
+  constexpr int64_t kTile = 32;
+  for (int64_t ib = 0; ib < ni; ib += kTile) {
+    const int64_t ie = std::min(ib + kTile, ni);
+    for (int64_t jb = 0; jb < nj; jb += kTile) {
+      const int64_t je = std::min(jb + kTile, nj);
+      int64_t i = ib;
+#if defined(__SSE2__)
+      if constexpr (sizeof(T) == 4) {
+        for (; i + 4 <= ie; i += 4) {
+          int64_t j = jb;
+          for (; j + 4 <= je; j += 4) {
+            const float* p = reinterpret_cast<const float*>(s + i * sr + j);
+            __m128 r0 = _mm_loadu_ps(p), r1 = _mm_loadu_ps(p + sr), r2 = _mm_loadu_ps(p + 2 * sr),
+                   r3 = _mm_loadu_ps(p + 3 * sr);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            float* q = reinterpret_cast<float*>(d + j * dr + i);
+            _mm_storeu_ps(q, r0);
+            _mm_storeu_ps(q + dr, r1);
+            _mm_storeu_ps(q + 2 * dr, r2);
+            _mm_storeu_ps(q + 3 * dr, r3);
+          }
+          for (; j < je; ++j) {
+            for (int64_t k = i; k < i + 4; ++k) d[j * dr + k] = s[k * sr + j];
+          }
+        }
       }
-      for (int64_t j = 0; j < je; ++j) {
-        T* out = d + (jb + j) * dr + ib;
-        for (int64_t i = 0; i < ie; ++i) out[i] = buf[j][i];
+#endif
+      for (; i < ie; ++i) {
+        for (int64_t j = jb; j < je; ++j) d[j * dr + i] = s[i * sr + j];
       }
     }
   }
@@ -208,6 +228,9 @@ void transpose_copy(const at::Tensor& dst, const at::Tensor& src) {
   T* d = static_cast<T*>(dst.data_ptr());
   const T* s = static_cast<const T*>(src.data_ptr());
   const bool to_last = dst.stride(1) == 1;  // channels-first rows into channels-last ones
+  const int64_t d_row = dst.stride(2), s_row = src.stride(2);
+  const int64_t d_c = dst.stride(1), s_c = src.stride(1);
+  const int64_t d_x = dst.stride(3), s_x = src.stride(3);
   // Work items: a row and a band of 64 channels each, so a strip of few rows still splits.
   constexpr int64_t kBand = 64;
   const int64_t bands = (channels + kBand - 1) / kBand;
@@ -215,21 +238,12 @@ void transpose_copy(const at::Tensor& dst, const at::Tensor& src) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t y = k / bands, c0 = k % bands * kBand;
       const int64_t nc = std::min(kBand, channels - c0);
-      T* drow = d + y * dst.stride(2) + c0 * dst.stride(1);
-      const T* srow = s + y * src.stride(2) + c0 * src.stride(1);
-      if (to_last) {  // (c, x) at srow[c * sc + x] to drow[x * dx + c]
-        transpose_block(drow, srow, nc, width, src.stride(1), dst.stride(3));
-      } else {  // (x, c) at srow[x * sx + c] to drow[c * dc + x]: faster unbuffered (measured)
-        const int64_t sx = src.stride(3), dc = dst.stride(1);
-        for (int64_t cb = 0; cb < nc; cb += 16) {
-          for (int64_t xb = 0; xb < width; xb += 16) {
-            for (int64_t c = cb; c < std::min(cb + 16, nc); ++c) {
-              for (int64_t x = xb; x < std::min(xb + 16, width); ++x) {
-                drow[c * dc + x] = srow[x * sx + c];
-              }
-            }
-          }
-        }
+      T* drow = d + y * d_row + c0 * d_c;
+      const T* srow = s + y * s_row + c0 * s_c;
+      if (to_last) {  // (c, x) at srow[c * s_c + x] to drow[x * d_x + c]
+        transpose_matrix(drow, srow, nc, width, s_c, d_x);
+      } else {  // (x, c) at srow[x * s_x + c] to drow[c * d_c + x]
+        transpose_matrix(drow, srow, width, nc, s_x, d_c);
       }
     }
   });
