@@ -653,15 +653,16 @@ class TiledStep {
         add_into(in.grad, shape(l), r, g);
       }
     };
-    // The gradient at inner checkpoint `v`'s share `r`, its barriers' corrections included.
-    auto grad_at = [&](NodeId v, const Region& r) -> at::Tensor {
+    // The gradient at inner checkpoint `v`'s share `r`, its barriers' corrections included;
+    // `x`: v's value there, as the sub-segment recomputed it (not read back from the store:
+    // one read of every offloaded inner checkpoint less).
+    auto grad_at = [&](NodeId v, const Region& r, const at::Tensor& x) -> at::Tensor {
       Inner& in = inner_.at(v);
       if (!in.stored_grad) {
         if (!in.grad.defined()) in.grad = zeros(shape(v));
         return crop({in.grad, whole(shape(v))}, r);
       }
       at::Tensor g = in.stored_grad->read(r);
-      const at::Tensor x = in.stored_value->read(r);
       for (NodeId b : readers(s, v)) {
         g.add_(barrier_states_[static_cast<size_t>(b)]->correction_gradient(x));
       }
@@ -692,10 +693,8 @@ class TiledStep {
           }
         }
         auto ids = tile_reads(s, target, need);
-        const Inner* in = output ? nullptr : &inner_.at(target);
-        for (const StoredActivation* g : {output ? stored_grad_out : in->stored_grad.get(),
-                                          output ? nullptr : in->stored_value.get()}) {
-          if (g == nullptr) continue;
+        if (const StoredActivation* g =
+                output ? stored_grad_out : inner_.at(target).stored_grad.get()) {
           const auto more = g->reads(r);
           ids.insert(ids.end(), more.begin(), more.end());
         }
@@ -717,7 +716,7 @@ class TiledStep {
           if (output) {
             root = output_root(s, tile, y, grad_out, stored_grad_out);
           } else if (y.requires_grad()) {
-            root = Seeded::apply(y, grad_at(target, r));
+            root = Seeded::apply(y, grad_at(target, r, y.detach().to(tensor_options_.dtype())));
             y.reset();
           }
           if (root.defined() && root.requires_grad()) root.backward();

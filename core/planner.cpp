@@ -918,10 +918,10 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
                        off.in_use(true, true, cap + 2 * inner_bytes) - store_bwd};
     };
     // Bytes open while partition `p`'s backward tiles run: an offloaded input's gradient
-    // blocks, and offloaded inner checkpoints' gradient blocks and a share each of gradient,
-    // value and correction as a sub-segment reads them. The chosen partition's (`exact`) from
-    // the blocks the executor will use; the search's from the rows and columns around the
-    // middle.
+    // blocks, and offloaded inner checkpoints' gradient blocks and a share each of gradient
+    // and correction as a sub-segment reads them (the value is the tile's own output). The chosen
+    // partition's (`exact`) from the blocks the executor will use; the search's from the rows and
+    // columns around the middle.
     auto open_bytes = [&](const Partition& p, bool exact) -> int64_t {
       if (!s.inner_checkpoints) return in_off ? Offloading::open_bytes(a, s, p, exact) : 0;
       Segment t = s;
@@ -953,7 +953,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
         share =
             std::max(share, widest(shares.y_edges) * widest(shares.x_edges) * vs.channels * a.eb);
       }
-      return open + 3 * share;
+      return open + 2 * share;
     };
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
       const Partition p = partition_for(strategy, out, n);
@@ -1113,12 +1113,12 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
               static_cast<double>(a.bytes(s.output) - s.resident_bytes);
     }
   }
-  // Offloaded inner checkpoints: each written once and read about three times (the forward's
-  // later sub-segments, the backward's, the correction), its gradient written and read once.
+  // Offloaded inner checkpoints: each written once and read about twice (the forward's later
+  // sub-segments, the backward's), its gradient written and read once.
   for (const Segment& s : plan.segments) {
     if (s.inner_tier == Tier::kResident) continue;
     for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) {
-      cost += a.options.flops_per_byte_moved * 6.0 * static_cast<double>(a.bytes(v));
+      cost += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(v));
     }
   }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
@@ -1199,8 +1199,9 @@ std::vector<Region> flatten(const std::vector<std::vector<Region>>& passes) {
 
 // Bytes moved per step by segment `s`'s offloaded inner checkpoints: each written once, read by
 // the later sub-segments' tiles in the forward and the backward (where they add into its
-// gradient) and by its own sub-segment's shares (the correction); its gradient written once,
-// read by those shares, and read and written again where a later pass reopens a block.
+// gradient; its own sub-segment recomputes it for the correction); its gradient written once,
+// read by its own sub-segment's shares, and read and written again where a later pass reopens
+// a block.
 int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
   const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
@@ -1216,7 +1217,6 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
       const Region r = barrier_share(s.backward.tile(t), out, vs);
       if (!r.empty()) own.push_back(r);
     }
-    reads.insert(reads.end(), own.begin(), own.end());
     n += 2 * a.bytes(v) + read_bytes(reads, s.inner_blocks.at(k), per_pixel, window) +
          read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window) +
          reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
