@@ -918,8 +918,11 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
                        off.in_use(true, true, cap + 2 * inner_bytes) - store_bwd};
     };
     // Bytes open while partition `p`'s backward tiles run: an offloaded input's gradient
-    // blocks, and offloaded inner checkpoints' gradient blocks and a share each of gradient
-    // and correction as a sub-segment reads them (the value is the tile's own output). The chosen
+    // blocks, and offloaded inner checkpoints' gradient blocks and three shares as a
+    // sub-segment reads them: the gradient, the correction, and the value (the tile's own
+    // output, copied under bf16 autocast). Counting two (no copy) made the search pick
+    // partitions whose exact open bytes then did not fit (resnet50 4096² in 2 GiB found no
+    // offloading plan and recomputed in rounds): the search does not refine those. The chosen
     // partition's (`exact`) from the blocks the executor will use; the search's from the rows and
     // columns around the middle.
     auto open_bytes = [&](const Partition& p, bool exact) -> int64_t {
@@ -953,7 +956,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
         share =
             std::max(share, widest(shares.y_edges) * widest(shares.x_edges) * vs.channels * a.eb);
       }
-      return open + 2 * share;
+      return open + 3 * share;
     };
     auto fits = [&](int64_t n, bool backward, int64_t avail) {
       const Partition p = partition_for(strategy, out, n);
@@ -1579,7 +1582,15 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                  offloading, options, last, reduction, fixed, target, o, smallest);
     }
     double cheapest = kNever;
-    for (const Candidate& c : by_window) cheapest = std::min(cheapest, c.cost);
+    for (size_t w = 0; w < tried.size(); ++w) {
+      const Candidate& c = by_window[w];
+      cheapest = std::min(cheapest, c.cost);
+      if (c.cost != kNever) {
+        spdlog::debug("plan: {} search, window {}: {:.4g} s a step at the prices, {} segments",
+                      offloading ? "offloading" : "resident", format_bytes(tried[w]),
+                      c.cost * prices.seconds_per_flop, c.plan.segments.size());
+      }
+    }
     for (size_t w = 0; w < tried.size(); ++w) {
       if (cheapest != kNever && by_window[w].cost <= kLargerWindowWorth * cheapest) {
         if (by_window[w].cost < best.cost) {
