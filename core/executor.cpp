@@ -83,7 +83,15 @@ class TiledStep {
         stored_(static_cast<size_t>(graph.size())),
         stored_grads_(static_cast<size_t>(graph.size())),
         barrier_states_(static_cast<size_t>(graph.size())),
-        kept_(plan.segments.size()) {
+        kept_(plan.segments.size()),
+        leaves_(static_cast<size_t>(graph.size())) {
+    // Each segment's leaves once: inner_checkpoints walks the segment for its forks, and the
+    // sub-segments ask for them at every tile.
+    for (const Segment& s : plan.segments) {
+      auto& l = leaves_[static_cast<size_t>(s.input)];
+      l = {s.input};
+      for (NodeId v : inner_checkpoints(graph, s.input, s.output)) l.push_back(v);
+    }
     if (plan.offloads()) {
       TileStoreOptions o;
       o.scratch_dir = options.scratch_dir;
@@ -458,11 +466,14 @@ class TiledStep {
     return out;
   }
 
-  // The segment's input and its inner checkpoints: the sub-segments' leaves.
-  std::vector<NodeId> leaves(const Segment& s) const {
-    std::vector<NodeId> out{s.input};
-    for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) out.push_back(v);
-    return out;
+  // The segment's input and its inner checkpoints (in order): the sub-segments' leaves.
+  const std::vector<NodeId>& leaves(const Segment& s) const {
+    return leaves_[static_cast<size_t>(s.input)];
+  }
+  // The segment's inner checkpoints (core/plan.h).
+  std::vector<NodeId> inner_nodes(const Segment& s) const {
+    const auto& l = leaves(s);
+    return {l.begin() + 1, l.end()};
   }
 
   std::vector<Region> sub_needs(const Segment& s, NodeId target, const Region& r) const {
@@ -481,7 +492,7 @@ class TiledStep {
     if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
       append(*stored, need[static_cast<size_t>(s.input)]);
     }
-    for (NodeId l : inner_checkpoints(graph_, s.input, s.output)) {
+    for (NodeId l : inner_nodes(s)) {
       if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
       const auto it = inner_.find(l);
       if (it != inner_.end() && it->second.stored_value) {
@@ -508,7 +519,7 @@ class TiledStep {
   std::map<NodeId, TileTensor> leaf_tiles(const Segment& s, const std::vector<Region>& need,
                                           NodeId target, bool grad) {
     std::map<NodeId, TileTensor> out;
-    for (NodeId l : inner_checkpoints(graph_, s.input, s.output)) {
+    for (NodeId l : inner_nodes(s)) {
       if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
       const Region& r = need[static_cast<size_t>(l)];
       out[l] = {grad ? read_leaf(l, r, true).detach().requires_grad_(true) : at::Tensor(), r};
@@ -559,7 +570,7 @@ class TiledStep {
       for (const Region& r : shares) add(s.input, read_input(s, r).tensor);
       finish(s.input);
     }
-    const std::vector<NodeId> inner = inner_checkpoints(graph_, s.input, s.output);
+    const std::vector<NodeId> inner = inner_nodes(s);
     for (size_t k = 0; k < inner.size(); ++k) {
       const NodeId v = inner[k];
       start(v);
@@ -619,7 +630,7 @@ class TiledStep {
     at::Tensor grad_in;  // from the first addition (add_into)
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
     if (!s.keep_inner) inner_forward(index, /*with_statistics=*/false);
-    const std::vector<NodeId> inner = inner_checkpoints(graph_, s.input, s.output);
+    const std::vector<NodeId> inner = inner_nodes(s);
     if (inner_offloaded(s)) {
       for (size_t k = 0; k < inner.size(); ++k) {
         inner_.at(inner[k]).stored_grad = std::make_unique<StoredActivation>(
@@ -921,7 +932,7 @@ class TiledStep {
     }
     update_running_ = false;
     if (!(training_ && s.keep_inner)) {
-      for (NodeId v : inner_checkpoints(graph_, s.input, s.output)) inner_.erase(v);
+      for (NodeId v : inner_nodes(s)) inner_.erase(v);
     }
     if (stored_out != nullptr) {
       // Kept in the store.
@@ -1073,6 +1084,7 @@ class TiledStep {
     at::Tensor input, output;
   };
   std::vector<std::vector<KeptTile>> kept_;
+  std::vector<std::vector<NodeId>> leaves_;  // by segment input: leaves()
 };
 
 // Runs the nodes after `first` on whole activations with `value` as node `first`'s output (the

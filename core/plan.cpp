@@ -168,10 +168,6 @@ std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& sha
   return need;
 }
 
-}  // namespace
-
-namespace {
-
 // For each node of segment (input, output], the indices in `targets` (the inner checkpoints
 // `leaves` in order, then the output) of the sub-segments that compute it: those it leads to
 // without passing a leaf. A target computes itself.
@@ -245,18 +241,23 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
                     [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; });
 }
 
+namespace {
+// A tile edge `e` on an axis of size `from` scaled to one of size `to` (the far edge exactly).
+int64_t scale_edge(int64_t e, int64_t from, int64_t to) { return e == from ? to : e * to / from; }
+}  // namespace
+
 Region barrier_share(const Region& tile, const Shape& out, const Shape& at) {
-  auto map = [](int64_t e, int64_t from, int64_t to) { return e == from ? to : e * to / from; };
+  auto map = scale_edge;
   return {{map(tile.y.begin, out.height, at.height), map(tile.y.end, out.height, at.height)},
           {map(tile.x.begin, out.width, at.width), map(tile.x.end, out.width, at.width)}};
 }
 
 Partition share_partition(const Partition& tiles, const Shape& out, const Shape& at) {
-  // barrier_share's scaling of one edge; equal edges (empty shares) once.
+  // barrier_share's scaling of each edge; equal edges (empty shares) once.
   auto map = [](const std::vector<int64_t>& edges, int64_t from, int64_t to) {
     std::vector<int64_t> e;
     for (int64_t x : edges) {
-      const int64_t m = x == from ? to : x * to / from;
+      const int64_t m = scale_edge(x, from, to);
       if (e.empty() || m != e.back()) e.push_back(m);
     }
     return e;

@@ -1,7 +1,6 @@
 #include "core/tile_ops.h"
 
 #include <ATen/ATen.h>
-
 #include <ATen/Parallel.h>
 
 #include <array>
