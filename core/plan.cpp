@@ -270,7 +270,7 @@ Partition share_partition(const Partition& tiles, const Shape& out, const Shape&
 
 std::vector<std::vector<Region>> grad_additions(const Graph& graph,
                                                 const std::vector<Shape>& shapes, const Segment& s,
-                                                NodeId v) {
+                                                NodeId v, std::vector<NodeId>* readers) {
   std::vector<NodeId> leaves{s.input};
   const std::vector<NodeId> inner = inner_checkpoints(graph, s.input, s.output);
   leaves.insert(leaves.end(), inner.begin(), inner.end());
@@ -287,7 +287,9 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
           sub_segment_needs(graph, shapes, s.input, leaves, target, r)[static_cast<size_t>(v)];
       if (!add.empty()) adds.push_back(add);
     }
-    if (!adds.empty()) passes.push_back(std::move(adds));
+    if (adds.empty()) return;
+    passes.push_back(std::move(adds));
+    if (readers != nullptr) readers->push_back(target);
   };
   run(s.output, true);
   for (auto it = inner.rbegin(); it != inner.rend() && *it > v; ++it) run(*it, false);
@@ -302,6 +304,7 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
       if (!r.empty()) shares.push_back(r);
     }
     passes.push_back(std::move(shares));
+    if (readers != nullptr) readers->push_back(v);
   }
   return passes;
 }

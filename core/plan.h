@@ -189,9 +189,11 @@ Partition share_partition(const Partition& tiles, const Shape& out, const Shape&
 // checkpoint's sub-segment (latest first) over its shares of the backward tiles, and for the
 // input the corrections of the barriers that read it, over its shares. A stored gradient's
 // blocks are stored after each pass's last addition into them (StoredActivation).
+// `readers`, when given, receives each pass's sub-segment: the node it computes (the output or
+// an inner checkpoint), or `v` itself for the corrections' pass.
 std::vector<std::vector<Region>> grad_additions(const Graph& graph,
                                                 const std::vector<Shape>& shapes, const Segment& s,
-                                                NodeId v);
+                                                NodeId v, std::vector<NodeId>* readers = nullptr);
 
 // segment_needs for the sub-segment that computes `target` from `leaves` (the segment's input
 // and inner checkpoints before `target`, whose values are read, not computed): needs stop at

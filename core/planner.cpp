@@ -72,16 +72,25 @@ struct Analysis {
   // Segments run as sub-segments: grad_additions and the search's estimate of the bytes they
   // leave open (Offloading::grad_strip_bytes), by segment, backward partition and node.
   using GradKey = std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>, NodeId>;
-  mutable std::map<GradKey, std::vector<std::vector<Region>>> grad_adds;
+  struct Additions {
+    std::vector<std::vector<Region>> passes;
+    std::vector<NodeId> readers;  // each pass's sub-segment (grad_additions)
+  };
+  mutable std::map<GradKey, Additions> grad_adds;
   mutable std::map<GradKey, int64_t> grad_strips;
   static GradKey grad_key(const Segment& s, NodeId v) {
     return {s.input, s.output, s.backward.y_edges, s.backward.x_edges, v};
   }
-  const std::vector<std::vector<Region>>& additions(const Segment& s, NodeId v) const {
+  const Additions& additions_by_pass(const Segment& s, NodeId v) const {
     const GradKey key = grad_key(s, v);
     const auto hit = grad_adds.find(key);
     if (hit != grad_adds.end()) return hit->second;
-    return grad_adds.emplace(key, grad_additions(graph, shapes, s, v)).first->second;
+    Additions adds;
+    adds.passes = grad_additions(graph, shapes, s, v, &adds.readers);
+    return grad_adds.emplace(key, std::move(adds)).first->second;
+  }
+  const std::vector<std::vector<Region>>& additions(const Segment& s, NodeId v) const {
+    return additions_by_pass(s, v).passes;
   }
   TileCost tile_cost(NodeId input, NodeId output, const Region& tile) const {
     const TileKey key{input, output, tile.y.begin, tile.y.end, tile.x.begin, tile.x.end};
@@ -528,44 +537,57 @@ struct Offloading {
     }
     return worst;
   }
-  // The same for the gradient of `v` (an inner checkpoint or the input) of a segment run as
-  // sub-segments while its backward (partition `part`) adds into it, from the three rows and
-  // columns around the middle of each sub-segment reading `v`, one pass at a time (blocks are
-  // stored after each pass's last addition into them).
+  // The same for the gradients of a segment run as sub-segments while its backward (partition
+  // `part`) adds into them: its input's (`input`) and its inner checkpoints' (`inner`). The
+  // sub-segments run one after another and a block is stored after each pass's last addition
+  // into it, so what is open at once is what one sub-segment adds into: the sum over the leaves
+  // it reads, for the worst sub-segment, from the three rows and columns around the middle.
+  // (Summing every leaf's worst over all sub-segments counted resnet50's 8192² segments as
+  // holding 40 gradients open at once, and the search found only 85×85-tile plans.)
   static int64_t grad_strip_bytes(const Analysis& a, const Segment& s, const Partition& part,
-                                  NodeId v) {
-    const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+                                  bool input, bool inner) {
+    const std::vector<NodeId> inner_nodes = inner_checkpoints(a.graph, s.input, s.output);
     std::vector<NodeId> leaves{s.input};
-    leaves.insert(leaves.end(), inner.begin(), inner.end());
+    leaves.insert(leaves.end(), inner_nodes.begin(), inner_nodes.end());
+    std::vector<NodeId> counted;
+    if (input) counted.push_back(s.input);
+    if (inner) counted.insert(counted.end(), inner_nodes.begin(), inner_nodes.end());
     const Shape& out = a.shapes[static_cast<size_t>(s.output)];
-    const Shape& vs = a.shapes[static_cast<size_t>(v)];
-    auto at = [&](NodeId target, const Region& tile) {
-      const Region r = target == s.output
-                           ? tile
-                           : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
-      if (r.empty()) return Region{};
-      return sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
-                               r)[static_cast<size_t>(v)];
-    };
     std::vector<NodeId> readers{s.output};
-    for (NodeId t : inner) {
-      if (t > v) readers.push_back(t);
-    }
+    readers.insert(readers.end(), inner_nodes.begin(), inner_nodes.end());
     const int64_t rows = part.rows(), cols = part.cols();
     int64_t worst = 0;
     for (NodeId reader : readers) {
-      std::vector<Window> ny, nx;
+      auto needs = [&](const Region& tile) {
+        const Region r = reader == s.output
+                             ? tile
+                             : barrier_share(tile, out, a.shapes[static_cast<size_t>(reader)]);
+        if (r.empty()) return std::vector<Region>{};
+        return sub_segment_needs(a.graph, a.shapes, s.input, leaves, reader, r);
+      };
+      std::vector<std::vector<Region>> by_row, by_col;
       for (int64_t d = -1; d <= 1; ++d) {
         if (rows / 2 + d >= 0 && rows / 2 + d < rows) {
-          ny.push_back(at(reader, part.tile((rows / 2 + d) * cols)).y);
+          by_row.push_back(needs(part.tile((rows / 2 + d) * cols)));
         }
-        if (cols / 2 + d >= 0 && cols / 2 + d < cols) {
-          nx.push_back(at(reader, part.tile(cols / 2 + d)).x);
-        }
+        if (cols / 2 + d >= 0 && cols / 2 + d < cols)
+          by_col.push_back(needs(part.tile(cols / 2 + d)));
       }
-      worst = std::max(worst, strip_bytes(ny, nx, vs.width));
+      int64_t sum = 0;
+      for (NodeId v : counted) {
+        if (v >= reader) break;
+        const auto at = [v](const std::vector<Region>& n) {
+          return n.empty() ? Region{} : n[static_cast<size_t>(v)];
+        };
+        std::vector<Window> ny, nx;
+        for (const auto& n : by_row) ny.push_back(at(n).y);
+        for (const auto& n : by_col) nx.push_back(at(n).x);
+        const Shape& vs = a.shapes[static_cast<size_t>(v)];
+        sum += strip_bytes(ny, nx, vs.width) * vs.channels * a.eb;
+      }
+      worst = std::max(worst, sum);
     }
-    return worst * vs.channels * a.eb;
+    return worst;
   }
   // The gradient's blocks: the cells between the tiles' region edges, and the edges of the
   // producer's backward tiles (`reader`, which read the gradient whole blocks at a time), split
@@ -589,11 +611,22 @@ struct Offloading {
     return cells(a, s.input, std::move(ey), std::move(ex));
   }
 
-  // Offloaded inner checkpoint `v` of `s`: its value in the shares of the forward tiles.
+  // Offloaded inner checkpoint `v` of `s`: its value in the cells between the shares of the
+  // forward tiles (each written by one) and the regions the backward's sub-segments read of it
+  // (the regions they add into its gradient, grad_additions), split to the block size. Blocks
+  // of the forward shares alone were read whole by every backward tile meeting them: resnet50
+  // at 8192² (5×5 forward, 22×22 backward tiles) read act4's 4 GiB value 6.6 times a step.
   Partition inner_blocks(const Analysis& a, const Segment& s, NodeId v) const {
-    return blocks(a, v,
-                  share_partition(s.forward, a.shapes[static_cast<size_t>(s.output)],
-                                  a.shapes[static_cast<size_t>(v)]));
+    const Partition shares = share_partition(s.forward, a.shapes[static_cast<size_t>(s.output)],
+                                             a.shapes[static_cast<size_t>(v)]);
+    std::vector<int64_t> ey = shares.y_edges, ex = shares.x_edges;
+    for (const auto& adds : a.additions(s, v)) {
+      for (const Region& r : adds) {
+        ey.insert(ey.end(), {r.y.begin, r.y.end});
+        ex.insert(ex.end(), {r.x.begin, r.x.end});
+      }
+    }
+    return cells(a, v, std::move(ey), std::move(ex));
   }
   // Its gradient: the cells between the regions the backward's passes add (`passes`,
   // grad_additions) and the shares of the backward tiles its sub-segment reads, split to the
@@ -617,17 +650,20 @@ struct Offloading {
     }
     return cells(a, v, std::move(ey), std::move(ex));
   }
-  // The most bytes of `blocks` open at once while the passes of additions `passes` are added
-  // in order (a block is open from its first addition in a pass to its last, StoredActivation).
-  static int64_t open_bytes(const Partition& blocks, const std::vector<std::vector<Region>>& passes,
-                            int64_t per_pixel) {
+  // The most bytes of `blocks` open at once during each of the passes of additions `passes`
+  // (a block is open from its first addition in a pass to its last, StoredActivation).
+  static std::vector<int64_t> open_bytes(const Partition& blocks,
+                                         const std::vector<std::vector<Region>>& passes,
+                                         int64_t per_pixel) {
     auto each = [&](const Region& r, const auto& f) {
       for (int64_t b : blocks.meeting(r)) f(b);
     };
     std::vector<int64_t> left(static_cast<size_t>(blocks.tiles()), 0);
     std::vector<char> open(left.size(), 0);
-    int64_t now = 0, peak = 0;
+    int64_t now = 0;
+    std::vector<int64_t> peaks;
     for (const auto& adds : passes) {
+      int64_t peak = 0;
       for (const Region& r : adds) each(r, [&](int64_t b) { ++left[static_cast<size_t>(b)]; });
       for (const Region& r : adds) {
         each(r, [&](int64_t b) {
@@ -643,8 +679,9 @@ struct Offloading {
           }
         });
       }
+      peaks.push_back(peak);
     }
-    return peak;
+    return peaks;
   }
   // The cells between edges `ey` × `ex` (any order, repeats) of node `v`, split to the block size.
   Partition cells(const Analysis& a, NodeId v, std::vector<int64_t> ey,
@@ -919,36 +956,49 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       return std::pair{off.in_use(true, true, cap + inner_bytes) - store_fwd,
                        off.in_use(true, true, cap + 2 * inner_bytes) - store_bwd};
     };
-    // Bytes open while partition `p`'s backward tiles run: an offloaded input's gradient
-    // blocks, and offloaded inner checkpoints' gradient blocks and three shares as a
-    // sub-segment reads them: the gradient, the correction, and the value (the tile's own
-    // output, copied under bf16 autocast). Counting two (no copy) made the search pick
-    // partitions whose exact open bytes then did not fit (resnet50 4096² in 2 GiB found no
-    // offloading plan and recomputed in rounds): the search does not refine those. The chosen
-    // partition's (`exact`) from the blocks the executor will use; the search's from the rows and
-    // columns around the middle.
+    // Bytes open while partition `p`'s backward tiles run, one sub-segment at a time (see
+    // grad_strip_bytes): the blocks of the offloaded gradients it adds into (the input's, the
+    // inner checkpoints'), and for an offloaded inner checkpoint's sub-segment three shares of
+    // it: the gradient, the correction, and the value (the tile's own output, copied under bf16
+    // autocast). Counting two (no copy) made the search pick partitions whose exact open bytes
+    // then did not fit (resnet50 4096² in 2 GiB found no offloading plan and recomputed in
+    // rounds): the search does not refine those. The chosen partition's (`exact`) from the
+    // blocks the executor will use; the search's from the rows and columns around the middle.
     auto open_bytes = [&](const Partition& p, bool exact) -> int64_t {
       if (!s.inner_checkpoints) return in_off ? Offloading::open_bytes(a, s, p, exact) : 0;
+      const bool inner_off = s.inner_tier != Tier::kResident;
+      if (!in_off && !inner_off) return 0;
       Segment t = s;
       t.backward = p;
-      auto grad_open = [&](NodeId v, const Partition* reader) {
-        const Shape& vs = a.shapes[static_cast<size_t>(v)];
-        if (!exact) {
-          const auto key = Analysis::grad_key(t, v);
-          const auto hit = a.grad_strips.find(key);
-          if (hit != a.grad_strips.end()) return hit->second;
-          return a.grad_strips.emplace(key, Offloading::grad_strip_bytes(a, t, p, v)).first->second;
+      std::map<NodeId, int64_t> by_reader;  // bytes open while each sub-segment runs
+      if (!exact) {
+        // Keyed by what is counted: -1 the input, -2 the inner checkpoints, -3 both.
+        const auto key = Analysis::grad_key(t, in_off && inner_off ? -3 : in_off ? -1 : -2);
+        auto hit = a.grad_strips.find(key);
+        if (hit == a.grad_strips.end()) {
+          hit = a.grad_strips.emplace(key, Offloading::grad_strip_bytes(a, t, p, in_off, inner_off))
+                    .first;
         }
-        const auto passes = a.additions(t, v);
-        return Offloading::open_bytes(off.inner_grad_blocks(a, t, v, passes, reader), passes,
-                                      vs.channels * a.eb);
-      };
-      int64_t open = in_off ? grad_open(s.input, &plan.segments[i - 1].backward) : 0;
-      if (s.inner_tier == Tier::kResident) return open;
+        by_reader[s.output] = hit->second;
+      } else {
+        std::vector<NodeId> counted;
+        if (in_off) counted.push_back(s.input);
+        if (inner_off) counted.insert(counted.end(), inner.begin(), inner.end());
+        for (NodeId v : counted) {
+          const Shape& vs = a.shapes[static_cast<size_t>(v)];
+          const auto& adds = a.additions_by_pass(t, v);
+          const Partition* reader = v == s.input ? &plan.segments[i - 1].backward : nullptr;
+          const std::vector<int64_t> peaks = Offloading::open_bytes(
+              off.inner_grad_blocks(a, t, v, adds.passes, reader), adds.passes, vs.channels * a.eb);
+          for (size_t k = 0; k < peaks.size(); ++k) by_reader[adds.readers[k]] += peaks[k];
+        }
+      }
+      int64_t open = 0;
+      for (const auto& [reader, bytes] : by_reader) open = std::max(open, bytes);
+      if (!inner_off) return open;
       int64_t share = 0;
       for (NodeId v : inner) {
         const Shape& vs = a.shapes[static_cast<size_t>(v)];
-        open += grad_open(v, nullptr);
         const Partition shares = share_partition(p, out, vs);
         auto widest = [](const std::vector<int64_t>& e) {
           int64_t w = 0;
@@ -1222,9 +1272,10 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
       const Region r = barrier_share(s.backward.tile(t), out, vs);
       if (!r.empty()) own.push_back(r);
     }
-    n += 2 * a.bytes(v) + read_bytes(reads, s.inner_blocks.at(k), per_pixel, window) +
-         read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window) +
-         reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
+    const int64_t r1 = read_bytes(reads, s.inner_blocks.at(k), per_pixel, window);
+    const int64_t r2 = read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window);
+    const int64_t r3 = reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
+    n += 2 * a.bytes(v) + r1 + r2 + r3;
   }
   return n;
 }
