@@ -12,8 +12,7 @@ namespace tessel::gui {
 
 HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
                                        const std::filesystem::path& slide,
-                                       std::filesystem::path out_dir) {
-  if (out_dir.empty()) out_dir = checkpoint.parent_path().parent_path() / "heatmaps";
+                                       const std::filesystem::path& out_dir) {
   pipelines::HeatmapRequest request;
   request.checkpoint = checkpoint;
   request.slide = slide;

@@ -1,6 +1,7 @@
 // A checkpoint's heatmap over a slide as the viewer draws it: pipelines::make_heatmap (which also
-// writes the TIFF, PNG and GeoJSON next to the run), its score map as a turbo-coloured image of
-// one pixel per cell, and where that image lies in level-0 pixels. Slow: call off the UI thread.
+// writes the TIFF, PNG and GeoJSON into a folder the user chose), its score map as a turbo-coloured
+// image of one pixel per cell, and where that image lies in level-0 pixels. Slow: call off the UI
+// thread.
 #pragma once
 
 #include <QImage>
@@ -18,11 +19,11 @@ struct HeatmapOverlay {
   std::filesystem::path png;  // the overlay PNG make_heatmap wrote
 };
 
-// Writes into `out_dir` (empty: <run folder>/heatmaps beside the checkpoint's checkpoints/).
+// Writes <slide stem>.heatmap.tif, .png and .geojson into `out_dir`, replacing those there.
 // Throws tessel::Error naming the checkpoint or slide that cannot be used.
 HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
                                        const std::filesystem::path& slide,
-                                       std::filesystem::path out_dir = {});
+                                       const std::filesystem::path& out_dir);
 
 // The legend's colour bar: io::turbo from 0 (left) to 1 (right), `width` × `height` pixels.
 QImage turbo_bar(int width, int height);

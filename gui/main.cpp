@@ -14,6 +14,7 @@
 
 int main(int argc, char** argv) {
   QApplication qapp(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("Tessel"));  // QSettings' file
   QApplication::setApplicationName(QStringLiteral("tessel-gui"));
   QApplication::setApplicationVersion(QString::fromLatin1(tessel::kVersion));
 

@@ -1,6 +1,8 @@
 #include "gui/main_window.h"
 
 #include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QDropEvent>
@@ -11,7 +13,11 @@
 #include <QMimeData>
 #include <QSaveFile>
 #include <QScrollArea>
+#include <QSettings>
+#include <QStandardPaths>
 #include <QStatusBar>
+#include <QTimer>
+#include <QVBoxLayout>
 
 #include <exception>
 
@@ -39,7 +45,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   pool_.setMaxThreadCount(1);
 
   view_ = new SlideView(this);
-  setCentralWidget(view_);
+  message_bar_ = new MessageBar(this);
+  auto* centre = new QWidget(this);
+  auto* centre_layout = new QVBoxLayout(centre);
+  centre_layout->setContentsMargins(0, 0, 0, 0);
+  centre_layout->setSpacing(0);
+  centre_layout->addWidget(message_bar_);
+  centre_layout->addWidget(view_, 1);
+  setCentralWidget(centre);
   overview_ = new OverviewWidget(this);
   properties_ = new PropertiesPanel(this);
   dataset_ = new DatasetPanel(this);
@@ -84,8 +97,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   });
   connect(training_, &TrainingPanel::runFinished, this,
           [this](const QString& text) { statusBar()->showMessage(text); });
-  connect(training_, &TrainingPanel::runFailed, this, &MainWindow::show_error);
-  connect(training_, &TrainingPanel::heatmapRequested, this, &MainWindow::show_heatmap);
+  connect(training_, &TrainingPanel::runFailed, this,
+          [this](const QString& reason) { show_error(tr("Training failed: %1").arg(reason)); });
+  // Quit confirmed during the run: now that its checkpoint is written.
+  for (auto signal : {&TrainingPanel::runFinished, &TrainingPanel::runFailed}) {
+    connect(training_, signal, this, [this] {
+      if (!quit_after_run_) return;
+      QTimer::singleShot(0, this, [this] {
+        if (close()) QApplication::quit();
+      });
+    });
+  }
+  connect(training_, &TrainingPanel::heatmapRequested, this, &MainWindow::request_heatmap);
   connect(training_, &TrainingPanel::heatmapOpacityChanged, view_, &SlideView::set_heatmap_opacity);
 
   create_menus();
@@ -118,7 +141,11 @@ void MainWindow::create_menus() {
   });
   export_action_->setEnabled(false);  // until a slide is shown
   file->addSeparator();
-  file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
+  // Through close(), so that a run going is asked about (closeEvent); QApplication::quit alone
+  // had hidden the window and trained on invisibly until the slide ended.
+  quit_action_ = file->addAction(tr("&Quit"), QKeySequence::Quit, this, [this] {
+    if (close()) QApplication::quit();
+  });
 
   auto* view = menuBar()->addMenu(tr("&View"));
   view->addAction(tr("Zoom &In"), QKeySequence::ZoomIn, view_, [this] { view_->zoom_by(1.5); });
@@ -200,7 +227,46 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   emit slideOpened(path);
 }
 
-void MainWindow::show_heatmap(const QString& checkpoint) {
+void MainWindow::set_prompts(Prompts* prompts) {
+  prompts_ = prompts;
+  training_->set_prompts(prompts);
+}
+
+bool MainWindow::request_heatmap(const QString& checkpoint) {
+  if (slide_path_.isEmpty() || !view_->has_slide()) {
+    show_error(tr("Open a slide in the viewer first: the heatmap is drawn over it."));
+    emit heatmapFailed(last_error_);
+    return false;
+  }
+  // Never the checkpoint's run folder unasked: a heatmap there replaced an earlier one silently.
+  QSettings settings;
+  const QString start = settings
+                            .value(QLatin1String(kHeatmapFolderKey),
+                                   QStandardPaths::writableLocation(QStandardPaths::HomeLocation))
+                            .toString();
+  const QString folder = prompts().folder(
+      this, tr("Folder for the heatmap of %1").arg(QFileInfo(slide_path_).fileName()), start);
+  if (folder.isEmpty()) return false;
+  settings.setValue(QLatin1String(kHeatmapFolderKey), folder);
+  // make_heatmap's names: <slide stem>.heatmap.tif, .png, .geojson.
+  const QString stem = QFileInfo(slide_path_).completeBaseName();
+  QStringList existing;
+  for (const char* suffix : {".heatmap.tif", ".heatmap.png", ".heatmap.geojson"}) {
+    const QString name = stem + QLatin1String(suffix);
+    if (QFileInfo::exists(QDir(folder).filePath(name))) existing << name;
+  }
+  if (!existing.isEmpty() &&
+      !prompts().confirm(
+          this, tr("Replace the heatmap?"),
+          tr("%1 already holds %2. Replace?").arg(folder, existing.join(QStringLiteral(", "))))) {
+    statusBar()->showMessage(tr("Heatmap not computed: %1 was kept").arg(existing.join(", ")));
+    return false;
+  }
+  show_heatmap(checkpoint, folder);
+  return true;
+}
+
+void MainWindow::show_heatmap(const QString& checkpoint, const QString& out_dir) {
   if (slide_path_.isEmpty() || !view_->has_slide()) {
     show_error(tr("Open a slide in the viewer first: the heatmap is drawn over it."));
     emit heatmapFailed(last_error_);
@@ -211,10 +277,10 @@ void MainWindow::show_heatmap(const QString& checkpoint) {
   const quint64 serial = serial_;
   const QString slide = slide_path_;
   statusBar()->showMessage(tr("Computing the heatmap of %1 with %2…").arg(slide, checkpoint));
-  pool_.start([this, serial, slide, checkpoint] {
+  pool_.start([this, serial, slide, checkpoint, out_dir] {
     try {
-      HeatmapOverlay overlay =
-          compute_heatmap_overlay(checkpoint.toStdString(), slide.toStdString());
+      HeatmapOverlay overlay = compute_heatmap_overlay(checkpoint.toStdString(),
+                                                       slide.toStdString(), out_dir.toStdString());
       QMetaObject::invokeMethod(
           this,
           [this, serial, overlay = std::move(overlay)] {
@@ -261,7 +327,26 @@ bool MainWindow::export_view(const QString& png) {
 
 void MainWindow::show_error(const QString& message) {
   last_error_ = message;
+  message_bar_->show_error(message);
   statusBar()->showMessage(message);
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (!training_->running()) {
+    event->accept();
+    return;
+  }
+  if (!quit_after_run_ &&
+      !prompts().confirm(this, tr("Quit during a run?"),
+                         tr("A training run is going. Stop it at the next tile (its checkpoint "
+                            "is written, and Resume continues it) and quit?"))) {
+    event->ignore();
+    return;
+  }
+  quit_after_run_ = true;
+  training_->stop();
+  statusBar()->showMessage(tr("Stopping the run, then quitting…"));
+  event->ignore();  // closed by the run's end (the constructor's runFinished / runFailed)
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {

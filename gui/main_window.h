@@ -1,6 +1,7 @@
 // tessel-gui's main window: the slide viewer in the centre; overview, properties and dataset in
 // docks. Slides open from the menu, by drag-and-drop, from the command line or by double-clicking
-// a dataset row; they are opened off the UI thread and every failure is a message in the window.
+// a dataset row; they are opened off the UI thread and every failure is a message in the window:
+// in the message bar above the viewer, which stays until dismissed (and in the status bar).
 #pragma once
 
 #include <QAction>
@@ -11,7 +12,9 @@
 #include <QThreadPool>
 
 #include "gui/dataset_panel.h"
+#include "gui/message_bar.h"
 #include "gui/overview_widget.h"
+#include "gui/prompts.h"
 #include "gui/properties_panel.h"
 #include "gui/slide_view.h"
 #include "gui/training_panel.h"
@@ -40,14 +43,27 @@ class MainWindow : public QMainWindow {
   DatasetPanel* dataset() { return dataset_; }
   QAction* tissue_action() { return tissue_action_; }
   TrainingPanel* training() { return training_; }
-  // Returns at once; heatmapShown or a message (last_error) follow.
-  void show_heatmap(const QString& checkpoint);
+  MessageBar* message_bar() { return message_bar_; }
+  // The questions the window and its training panel ask; nullptr: dialogs. Not owned.
+  void set_prompts(Prompts* prompts);
+  // The training panel's "Heatmap of the viewer's slide": asks for the folder the heatmap's
+  // files go to (opened at the last one chosen, remembered in QSettings as kHeatmapFolderKey),
+  // and whether to replace the slide's heatmap files already there; then show_heatmap. False:
+  // asked nothing (no slide) or the user cancelled.
+  bool request_heatmap(const QString& checkpoint);
+  static constexpr const char* kHeatmapFolderKey = "heatmap/folder";
+  // Returns at once; heatmapShown or a message (last_error) follow. The heatmap's TIFF, PNG and
+  // GeoJSON are written into `out_dir`.
+  void show_heatmap(const QString& checkpoint, const QString& out_dir);
   bool computing_heatmap() const { return heatmap_busy_; }
   // File ▸ Export View…: what the viewer shows (slide, overlays, heatmap legend, scale bar) as a
   // PNG of the viewer's size, written to a temporary name and renamed. False, with the reason in
   // last_error, when no slide is shown or the file cannot be written.
   bool export_view(const QString& png);
   QAction* export_action() { return export_action_; }
+  // File ▸ Quit (Ctrl+Q): closes the window and quits. During a run it asks first; yes stops the
+  // run at the next tile and quits once its checkpoint is written.
+  QAction* quit_action() { return quit_action_; }
 
  signals:
   void slideOpened(QString path);
@@ -58,10 +74,12 @@ class MainWindow : public QMainWindow {
  protected:
   void dragEnterEvent(QDragEnterEvent* event) override;
   void dropEvent(QDropEvent* event) override;
+  void closeEvent(QCloseEvent* event) override;
 
  private:
   void create_menus();
   void show_error(const QString& message);
+  Prompts& prompts() { return prompts_ != nullptr ? *prompts_ : dialog_prompts(); }
   void show_document(quint64 serial, const QString& path, SlideDocument doc);
 
   SlideView* view_;
@@ -70,9 +88,13 @@ class MainWindow : public QMainWindow {
   DatasetPanel* dataset_;
   TrainingPanel* training_;
   QDockWidget* training_dock_;
+  MessageBar* message_bar_;
+  Prompts* prompts_ = nullptr;
   bool heatmap_busy_ = false;
   QAction* tissue_action_ = nullptr;
   QAction* export_action_ = nullptr;
+  QAction* quit_action_ = nullptr;
+  bool quit_after_run_ = false;  // Quit was confirmed during a run: close when it has ended
   QLabel* zoom_label_;
   QThreadPool pool_;
   quint64 serial_ = 0;  // a slide opened after another one wins, whichever finishes first

@@ -11,6 +11,7 @@
 #include <QLinearGradient>
 #include <QMessageBox>
 #include <QPainter>
+#include <QSignalBlocker>
 #include <QSplitter>
 #include <QVBoxLayout>
 
@@ -19,6 +20,7 @@
 
 #include "gui/heatmap_overlay.h"
 #include "gui/slide_document.h"
+#include "gui/wheel_guard.h"
 #include "io/manifest.h"
 #include "pipelines/import_network.h"
 
@@ -35,6 +37,30 @@ QString duration(double seconds) {
         .arg(s % 60, 2, 10, QLatin1Char('0'));
   }
   return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
+}
+
+// A relative input path of a config file: against the file's folder, else the nearest folder
+// above it that holds it (a project's root, as sample_data/demo.yaml is written); neither: the
+// file's folder, so the message names a path that can be checked.
+std::filesystem::path resolve_input(const std::filesystem::path& path,
+                                    const std::filesystem::path& folder) {
+  if (path.empty() || path.is_absolute()) return path;
+  std::error_code error;
+  for (std::filesystem::path dir = folder;; dir = dir.parent_path()) {
+    if (std::filesystem::exists(dir / path, error)) return (dir / path).lexically_normal();
+    if (dir == dir.parent_path()) break;
+  }
+  return (folder / path).lexically_normal();
+}
+
+pipelines::TrainConfig resolve_paths(pipelines::TrainConfig c, const std::filesystem::path& file) {
+  const std::filesystem::path folder = std::filesystem::absolute(file).parent_path();
+  c.manifest = resolve_input(c.manifest, folder);
+  c.init_weights = resolve_input(c.init_weights, folder);
+  if (c.model.ends_with(".h5")) c.model = resolve_input(c.model, folder).string();
+  if (!c.output.empty() && c.output.is_relative())
+    c.output = (folder / c.output).lexically_normal();
+  return c;
 }
 
 }  // namespace
@@ -74,12 +100,15 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
          "whole-slide systems train), batch (training mode, statistics over the whole slide, "
          "exact; slower, docs/barriers.md) or group norm"));
   resolution_kind_ = new QComboBox(this);
-  resolution_kind_->addItems({QStringLiteral("level"), QStringLiteral("mpp")});
+  resolution_kind_->addItems(
+      {QStringLiteral("level"), QStringLiteral("mpp"), QStringLiteral("magnification")});
   resolution_value_ = new QDoubleSpinBox(this);
   resolution_value_->setDecimals(3);
   resolution_value_->setRange(0, 1000);
   connect(resolution_kind_, &QComboBox::currentTextChanged, this, [this](const QString& kind) {
-    resolution_value_->setDecimals(kind == QLatin1String("level") ? 0 : 3);
+    resolution_value_->setDecimals(kind == QLatin1String("level") ? 0
+                                   : kind == QLatin1String("mpp") ? 3
+                                                                  : 2);
   });
   resolution_value_->setDecimals(0);
   auto* resolution_row = new QHBoxLayout();
@@ -116,7 +145,9 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   auto* save = new QPushButton(tr("Save…"), this);
   start_button_ = new QPushButton(tr("Start"), this);
   stop_button_ = new QPushButton(tr("Stop"), this);
-  stop_button_->setToolTip(tr("Stops after the current slide and writes a checkpoint"));
+  stop_button_->setToolTip(
+      tr("Stops at the next tile and writes a checkpoint of the slides finished: the slide in "
+         "progress is trained again on Resume"));
   connect(load, &QPushButton::clicked, this, [this] {
     const QString path = QFileDialog::getOpenFileName(this, tr("Training config"), {},
                                                       tr("Configs (*.yaml *.yml *.json)"));
@@ -135,8 +166,21 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   resume_->setToolTip(
       tr("The output folder holds a run: continue it (weights, optimizer, epoch and slide) as "
          "`tessel train --resume` does. Unchecked, choose another output folder."));
-  connect(resume_, &QCheckBox::toggled, this, &TrainingPanel::update_buttons);
+  connect(resume_, &QCheckBox::toggled, this, [this] {
+    sync_resume();
+    update_buttons();
+  });
   connect(output_, &QLineEdit::textChanged, this, &TrainingPanel::update_resume);
+  resume_note_ = new QLabel(this);
+  resume_note_->setWordWrap(true);
+  resume_note_->hide();
+  locked_ = {manifest_,         browse, model_, browse_model, norm_, resolution_kind_,
+             resolution_value_, batch_};
+  // The fields a resumed run may change: the note says which differ from the run as they do.
+  connect(budget_, &QLineEdit::textChanged, this, &TrainingPanel::show_resume_note);
+  connect(strategy_, &QComboBox::currentTextChanged, this, &TrainingPanel::show_resume_note);
+  connect(epochs_, &QSpinBox::valueChanged, this, &TrainingPanel::show_resume_note);
+  connect(lr_, &QDoubleSpinBox::valueChanged, this, &TrainingPanel::show_resume_note);
 
   message_label_ = new QLabel(this);
   message_label_->setWordWrap(true);
@@ -168,6 +212,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   left_layout->addLayout(form);
   left_layout->addLayout(buttons);
   left_layout->addWidget(resume_);
+  left_layout->addWidget(resume_note_);
   left_layout->addWidget(message_label_);
   left_layout->addWidget(heatmap_box);
   left_layout->addStretch(1);
@@ -217,6 +262,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
     checkpoint_->setText(
         QString::fromStdString((std::filesystem::exists(best) ? best : last).string()));
     update_resume();
+    sync_resume(/*reload=*/true);  // a resumed run's config.yaml holds the changes made
     update_buttons();
     emit runFinished(text);
   });
@@ -229,6 +275,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
 
   set_config(pipelines::TrainConfig());
   update_buttons();
+  guard_wheel(this);
 }
 
 TrainingPanel::~TrainingPanel() {
@@ -251,40 +298,113 @@ void TrainingPanel::set_heatmap_legend(const QString& class_name) {
   legend_->setPixmap(legend);
 }
 
-void TrainingPanel::set_config(const pipelines::TrainConfig& c) {
-  base_ = c;
-  manifest_->setText(QString::fromStdString(c.manifest.string()));
-  model_->setCurrentText(QString::fromStdString(c.model));
-  norm_->setCurrentText(QString::fromStdString(c.norm));
+TrainingPanel::FormState TrainingPanel::form_of(const pipelines::TrainConfig& c) {
+  FormState f;
+  f.base = c;
+  f.manifest = QString::fromStdString(c.manifest.string());
+  f.model = QString::fromStdString(c.model);
+  f.norm = QString::fromStdString(c.norm);
   if (c.mpp) {
-    resolution_kind_->setCurrentText(QStringLiteral("mpp"));
-    resolution_value_->setValue(*c.mpp);
+    f.resolution_kind = QStringLiteral("mpp");
+    f.resolution = *c.mpp;
+  } else if (c.magnification) {
+    f.resolution_kind = QStringLiteral("magnification");
+    f.resolution = *c.magnification;
   } else {
-    resolution_kind_->setCurrentText(QStringLiteral("level"));
-    resolution_value_->setValue(c.level.value_or(0));
+    f.resolution_kind = QStringLiteral("level");
+    f.resolution = c.level.value_or(0);
   }
-  budget_->setText(QString::fromStdString(c.budget));
-  strategy_->setCurrentText(QString::fromStdString(c.strategy));
-  epochs_->setValue(static_cast<int>(c.epochs));
-  lr_->setValue(c.lr);
-  batch_->setValue(static_cast<int>(c.batch));
+  f.budget = QString::fromStdString(c.budget);
+  f.strategy = QString::fromStdString(c.strategy);
+  f.epochs = static_cast<int>(c.epochs);
+  f.lr = c.lr;
+  f.batch = static_cast<int>(c.batch);
+  return f;
+}
+
+TrainingPanel::FormState TrainingPanel::read_form() const {
+  FormState f;
+  f.base = base_;
+  f.manifest = manifest_->text();
+  f.model = model_->currentText();
+  f.norm = norm_->currentText();
+  f.resolution_kind = resolution_kind_->currentText();
+  f.resolution = resolution_value_->value();
+  f.budget = budget_->text();
+  f.strategy = strategy_->currentText();
+  f.epochs = epochs_->value();
+  f.lr = lr_->value();
+  f.batch = batch_->value();
+  return f;
+}
+
+void TrainingPanel::write_form(const FormState& f) {
+  write_locked(f);
+  budget_->setText(f.budget);
+  strategy_->setCurrentText(f.strategy);
+  epochs_->setValue(f.epochs);
+  lr_->setValue(f.lr);
+}
+
+void TrainingPanel::write_locked(const FormState& f) {
+  base_ = f.base;
+  manifest_->setText(f.manifest);
+  model_->setCurrentText(f.model);
+  norm_->setCurrentText(f.norm);
+  resolution_kind_->setCurrentText(f.resolution_kind);
+  resolution_value_->setValue(f.resolution);
+  batch_->setValue(f.batch);
+}
+
+void TrainingPanel::set_config(const pipelines::TrainConfig& c) {
+  // A config set while resuming replaces the form Resume would go back to; the run's lock is
+  // taken again below (update_resume) when the output folder still holds the run.
+  locked_folder_.clear();
+  before_resume_.reset();
+  run_config_.reset();
+  for (QWidget* w : locked_) w->setEnabled(true);
+  write_form(form_of(c));
   output_->setText(QString::fromStdString(c.output.string()));
+  update_resume();
 }
 
 std::optional<pipelines::TrainConfig> TrainingPanel::config() {
+  if (resuming()) {
+    // The run's config.yaml as it is, but for the changes the form makes to it: the fields a
+    // checkpoint depends on are never read from the form.
+    if (!run_config_) {
+      show_message(run_config_error_, true);
+      return std::nullopt;
+    }
+    std::vector<std::string> overrides;
+    for (const Change& c : changes()) overrides.push_back(c.override);
+    overrides.push_back("output=" + output_->text().toStdString());
+    try {
+      return pipelines::parse_train_config(
+          run_config_->to_yaml(),
+          (std::filesystem::path(locked_folder_.toStdString()) / "config.yaml").string(),
+          overrides);
+    } catch (const std::exception& e) {
+      show_message(QString::fromStdString(e.what()), true);
+      return std::nullopt;
+    }
+  }
   // The base config without its resolution (the form sets exactly one), then the form's keys
   // as the CLI's key=value overrides: the same parser, the same messages.
   pipelines::TrainConfig base = base_;
   base.mpp.reset();
   base.level.reset();
   base.magnification.reset();
-  const bool level = resolution_kind_->currentText() == QLatin1String("level");
+  const QString kind = resolution_kind_->currentText();
+  const std::string resolution =
+      kind == QLatin1String("level")
+          ? "level=" + std::to_string(static_cast<int>(resolution_value_->value()))
+          : kind.toStdString() + "=" + QString::number(resolution_value_->value()).toStdString();
   std::vector<std::string> overrides = {
       "manifest=" + manifest_->text().toStdString(),
       "model=" + model_->currentText().toStdString(),
       "norm=" + norm_->currentText().toStdString(),
-      level ? "level=" + std::to_string(static_cast<int>(resolution_value_->value()))
-            : "mpp=" + QString::number(resolution_value_->value()).toStdString(),
+      resolution,
       "budget=" + budget_->text().toStdString(),
       "strategy=" + strategy_->currentText().toStdString(),
       "epochs=" + std::to_string(epochs_->value()),
@@ -300,9 +420,98 @@ std::optional<pipelines::TrainConfig> TrainingPanel::config() {
   }
 }
 
+std::vector<TrainingPanel::Change> TrainingPanel::changes() const {
+  std::vector<Change> out;
+  if (!run_config_) return out;
+  const pipelines::TrainConfig& r = *run_config_;
+  const auto add = [&out](const char* key, const QString& run, const QString& form,
+                          const QString& value) {
+    if (run != form)
+      out.push_back({QString::fromLatin1(key), run, form, key + ("=" + value.toStdString())});
+  };
+  add("epochs", QString::number(r.epochs), QString::number(epochs_->value()),
+      QString::number(epochs_->value()));
+  // As the spin box shows it: a rate it cannot show exactly (1e-7 at 6 decimals) is not a change.
+  const QString run_lr = QString::number(r.lr, 'f', lr_->decimals());
+  const QString form_lr = QString::number(lr_->value(), 'f', lr_->decimals());
+  if (run_lr != form_lr) {
+    out.push_back({QStringLiteral("lr"), QString::number(r.lr, 'g', 8),
+                   QString::number(lr_->value(), 'g', 8),
+                   "lr=" + QString::number(lr_->value(), 'g', 8).toStdString()});
+  }
+  add("budget", QString::fromStdString(r.budget), budget_->text(), budget_->text());
+  add("strategy", QString::fromStdString(r.strategy), strategy_->currentText(),
+      strategy_->currentText());
+  return out;
+}
+
+QStringList TrainingPanel::resume_changes() const {
+  QStringList list;
+  if (!resuming()) return list;
+  for (const Change& c : changes()) {
+    list << QStringLiteral("%1: %2 → %3").arg(c.key, c.run, c.form);
+  }
+  return list;
+}
+
+void TrainingPanel::sync_resume(bool reload) {
+  const QString folder = resuming() ? output_->text() : QString();
+  if (folder == locked_folder_ && !reload) {
+    show_resume_note();
+    return;
+  }
+  if (folder != locked_folder_) {
+    // Leaving a run (unchecked, or another folder): the locked fields as they were before; the
+    // others as the user left them.
+    if (!locked_folder_.isEmpty() && before_resume_) write_locked(*before_resume_);
+    if (folder.isEmpty()) before_resume_.reset();
+    locked_folder_ = folder;
+  }
+  run_config_.reset();
+  run_config_error_.clear();
+  if (!folder.isEmpty()) {
+    if (!before_resume_) before_resume_ = read_form();
+    const auto yaml = std::filesystem::path(folder.toStdString()) / "config.yaml";
+    try {
+      pipelines::TrainConfig c = pipelines::load_train_config(yaml);
+      // The folder resumed, wherever the run was started from (as `tessel train --resume`).
+      c.output = folder.toStdString();
+      run_config_ = c;
+      // The other fields stay as they are: where they differ from the run, the note says so and
+      // Resume asks.
+      write_locked(form_of(c));
+    } catch (const std::exception& e) {
+      run_config_error_ =
+          tr("Cannot resume the run in %1: %2").arg(folder, QString::fromStdString(e.what()));
+      show_message(run_config_error_, true);
+    }
+  }
+  for (QWidget* w : locked_) w->setEnabled(folder.isEmpty());
+  show_resume_note();
+}
+
+void TrainingPanel::show_resume_note() {
+  if (!resuming() || !run_config_) {
+    resume_note_->hide();
+    return;
+  }
+  QString note =
+      tr("Resuming keeps the run's config.yaml: manifest, model, batch norm, "
+         "resolution and batch are the run's.");
+  const QStringList changed = resume_changes();
+  if (!changed.isEmpty()) {
+    note += QLatin1Char(' ') + tr("The form differs from it in %1 (asked at Resume).")
+                                   .arg(changed.join(QStringLiteral("; ")));
+  }
+  resume_note_->setText(note);
+  resume_note_->setStyleSheet(changed.isEmpty() ? QString() : QStringLiteral("color: #8a5a00;"));
+  resume_note_->show();
+}
+
 bool TrainingPanel::load_config(const QString& path) {
   try {
-    set_config(pipelines::load_train_config(path.toStdString()));
+    const std::filesystem::path file = path.toStdString();
+    set_config(resolve_paths(pipelines::load_train_config(file), file));
     show_message(tr("Loaded %1").arg(path), false);
     return true;
   } catch (const std::exception& e) {
@@ -326,7 +535,13 @@ bool TrainingPanel::save_config(const QString& path) {
   return true;
 }
 
-void TrainingPanel::set_manifest(const QString& csv) { manifest_->setText(csv); }
+void TrainingPanel::set_manifest(const QString& csv) {
+  if (!locked_folder_.isEmpty() && before_resume_) {
+    before_resume_->manifest = csv;
+    return;
+  }
+  manifest_->setText(csv);
+}
 
 void TrainingPanel::choose_network() {
   const QString path = QFileDialog::getOpenFileName(this, tr("Network"), {},
@@ -354,6 +569,10 @@ void TrainingPanel::choose_network() {
 }
 
 bool TrainingPanel::use_network(const QString& path) {
+  if (!locked_folder_.isEmpty()) {
+    message_ = tr("A resumed run keeps its model: uncheck Resume to train another.");
+    return false;
+  }
   if (!path.endsWith(QLatin1String(".onnx"), Qt::CaseInsensitive)) {
     model_->setCurrentText(path);
     message_.clear();
@@ -377,6 +596,21 @@ bool TrainingPanel::start() {
   if (run_.running()) return false;
   const auto c = config();
   if (!c) return false;
+  const bool resume = resuming();
+  const QStringList changed = resume_changes();
+  // Nothing is written before the user agreed: the pipeline rewrites config.yaml on resume.
+  if (resume && !changed.isEmpty() &&
+      !prompts().confirm(
+          this, tr("Resume with changes"),
+          tr("The form differs from the run's config.yaml in %1:\n\n%2\n\nResume with these "
+             "changes? config.yaml is updated with them once the run's checkpoint has accepted "
+             "the config.")
+              .arg(locked_folder_, changed.join(QLatin1Char('\n'))))) {
+    show_message(tr("Not resumed: the form differs from the run's config.yaml (%1).")
+                     .arg(changed.join(QStringLiteral("; "))),
+                 false);
+    return false;
+  }
   tiles_.reset();
   memory_.clear();
   metrics_.clear();
@@ -419,7 +653,6 @@ bool TrainingPanel::start() {
       // The pipeline reports an unusable manifest itself.
     }
   });
-  const bool resume = resume_->isEnabled() && resume_->isChecked();
   run_.start(*c, resume);
   show_message((resume ? tr("Resuming the run in %1…") : tr("Training into %1…"))
                    .arg(QString::fromStdString(c->output.string())),
@@ -432,13 +665,13 @@ bool TrainingPanel::start() {
 void TrainingPanel::stop() {
   if (!run_.running()) return;
   run_.stop();
-  show_message(tr("Stopping after the current slide (a checkpoint is written)…"), false);
+  show_message(tr("Stopping at the next tile (a checkpoint is written)…"), false);
   update_buttons();
 }
 
 void TrainingPanel::update_buttons() {
   start_button_->setEnabled(!run_.running());
-  start_button_->setText(resume_available_ && resume_->isChecked() ? tr("Resume") : tr("Start"));
+  start_button_->setText(resuming() ? tr("Resume") : tr("Start"));
   stop_button_->setEnabled(run_.running() && !run_.stopping());
   resume_->setEnabled(resume_available_ && !run_.running());
 }
@@ -451,8 +684,13 @@ void TrainingPanel::update_resume() {
       std::filesystem::exists(
           std::filesystem::path(output.toStdString()) / "checkpoints" / "last.h5", error);
   // Checked when a run appears there: the pipeline refuses to start afresh over it.
-  if (available != resume_available_) resume_->setChecked(available);
+  const bool appeared = available != resume_available_;
   resume_available_ = available;
+  if (appeared) {
+    const QSignalBlocker blocker(resume_);
+    resume_->setChecked(available);
+  }
+  sync_resume();
   update_buttons();
 }
 

@@ -2,9 +2,13 @@
 // `tessel train --config`), Start / Stop, and the live views: tile progress over the slide's
 // thumbnail, memory chart, metrics chart, log. When the output folder already holds a run
 // (checkpoints/last.h5), Start becomes Resume: the run continues from that checkpoint, as
-// `tessel train --resume` does. The run is a TrainingRun (worker thread); the
-// panel only applies its batched events to the models and repaints. Also asks for heatmaps of a
-// checkpoint over the viewer's slide (computed by the main window) with an opacity slider.
+// `tessel train --resume` does, with the run's own config.yaml: while Resume is checked the
+// fields a checkpoint depends on (manifest, model, batch norm, resolution, batch) show the run's
+// values and are locked, and a form that differs from the run in the others (epochs, learning
+// rate, budget, strategy) says so and asks before the run starts. The run is a TrainingRun
+// (worker thread); the panel only applies its batched events to the models and repaints. Also
+// asks for heatmaps of a checkpoint over the viewer's slide (computed by the main window) with an
+// opacity slider.
 #pragma once
 
 #include <QCheckBox>
@@ -22,7 +26,10 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "gui/prompts.h"
 #include "gui/training_models.h"
 #include "gui/training_run.h"
 #include "gui/training_views.h"
@@ -37,22 +44,40 @@ class TrainingPanel : public QWidget {
   explicit TrainingPanel(QWidget* parent = nullptr);
   ~TrainingPanel() override;
 
-  // The form as a config: the loaded file's other keys kept, the form's keys applied. Empty with
+  // The form as a config: the loaded file's other keys kept, the form's keys applied; while
+  // resuming, the run's config.yaml with the form's changes (resume_changes()). Empty with
   // message() saying why when the config is not valid.
   std::optional<pipelines::TrainConfig> config();
   void set_config(const pipelines::TrainConfig& config);  // fills the form
-  bool load_config(const QString& path);                  // false: message() says why
+  // Relative paths in the file are taken against its folder (manifest, init_weights and a model
+  // file: or the nearest folder above it that holds them, as sample_data/demo.yaml, written for
+  // `tessel train` run from the repository, names sample_data/manifest.csv); the form shows them
+  // absolute. False: message() says why.
+  bool load_config(const QString& path);
   bool save_config(const QString& path);
+  // The manifest field; while resuming, the one used once Resume is unchecked.
   void set_manifest(const QString& csv);
   // A network file as the model: an .h5 as it is; an .onnx imported to NAME.h5 beside it first
-  // (replacing one there). False: not imported, message() says why; else message() says what.
+  // (replacing one there). False: not imported (or resuming: the model is the run's), message()
+  // says why; else message() says what.
   bool use_network(const QString& path);
 
   // Resumes when resume_box() is checked (it can be only when the output folder holds
-  // checkpoints/last.h5). False: the config is not valid (message() says why) or a run is going.
+  // checkpoints/last.h5), asking first when the form differs from the run's config. False: the
+  // config is not valid (message() says why), the change was declined, or a run is going.
   bool start();
-  void stop();  // after the current slide, with a checkpoint
+  void stop();  // at the next tile, with a checkpoint of the slides finished
   bool running() const { return run_.running(); }
+
+  // The questions the panel asks (resume with changes); nullptr: dialogs. Not owned.
+  void set_prompts(Prompts* prompts) { prompts_ = prompts; }
+  // Resume is checked (and possible): Start continues the output folder's run.
+  bool resuming() const { return resume_available_ && resume_->isChecked(); }
+  // While resuming: the output folder's config.yaml, the run's output being that folder; empty
+  // when it could not be read (message() says why).
+  const std::optional<pipelines::TrainConfig>& run_config() const { return run_config_; }
+  // While resuming: the form's fields that differ from run_config(), as "key: run → form".
+  QStringList resume_changes() const;
 
   const QString& message() const { return message_; }
   const TileStateModel& tiles() const { return tiles_; }
@@ -72,6 +97,8 @@ class TrainingPanel : public QWidget {
   QComboBox* resolution_kind() { return resolution_kind_; }
   QDoubleSpinBox* resolution_value() { return resolution_value_; }
   QSpinBox* epochs_edit() { return epochs_; }
+  QDoubleSpinBox* lr_edit() { return lr_; }
+  QSpinBox* batch_edit() { return batch_; }
   QLineEdit* budget_edit() { return budget_; }
   QComboBox* strategy_edit() { return strategy_; }
   QComboBox* norm_edit() { return norm_; }
@@ -79,6 +106,7 @@ class TrainingPanel : public QWidget {
   QPushButton* start_button() { return start_button_; }
   QPushButton* stop_button() { return stop_button_; }
   QCheckBox* resume_box() { return resume_; }
+  QLabel* resume_note() { return resume_note_; }  // what is locked, and what differs
   QLineEdit* checkpoint_edit() { return checkpoint_; }
   QSlider* opacity_slider() { return opacity_; }
   // The heatmap's class and a turbo colour bar 0 … 1 (set by the main window).
@@ -94,6 +122,31 @@ class TrainingPanel : public QWidget {
   void message_changed(QString message);
 
  private:
+  // The form's fields (the output folder aside) and the config behind the keys it does not show.
+  struct FormState {
+    pipelines::TrainConfig base;
+    QString manifest, model, norm, resolution_kind;
+    double resolution = 0;
+    QString budget, strategy;
+    int epochs = 1;
+    double lr = 0;
+    int batch = 1;
+  };
+  // A field of the form that differs from the run's config, and its override.
+  struct Change {
+    QString key, run, form;
+    std::string override;
+  };
+  static FormState form_of(const pipelines::TrainConfig& config);
+  FormState read_form() const;
+  void write_form(const FormState& form);
+  void write_locked(const FormState& form);  // the fields locked while resuming, and the base
+  std::vector<Change> changes() const;
+  // Locks the form to the output folder's run while resuming; unlocks (the locked fields as they
+  // were) when not. `reload`: the run's config.yaml again, though the folder is the same.
+  void sync_resume(bool reload = false);
+  void show_resume_note();
+  Prompts& prompts() { return prompts_ != nullptr ? *prompts_ : dialog_prompts(); }
   void show_message(const QString& message, bool error);
   void apply(const TrainingEvents& batch);
   void on_slide(const pipelines::SlideProgress& slide);
@@ -108,6 +161,14 @@ class TrainingPanel : public QWidget {
   MemorySeries memory_;
   MetricsSeries metrics_;
   pipelines::TrainConfig base_;  // the loaded file; keys the form does not show come from it
+  Prompts* prompts_ = nullptr;
+  // Resuming: the folder whose config.yaml the form is locked to, that config (or why not), and
+  // the locked fields as they were before, for when Resume is unchecked.
+  QString locked_folder_;
+  std::optional<pipelines::TrainConfig> run_config_;
+  QString run_config_error_;
+  std::optional<FormState> before_resume_;
+  QList<QWidget*> locked_;  // the fields a checkpoint depends on
 
   QLineEdit *manifest_, *budget_, *output_, *checkpoint_;
   QComboBox *model_, *resolution_kind_, *strategy_, *norm_;
@@ -116,7 +177,7 @@ class TrainingPanel : public QWidget {
   QPushButton *start_button_, *stop_button_;
   QCheckBox* resume_;
   bool resume_available_ = false;
-  QLabel *message_label_, *legend_;
+  QLabel *message_label_, *legend_, *resume_note_;
   QSlider* opacity_;
   TileProgressWidget* tile_progress_;
   MemoryChart* memory_chart_;

@@ -90,6 +90,7 @@ void TrainingRun::start(const pipelines::TrainConfig& config, bool resume) {
     request.config = config;
     request.resume = resume;
     request.stop = &stop_;
+    request.stop_now = &stop_;
     request.observer = &observer;
     try {
       const pipelines::TrainSummary summary = pipelines::train(request);

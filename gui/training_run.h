@@ -1,8 +1,11 @@
 // One training run on a worker thread: pipelines::train with an observer whose events are
 // buffered under a mutex and handed to the UI thread in batches (a 50 ms timer on the UI thread
 // drains the buffer; tile events come thousands a second, the UI repaints at most 20 times a
-// second). spdlog lines of the run reach the UI the same way. Stop = the pipeline's stop flag:
-// the current slide finishes and last.h5 is written.
+// second). spdlog lines of the run reach the UI the same way. Stop = the pipeline's stop_now
+// flag: the run ends at the engine's next tile event, and last.h5 holds the position before the
+// slide in progress (trained again on resume). The pipeline writes train.log through its own
+// sink for the run only (pipelines::RunLogFile); the sink that forwards lines here is removed
+// when the run ends too.
 #pragma once
 
 #include <QObject>
@@ -47,7 +50,7 @@ class TrainingRun : public QObject {
 
   // Returns at once; events(), then finished() or failed() follow on the UI thread.
   void start(const pipelines::TrainConfig& config, bool resume = false);
-  void stop();  // after the current slide, with a checkpoint
+  void stop();  // at the next tile, with a checkpoint of the slides finished
   bool running() const { return running_; }
   bool stopping() const { return stop_; }
 

@@ -150,6 +150,30 @@ struct SlideResult {
   double loss = 0;
 };
 
+// Thrown from the engine's tile events when TrainRequest::stop_now is set; not a tessel::Error,
+// so that no handler takes it for a slide that cannot be read.
+struct StoppedAtTile {};
+
+// The engine's events passed on to the run's observer, and the run's stop_now honoured as each
+// tile finishes: the engine unwinds from there as from a slide that fails to read. At a tile's
+// end, not its start, so that the slide stopped in has shown a finished tile.
+class StopAtTile : public core::Observer {
+ public:
+  StopAtTile(core::Observer* next, const std::atomic<bool>* stop_now)
+      : next_(next), stop_now_(stop_now) {}
+  void on_tile(const core::TileEvent& e) override {
+    if (next_ != nullptr) next_->on_tile(e);
+    if (e.done && stop_now_ != nullptr && stop_now_->load()) throw StoppedAtTile{};
+  }
+  void on_memory(const core::MemorySample& m) override {
+    if (next_ != nullptr) next_->on_memory(m);
+  }
+
+ private:
+  core::Observer* next_;
+  const std::atomic<bool>* stop_now_;
+};
+
 class Trainer {
  public:
   explicit Trainer(const TrainRequest& request)
@@ -158,7 +182,8 @@ class Trainer {
         run_dir_(config_.output),
         communicator_(request.communicator),
         rank_(communicator_ != nullptr ? communicator_->rank() : 0),
-        world_(communicator_ != nullptr ? communicator_->world_size() : 1) {}
+        world_(communicator_ != nullptr ? communicator_->world_size() : 1),
+        step_observer_(request.observer, communicator_ == nullptr ? request.stop_now : nullptr) {}
 
   ~Trainer() {
     // A rank's scratch subfolder, when empty (its scratch files are removed with each step's
@@ -229,7 +254,21 @@ class Trainer {
         summary.interrupted = true;
         break;
       }
-      EpochReport report = finish_epoch();
+      EpochReport report;
+      try {
+        report = finish_epoch();
+      } catch (const StoppedAtTile&) {
+        // finish_epoch changes nothing before its validation: last.h5 holds the epoch trained
+        // and not yet validated.
+        save_checkpoint("last.h5");
+        spdlog::warn(
+            "stopped on request in the validation of epoch {}; {} holds the position (the "
+            "validation runs again; continue with --resume {})",
+            position_.epoch + 1, (run_dir_ / "checkpoints" / "last.h5").string(),
+            run_dir_.string());
+        summary.interrupted = true;
+        break;
+      }
       report.seconds = seconds_since(epoch_start);
       summary.last_val = report.val;
       // The record of a run in progress (state "running"): what a run that dies leaves.
@@ -280,11 +319,15 @@ class Trainer {
                   " does not exist");
     }
     // Rank 0 writes the run's files; the others only their own log and slide events.
-    add_log_file(run_dir_ / (lead() ? "train.log" : fmt::format("train.rank{}.log", rank_)));
+    log_file_ = std::make_unique<RunLogFile>(
+        run_dir_ / (lead() ? "train.log" : fmt::format("train.rank{}.log", rank_)));
     events_ = std::make_unique<JsonLines>(
         run_dir_ / (lead() ? "events.jsonl" : fmt::format("events.rank{}.jsonl", rank_)));
     if (!lead()) return;
-    write_text_atomically(run_dir_ / "config.yaml", config_.to_yaml());
+    // A resumed run's config.yaml is rewritten only once last.h5 has accepted the config
+    // (resume()): a model or classes that do not fit would otherwise leave a folder that no
+    // longer resumes.
+    if (!request_.resume) write_text_atomically(run_dir_ / "config.yaml", config_.to_yaml());
     metrics_csv_ = std::make_unique<CsvLog>(run_dir_ / "metrics.csv", metrics_header());
   }
 
@@ -507,7 +550,10 @@ class Trainer {
     }
     spdlog::info("resuming {} at epoch {}, slide {} (step {})", run_dir_.string(),
                  position_.epoch + 1, position_.slide, position_.step);
-    if (lead()) complete_epoch_end();
+    if (lead()) {
+      write_text_atomically(run_dir_ / "config.yaml", config_.to_yaml());
+      complete_epoch_end();
+    }
   }
 
   // Brings the run folder to what last.h5 records, after a crash at any instant of an epoch end
@@ -669,7 +715,17 @@ class Trainer {
       lr_ = learning_rate(config_, position_.epoch,
                           static_cast<double>(batch_start) / static_cast<double>(count));
       if ((i - batch_start) % world_ == rank_) {
-        train_slide(*order[static_cast<size_t>(i)], i, count);
+        try {
+          train_slide(*order[static_cast<size_t>(i)], i, count);
+        } catch (const StoppedAtTile&) {
+          save_checkpoint("last.h5");  // position_.slide is i: this slide again on resume
+          spdlog::warn(
+              "stopped on request in slide {} of epoch {}, at a tile boundary; {} holds the "
+              "position before it (the slide is trained again; continue with --resume {})",
+              i + 1, position_.epoch + 1, (run_dir_ / "checkpoints" / "last.h5").string(),
+              run_dir_.string());
+          return false;
+        }
       }
       const bool batch_end = (i + 1) % config_.batch == 0 || i + 1 == count;
       // One process records each slide at once (a stop mid-batch saves it); several ranks once
@@ -709,7 +765,7 @@ class Trainer {
   // scratch directory.
   core::StepOptions step_options() const {
     core::StepOptions options;
-    options.observer = request_.observer;
+    options.observer = &step_observer_;
     options.scratch_dir = scratch_dir_;
     options.precision = precision_;
     return options;
@@ -776,6 +832,10 @@ class Trainer {
       peak_bytes_ = std::max(peak_bytes_, r.measured_peak_bytes);
     } catch (const RunError&) {
       throw;  // the scratch space, the device or the weights, not the slide
+    } catch (const StoppedAtTile&) {
+      auto params = graph_->module().parameters();
+      for (size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = saved_grads[k];
+      throw;
     } catch (const Error& e) {
       auto params = graph_->module().parameters();
       for (size_t k = 0; k < params.size(); ++k) params[k].mutable_grad() = saved_grads[k];
@@ -1058,6 +1118,8 @@ class Trainer {
   std::string diverged_;  // this rank's non-finite step, with several ranks (check_finite)
   Clock::time_point epoch_clock_ = Clock::now();
   Clock::time_point run_start_ = Clock::now();
+  mutable StopAtTile step_observer_;      // the engine's events, to request_.observer
+  std::unique_ptr<RunLogFile> log_file_;  // train.log, for this run only
   std::unique_ptr<CsvLog> metrics_csv_;
   std::unique_ptr<JsonLines> events_;
 };

@@ -76,6 +76,11 @@ struct TrainRequest {
   bool resume = false;
   // When set, training stops after the current slide and writes last.h5 (Ctrl-C, pre-emption).
   const std::atomic<bool>* stop = nullptr;
+  // When set, training stops as the engine's next tile finishes instead (the GUI's Stop): the slide
+  // in progress is dropped with its part of the gradient, and last.h5 holds the position before
+  // it (or, in validation, before the epoch's validation), so a resumed run trains it again
+  // exactly. One process only: with a communicator it is not read.
+  const std::atomic<bool>* stop_now = nullptr;
   TrainObserver* observer = nullptr;
   // Data-parallel training (pipelines/distributed.h, docs/distributed.md): every rank runs this
   // with the same config. Rank r trains positions r, r + N, ... of each batch, so batch b holds the

@@ -10,6 +10,7 @@
 #include <QFileInfo>
 #include <QMimeData>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTest>
 #include <QTimer>
 #include <QUrl>
@@ -316,6 +317,32 @@ class MainWindowTest : public QObject {
     QVERIFY2(window_.dataset()->message().contains(QStringLiteral("cannot be used")),
              qPrintable(window_.dataset()->message()));
     QVERIFY(window_.dataset()->message().contains(QStringLiteral("line 2")));
+  }
+
+  // Errors stay in the message bar above the viewer until dismissed or replaced by the next
+  // one, where the status bar had lost them at the next message (issue 22).
+  void errorsStayInTheMessageBarUntilDismissed() {
+    MessageBar* bar = window_.message_bar();
+    bar->dismiss();
+    QVERIFY(!bar->isVisible());
+    QSignalSpy failed(&window_, &MainWindow::slideFailed);
+    window_.open_slide(slide("unopenable.tiff"));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY(bar->isVisible());
+    QVERIFY2(bar->text().contains(QStringLiteral("unopenable.tiff")), qPrintable(bar->text()));
+    // A slide that opens afterwards replaces the status bar's text, not the error.
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("small.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(!window_.statusBar()->currentMessage().contains(QStringLiteral("unopenable")));
+    QVERIFY(bar->isVisible());
+    QVERIFY(bar->text().contains(QStringLiteral("unopenable.tiff")));
+    QSignalSpy manifest_failed(window_.dataset(), &DatasetPanel::manifestFailed);
+    window_.open_manifest(QStringLiteral("/nonexistent/other.csv"));
+    QVERIFY(manifest_failed.wait(kTimeoutMs));
+    QVERIFY2(bar->text().contains(QStringLiteral("other.csv")), qPrintable(bar->text()));
+    bar->dismiss();
+    QVERIFY(!bar->isVisible());
   }
 
  private:

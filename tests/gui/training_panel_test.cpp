@@ -2,29 +2,42 @@
 // test time, their manifest opened, model tiny at level 1 for 2 epochs, Start, tile events and an
 // epoch arrive (a screenshot of the panel mid-run goes to the build tree), Stop, and the UI shows
 // what happened: tile states, memory points, metrics, log, a checkpoint; a stopped run resumed
-// from the panel; then a heatmap of that checkpoint over a slide. Bad configs and a budget too
-// small are messages, never a crash. libvips (through glib, for tests/gui/screenshots.h) before Qt:
-// Qt defines `signals`.
+// from the panel with the run's own config; then a heatmap of that checkpoint over a slide, into
+// a folder the user chose. Bad configs and a budget too small are messages, never a crash. And
+// what keeps runs safe (issue 22): Resume's locked fields, the wheel over the dock, one log per
+// run, relative paths of a loaded config, Stop at a tile, Quit during a run. The window's
+// questions are answered by StubPrompts. libvips (through glib, for tests/gui/screenshots.h)
+// before Qt: Qt defines `signals`.
+#include <spdlog/spdlog.h>
 #include <vips/vips8>
 
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFileInfo>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSettings>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QTest>
 #include <QTimer>
+#include <QWheelEvent>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <vector>
 
 #include "gui/main_window.h"
 #include "io/sample_slides.h"
 #include "io/vips.h"
+#include "pipelines/logging.h"
 #include "pipelines/train_config.h"
 #include "tests/gui/screenshots.h"
 #include "tests/gui/stall_meter.h"
+#include "tests/gui/stub_prompts.h"
 #include "tests/io/temp_folder.h"
 
 namespace tessel::gui {
@@ -33,6 +46,36 @@ namespace {
 
 constexpr int kTimeoutMs = 120000;
 
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> lines_of(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+int count_containing(const std::vector<std::string>& lines, const std::string& text) {
+  int n = 0;
+  for (const std::string& line : lines) n += line.find(text) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+size_t spdlog_sink_count() { return spdlog::default_logger()->sinks().size(); }
+
+// A wheel notch (down: scrolls the panel down) over `widget`'s centre, as the mouse sends it.
+void wheel_down(QWidget* widget) {
+  const QPointF local = QPointF(widget->rect().center());
+  QWheelEvent event(local, widget->mapToGlobal(local), QPoint(), QPoint(0, -120), Qt::NoButton,
+                    Qt::NoModifier, Qt::NoScrollPhase, false);
+  QApplication::sendEvent(widget, &event);
+}
+
 }  // namespace
 
 class TrainingPanelTest : public QObject {
@@ -40,6 +83,12 @@ class TrainingPanelTest : public QObject {
 
  private slots:
   void initTestCase() {
+    // The heatmap folder is remembered in QSettings: a test's own, never the user's.
+    QStandardPaths::setTestModeEnabled(true);
+    QCoreApplication::setOrganizationName(QStringLiteral("TesselTest"));
+    QCoreApplication::setApplicationName(QStringLiteral("TrainingPanelTest"));
+    QSettings().remove(QLatin1String(MainWindow::kHeatmapFolderKey));
+    window_.set_prompts(&prompts_);
     io::start_vips();
     io::SampleDataOptions options;
     options.slides = 4;
@@ -47,6 +96,9 @@ class TrainingPanelTest : public QObject {
     options.seed = 5;
     slides_ = io::write_sample_data(data_.path() / "slides", options);
     manifest_ = QString::fromStdString((data_.path() / "slides" / "manifest.csv").string());
+    options.size = 1024;
+    io::write_sample_data(data_.path() / "big", options);
+    big_manifest_ = QString::fromStdString((data_.path() / "big" / "manifest.csv").string());
     window_.resize(1400, 900);
     window_.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window_));
@@ -159,12 +211,15 @@ class TrainingPanelTest : public QObject {
       most_states = std::max(most_states, t.tiles());
       most_done = std::max(most_done, t.count(TileState::kDone));
       // Stop as soon as an epoch is shown: on these tiny slides an epoch takes a fraction of a
-      // second, and a click after the test's own polling could come after the run ended.
-      if (panel->metrics().epochs() >= 1) panel->stop();
+      // second, and a click after the test's own polling could come after the run ended. Not
+      // before finished tiles were seen: Stop ends the run at the next tile, and a run stopped
+      // early in a slide never shows one of its tiles finished.
+      if (panel->metrics().epochs() >= 1 && most_done > 0) panel->stop();
     });
     QTRY_VERIFY_WITH_TIMEOUT(panel->tile_events() > 0, kTimeoutMs);
     QTRY_VERIFY_WITH_TIMEOUT(panel->metrics().epochs() >= 1 || !panel->running(), kTimeoutMs);
     QVERIFY2(panel->metrics().epochs() >= 1, qPrintable(panel->message()));
+    QTRY_VERIFY_WITH_TIMEOUT(most_done > 0 || !panel->running(), kTimeoutMs);
     panel->stop();
     QVERIFY(!panel->stop_button()->isEnabled() || !panel->running());
     if (finished.isEmpty()) QVERIFY(finished.wait(kTimeoutMs));
@@ -173,7 +228,7 @@ class TrainingPanelTest : public QObject {
     QVERIFY(panel->start_button()->isEnabled());
 
     QVERIFY(panel->summary().has_value());
-    // Stopped after the current slide of epoch 2 (or, on a fast machine, the run was done first).
+    // Stopped in epoch 2 (or, on a fast machine, the run was done first).
     QVERIFY(panel->summary()->interrupted || panel->summary()->epochs_done == 2);
     qInfo("stop: %s after %lld epoch(s)",
           panel->summary()->interrupted ? "interrupted" : "finished",
@@ -202,9 +257,10 @@ class TrainingPanelTest : public QObject {
     }
   }
 
-  // A long run stopped on its first tiles: it ends after the current slide, interrupted, with a
-  // checkpoint to resume from.
-  void stopEndsTheRunAfterTheCurrentSlideWithACheckpoint() {
+  // A long run stopped on its first tiles: it ends at the next tile, interrupted, with a
+  // checkpoint to resume from (the slides are small: see stopEndsTheRunAtTheNextTile... for a
+  // slide that is stopped in).
+  void stopEndsTheRunWithACheckpoint() {
     TrainingPanel* panel = window_.training();
     panel->epochs_edit()->setValue(200);
     const auto run = runs_.path() / "stopped";
@@ -214,7 +270,8 @@ class TrainingPanelTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(panel->tile_events() > 0, kTimeoutMs);
     panel->stop();
     QVERIFY(!panel->stop_button()->isEnabled());
-    QVERIFY(panel->message().startsWith(QStringLiteral("Stopping")));
+    QVERIFY2(panel->message().startsWith(QStringLiteral("Stopping at the next tile")),
+             qPrintable(panel->message()));
     QVERIFY(finished.wait(kTimeoutMs));
     QVERIFY(panel->summary()->interrupted);
     QVERIFY(panel->summary()->epochs_done < 200);
@@ -251,8 +308,14 @@ class TrainingPanelTest : public QObject {
 
     panel->resume_box()->setChecked(true);
     panel->epochs_edit()->setValue(static_cast<int>(done) + 2);
+    // The run's config.yaml said 200 epochs: Resume asks before it writes the change.
+    prompts_.answer = true;
+    prompts_.questions.clear();
     QSignalSpy finished(panel, &TrainingPanel::runFinished);
     QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QCOMPARE(prompts_.questions.size(), 1);
+    QVERIFY2(prompts_.questions.front().contains(QStringLiteral("epochs: 200 → %1").arg(done + 2)),
+             qPrintable(prompts_.questions.front()));
     QVERIFY(panel->message().startsWith(QStringLiteral("Resuming")));
     QVERIFY(!panel->resume_box()->isEnabled());
     QVERIFY(finished.wait(kTimeoutMs));
@@ -267,9 +330,285 @@ class TrainingPanelTest : public QObject {
                  log.contains(QStringLiteral(" at epoch %1,").arg(done + 1)),
              qPrintable(log.left(2000)));
     QVERIFY(panel->resume_box()->isEnabled());  // the folder still holds a run to go on with
+    // The change accepted is the run's config now, and the form no longer differs from it.
+    QCOMPARE(pipelines::load_train_config(run / "config.yaml").epochs, done + 2);
+    QCOMPARE(panel->run_config()->epochs, done + 2);
+    QVERIFY(panel->resume_changes().isEmpty());
     qInfo("resumed after %lld epoch(s) to %lld", static_cast<long long>(done),
           static_cast<long long>(panel->summary()->epochs_done));
     panel->epochs_edit()->setValue(2);
+  }
+
+  // Resume continues the run's config.yaml: the fields a checkpoint depends on show the run's
+  // values and are locked (a wheel had turned tiny into resnet18 and Resume failed with 99
+  // missing weights; a changed mpp had resumed at another resolution); the others, where they
+  // differ, are listed and asked about before anything is written; unchecked, the form is as it
+  // was.
+  void resumeLocksTheFieldsTheCheckpointDependsOnToTheRunsConfig() {
+    TrainingPanel* panel = window_.training();
+    const auto run = runs_.path() / "stopped";
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "elsewhere").string()));
+    QVERIFY(!panel->resuming());
+    panel->model_edit()->setCurrentText(QStringLiteral("vgg-mini"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("mpp"));
+    panel->resolution_value()->setValue(5);
+    panel->batch_edit()->setValue(3);
+
+    panel->output_edit()->setText(QString::fromStdString(run.string()));
+    QVERIFY(panel->resuming());
+    QVERIFY(panel->run_config().has_value());
+    for (QWidget* locked : std::initializer_list<QWidget*>{
+             panel->manifest_edit(), panel->model_edit(), panel->norm_edit(),
+             panel->resolution_kind(), panel->resolution_value(), panel->batch_edit()}) {
+      QVERIFY2(!locked->isEnabled(), locked->metaObject()->className());
+    }
+    QVERIFY(panel->epochs_edit()->isEnabled());
+    QCOMPARE(panel->model_edit()->currentText(), QStringLiteral("tiny"));
+    QCOMPARE(panel->resolution_kind()->currentText(), QStringLiteral("level"));
+    QCOMPARE(panel->resolution_value()->value(), 1.0);
+    QCOMPARE(panel->batch_edit()->value(), 1);
+    // Whatever reaches the locked fields (a wheel, a script), the run's values are used.
+    panel->model_edit()->setCurrentText(QStringLiteral("resnet18"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("mpp"));
+    panel->resolution_value()->setValue(5);
+    auto c = panel->config();
+    QVERIFY2(c.has_value(), qPrintable(panel->message()));
+    QCOMPARE(c->model, std::string("tiny"));
+    QCOMPARE(c->level.value_or(-1), 1);
+    QVERIFY(!c->mpp.has_value());
+    QCOMPARE(c->output, run);
+
+    // A changed field is shown, and declining it writes nothing.
+    const std::string yaml = read_file(run / "config.yaml");
+    const int64_t epochs = panel->run_config()->epochs;
+    panel->epochs_edit()->setValue(static_cast<int>(epochs) + 3);
+    QCOMPARE(panel->resume_changes(),
+             QStringList{QStringLiteral("epochs: %1 → %2").arg(epochs).arg(epochs + 3)});
+    QVERIFY(panel->resume_note()->isVisible());
+    QVERIFY2(panel->resume_note()->text().contains(QStringLiteral("epochs")),
+             qPrintable(panel->resume_note()->text()));
+    prompts_.answer = false;
+    prompts_.questions.clear();
+    QVERIFY(!panel->start());
+    QCOMPARE(prompts_.questions.size(), 1);
+    QVERIFY(!panel->running());
+    QVERIFY2(panel->message().startsWith(QStringLiteral("Not resumed")),
+             qPrintable(panel->message()));
+    QCOMPARE(read_file(run / "config.yaml"), yaml);
+
+    // Unchecked: the locked fields as they were before, editable; checked: the run's again.
+    panel->resume_box()->setChecked(false);
+    QVERIFY(panel->model_edit()->isEnabled());
+    QCOMPARE(panel->model_edit()->currentText(), QStringLiteral("vgg-mini"));
+    QCOMPARE(panel->resolution_kind()->currentText(), QStringLiteral("mpp"));
+    QCOMPARE(panel->resolution_value()->value(), 5.0);
+    QCOMPARE(panel->batch_edit()->value(), 3);
+    QCOMPARE(QString::fromStdString(panel->config()->model), QStringLiteral("vgg-mini"));
+    panel->resume_box()->setChecked(true);
+    QCOMPARE(panel->model_edit()->currentText(), QStringLiteral("tiny"));
+
+    // As the run was: nothing to ask, and it resumes (its epochs are done: it ends at once).
+    panel->epochs_edit()->setValue(static_cast<int>(epochs));
+    QVERIFY(panel->resume_changes().isEmpty());
+    QVERIFY(!panel->resume_note()->text().contains(QStringLiteral("differs")));
+    prompts_.questions.clear();
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY(prompts_.questions.isEmpty());
+    const pipelines::TrainConfig after = pipelines::load_train_config(run / "config.yaml");
+    QCOMPARE(after.model, std::string("tiny"));
+    QCOMPARE(after.level.value_or(-1), 1);
+    prompts_.answer = true;
+  }
+
+  // A resume that last.h5 refuses (a model whose weights it does not hold, asked for from
+  // outside the panel) fails and leaves config.yaml as it was: the folder still resumes.
+  void aResumeTheCheckpointRefusesLeavesTheRunsConfigYamlAsItWas() {
+    const auto run = runs_.path() / "stopped";
+    const std::string yaml = read_file(run / "config.yaml");
+    pipelines::TrainConfig c = pipelines::load_train_config(run / "config.yaml");
+    c.model = "resnet18";
+    TrainingRun training;
+    QSignalSpy failed(&training, &TrainingRun::failed);
+    training.start(c, /*resume=*/true);
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(failed.front().front().toString().contains(QStringLiteral("cannot resume")),
+             qPrintable(failed.front().front().toString()));
+    QCOMPARE(read_file(run / "config.yaml"), yaml);
+  }
+
+  // The wheel over the Training dock scrolls it; a combo box or spin box under the cursor
+  // changes only when it has focus.
+  void theWheelScrollsTheTrainingDockAndLeavesUnfocusedFieldsAlone() {
+    TrainingPanel* panel = window_.training();
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "wheel").string()));
+    auto* dock = window_.findChild<QDockWidget*>(QStringLiteral("training"));
+    QVERIFY(dock != nullptr);
+    dock->raise();
+    window_.resizeDocks({dock}, {160}, Qt::Vertical);  // short: the panel scrolls
+    auto* scroll = qobject_cast<QScrollArea*>(dock->widget());
+    QVERIFY(scroll != nullptr);
+    QTRY_VERIFY(scroll->verticalScrollBar()->maximum() > 0);
+    scroll->verticalScrollBar()->setValue(0);
+    window_.activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(&window_));
+    panel->start_button()->setFocus();  // not a field the wheel passes over
+
+    const QString model = panel->model_edit()->currentText();
+    const int epochs = panel->epochs_edit()->value();
+    const double resolution = panel->resolution_value()->value();
+    wheel_down(panel->model_edit());
+    wheel_down(panel->epochs_edit());
+    wheel_down(panel->resolution_value());
+    QCOMPARE(panel->model_edit()->currentText(), model);
+    QCOMPARE(panel->epochs_edit()->value(), epochs);
+    QCOMPARE(panel->resolution_value()->value(), resolution);
+    QVERIFY(scroll->verticalScrollBar()->value() > 0);
+    QCOMPARE(panel->model_edit()->focusPolicy(), Qt::StrongFocus);
+
+    // Focused, the field takes the wheel as before.
+    panel->epochs_edit()->setFocus();
+    QTRY_VERIFY(panel->epochs_edit()->hasFocus());
+    wheel_down(panel->epochs_edit());
+    QCOMPARE(panel->epochs_edit()->value(), std::max(1, epochs - 1));
+    panel->epochs_edit()->setValue(epochs);
+    window_.resizeDocks({dock}, {250}, Qt::Vertical);
+  }
+
+  // Runs one after another in one window each log to their own train.log, each line once: the
+  // run's file sink goes with the run (five runs had left one train.log with lines repeated five
+  // times and lines of other runs).
+  void eachRunLogsItsLinesOnceToItsOwnTrainLog() {
+    TrainingPanel* panel = window_.training();
+    const auto first = runs_.path() / "log1", second = runs_.path() / "log2";
+    panel->output_edit()->setText(QString::fromStdString(first.string()));
+    panel->set_manifest(manifest_);
+    panel->model_edit()->setCurrentText(QStringLiteral("tiny"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("level"));
+    panel->resolution_value()->setValue(1);
+    panel->budget_edit()->setText(QStringLiteral("64MiB"));
+    panel->epochs_edit()->setValue(1);
+    const int sinks = static_cast<int>(spdlog_sink_count());
+    const auto run = [&](const std::filesystem::path& folder, int epochs) {
+      panel->output_edit()->setText(QString::fromStdString(folder.string()));
+      panel->epochs_edit()->setValue(epochs);
+      QSignalSpy finished(panel, &TrainingPanel::runFinished);
+      QVERIFY2(panel->start(), qPrintable(panel->message()));
+      QVERIFY2(finished.wait(kTimeoutMs), qPrintable(panel->message()));
+      QCOMPARE(pipelines::run_log_files(), 0);
+    };
+    run(first, 1);
+    run(second, 1);
+    run(first, 2);  // resumed in the same folder
+    QCOMPARE(static_cast<int>(spdlog_sink_count()), sinks);
+    const std::vector<std::string> first_log = lines_of(first / "train.log");
+    const std::vector<std::string> second_log = lines_of(second / "train.log");
+    // One start and one resume in the first folder, one start in the second.
+    QCOMPARE(count_containing(first_log, "classes: "), 2);
+    QCOMPARE(count_containing(first_log, "resuming "), 1);
+    QCOMPARE(count_containing(second_log, "classes: "), 1);
+    for (const auto* log : {&first_log, &second_log}) {
+      std::set<std::string> unique(log->begin(), log->end());
+      QCOMPARE(unique.size(), log->size());
+    }
+    qInfo("train.log lines: %zu (two runs), %zu (one)", first_log.size(), second_log.size());
+  }
+
+  // A config's relative paths are its folder's, wherever the app was started: the manifest
+  // beside the file, or above it as sample_data/demo.yaml names sample_data/manifest.csv; the
+  // output folder beside the file.
+  void relativePathsOfALoadedConfigAreTakenAgainstItsFolder() {
+    TrainingPanel* panel = window_.training();
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "elsewhere").string()));
+    const auto configs = data_.path() / "configs";
+    std::filesystem::create_directories(configs);
+    std::ofstream(configs / "beside.yaml")
+        << "manifest: ../slides/manifest.csv\nmodel: tiny\nlevel: 1\nepochs: 1\nbudget: 64MiB\n"
+           "output: ../relative-run\n";
+    // As sample_data/demo.yaml: the manifest named from the folder above the file's.
+    std::ofstream(configs / "demo.yaml")
+        << "manifest: slides/manifest.csv\nmodel: tiny\noutput: runs/demo\n";
+    const auto manifest = (data_.path() / "slides" / "manifest.csv").lexically_normal();
+    QVERIFY(std::filesystem::current_path() != data_.path());
+    for (const char* file : {"beside.yaml", "demo.yaml"}) {
+      QVERIFY2(panel->load_config(QString::fromStdString((configs / file).string())),
+               qPrintable(panel->message()));
+      QCOMPARE(panel->manifest_edit()->text(), QString::fromStdString(manifest.string()));
+    }
+    QCOMPARE(panel->output_edit()->text(),
+             QString::fromStdString((configs / "runs" / "demo").string()));
+    // And Start trains from there.
+    QVERIFY(panel->load_config(QString::fromStdString((configs / "beside.yaml").string())));
+    QCOMPARE(panel->output_edit()->text(),
+             QString::fromStdString((data_.path() / "relative-run").string()));
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY2(finished.wait(kTimeoutMs), qPrintable(panel->message()));
+    QVERIFY(std::filesystem::exists(data_.path() / "relative-run" / "checkpoints" / "last.h5"));
+  }
+
+  // A failed run is an error in the window's message bar, not only in the status bar.
+  void aFailedRunIsAnErrorInTheMessageBar() {
+    TrainingPanel* panel = window_.training();
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "failing").string()));
+    panel->set_manifest(QString::fromStdString((data_.path() / "missing.csv").string()));
+    window_.message_bar()->dismiss();
+    QSignalSpy failed(panel, &TrainingPanel::runFailed);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY(window_.message_bar()->isVisible());
+    QVERIFY2(window_.message_bar()->text().contains(QStringLiteral("missing.csv")),
+             qPrintable(window_.message_bar()->text()));
+    panel->set_manifest(manifest_);
+  }
+
+  // Stop during a slide ends the run at the next tile, not at the slide's end: no slide finishes
+  // after it, and last.h5 holds the position before that slide, which Resume trains again.
+  void stopEndsTheRunAtTheNextTileWithinTheSlide() {
+    TrainingPanel* panel = window_.training();
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "tile-stop").string()));
+    panel->set_manifest(big_manifest_);
+    panel->model_edit()->setCurrentText(QStringLiteral("tiny"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("level"));
+    panel->resolution_value()->setValue(0);
+    panel->budget_edit()->setText(QStringLiteral("8MiB"));  // tiled: many tiles per slide
+    panel->epochs_edit()->setValue(2);
+    int done_at_stop = -1;
+    QElapsedTimer since_stop;
+    const auto watch = QObject::connect(panel, &TrainingPanel::batchApplied, panel, [&] {
+      // In a slide: its tiles have started and it has not finished.
+      if (done_at_stop < 0 && panel->tile_events() > 0 && panel->tiles().tiles() > 0 &&
+          panel->tiles().count(TileState::kDone) > 0) {
+        done_at_stop = panel->slides_done();
+        since_stop.start();
+        panel->stop();
+      }
+    });
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY2(finished.wait(kTimeoutMs), qPrintable(panel->message()));
+    QObject::disconnect(watch);
+    QVERIFY(done_at_stop >= 0);
+    qInfo("stopped %lld ms after Stop, %d slide(s) done",
+          static_cast<long long>(since_stop.elapsed()), done_at_stop);
+    QVERIFY(panel->summary()->interrupted);
+    QCOMPARE(panel->slides_done(), done_at_stop);
+    const QString log = panel->log()->toPlainText();
+    QVERIFY2(log.contains(QStringLiteral("at a tile boundary")), qPrintable(log.right(2000)));
+    QVERIFY(std::filesystem::exists(runs_.path() / "tile-stop" / "checkpoints" / "last.h5"));
+
+    // Resumed, the slide stopped in is trained from its start.
+    QVERIFY(panel->resuming());
+    panel->epochs_edit()->setValue(1);
+    QSignalSpy resumed(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY2(resumed.wait(kTimeoutMs), qPrintable(panel->message()));
+    QVERIFY2(panel->log()->toPlainText().contains(
+                 QStringLiteral("at epoch 1, slide %1 ").arg(done_at_stop)),
+             qPrintable(panel->log()->toPlainText().left(2000)));
+    QCOMPARE(panel->summary()->epochs_done, int64_t{1});
+    panel->set_manifest(manifest_);
   }
 
   // For the docs: level 0 (512²) in 8 MiB, so the planner tiles each slide and the grid shows;
@@ -279,7 +618,9 @@ class TrainingPanelTest : public QObject {
     auto* dock = window_.findChild<QDockWidget*>(QStringLiteral("training"));
     QVERIFY(dock != nullptr);
     window_.resizeDocks({dock}, {560}, Qt::Vertical);
-    // The whole form, so this test also runs alone (the Xvfb screenshots run it and the next).
+    // The whole form, so this test also runs alone (the Xvfb screenshots run it and the next);
+    // the output folder first, as a folder that holds a run would lock the fields.
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "docs").string()));
     panel->set_manifest(manifest_);
     panel->model_edit()->setCurrentText(QStringLiteral("tiny"));
     panel->resolution_kind()->setCurrentText(QStringLiteral("level"));
@@ -287,7 +628,6 @@ class TrainingPanelTest : public QObject {
     panel->resolution_value()->setValue(0);
     panel->epochs_edit()->setValue(3);
     panel->budget_edit()->setText(QStringLiteral("8MiB"));
-    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "docs").string()));
     bool grabbed = false;
     const auto watch = QObject::connect(panel, &TrainingPanel::batchApplied, panel, [&] {
       const TileStateModel& t = panel->tiles();
@@ -309,9 +649,22 @@ class TrainingPanelTest : public QObject {
     window_.open_slide(
         QString::fromStdString((data_.path() / "slides" / slides_.front().file).string()));
     QVERIFY(opened.wait(kTimeoutMs));
+    // Into the folder the user chose, never the checkpoint's run folder unasked.
+    const QString checkpoint = window_.training()->checkpoint_edit()->text();
+    const auto run_heatmaps =
+        std::filesystem::path(checkpoint.toStdString()).parent_path().parent_path() / "heatmaps";
+    const auto chosen = runs_.path() / "chosen-heatmaps";
+    std::filesystem::create_directories(chosen);
+    prompts_.folder_answer = QString::fromStdString(chosen.string());
+    prompts_.folder_starts.clear();
     QSignalSpy shown(&window_, &MainWindow::heatmapShown);
-    window_.show_heatmap(window_.training()->checkpoint_edit()->text());
+    QVERIFY(window_.request_heatmap(checkpoint));
     QVERIFY2(shown.wait(kTimeoutMs), qPrintable(window_.last_error()));
+    const std::string stem = std::filesystem::path(slides_.front().file).stem().string();
+    QVERIFY(std::filesystem::exists(chosen / (stem + ".heatmap.png")));
+    QVERIFY(!std::filesystem::exists(run_heatmaps));
+    QCOMPARE(QSettings().value(QLatin1String(MainWindow::kHeatmapFolderKey)).toString(),
+             prompts_.folder_answer);
     QVERIFY(window_.slide_view()->has_heatmap());
     window_.training()->opacity_slider()->setValue(30);
     QCOMPARE(window_.slide_view()->heatmap_opacity(), 0.3);
@@ -320,18 +673,69 @@ class TrainingPanelTest : public QObject {
     save_screenshot(&window_, QStringLiteral("viewer-heatmap"));
   }
 
+  // The next heatmap asks in the folder chosen last, and asks before it replaces one there;
+  // declined, nothing is computed or written.
+  void aHeatmapAsksBeforeReplacingOneInTheFolder() {
+    const auto chosen = runs_.path() / "chosen-heatmaps";
+    const std::string stem = std::filesystem::path(slides_.front().file).stem().string();
+    const auto png = chosen / (stem + ".heatmap.png");
+    QVERIFY(std::filesystem::exists(png));
+    const auto written = std::filesystem::last_write_time(png);
+    prompts_.folder_starts.clear();
+    prompts_.questions.clear();
+    prompts_.answer = false;
+    QVERIFY(!window_.request_heatmap(window_.training()->checkpoint_edit()->text()));
+    QCOMPARE(prompts_.folder_starts, QStringList{QString::fromStdString(chosen.string())});
+    QCOMPARE(prompts_.questions.size(), 1);
+    QVERIFY2(prompts_.questions.front().contains(QString::fromStdString(stem + ".heatmap.png")),
+             qPrintable(prompts_.questions.front()));
+    QVERIFY(!window_.computing_heatmap());
+    QCOMPARE(std::filesystem::last_write_time(png), written);
+    prompts_.answer = true;
+  }
+
   void aHeatmapOfAMissingCheckpointIsAMessage() {
     QSignalSpy failed(&window_, &MainWindow::heatmapFailed);
-    window_.show_heatmap(QStringLiteral("/nonexistent/best.h5"));
+    window_.show_heatmap(QStringLiteral("/nonexistent/best.h5"),
+                         QString::fromStdString((runs_.path() / "chosen-heatmaps").string()));
     QVERIFY(failed.wait(kTimeoutMs));
     QVERIFY2(window_.last_error().contains(QStringLiteral("best.h5")),
              qPrintable(window_.last_error()));
+  }
+
+  // Quit during a run asks; no keeps the window and the run; yes stops the run at the next tile
+  // and closes the window once its checkpoint is written (Ctrl+Q had hidden the window and
+  // trained on invisibly).
+  void quitDuringARunAsksAndStopsTheRunFirst() {
+    TrainingPanel* panel = window_.training();
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "quit").string()));
+    panel->set_manifest(big_manifest_);
+    panel->epochs_edit()->setValue(200);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QTRY_VERIFY_WITH_TIMEOUT(panel->tile_events() > 0, kTimeoutMs);
+    prompts_.questions.clear();
+    prompts_.answer = false;
+    window_.quit_action()->trigger();
+    QCOMPARE(prompts_.questions.size(), 1);
+    QVERIFY(window_.isVisible());
+    QVERIFY(panel->running());
+    prompts_.answer = true;
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    window_.quit_action()->trigger();
+    QCOMPARE(prompts_.questions.size(), 2);
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY(panel->summary()->interrupted);
+    QTRY_VERIFY(!window_.isVisible());
+    QVERIFY(std::filesystem::exists(runs_.path() / "quit" / "checkpoints" / "last.h5"));
+    window_.show();
   }
 
  private:
   test::TempFolder data_, runs_;
   std::vector<io::SampleSlide> slides_;
   QString manifest_;
+  QString big_manifest_;  // slides that take a while each: a Stop lands inside one
+  StubPrompts prompts_;
   MainWindow window_;
 };
 

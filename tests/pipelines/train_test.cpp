@@ -196,6 +196,74 @@ TEST_F(TrainTest, StoppingMidBatchAndResumingIsExactWithAugmentationOn) {
   expect_identical(weights(runs_.path() / "whole"), weights(runs_.path() / "split"));
 }
 
+// Sets the stop flag at the first tile of the `slide`-th slide (1-based) started in `phase`.
+class StopInSlide : public TrainObserver {
+ public:
+  StopInSlide(std::atomic<bool>& stop, std::string phase, int slide)
+      : stop_(stop), phase_(std::move(phase)), slide_(slide) {}
+  void on_slide(const SlideProgress& s) override {
+    if (!s.done && s.phase == phase_ && ++started_ == slide_) armed_ = true;
+    if (s.done && armed_) finished_in_stopped_slide = true;
+  }
+  void on_tile(const core::TileEvent&) override {
+    if (armed_) stop_ = true;
+  }
+  bool finished_in_stopped_slide = false;
+
+ private:
+  std::atomic<bool>& stop_;
+  std::string phase_;
+  int slide_;
+  int started_ = 0;
+  bool armed_ = false;
+};
+
+// The GUI's Stop (stop_now): the run ends as the next tile finishes, in a slide (its part of the
+// batch's gradient dropped) or in validation, and each resume trains or validates from the
+// position before it, ending with the weights of an uninterrupted run.
+TEST_F(TrainTest, StoppingAtATileInASlideOrInValidationAndResumingIsExact) {
+  const auto configure = [&](const std::string& run) {
+    TrainConfig c = config(run);
+    c.batch = 3;
+    c.optimizer = "sgd";
+    c.flips = true;
+    return c;
+  };
+  train(TrainRequest{configure("whole")});
+
+  std::atomic<bool> stop{false};
+  StopInSlide in_slide(stop, "train", 2);  // mid-batch: slide 1's gradient is kept, 2's dropped
+  TrainRequest first{configure("split")};
+  first.stop_now = &stop;
+  first.observer = &in_slide;
+  TrainSummary s = train(first);
+  EXPECT_TRUE(s.interrupted);
+  EXPECT_FALSE(in_slide.finished_in_stopped_slide);
+  EXPECT_EQ(s.steps, 0);
+  const nlohmann::json position = nlohmann::json::parse(
+      io::read_checkpoint(runs_.path() / "split" / "checkpoints" / "last.h5").run_state);
+  EXPECT_EQ(position.at("slide"), 1) << position.dump();  // before the slide stopped in
+
+  stop = false;
+  StopInSlide in_validation(stop, "val", 1);
+  TrainRequest second{configure("split")};
+  second.resume = true;
+  second.stop_now = &stop;
+  second.observer = &in_validation;
+  s = train(second);
+  EXPECT_TRUE(s.interrupted);
+  EXPECT_FALSE(in_validation.finished_in_stopped_slide);
+  EXPECT_EQ(s.epochs_done, 0);
+  EXPECT_EQ(lines(runs_.path() / "split" / "metrics.csv"), 1);  // the header: no epoch ended
+
+  TrainRequest rest{configure("split")};
+  rest.resume = true;
+  s = train(rest);
+  EXPECT_EQ(s.epochs_done, 2);
+  expect_identical(weights(runs_.path() / "whole"), weights(runs_.path() / "split"));
+  EXPECT_EQ(lines(runs_.path() / "split" / "metrics.csv"), 3);
+}
+
 TEST_F(TrainTest, TiledTrainingEndsWhereUntiledTrainingEnds) {
   const auto configure = [&](const std::string& run, const std::string& strategy) {
     TrainConfig c = config(run);

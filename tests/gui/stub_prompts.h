@@ -1,0 +1,29 @@
+// The window's questions answered as a test says, and recorded: no modal dialog waits for a
+// click that never comes.
+#pragma once
+
+#include <QString>
+#include <QStringList>
+
+#include "gui/prompts.h"
+
+namespace tessel::gui {
+
+class StubPrompts : public Prompts {
+ public:
+  bool confirm(QWidget*, const QString& title, const QString& question) override {
+    questions << title + QStringLiteral(": ") + question;
+    return answer;
+  }
+  QString folder(QWidget*, const QString&, const QString& start) override {
+    folder_starts << start;
+    return folder_answer;
+  }
+
+  bool answer = true;     // to every confirm()
+  QString folder_answer;  // empty: cancelled
+  QStringList questions;  // "title: question", in order
+  QStringList folder_starts;
+};
+
+}  // namespace tessel::gui
