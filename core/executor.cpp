@@ -97,6 +97,8 @@ class TiledStep {
       o.scratch_dir = options.scratch_dir;
       o.bypass_page_cache = options.bypass_page_cache;
       o.window_bytes = plan.window_bytes > 0 ? plan.window_bytes : o.window_bytes;
+      if (training)
+        TileStore::check_free_space(o.scratch_dir, stored_bytes(graph, plan, Tier::kDisk));
       store_ = std::make_unique<TileStore>(o);
     }
   }
@@ -1186,6 +1188,8 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.backward_tiles = step.backward_tiles;
     const TileStoreStats st = step.store_stats();
     result.offload_written_bytes = st.written_bytes;
+    result.offload_disk_peak_bytes = st.disk_peak_bytes;
+    result.offload_scratch_bytes = st.scratch_file_bytes;
     result.offload_read_bytes = st.read_bytes;
     result.offload_wait_ms = st.wait_ms;
     result.offload_write_ms = st.write_ms;

@@ -48,6 +48,8 @@ struct StepResult {
   // thread spent moving them, and the time the step waited for them (transfers not hidden
   // behind compute).
   int64_t offload_written_bytes = 0, offload_read_bytes = 0;
+  // The most bytes held on disk at once (stored_bytes bounds it), and the scratch file's size.
+  int64_t offload_disk_peak_bytes = 0, offload_scratch_bytes = 0;
   double offload_write_ms = 0, offload_read_ms = 0, offload_wait_ms = 0;
 };
 

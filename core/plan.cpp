@@ -404,6 +404,83 @@ std::string barrier_note(const Graph& graph, const Segment& s) {
 }
 }  // namespace
 
+namespace {
+
+// The leaves (the segment's input and inner checkpoints, `is_leaf`) that the sub-segment
+// computing `target` reads: its inputs, followed back until they reach one.
+std::vector<NodeId> leaves_read(const Graph& graph, NodeId target, const std::vector<char>& is_leaf,
+                                NodeId input) {
+  std::vector<NodeId> found, stack(graph.node(target).inputs);
+  std::vector<char> seen(static_cast<size_t>(target) + 1, 0);
+  while (!stack.empty()) {
+    const NodeId v = stack.back();
+    stack.pop_back();
+    if (v < input || seen[static_cast<size_t>(v)]) continue;
+    seen[static_cast<size_t>(v)] = 1;
+    if (is_leaf[static_cast<size_t>(v)]) {
+      found.push_back(v);
+      continue;
+    }
+    for (NodeId p : graph.node(v).inputs) stack.push_back(p);
+  }
+  return found;
+}
+
+}  // namespace
+
+int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier) {
+  auto bytes = [&](NodeId v) {
+    const Shape& s = plan.shapes[static_cast<size_t>(v)];
+    return s.channels * s.height * s.width * plan.element_bytes;
+  };
+  auto stored_inner = [&](const Segment& s) {
+    return s.inner_checkpoints && s.inner_tier == tier ? inner_checkpoints(graph, s.input, s.output)
+                                                       : std::vector<NodeId>{};
+  };
+  // Held at the end of the forward: the offloaded checkpoints and inner checkpoints.
+  int64_t held = 0;
+  for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (s.tier == tier) held += bytes(s.output) - s.resident_bytes;
+  }
+  for (const Segment& s : plan.segments) {
+    for (NodeId v : stored_inner(s)) held += bytes(v);
+  }
+  // Each segment's backward: its sub-segments run latest first; while the one computing `v`
+  // runs, the inner checkpoints up to `v` still hold their values, and those that `v` or a
+  // later sub-segment reads hold gradients (each goes when its own sub-segment has run); the
+  // input's and output's gradients are held throughout.
+  int64_t most = held;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    const bool out_stored = s.tier == tier && s.reduction < 0 && i + 1 < plan.segments.size();
+    const bool in_stored = i > 0 && plan.segments[i - 1].tier == tier;
+    const int64_t io = (out_stored ? bytes(s.output) : 0) + (in_stored ? bytes(s.input) : 0);
+    const std::vector<NodeId> inner = stored_inner(s);
+    int64_t values = 0;
+    for (NodeId v : inner) values += bytes(v);
+    std::vector<char> is_leaf(static_cast<size_t>(s.output) + 1, 0), has_grad(is_leaf);
+    is_leaf[static_cast<size_t>(s.input)] = 1;
+    for (NodeId v : inner) is_leaf[static_cast<size_t>(v)] = 1;
+    int64_t left = values, grads = 0;  // values still held, gradients held
+    auto run = [&](NodeId target) {
+      for (NodeId u : leaves_read(graph, target, is_leaf, s.input)) {
+        if (u == s.input || has_grad[static_cast<size_t>(u)]) continue;
+        has_grad[static_cast<size_t>(u)] = 1;
+        grads += bytes(u);
+      }
+      most = std::max(most, held - values + left + grads + io);
+    };
+    run(s.output);
+    for (auto it = inner.rbegin(); it != inner.rend(); ++it) {
+      run(*it);
+      left -= bytes(*it);
+      if (has_grad[static_cast<size_t>(*it)]) grads -= bytes(*it);
+    }
+  }
+  return most;
+}
+
 std::string to_string(const Plan& plan, const Graph& graph) {
   std::ostringstream os;
   os << "plan: strategy " << to_string(plan.strategy) << ", input " << to_string(plan.input);
@@ -470,7 +547,10 @@ std::string to_string(const Plan& plan, const Graph& graph) {
   if (plan.offloads()) {
     os << "offload: checkpoints beyond the budget move out and back, "
        << format_bytes(plan.window_bytes) << " window ahead of use, "
-       << format_bytes(plan.moved_bytes()) << " moved per step\n";
+       << format_bytes(plan.moved_bytes()) << " moved per step";
+    const int64_t on_disk = stored_bytes(graph, plan, Tier::kDisk);
+    if (on_disk > 0) os << ", at most " << format_bytes(on_disk) << " on disk";
+    os << "\n";
   }
   if (!plan.decisions.empty()) {
     char buf[256];

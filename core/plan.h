@@ -174,6 +174,13 @@ std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& 
 // next block's first conv and by its skip connection), so each op runs in one sub-segment.
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output);
 
+// The most bytes a training step under `plan` keeps in the tile store's `tier` at once, an upper
+// bound: every offloaded checkpoint (less its resident blocks) and every offloaded inner
+// checkpoint is held from its forward to its segment's backward, and on top of them, while a
+// segment's backward runs, the gradients of its offloaded input, output and inner checkpoints.
+// Checked against the scratch folder's free space before a step that uses the disk starts.
+int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier);
+
 // How segment `s`'s barriers run, as the plan table says: "whole" (Segment::whole_barriers),
 // "inner", "inner kept" or "inner disk|host" (sub-segments), "N rounds" (recomputed), or "" (no
 // barrier needing statistics in training).

@@ -28,6 +28,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/plan.h"
 
 namespace tessel::core {
 
@@ -173,6 +174,7 @@ class TileStore::Impl {
       b.writing = true;
       in_flight += b.bytes;
       disk_bytes += b.bytes;
+      disk_peak = std::max(disk_peak, disk_bytes);
       written += b.bytes;
       jobs.push_back({true, id});
       cv.notify_all();
@@ -261,6 +263,8 @@ class TileStore::Impl {
     s.read_bytes = read;
     s.host_bytes = host_bytes;
     s.disk_bytes = disk_bytes;
+    s.scratch_file_bytes = file_end;
+    s.disk_peak_bytes = disk_peak;
     s.in_flight_bytes = in_flight;
     s.wait_ms = wait_ms;
     s.write_ms = write_ms;
@@ -642,6 +646,7 @@ class TileStore::Impl {
   ino_t inode = 0;
   dev_t device = 0;
   int64_t file_end = 0, in_flight = 0, written = 0, read = 0, host_bytes = 0, disk_bytes = 0;
+  int64_t disk_peak = 0;
   // Extents of erased disk blocks (length → offset), reused: a step writes many times the bytes
   // it holds at once (inner checkpoints, gradients stored pass after pass), and an append-only
   // scratch file filled the disk (resnet50 4096² with offloaded inner checkpoints, 46 GB free).
@@ -681,6 +686,19 @@ void TileStore::check_scratch_dir(const fs::path& dir) {
   ::close(fd);
   fs::remove(probe, error);
   remove_stale_scratch_files(dir);
+}
+
+void TileStore::check_free_space(const fs::path& dir, int64_t bytes) {
+  const fs::path where = dir.empty() ? fs::temp_directory_path() : dir;
+  std::error_code error;
+  const fs::space_info space = fs::space(where, error);
+  if (error || bytes <= 0) return;  // an unusable directory fails with its own message
+  if (static_cast<uintmax_t>(bytes) <= space.available) return;
+  throw ScratchError("this step keeps up to " + format_bytes(bytes) +
+                     " of offloaded checkpoints in the scratch directory " + where.string() +
+                     ", which has " + format_bytes(static_cast<int64_t>(space.available)) +
+                     " free: free space there, choose another scratch directory (--scratch) or "
+                     "a larger memory budget");
 }
 
 int TileStore::remove_stale_scratch_files(const std::filesystem::path& dir) {

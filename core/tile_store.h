@@ -30,8 +30,10 @@ struct TileStoreStats {
   int64_t written_bytes = 0, read_bytes = 0;  // to (queued) and from host memory or disk
   int64_t resident_bytes = 0;                 // held by the store in the compute device's memory
   int64_t host_bytes = 0, disk_bytes = 0;     // held in the other tiers
-  int64_t in_flight_bytes = 0;                // writes not yet done
-  double wait_ms = 0;                         // time the caller waited for a read or a write
+  int64_t disk_peak_bytes = 0;                // the most held on disk at once
+  int64_t scratch_file_bytes = 0;  // the scratch file's size (pages, freed extents' reuse)
+  int64_t in_flight_bytes = 0;     // writes not yet done
+  double wait_ms = 0;              // time the caller waited for a read or a write
   // Time the I/O thread spent moving blocks (checksums and, when bypassing the page cache, the
   // flush included): what wait_ms hides when it is smaller.
   double write_ms = 0, read_ms = 0;
@@ -68,6 +70,10 @@ class TileStore {
   // scratch file mid-step would fail slide after slide. Creates it, and removes what crashed runs
   // left there; throws tessel::ScratchError when it cannot.
   static void check_scratch_dir(const std::filesystem::path& dir);
+  // A step that will keep up to `bytes` in the scratch directory (stored_bytes) must find them
+  // free there before it starts, not run out an hour into it: throws tessel::ScratchError
+  // naming both figures when the file system has less available.
+  static void check_free_space(const std::filesystem::path& dir, int64_t bytes);
   // Scratch files are named tessel-offload-<pid>-<n>.scratch; those whose process is gone are
   // removed. Returns how many were removed.
   static int remove_stale_scratch_files(const std::filesystem::path& dir);

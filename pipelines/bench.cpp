@@ -184,6 +184,7 @@ BenchResult bench_step(const BenchPoint& p) {
   if (p.keep_resident) {
     for (core::Segment& s : plan.segments) s.tier = core::Tier::kResident;
   }
+  r.disk_bytes_bound = core::stored_bytes(graph, plan, core::Tier::kDisk);
   r.plan = core::to_string(plan, graph);
   r.plain_flops = plan.plain_flops;
   r.tiled_flops = plan.tiled_flops;
@@ -235,6 +236,7 @@ BenchResult bench_step(const BenchPoint& p) {
     r.forward_tiles = s.forward_tiles;
     r.backward_tiles = s.backward_tiles;
     r.moved_bytes.push_back(s.offload_written_bytes + s.offload_read_bytes);
+    r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload_disk_peak_bytes);
     r.transfer_ms.push_back(s.offload_write_ms + s.offload_read_ms);
     r.wait_ms.push_back(s.offload_wait_ms);
   }
@@ -284,6 +286,8 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["checkpoint_bytes"] = r.checkpoint_bytes;
   j["offloaded_bytes"] = r.offloaded_bytes;
   j["moved_bytes_predicted"] = r.predicted_moved_bytes;
+  j["disk_peak_bytes"] = r.disk_peak_bytes;
+  j["disk_bytes_bound"] = r.disk_bytes_bound;
   j["moved_bytes"] = r.moved_bytes.empty() ? 0 : r.moved_bytes.back();
   j["transfer_s"] = median(r.transfer_ms) / 1000;
   j["wait_s"] = median(r.wait_ms) / 1000;

@@ -403,6 +403,7 @@ TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
       << to_string(plan, g);
   EXPECT_GT(r.offload_written_bytes, checkpoint_bytes);
   EXPECT_GT(r.offload_read_bytes, checkpoint_bytes);
+  EXPECT_LE(r.offload_disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
   // The planner's bytes moved (halos, block rounding and the window's reuse of blocks modelled)
   // agree with what the store moved.
   const double moved = static_cast<double>(r.offload_written_bytes + r.offload_read_bytes);
@@ -473,10 +474,33 @@ TEST(Offload, OffloadedInnerCheckpointsRunWithinTheBudget) {
       << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
       << format_bytes(plan.predicted.total()) << "\n"
       << to_string(plan, g);
+  // The disk never held more than the bound the step checked against the free space (the
+  // file takes more: whole pages per block, freed extents reused by size).
+  EXPECT_GT(r.offload_disk_peak_bytes, 0);
+  EXPECT_LE(r.offload_disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
   std::cout << "budget " << format_bytes(budget) << ", measured peak "
             << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
-            << format_bytes(plan.predicted.total()) << "\n"
+            << format_bytes(plan.predicted.total()) << ", on disk at most "
+            << format_bytes(r.offload_disk_peak_bytes) << " (bound "
+            << format_bytes(stored_bytes(g, plan, Tier::kDisk)) << "), scratch file "
+            << format_bytes(r.offload_scratch_bytes) << "\n"
             << to_string(plan, g);
+}
+
+// A step that needs more scratch space than the file system has free is refused before it
+// starts, naming the directory and both figures (not a full disk an hour into the step).
+TEST(Offload, AStepNeedingMoreScratchThanIsFreeIsRefusedBeforeItStarts) {
+  ScratchDir dir;
+  try {
+    TileStore::check_free_space(dir.path(), int64_t{1} << 60);
+    FAIL() << "an exbibyte of scratch space was found free";
+  } catch (const ScratchError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(dir.path().string()), std::string::npos) << what;
+    EXPECT_NE(what.find("1024.0 PiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("free"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(TileStore::check_free_space(dir.path(), 4096));
 }
 
 // The planner's own choice under a tight budget (not forced): float64, every gradient exact.
