@@ -349,6 +349,24 @@ TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutogra
   }
 }
 
+// One training step of `plan` on a random image, offloading into `dir`; expects the measured
+// peak within the plan's prediction plus 10% (the planner's headroom covers allocator effects).
+StepResult step_within_prediction(Graph& g, const Plan& plan, const Shape& in,
+                                  const fs::path& dir) {
+  TensorTileSource source(at::randn({1, in.channels, in.height, in.width}));
+  StepOptions so;
+  so.scratch_dir = dir;
+  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  const StepResult r = train_step(g, plan, source, at::Tensor(), loss, so);
+  const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
+  EXPECT_LE(r.measured_peak_bytes + model_state, plan.predicted.total() * 11 / 10)
+      << "budget " << format_bytes(plan.budget_bytes) << ", measured "
+      << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
+      << format_bytes(plan.predicted.total()) << "\n"
+      << to_string(plan, g);
+  return r;
+}
+
 // A budget the checkpoints exceed several times: the planner offloads, says so, and the
 // measured peak stays within the budget plus a slack of 10% (the planner's headroom covers
 // allocator effects; the store's blocks in hand are bounded by the window).
@@ -391,16 +409,8 @@ TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
   o.offload = PlanOptions::Offload::kNever;
   EXPECT_THROW(make_plan(g, in, budget, o), tessel::Error) << "it fits only with offload";
 
-  TensorTileSource source(at::randn({1, 3, in.height, in.width}));
-  StepOptions so;
-  so.scratch_dir = dir.path();
-  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
-  const StepResult r = train_step(g, plan, source, at::Tensor(), loss, so);
+  const StepResult r = step_within_prediction(g, plan, in, dir.path());
   const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
-  EXPECT_LE(r.measured_peak_bytes + model_state, plan.predicted.total() * 11 / 10)
-      << "budget " << format_bytes(budget) << ", measured "
-      << format_bytes(r.measured_peak_bytes + model_state) << "\n"
-      << to_string(plan, g);
   EXPECT_GT(r.offload_written_bytes, checkpoint_bytes);
   EXPECT_GT(r.offload_read_bytes, checkpoint_bytes);
   EXPECT_LE(r.offload_disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
@@ -463,17 +473,8 @@ TEST(Offload, OffloadedInnerCheckpointsRunWithinTheBudget) {
     if (offloaded(plan) > 0) budget = b;
   }
   ASSERT_GT(budget, 0) << to_string(plan, g);
-  TensorTileSource source(at::randn({1, in.channels, in.height, in.width}));
-  StepOptions so;
-  so.scratch_dir = dir.path();
-  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
-  const StepResult r = train_step(g, plan, source, at::Tensor(), loss, so);
+  const StepResult r = step_within_prediction(g, plan, in, dir.path());
   const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
-  EXPECT_LE(r.measured_peak_bytes + model_state, plan.predicted.total() * 11 / 10)
-      << "budget " << format_bytes(budget) << ", measured "
-      << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
-      << format_bytes(plan.predicted.total()) << "\n"
-      << to_string(plan, g);
   // The disk never held more than the bound the step checked against the free space (the
   // file takes more: whole pages per block, freed extents reused by size).
   EXPECT_GT(r.offload_disk_peak_bytes, 0);
