@@ -970,7 +970,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       if (!in_off && !inner_off) return 0;
       Segment t = s;
       t.backward = p;
-      std::map<NodeId, int64_t> by_reader;  // bytes open while each sub-segment runs
+      int64_t open = 0;  // the most open while one sub-segment runs
       if (!exact) {
         // Keyed by what is counted: -1 the input, -2 the inner checkpoints, -3 both.
         const auto key = Analysis::grad_key(t, in_off && inner_off ? -3 : in_off ? -1 : -2);
@@ -979,11 +979,12 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
           hit = a.grad_strips.emplace(key, Offloading::grad_strip_bytes(a, t, p, in_off, inner_off))
                     .first;
         }
-        by_reader[s.output] = hit->second;
+        open = hit->second;
       } else {
         std::vector<NodeId> counted;
         if (in_off) counted.push_back(s.input);
         if (inner_off) counted.insert(counted.end(), inner.begin(), inner.end());
+        std::map<NodeId, int64_t> by_reader;  // each sub-segment's sum over the leaves it adds to
         for (NodeId v : counted) {
           const Shape& vs = a.shapes[static_cast<size_t>(v)];
           const auto& adds = a.additions_by_pass(t, v);
@@ -992,9 +993,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
               off.inner_grad_blocks(a, t, v, adds.passes, reader), adds.passes, vs.channels * a.eb);
           for (size_t k = 0; k < peaks.size(); ++k) by_reader[adds.readers[k]] += peaks[k];
         }
+        for (const auto& [reader, bytes] : by_reader) open = std::max(open, bytes);
       }
-      int64_t open = 0;
-      for (const auto& [reader, bytes] : by_reader) open = std::max(open, bytes);
       if (!inner_off) return open;
       int64_t share = 0;
       for (NodeId v : inner) {
@@ -1272,10 +1272,9 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
       const Region r = barrier_share(s.backward.tile(t), out, vs);
       if (!r.empty()) own.push_back(r);
     }
-    const int64_t r1 = read_bytes(reads, s.inner_blocks.at(k), per_pixel, window);
-    const int64_t r2 = read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window);
-    const int64_t r3 = reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
-    n += 2 * a.bytes(v) + r1 + r2 + r3;
+    n += 2 * a.bytes(v) + read_bytes(reads, s.inner_blocks.at(k), per_pixel, window) +
+         read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window) +
+         reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
   }
   return n;
 }

@@ -28,7 +28,6 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "core/plan.h"
 
 namespace tessel::core {
 
