@@ -72,6 +72,24 @@ std::vector<size_t> shuffled(size_t n, std::mt19937_64& rng) {
   return order;
 }
 
+// A trained or validated slide's outcome, by its position in the epoch's order (or the val split).
+struct SlideResult {
+  int64_t index = 0;
+  std::vector<double> probabilities;
+  int64_t label = 0;
+  double loss = 0;
+};
+
+json result_json(const SlideResult& r) {
+  return {
+      {"index", r.index}, {"probabilities", r.probabilities}, {"label", r.label}, {"loss", r.loss}};
+}
+
+SlideResult slide_result(const json& j) {
+  return {j.at("index"), j.at("probabilities").get<std::vector<double>>(), j.at("label"),
+          j.at("loss")};
+}
+
 // The position of a run, saved in every checkpoint (run_state).
 struct Position {
   int64_t epoch = 0;          // 0-based epoch in progress
@@ -90,6 +108,10 @@ struct Position {
   json epoch_event;
   // Every slide skipped so far (manifest, train, val) with phase, epoch and reason: summary.json.
   std::vector<json> skipped;
+  // A validation stopped at a tile (one process): the val slides before val_next are done, their
+  // results in val_done, so that the resumed run validates only the rest.
+  int64_t val_next = 0;
+  std::vector<SlideResult> val_done;
 
   json to_json() const {
     return {{"epoch", epoch},
@@ -104,7 +126,13 @@ struct Position {
             {"epochs_without_improvement", epochs_without_improvement},
             {"epoch_row", epoch_row},
             {"epoch_event", epoch_event},
-            {"skipped", skipped}};
+            {"skipped", skipped},
+            {"val_next", val_next},
+            {"val_done", [&] {
+               json a = json::array();
+               for (const SlideResult& r : val_done) a.push_back(result_json(r));
+               return a;
+             }()}};
   }
   static Position from_json(const json& j) {
     Position p;
@@ -122,6 +150,8 @@ struct Position {
     p.epoch_row = j.value("epoch_row", std::vector<std::string>());
     p.epoch_event = j.value("epoch_event", json());
     p.skipped = j.value("skipped", std::vector<json>());
+    p.val_next = j.value("val_next", int64_t{0});
+    for (const json& r : j.value("val_done", json::array())) p.val_done.push_back(slide_result(r));
     return p;
   }
 };
@@ -141,14 +171,6 @@ std::vector<std::string> metrics_header() {
           "seconds",
           "measured_peak_bytes"};
 }
-
-// A trained or validated slide's outcome, by its position in the epoch's order (or the val split).
-struct SlideResult {
-  int64_t index = 0;
-  std::vector<double> probabilities;
-  int64_t label = 0;
-  double loss = 0;
-};
 
 // Thrown from the engine's tile events when TrainRequest::stop_now is set; not a tessel::Error,
 // so that no handler takes it for a slide that cannot be read.
@@ -259,13 +281,13 @@ class Trainer {
         report = finish_epoch();
       } catch (const StoppedAtTile&) {
         // finish_epoch changes nothing before its validation: last.h5 holds the epoch trained
-        // and not yet validated.
+        // and the val slides validated so far.
         save_checkpoint("last.h5");
         spdlog::warn(
-            "stopped on request in the validation of epoch {}; {} holds the position (the "
-            "validation runs again; continue with --resume {})",
-            position_.epoch + 1, (run_dir_ / "checkpoints" / "last.h5").string(),
-            run_dir_.string());
+            "stopped on request in the validation of epoch {} after {} of {} slide(s); {} holds "
+            "the position (continue with --resume {})",
+            position_.epoch + 1, position_.val_next, val_.size(),
+            (run_dir_ / "checkpoints" / "last.h5").string(), run_dir_.string());
         summary.interrupted = true;
         break;
       }
@@ -869,10 +891,12 @@ class Trainer {
 
   // Validation over the val split: the network's probabilities per slide.
   // With several ranks, rank r validates slides r, r + N, ... and the results are gathered.
+  // A Stop at a tile (one process only) leaves the slides done so far in position_, which
+  // last.h5 keeps: the resumed run validates the rest with the same weights.
   ClassificationMetrics validate() {
-    std::vector<SlideResult> mine;
+    std::vector<SlideResult> mine = position_.val_done;
     const auto count = static_cast<int64_t>(val_.size());
-    for (int64_t i = rank_; i < count; i += world_) {
+    for (int64_t i = rank_ + position_.val_next; i < count; i += world_) {
       const io::ManifestEntry& entry = *val_[static_cast<size_t>(i)];
       const auto t0 = Clock::now();
       SlideProgress progress{
@@ -905,12 +929,16 @@ class Trainer {
       } catch (const Error& e) {
         spdlog::warn("skipping {} in validation: {}", entry.slide.string(), e.what());
         note_skipped(entry, "val", e.what());
+        note_validated(mine, i);
         continue;
       }
+      note_validated(mine, i);
       progress.done = true;
       progress.seconds = seconds_since(t0);
       if (request_.observer) request_.observer->on_slide(progress);
     }
+    position_.val_next = 0;
+    position_.val_done.clear();
     std::vector<std::vector<double>> probabilities;
     std::vector<int64_t> labels;
     double loss_sum = 0;
@@ -922,6 +950,14 @@ class Trainer {
     ClassificationMetrics m = classification_metrics(probabilities, labels);
     m.loss = labels.empty() ? std::nan("") : loss_sum / static_cast<double>(labels.size());
     return m;
+  }
+
+  // Val slide `i` done (or skipped): where a stopped validation resumes. Only one process can
+  // be stopped at a tile (StopAtTile), so the others keep no partial state.
+  void note_validated(const std::vector<SlideResult>& mine, int64_t i) {
+    if (world_ != 1) return;
+    position_.val_next = i + 1;
+    position_.val_done = mine;
   }
 
   double metric_value(const ClassificationMetrics& m) const {

@@ -12,7 +12,9 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/gradcheck.h"
@@ -218,9 +220,18 @@ class StopInSlide : public TrainObserver {
   bool armed_ = false;
 };
 
+// The (epoch, index) of each val slide started.
+class SlideLog : public TrainObserver {
+ public:
+  void on_slide(const SlideProgress& s) override {
+    if (!s.done && s.phase == "val") val_started.emplace_back(s.epoch, s.index);
+  }
+  std::vector<std::pair<int64_t, int64_t>> val_started;
+};
+
 // The GUI's Stop (stop_now): the run ends as the next tile finishes, in a slide (its part of the
-// batch's gradient dropped) or in validation, and each resume trains or validates from the
-// position before it, ending with the weights of an uninterrupted run.
+// batch's gradient dropped) or in validation (the val slides done are kept), and each resume
+// trains or validates from the position before it, ending with the weights of an uninterrupted run.
 TEST_F(TrainTest, StoppingAtATileInASlideOrInValidationAndResumingIsExact) {
   const auto configure = [&](const std::string& run) {
     TrainConfig c = config(run);
@@ -245,7 +256,7 @@ TEST_F(TrainTest, StoppingAtATileInASlideOrInValidationAndResumingIsExact) {
   EXPECT_EQ(position.at("slide"), 1) << position.dump();  // before the slide stopped in
 
   stop = false;
-  StopInSlide in_validation(stop, "val", 1);
+  StopInSlide in_validation(stop, "val", 2);  // the first val slide is done, the second not
   TrainRequest second{configure("split")};
   second.resume = true;
   second.stop_now = &stop;
@@ -255,13 +266,36 @@ TEST_F(TrainTest, StoppingAtATileInASlideOrInValidationAndResumingIsExact) {
   EXPECT_FALSE(in_validation.finished_in_stopped_slide);
   EXPECT_EQ(s.epochs_done, 0);
   EXPECT_EQ(lines(runs_.path() / "split" / "metrics.csv"), 1);  // the header: no epoch ended
+  const nlohmann::json in_val = nlohmann::json::parse(
+      io::read_checkpoint(runs_.path() / "split" / "checkpoints" / "last.h5").run_state);
+  EXPECT_EQ(in_val.at("val_next"), 1) << in_val.dump();
+  EXPECT_EQ(in_val.at("val_done").size(), 1u) << in_val.dump();
 
+  // The resumed run validates only the slide it stopped in, and ends as the uninterrupted run.
+  SlideLog log;
   TrainRequest rest{configure("split")};
   rest.resume = true;
+  rest.observer = &log;
   s = train(rest);
   EXPECT_EQ(s.epochs_done, 2);
+  ASSERT_FALSE(log.val_started.empty());
+  EXPECT_EQ(log.val_started.front(), std::make_pair(int64_t{1}, int64_t{1}));  // epoch 1, slide 1
   expect_identical(weights(runs_.path() / "whole"), weights(runs_.path() / "split"));
   EXPECT_EQ(lines(runs_.path() / "split" / "metrics.csv"), 3);
+  // The validation metrics of both epochs equal the uninterrupted run's (not the time or memory).
+  const auto columns = [](const fs::path& csv) {
+    std::ifstream in(csv);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+      std::vector<std::string> cells;
+      std::stringstream row(line);
+      for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+      if (cells.size() >= 9) out.push_back(cells[4] + cells[5] + cells[6] + cells[7] + cells[8]);
+    }
+    return out;
+  };
+  EXPECT_EQ(columns(runs_.path() / "split" / "metrics.csv"),
+            columns(runs_.path() / "whole" / "metrics.csv"));
 }
 
 TEST_F(TrainTest, TiledTrainingEndsWhereUntiledTrainingEnds) {
