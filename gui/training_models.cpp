@@ -7,6 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <fstream>
+#include <limits>
+#include <sstream>
 
 namespace tessel::gui {
 
@@ -118,11 +122,16 @@ void MetricsSeries::clear() { *this = MetricsSeries(); }
 
 void MetricsSeries::add(const pipelines::EpochReport& e) {
   const auto x = static_cast<double>(e.epoch);
+  for (QVector<QPointF>* points :
+       {&train_loss_, &val_loss_, &val_accuracy_, &val_balanced_, &val_auc_}) {
+    points->removeIf([x](const QPointF& p) { return p.x() >= x; });
+  }
+  if (best_epoch_ >= e.epoch) best_epoch_ = 0;
   // An epoch whose slides were all skipped has no loss (NaN): the chart leaves a gap.
   const auto append = [x](QVector<QPointF>& points, double value) {
     if (std::isfinite(value)) points.append(QPointF(x, value));
   };
-  ++epochs_;
+  epochs_ = static_cast<int>(e.epoch);
   append(train_loss_, e.train_loss);
   if (std::isfinite(e.train_loss)) largest_loss_ = std::max(largest_loss_, e.train_loss);
   if (e.val.count > 0) {
@@ -133,6 +142,56 @@ void MetricsSeries::add(const pipelines::EpochReport& e) {
     append(val_auc_, e.val.auc);
   }
   if (e.best) best_epoch_ = static_cast<int>(e.epoch);
+}
+
+std::vector<pipelines::EpochReport> read_metrics_csv(const std::filesystem::path& csv) {
+  std::vector<pipelines::EpochReport> epochs;
+  std::ifstream in(csv);
+  std::string header;
+  if (!in || !std::getline(in, header)) return epochs;
+  // The fields are numbers and names (csv_row quotes none of them): split at commas.
+  const auto split = [](const std::string& line) {
+    std::vector<std::string> fields;
+    std::stringstream stream(line);
+    for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
+    if (!line.empty() && line.back() == ',') fields.emplace_back();
+    return fields;
+  };
+  std::map<std::string, size_t> column;
+  const std::vector<std::string> names = split(header);
+  for (size_t i = 0; i < names.size(); ++i) column[names[i]] = i;
+  if (!column.contains("epoch")) return epochs;
+  for (std::string line; std::getline(in, line);) {
+    const std::vector<std::string> fields = split(line);
+    // A missing column or an empty cell: NaN, as the run writes a value it does not have.
+    const auto number = [&](const char* name) {
+      const auto it = column.find(name);
+      if (it == column.end() || it->second >= fields.size() || fields[it->second].empty()) {
+        return std::numeric_limits<double>::quiet_NaN();
+      }
+      try {
+        return std::stod(fields[it->second]);
+      } catch (const std::exception&) {
+        return std::numeric_limits<double>::quiet_NaN();
+      }
+    };
+    const double epoch = number("epoch");
+    if (!std::isfinite(epoch) || epoch < 1) continue;  // a half-written line
+    pipelines::EpochReport e;
+    e.epoch = static_cast<int64_t>(epoch);
+    e.lr = number("lr");
+    e.train_loss = number("train_loss");
+    e.train.accuracy = number("train_accuracy");
+    e.val.loss = number("val_loss");
+    e.val.accuracy = number("val_accuracy");
+    e.val.balanced_accuracy = number("val_balanced_accuracy");
+    e.val.auc = number("val_auc");
+    e.val.count = std::isfinite(e.val.loss) ? 1 : 0;
+    e.best = number("best") == 1;
+    e.seconds = number("seconds");
+    epochs.push_back(e);
+  }
+  return epochs;
 }
 
 QString format_bytes(int64_t bytes) { return QString::fromStdString(core::format_bytes(bytes)); }

@@ -9,6 +9,7 @@
 #include <QVector>
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -91,13 +92,14 @@ class MemorySeries {
   int64_t largest_ = 0;
 };
 
-// Per epoch: training loss, validation loss and the validation metrics.
+// Per epoch: training loss, validation loss and the validation metrics. An epoch added again (a
+// resumed run repeats the epochs after its checkpoint's) replaces it and every later one.
 class MetricsSeries {
  public:
   void clear();
   void add(const pipelines::EpochReport& epoch);
 
-  int epochs() const { return epochs_; }
+  int epochs() const { return epochs_; }  // the last epoch added
   const QVector<QPointF>& train_loss() const { return train_loss_; }
   const QVector<QPointF>& val_loss() const { return val_loss_; }
   const QVector<QPointF>& val_accuracy() const { return val_accuracy_; }
@@ -112,6 +114,12 @@ class MetricsSeries {
   double largest_loss_ = 0;
   int best_epoch_ = 0;
 };
+
+// The epochs of a run folder's metrics.csv (pipelines/train.cpp writes a row per epoch), for a
+// resumed run's charts: columns found by their header names, an empty cell a missing value (NaN;
+// val.count 0 when the row has no validation loss); rows that do not parse are left out. Empty
+// when the file does not exist or cannot be read.
+std::vector<pipelines::EpochReport> read_metrics_csv(const std::filesystem::path& csv);
 
 QString format_bytes(int64_t bytes);
 

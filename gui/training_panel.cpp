@@ -1,6 +1,7 @@
 // LibTorch-free headers only before Qt's: Qt defines `slots` as a macro.
 #include "gui/training_panel.h"
 
+#include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -11,6 +12,7 @@
 #include <QLinearGradient>
 #include <QMessageBox>
 #include <QPainter>
+#include <QSettings>
 #include <QSignalBlocker>
 #include <QSplitter>
 #include <QVBoxLayout>
@@ -18,6 +20,7 @@
 #include <exception>
 #include <fstream>
 
+#include "gui/elided_label.h"
 #include "gui/heatmap_overlay.h"
 #include "gui/slide_document.h"
 #include "gui/wheel_guard.h"
@@ -27,6 +30,9 @@
 namespace tessel::gui {
 
 namespace {
+
+constexpr int kEstimateDebounceMs = 400;
+constexpr qint64 kLogTailBytes = 1 << 20;  // of a resumed run's train.log
 
 QString duration(double seconds) {
   const auto s = static_cast<int64_t>(seconds + 0.5);
@@ -51,6 +57,18 @@ std::filesystem::path resolve_input(const std::filesystem::path& path,
     if (dir == dir.parent_path()) break;
   }
   return (folder / path).lexically_normal();
+}
+
+// The last `bytes` of a text file, from its first whole line.
+QString read_tail(const std::filesystem::path& path, qint64 bytes) {
+  QFile file(QString::fromStdString(path.string()));
+  if (!file.open(QIODevice::ReadOnly)) return {};
+  const qint64 start = std::max<qint64>(0, file.size() - bytes);
+  file.seek(start);
+  QByteArray text = file.readAll();
+  if (start > 0) text = text.mid(text.indexOf('\n') + 1);
+  while (text.endsWith('\n')) text.chop(1);
+  return QString::fromUtf8(text);
 }
 
 pipelines::TrainConfig resolve_paths(pipelines::TrainConfig c, const std::filesystem::path& file) {
@@ -140,6 +158,9 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Learning rate"), lr_);
   form->addRow(tr("Batch (slides)"), batch_);
   form->addRow(tr("Output folder"), output_);
+  plan_label_ = new ElidedLabel(3, this);
+  plan_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  form->addRow(tr("Plan"), plan_label_);
 
   auto* load = new QPushButton(tr("Load…"), this);
   auto* save = new QPushButton(tr("Save…"), this);
@@ -182,9 +203,25 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   connect(epochs_, &QSpinBox::valueChanged, this, &TrainingPanel::show_resume_note);
   connect(lr_, &QDoubleSpinBox::valueChanged, this, &TrainingPanel::show_resume_note);
 
-  message_label_ = new QLabel(this);
-  message_label_->setWordWrap(true);
+  message_label_ = new ElidedLabel(3, this);
   message_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  // The Plan row follows the form, a moment after its last change.
+  estimator_ = std::make_shared<RunEstimator>();
+  estimates_.setMaxThreadCount(1);
+  estimate_timer_.setSingleShot(true);
+  estimate_timer_.setInterval(kEstimateDebounceMs);
+  connect(&estimate_timer_, &QTimer::timeout, this, [this] { start_estimate(); });
+  for (QLineEdit* edit : {manifest_, budget_, output_}) {
+    connect(edit, &QLineEdit::textChanged, this, &TrainingPanel::schedule_estimate);
+  }
+  for (QComboBox* box : {model_, norm_, resolution_kind_, strategy_}) {
+    connect(box, &QComboBox::currentTextChanged, this, &TrainingPanel::schedule_estimate);
+  }
+  connect(resolution_value_, &QDoubleSpinBox::valueChanged, this,
+          &TrainingPanel::schedule_estimate);
+  connect(epochs_, &QSpinBox::valueChanged, this, &TrainingPanel::schedule_estimate);
+  connect(resume_, &QCheckBox::toggled, this, &TrainingPanel::schedule_estimate);
 
   // Heatmaps of a checkpoint over the viewer's slide.
   checkpoint_ = new QLineEdit(this);
@@ -263,17 +300,21 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
         QString::fromStdString((std::filesystem::exists(best) ? best : last).string()));
     update_resume();
     sync_resume(/*reload=*/true);  // a resumed run's config.yaml holds the changes made
+    charts_run_ = running_folder_;
+    on_run_ended();
     update_buttons();
     emit runFinished(text);
   });
   connect(&run_, &TrainingRun::failed, this, [this](const QString& reason) {
     show_message(tr("Training failed: %1").arg(reason), true);
+    charts_run_.clear();
+    on_run_ended();
     update_resume();
     update_buttons();
     emit runFailed(reason);
   });
 
-  set_config(pipelines::TrainConfig());
+  set_config(default_config());
   update_buttons();
   guard_wheel(this);
 }
@@ -281,6 +322,32 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
 TrainingPanel::~TrainingPanel() {
   thumbnails_.clear();
   thumbnails_.waitForDone();
+  if (estimate_cancelled_) *estimate_cancelled_ = true;
+  estimates_.clear();
+  estimates_.waitForDone();
+}
+
+pipelines::TrainConfig TrainingPanel::default_config() {
+  // sample_data/demo.yaml's settings but for its data (bench/NOTES.md: vgg-mini at 8 µm per pixel
+  // reached validation accuracy 1.0 in epoch 4 of the demo). Level 0 (the config file's default)
+  // is a whole slide at full resolution: hours an epoch on a CPU.
+  pipelines::TrainConfig c;
+  c.model = "vgg-mini";
+  c.pool = "max";
+  c.mpp = 8.0;
+  c.epochs = 10;
+  c.schedule = "cosine";
+  c.flips = true;
+  c.rotations = true;
+  c.color_jitter = 0.05;
+  c.budget = "2GiB";
+  return c;
+}
+
+QString TrainingPanel::flop_rate_key(const pipelines::TrainConfig& config) {
+  return QStringLiteral("training/flops_per_second/") +
+         QString::fromStdString(config.device + "/" + config.model + "/" + config.norm + "/" +
+                                config.pool);
 }
 
 void TrainingPanel::set_heatmap_legend(const QString& class_name) {
@@ -369,11 +436,18 @@ void TrainingPanel::set_config(const pipelines::TrainConfig& c) {
 }
 
 std::optional<pipelines::TrainConfig> TrainingPanel::config() {
+  QString error;
+  std::optional<pipelines::TrainConfig> c = make_config(&error);
+  if (!c) show_message(error, true);
+  return c;
+}
+
+std::optional<pipelines::TrainConfig> TrainingPanel::make_config(QString* error) const {
   if (resuming()) {
     // The run's config.yaml as it is, but for the changes the form makes to it: the fields a
     // checkpoint depends on are never read from the form.
     if (!run_config_) {
-      show_message(run_config_error_, true);
+      *error = run_config_error_;
       return std::nullopt;
     }
     std::vector<std::string> overrides;
@@ -385,7 +459,7 @@ std::optional<pipelines::TrainConfig> TrainingPanel::config() {
           (std::filesystem::path(locked_folder_.toStdString()) / "config.yaml").string(),
           overrides);
     } catch (const std::exception& e) {
-      show_message(QString::fromStdString(e.what()), true);
+      *error = QString::fromStdString(e.what());
       return std::nullopt;
     }
   }
@@ -415,7 +489,7 @@ std::optional<pipelines::TrainConfig> TrainingPanel::config() {
   try {
     return pipelines::parse_train_config(base.to_yaml(), "the training panel", overrides);
   } catch (const std::exception& e) {
-    show_message(QString::fromStdString(e.what()), true);
+    *error = QString::fromStdString(e.what());
     return std::nullopt;
   }
 }
@@ -612,17 +686,27 @@ bool TrainingPanel::start() {
     return false;
   }
   tiles_.reset();
-  memory_.clear();
-  metrics_.clear();
+  if (resume) {
+    show_run_history(locked_folder_);
+  } else {
+    memory_.clear();
+    metrics_.clear();
+    log_->clear();
+    memory_offset_s_ = 0;
+  }
+  charts_run_.clear();
+  running_folder_ = QString::fromStdString(c->output.string());
   summary_.reset();
   tile_events_ = 0;
   slides_done_ = 0;
-  slides_total_ = 0;
+  slides_left_ = 0;
+  // Until the run's phases say how many: the estimate's counts.
+  train_count_ = estimate_ ? estimate_->train_slides : 0;
+  val_count_ = estimate_ ? estimate_->val_slides : 0;
   slide_tiles_done_ = 0;
   current_slide_.clear();
   current_name_.clear();
   last_warning_.clear();
-  log_->clear();
   tile_progress_->set_thumbnail({});
   tile_progress_->set_caption({}, {});
   memory_chart_->refresh(memory_);
@@ -653,6 +737,9 @@ bool TrainingPanel::start() {
       // The pipeline reports an unusable manifest itself.
     }
   });
+  // A plan the form's last change still waits for is made now (the run shows it as it goes),
+  // without timing this machine while the run takes it.
+  if (estimate_timer_.isActive()) start_estimate(/*measure=*/false);
   run_.start(*c, resume);
   show_message((resume ? tr("Resuming the run in %1…") : tr("Training into %1…"))
                    .arg(QString::fromStdString(c->output.string())),
@@ -667,6 +754,135 @@ void TrainingPanel::stop() {
   run_.stop();
   show_message(tr("Stopping at the next tile (a checkpoint is written)…"), false);
   update_buttons();
+}
+
+void TrainingPanel::show_run_history(const QString& folder) {
+  const std::filesystem::path run = folder.toStdString();
+  metrics_.clear();
+  for (const pipelines::EpochReport& e : read_metrics_csv(run / "metrics.csv")) metrics_.add(e);
+  if (charts_run_ == folder) {
+    // The run this panel showed last: its memory samples and log lines go on.
+    memory_offset_s_ = memory_.last_seconds();
+    return;
+  }
+  memory_.clear();
+  memory_offset_s_ = 0;
+  log_->clear();
+  const QString earlier = read_tail(run / "train.log", kLogTailBytes);
+  if (!earlier.isEmpty()) log_->appendPlainText(earlier);
+}
+
+void TrainingPanel::on_run_ended() {
+  // The last batch has been applied: no rate or ETA of a run that no longer goes.
+  tile_progress_->set_caption({}, {});
+  slides_left_ = 0;
+  schedule_estimate();
+}
+
+void TrainingPanel::schedule_estimate() {
+  if (run_.running()) return;
+  // What the row shows no longer holds for the form: planned again when it settles.
+  estimate_.reset();
+  if (estimate_cancelled_) *estimate_cancelled_ = true;
+  plan_label_->set_full_text(tr("planning…"));
+  plan_label_->setStyleSheet({});
+  estimate_timer_.start();
+}
+
+void TrainingPanel::start_estimate(bool measure) {
+  estimate_timer_.stop();
+  if (estimate_cancelled_) *estimate_cancelled_ = true;
+  const quint64 serial = ++estimate_serial_;
+  estimate_.reset();
+  QString error;
+  const std::optional<pipelines::TrainConfig> c = make_config(&error);
+  if (c && c->manifest.empty()) error = tr("choose a manifest to plan the run");
+  if (!c || c->manifest.empty()) {
+    plan_label_->set_full_text(tr("— %1").arg(error));
+    plan_label_->setStyleSheet(QStringLiteral("color: #8a5a00;"));
+    emit estimateShown();
+    return;
+  }
+  plan_label_->set_full_text(tr("planning…"));
+  plan_label_->setStyleSheet({});
+  const QString key = flop_rate_key(*c);
+  const double cached_rate = QSettings().value(key).toDouble();
+  epochs_for_estimate_ = static_cast<int>(c->epochs);
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  estimate_cancelled_ = cancelled;
+  estimates_.start(
+      [this, serial, config = *c, cancelled, estimator = estimator_, cached_rate, key, measure] {
+        std::optional<RunEstimate> result;
+        QString failure;
+        double rate = cached_rate;
+        try {
+          result = estimator->estimate(config, cancelled.get());
+          // Measured once per machine and device (a timed conv, about 0.1 s), then read back.
+          if (rate <= 0 && measure && !*cancelled) rate = measure_flops_per_second(config);
+        } catch (const std::exception& e) {
+          failure = QString::fromStdString(e.what());
+        }
+        if (*cancelled) return;
+        QMetaObject::invokeMethod(
+            this,
+            [this, serial, result, failure, rate, cached_rate, key] {
+              if (serial != estimate_serial_) return;
+              if (rate > 0 && cached_rate <= 0) QSettings().setValue(key, rate);
+              flops_per_second_ = rate;
+              if (result) {
+                show_estimate(*result);
+              } else {
+                plan_label_->set_full_text(tr("— %1").arg(failure));
+                plan_label_->setStyleSheet(QStringLiteral("color: #b00020;"));
+              }
+              emit estimateShown();
+            },
+            Qt::QueuedConnection);
+      });
+}
+
+void TrainingPanel::show_estimate(const RunEstimate& e) {
+  estimate_ = e;
+  const QString budget = e.budget_bytes > 0
+                             ? tr("of the %1 budget").arg(format_bytes(e.budget_bytes))
+                             : tr("(no budget)");
+  QString text = tr("peak %1 %2").arg(format_bytes(e.peak_bytes), budget);
+  QString details = tr("The plan's predicted peak for the largest slide (%1 × %2 px at the run's "
+                       "resolution): %3 %4.")
+                        .arg(e.peak_width)
+                        .arg(e.peak_height)
+                        .arg(format_bytes(e.peak_bytes), budget);
+  if (flops_per_second_ > 0) {
+    const double epoch_s = e.epoch_seconds(flops_per_second_);
+    const auto rounded = [](double seconds) {
+      return seconds < 1 ? TrainingPanel::tr("< 1 s") : duration(seconds);
+    };
+    text += tr(" · an epoch ≈ %1, %2 epoch(s) ≈ %3 (estimate)")
+                .arg(rounded(epoch_s))
+                .arg(epochs_for_estimate_)
+                .arg(rounded(epoch_s * epochs_for_estimate_));
+    details +=
+        QLatin1Char('\n') +
+        tr("An epoch: %1 train slide(s), a training step each, and %2 validation slide(s), a "
+           "forward each: %3 GFLOP by the planner's count, at %4 GFLOP/s measured on this "
+           "machine with a timed convolution. An estimate: reading slides, small tiles and the "
+           "optimizer add to it.")
+            .arg(e.train_slides)
+            .arg(e.val_slides)
+            .arg(e.epoch_flops() / 1e9, 0, 'f', 1)
+            .arg(flops_per_second_ / 1e9, 0, 'f', 1);
+  } else {
+    text += tr(" · the epoch's time once this machine's speed is measured (after the run)");
+  }
+  if (!e.skipped.empty()) {
+    text += tr(" · %1 slide(s) cannot be opened and will be skipped").arg(e.skipped.size());
+    for (const std::string& why : e.skipped) {
+      details += QLatin1Char('\n') + QString::fromStdString(why);
+    }
+  }
+  plan_label_->set_full_text(text);
+  plan_label_->setToolTip(text + QLatin1Char('\n') + details);
+  plan_label_->setStyleSheet(e.skipped.empty() ? QString() : QStringLiteral("color: #8a5a00;"));
 }
 
 void TrainingPanel::update_buttons() {
@@ -696,7 +912,7 @@ void TrainingPanel::update_resume() {
 
 void TrainingPanel::show_message(const QString& message, bool error) {
   message_ = message;
-  message_label_->setText(message);
+  message_label_->set_full_text(message);
   message_label_->setStyleSheet(error ? QStringLiteral("color: #b00020;") : QString());
   emit message_changed(message);
 }
@@ -709,7 +925,7 @@ void TrainingPanel::apply(const TrainingEvents& batch) {
       ++tile_events_;
       if (tile->done) ++slide_tiles_done_;
     } else if (const auto* m = std::get_if<TimedMemorySample>(&event)) {
-      memory_.add(m->seconds, m->sample);
+      memory_.add(memory_offset_s_ + m->seconds, m->sample);
       memory_changed = true;
     } else if (const auto* s = std::get_if<pipelines::SlideProgress>(&event)) {
       on_slide(*s);
@@ -740,9 +956,11 @@ void TrainingPanel::apply(const TrainingEvents& batch) {
       slide_seconds >= 0.5
           ? tr("%1 tiles/s").arg(static_cast<double>(slide_tiles_done_) / slide_seconds, 0, 'f', 1)
           : tr("– tiles/s");
-  if (slides_done_ > 0 && slides_total_ > slides_done_) {
-    rate +=
-        tr(" · ETA ~%1").arg(duration(run_seconds / slides_done_ * (slides_total_ - slides_done_)));
+  if (slides_done_ > 0 && slides_left_ > 0) {
+    // The slides this part of the run has done set the pace for the ones left (the running one
+    // less its time so far).
+    const double left = run_seconds / slides_done_ * static_cast<double>(slides_left_);
+    rate += tr(" · ETA ~%1").arg(duration(std::max(0.0, left - slide_seconds)));
   }
   tile_progress_->set_caption(current_slide_, rate);
   emit batchApplied();
@@ -761,9 +979,11 @@ void TrainingPanel::on_slide(const pipelines::SlideProgress& s) {
     ++slides_done_;
     return;
   }
-  // Slides in the run: this phase's count for every epoch, plus the other phase's once seen.
-  if (s.phase == "train" && s.epoch == 1 && s.index == 0) slides_total_ = 0;
-  if (s.index == 0 && s.epoch == 1) slides_total_ += static_cast<int>(s.count * s.epochs);
+  // Slides left in the run: this phase's from this one, the validation after a train phase, and
+  // the epochs after this one (a resumed run starts mid-run).
+  (s.phase == "train" ? train_count_ : val_count_) = s.count;
+  slides_left_ = (s.count - s.index) + (s.phase == "train" ? val_count_ : 0) +
+                 (s.epochs - s.epoch) * (train_count_ + val_count_);
   tiles_.reset();
   slide_tiles_done_ = 0;
   slide_start_ = std::chrono::steady_clock::now();

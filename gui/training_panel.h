@@ -9,6 +9,13 @@
 // (worker thread); the panel only applies its batched events to the models and repaints. Also
 // asks for heatmaps of a checkpoint over the viewer's slide (computed by the main window) with an
 // opacity slider.
+//
+// Before Start the Plan row says what the form's run will cost: the plan's predicted peak
+// memory and an estimate of an epoch's time (gui/run_estimate.h), made on a worker thread a
+// moment after the form last changed; "—" and the reason (the planner's, for a budget too small)
+// when no plan can be made. Resume shows the whole run: the earlier epochs read back from the
+// run folder's metrics.csv; the memory chart and the log go on from where the run stopped (or,
+// for a run this window did not show, the log starts with the run's train.log).
 #pragma once
 
 #include <QCheckBox>
@@ -22,14 +29,19 @@
 #include <QSlider>
 #include <QSpinBox>
 #include <QThreadPool>
+#include <QTimer>
 #include <QWidget>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "gui/elided_label.h"
 #include "gui/prompts.h"
+#include "gui/run_estimate.h"
 #include "gui/training_models.h"
 #include "gui/training_run.h"
 #include "gui/training_views.h"
@@ -43,6 +55,15 @@ class TrainingPanel : public QWidget {
  public:
   explicit TrainingPanel(QWidget* parent = nullptr);
   ~TrainingPanel() override;
+
+  // The form's settings before a config is loaded: the demo's (sample_data/demo.yaml): vgg-mini
+  // with a max-pool head at 8 µm per pixel, so a first run on a cohort of slides finishes in
+  // minutes on a laptop's CPU (the demo's 16 slides: an epoch in about half a minute on 2 cores).
+  static pipelines::TrainConfig default_config();
+  // This machine's FLOP rate for the run's network on its device (the config's `device`, model,
+  // norm and head) for the estimate, measured once (gui/run_estimate.h) and kept in QSettings
+  // under this key.
+  static QString flop_rate_key(const pipelines::TrainConfig& config);
 
   // The form as a config: the loaded file's other keys kept, the form's keys applied; while
   // resuming, the run's config.yaml with the form's changes (resume_changes()). Empty with
@@ -80,6 +101,15 @@ class TrainingPanel : public QWidget {
   QStringList resume_changes() const;
 
   const QString& message() const { return message_; }
+  // At most three lines of the message, the whole in its tooltip.
+  ElidedLabel* message_label() { return message_label_; }
+  // The Plan row: predicted peak and epoch time, "planning…", or "— reason" (the tooltip: the
+  // details).
+  ElidedLabel* plan_label() { return plan_label_; }
+  // The last estimate shown, empty while planning or when none could be made (plan_label()
+  // says why). estimateShown follows every update of the Plan row.
+  const std::optional<RunEstimate>& estimate() const { return estimate_; }
+  double flops_per_second() const { return flops_per_second_; }  // 0: not measured yet
   const TileStateModel& tiles() const { return tiles_; }
   const MemorySeries& memory() const { return memory_; }
   const MetricsSeries& metrics() const { return metrics_; }
@@ -120,6 +150,7 @@ class TrainingPanel : public QWidget {
   void heatmapRequested(QString checkpoint);
   void heatmapOpacityChanged(double opacity);
   void message_changed(QString message);
+  void estimateShown();
 
  private:
   // The form's fields (the output folder aside) and the config behind the keys it does not show.
@@ -138,6 +169,17 @@ class TrainingPanel : public QWidget {
     std::string override;
   };
   static FormState form_of(const pipelines::TrainConfig& config);
+  // The form as a config, or why not in `error` (config() shows it as the message).
+  std::optional<pipelines::TrainConfig> make_config(QString* error) const;
+  // The Plan row: planned a moment after the form's last change (not while a run goes).
+  void schedule_estimate();
+  // `measure`: time this machine if its FLOP rate is not known yet (not while a run goes).
+  void start_estimate(bool measure = true);
+  void show_estimate(const RunEstimate& estimate);
+  // Resuming `folder`: the earlier epochs from its metrics.csv; the memory chart and the log
+  // kept when they show that run, else cleared and the log started with its train.log.
+  void show_run_history(const QString& folder);
+  void on_run_ended();  // the progress line cleared
   FormState read_form() const;
   void write_form(const FormState& form);
   void write_locked(const FormState& form);  // the fields locked while resuming, and the base
@@ -177,7 +219,8 @@ class TrainingPanel : public QWidget {
   QPushButton *start_button_, *stop_button_;
   QCheckBox* resume_;
   bool resume_available_ = false;
-  QLabel *message_label_, *legend_, *resume_note_;
+  QLabel *legend_, *resume_note_;
+  ElidedLabel *message_label_, *plan_label_;
   QSlider* opacity_;
   TileProgressWidget* tile_progress_;
   MemoryChart* memory_chart_;
@@ -195,8 +238,25 @@ class TrainingPanel : public QWidget {
   int64_t slide_tiles_done_ = 0;
   int64_t tile_events_ = 0;
   int slides_done_ = 0;
-  int slides_total_ = 0;  // train + val slides of the whole run, once known
+  int64_t slides_left_ = 0;  // in the run, the running slide included; 0: not known yet
   std::optional<pipelines::TrainSummary> summary_;
+  // The run folder the charts and the log show (a run that ended here), and the seconds its
+  // memory chart had reached: a resumed run's samples go on from there.
+  QString charts_run_, running_folder_;
+  double memory_offset_s_ = 0;
+  // Slides of an epoch by phase, as the run reports them, for the ETA of a resumed run too.
+  int64_t train_count_ = 0, val_count_ = 0;
+
+  // The Plan row's estimate: debounced, on its own thread; an estimate started later makes an
+  // earlier one stale (cancelled, its result dropped).
+  QTimer estimate_timer_;
+  QThreadPool estimates_;
+  std::shared_ptr<RunEstimator> estimator_;
+  std::shared_ptr<std::atomic<bool>> estimate_cancelled_;
+  quint64 estimate_serial_ = 0;
+  std::optional<RunEstimate> estimate_;
+  double flops_per_second_ = 0;
+  int epochs_for_estimate_ = 1;
 };
 
 }  // namespace tessel::gui

@@ -4,6 +4,7 @@
 #include <QPainter>
 
 #include <algorithm>
+#include <cmath>
 
 namespace tessel::gui {
 
@@ -21,6 +22,14 @@ void TileProgressWidget::set_caption(const QString& slide, const QString& rate) 
   slide_ = slide;
   rate_ = rate;
   update();
+}
+
+QString TileProgressWidget::caption_line(int width) const {
+  const QFontMetrics metrics = fontMetrics();
+  if (rate_.isEmpty()) return metrics.elidedText(slide_, Qt::ElideMiddle, width);
+  const QString rate = slide_.isEmpty() ? rate_ : QStringLiteral(" · ") + rate_;
+  const int room = width - metrics.horizontalAdvance(rate);
+  return (room > 0 ? metrics.elidedText(slide_, Qt::ElideMiddle, room) : QString()) + rate;
 }
 
 QColor TileProgressWidget::colour(TileState state) {
@@ -105,9 +114,20 @@ void TileProgressWidget::paintEvent(QPaintEvent*) {
                                        .arg(pass)
                                        .arg(model_->current_tile() + 1)
                                        .arg(model_->tiles());
-  painter.drawText(QRectF(4, strip.bottom() + 2, width() - 8, text_h), line);
+  painter.drawText(QRectF(4, strip.bottom() + 2, width() - 8, text_h),
+                   fontMetrics().elidedText(line, Qt::ElideRight, width() - 8));
   painter.drawText(QRectF(4, strip.bottom() + 2 + text_h, width() - 8, text_h),
-                   slide_ + (rate_.isEmpty() ? QString() : QStringLiteral(" · ") + rate_));
+                   caption_line(width() - 8));
+}
+
+void set_readable_range(QValueAxis* axis, double low, double high) {
+  axis->setTickType(QValueAxis::TicksFixed);
+  axis->setRange(low, std::max(high, low + 1e-9));
+  axis->applyNiceNumbers();
+  const double step = (axis->max() - axis->min()) / std::max(1, axis->tickCount() - 1);
+  const int decimals =
+      step >= 1 ? 0 : std::min(6, static_cast<int>(std::ceil(-std::log10(step) - 1e-9)));
+  axis->setLabelFormat(QStringLiteral("%.%1f").arg(decimals));
 }
 
 namespace {
@@ -133,13 +153,14 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   peak_ = line(chart, tr("peak"), QColor(200, 40, 40), Qt::SolidLine);
   budget_ = line(chart, tr("budget"), Qt::black, Qt::DashLine);
   predicted_ = line(chart, tr("predicted peak"), QColor(150, 0, 200), Qt::DotLine);
-  measured_ = line(chart, tr("measured peak"), QColor(200, 40, 40), Qt::DotLine);
+  // Not the red of "peak": the two are read against each other.
+  measured_ = line(chart, tr("measured peak"), QColor(20, 150, 60), Qt::DashDotLine);
   x_ = new QValueAxis(chart);
   x_->setTitleText(tr("seconds"));
-  x_->setLabelFormat(QStringLiteral("%.1f"));
   y_ = new QValueAxis(chart);
   y_->setTitleText(tr("MiB"));
-  y_->setLabelFormat(QStringLiteral("%.0f"));
+  set_readable_range(x_, 0, 1);
+  set_readable_range(y_, 0, 1);
   chart->addAxis(x_, Qt::AlignBottom);
   chart->addAxis(y_, Qt::AlignLeft);
   for (QAbstractSeries* s : chart->series()) {
@@ -192,8 +213,8 @@ void MemoryChart::refresh(const MemorySeries& series) {
   flat(budget_, series.budget());
   flat(predicted_, series.predicted_peak());
   flat(measured_, series.measured_peak());
-  x_->setRange(0, t_end);
-  y_->setRange(0, std::max(1.0, series.largest() / kMiB * 1.1));
+  set_readable_range(x_, 0, t_end);
+  set_readable_range(y_, 0, std::max(1.0, static_cast<double>(series.largest()) / kMiB * 1.1));
 }
 
 int MemoryChart::points() const { return static_cast<int>(live_->count()); }
@@ -211,10 +232,19 @@ MetricsChart::MetricsChart(QWidget* parent) : QChartView(parent) {
   x_ = new QValueAxis(chart);
   x_->setTitleText(tr("epoch"));
   x_->setLabelFormat(QStringLiteral("%d"));
+  // Whole epochs from the first: 1, 2, 3 … or 1, 6, 11 … on a long run.
+  x_->setTickType(QValueAxis::TicksDynamic);
+  x_->setTickAnchor(1);
+  x_->setRange(1, 2);
+  x_->setTickInterval(1);
   loss_axis_ = new QValueAxis(chart);
   loss_axis_->setTitleText(tr("loss"));
+  set_readable_range(loss_axis_, 0, 0.1);
   metric_axis_ = new QValueAxis(chart);
+  metric_axis_->setTitleText(tr("accuracy, AUC"));
   metric_axis_->setRange(0, 1);
+  metric_axis_->setTickCount(6);
+  metric_axis_->setLabelFormat(QStringLiteral("%.1f"));
   chart->addAxis(x_, Qt::AlignBottom);
   chart->addAxis(loss_axis_, Qt::AlignLeft);
   chart->addAxis(metric_axis_, Qt::AlignRight);
@@ -237,9 +267,18 @@ void MetricsChart::refresh(const MetricsSeries& series) {
   val_balanced_->replace(
       QList<QPointF>(series.val_balanced_accuracy().begin(), series.val_balanced_accuracy().end()));
   val_auc_->replace(QList<QPointF>(series.val_auc().begin(), series.val_auc().end()));
-  x_->setRange(1, std::max(2, series.epochs()));
-  x_->setTickCount(std::min(std::max(2, series.epochs()), 11));
-  loss_axis_->setRange(0, std::max(0.1, series.largest_loss() * 1.1));
+  const int last = std::max(2, series.epochs());
+  x_->setRange(1, last);
+  // At most about ten labels: an interval of 1, 2 or 5 × 10ⁿ epochs.
+  int interval = 1;
+  for (int step = 1; (last - 1) / interval > 10; step *= 10) {
+    for (int m : {1, 2, 5}) {
+      interval = m * step;
+      if ((last - 1) / interval <= 10) break;
+    }
+  }
+  x_->setTickInterval(interval);
+  set_readable_range(loss_axis_, 0, std::max(0.1, series.largest_loss() * 1.1));
 }
 
 int MetricsChart::points() const { return static_cast<int>(train_loss_->count()); }

@@ -27,6 +27,9 @@ class TileProgressWidget : public QWidget {
   // "slide 2/4 · tumor-003.tif", "12.5 tiles/s · ETA 0:42" under the grid.
   void set_caption(const QString& slide, const QString& rate);
   const QImage& thumbnail() const { return thumbnail_; }
+  // The caption as drawn in `width` pixels: the slide elided in the middle, the rate and ETA
+  // whole after it. Empty when there is no caption (no run going).
+  QString caption_line(int width) const;
   static QColor colour(TileState state);
 
  protected:
@@ -37,6 +40,10 @@ class TileProgressWidget : public QWidget {
   QImage thumbnail_;
   QString slide_, rate_;
 };
+
+// A value axis from `low` to at least `high` at round ticks, labelled with as many decimals as
+// the ticks need to read apart (a MiB axis of an empty chart is not "0 0 0 1 1").
+void set_readable_range(QValueAxis* axis, double low, double high);
 
 class MemoryChart : public QChartView {
   Q_OBJECT

@@ -2,9 +2,12 @@
 // memory series (by category, budget, predicted and measured peaks, bounded), the metrics.
 #include <QTest>
 
+#include <cmath>
+#include <fstream>
 #include <limits>
 
 #include "gui/training_models.h"
+#include "tests/io/temp_folder.h"
 
 namespace tessel::gui {
 
@@ -159,6 +162,63 @@ class TrainingModelsTest : public QObject {
     metrics.add(e);
     QCOMPARE(metrics.epochs(), 3);
     QCOMPARE(metrics.train_loss().size(), 2);
+  }
+
+  // A resumed run repeats the epochs after its checkpoint's: metrics.csv may hold a row the
+  // checkpoint never saw (a crash after the row, before last.h5), which the run's own report of
+  // that epoch replaces, with every later one.
+  void anEpochReportedAgainReplacesItAndTheEpochsAfterIt() {
+    MetricsSeries metrics;
+    pipelines::EpochReport e;
+    e.val.count = 1;
+    for (int64_t epoch = 1; epoch <= 4; ++epoch) {
+      e.epoch = epoch;
+      e.train_loss = 1.0 / static_cast<double>(epoch);
+      e.val.loss = e.train_loss;
+      e.best = epoch == 4;
+      metrics.add(e);
+    }
+    QCOMPARE(metrics.best_epoch(), 4);
+    e.epoch = 3;
+    e.train_loss = 0.25;
+    e.best = false;
+    metrics.add(e);
+    QCOMPARE(metrics.epochs(), 3);
+    QCOMPARE(metrics.train_loss().size(), 3);
+    QCOMPARE(metrics.train_loss().back(), QPointF(3, 0.25));
+    QCOMPARE(metrics.val_loss().size(), 3);
+    QCOMPARE(metrics.best_epoch(), 0);
+  }
+
+  // The run's metrics.csv as pipelines/train.cpp writes it: columns by name, empty cells for
+  // values the epoch did not have (no validation, every slide skipped), a half-written last line.
+  void metricsCsvReadsBackAsTheEpochsTheRunReported() {
+    const test::TempFolder folder;
+    const auto csv = folder.path() / "metrics.csv";
+    std::ofstream(csv) << "epoch,lr,train_loss,train_accuracy,val_loss,val_accuracy,"
+                          "val_balanced_accuracy,val_auc,best,seconds,measured_peak_bytes\n"
+                          "1,0.001000,0.693100,0.500000,0.690000,0.500000,0.500000,0.750000,1,"
+                          "12.500000,104857600\n"
+                          "2,0.000500,0.650000,0.625000,,,,,0,11.000000,104857600\n"
+                          "3,0.000250,,0.0";
+    const std::vector<pipelines::EpochReport> epochs = read_metrics_csv(csv);
+    QCOMPARE(epochs.size(), size_t{3});
+    QCOMPARE(epochs[0].epoch, int64_t{1});
+    QCOMPARE(epochs[0].train_loss, 0.6931);
+    QCOMPARE(epochs[0].val.count, int64_t{1});
+    QCOMPARE(epochs[0].val.auc, 0.75);
+    QVERIFY(epochs[0].best);
+    QCOMPARE(epochs[0].seconds, 12.5);
+    QCOMPARE(epochs[1].val.count, int64_t{0});
+    QVERIFY(!epochs[1].best);
+    QVERIFY(std::isnan(epochs[2].train_loss));
+    MetricsSeries metrics;
+    for (const auto& e : epochs) metrics.add(e);
+    QCOMPARE(metrics.epochs(), 3);
+    QCOMPARE(metrics.train_loss().size(), 2);
+    QCOMPARE(metrics.val_auc().size(), 1);
+    QCOMPARE(metrics.best_epoch(), 1);
+    QVERIFY(read_metrics_csv(folder.path() / "none.csv").empty());
   }
 };
 

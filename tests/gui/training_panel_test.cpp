@@ -5,7 +5,9 @@
 // from the panel with the run's own config; then a heatmap of that checkpoint over a slide, into
 // a folder the user chose. Bad configs and a budget too small are messages, never a crash. And
 // what keeps runs safe (issue 22): Resume's locked fields, the wheel over the dock, one log per
-// run, relative paths of a loaded config, Stop at a tile, Quit during a run. The window's
+// run, relative paths of a loaded config, Stop at a tile, Quit during a run; and honest progress:
+// the Plan row before Start, a resumed run's whole history, a long message that leaves the form
+// as it was, the progress line cleared after Stop. The window's
 // questions are answered by StubPrompts. libvips (through glib, for tests/gui/screenshots.h)
 // before Qt: Qt defines `signals`.
 #include <spdlog/spdlog.h>
@@ -268,12 +270,16 @@ class TrainingPanelTest : public QObject {
     QSignalSpy finished(panel, &TrainingPanel::runFinished);
     QVERIFY2(panel->start(), qPrintable(panel->message()));
     QTRY_VERIFY_WITH_TIMEOUT(panel->tile_events() > 0, kTimeoutMs);
+    QTRY_VERIFY_WITH_TIMEOUT(!panel->tile_progress()->caption_line(1000).isEmpty(), kTimeoutMs);
     panel->stop();
     QVERIFY(!panel->stop_button()->isEnabled());
     QVERIFY2(panel->message().startsWith(QStringLiteral("Stopping at the next tile")),
              qPrintable(panel->message()));
     QVERIFY(finished.wait(kTimeoutMs));
     QVERIFY(panel->summary()->interrupted);
+    // No rate or ETA of a run that has ended.
+    QVERIFY2(panel->tile_progress()->caption_line(1000).isEmpty(),
+             qPrintable(panel->tile_progress()->caption_line(1000)));
     QVERIFY(panel->summary()->epochs_done < 200);
     QVERIFY(panel->message().startsWith(QStringLiteral("Stopped")));
     QVERIFY(std::filesystem::exists(run / "checkpoints" / "last.h5"));
@@ -321,9 +327,11 @@ class TrainingPanelTest : public QObject {
     QVERIFY(finished.wait(kTimeoutMs));
     QVERIFY(!panel->summary()->interrupted);
     QCOMPARE(panel->summary()->epochs_done, done + 2);
-    // Two epochs reported, numbered after the ones the stopped run did.
-    QCOMPARE(panel->metrics().epochs(), 2);
-    QCOMPARE(panel->metrics().train_loss().front().x(), static_cast<double>(done + 1));
+    // The whole run: the stopped part's epochs read back from metrics.csv, then the two
+    // reported, numbered after them.
+    QCOMPARE(panel->metrics().epochs(), static_cast<int>(done) + 2);
+    QCOMPARE(panel->metrics().train_loss().size(), done + 2);
+    QCOMPARE(panel->metrics().train_loss().front().x(), 1.0);
     QCOMPARE(panel->metrics().train_loss().back().x(), static_cast<double>(done + 2));
     const QString log = panel->log()->toPlainText();
     QVERIFY2(log.contains(QStringLiteral("resuming ")) &&
@@ -513,6 +521,132 @@ class TrainingPanelTest : public QObject {
       QCOMPARE(unique.size(), log->size());
     }
     qInfo("train.log lines: %zu (two runs), %zu (one)", first_log.size(), second_log.size());
+  }
+
+  // Honest progress (issue 22): a resumed run's charts show the whole run. In this window the
+  // memory chart and the log go on from where the first part ended; in a window that did not
+  // show the first part, the earlier epochs still come from metrics.csv and the log starts with
+  // the run's train.log.
+  void aResumedRunShowsTheWholeRunWithItsMemoryAndLogGoingOn() {
+    TrainingPanel* panel = window_.training();
+    const auto run = runs_.path() / "whole";
+    panel->output_edit()->setText(QString::fromStdString(run.string()));
+    panel->set_manifest(manifest_);
+    panel->model_edit()->setCurrentText(QStringLiteral("tiny"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("level"));
+    panel->resolution_value()->setValue(1);
+    panel->budget_edit()->setText(QStringLiteral("64MiB"));
+    panel->strategy_edit()->setCurrentText(QStringLiteral("auto"));
+    panel->epochs_edit()->setValue(1);
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY2(finished.wait(kTimeoutMs), qPrintable(panel->message()));
+    QCOMPARE(panel->summary()->epochs_done, int64_t{1});
+    QVERIFY(!panel->memory().live().isEmpty());
+    const QPointF first_sample = panel->memory().live().front();
+    const double first_part_s = panel->memory().last_seconds();
+
+    QVERIFY(panel->resuming());
+    panel->epochs_edit()->setValue(2);
+    prompts_.answer = true;
+    prompts_.questions.clear();
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QCOMPARE(panel->metrics().epochs(), 1);  // epoch 1 from metrics.csv, before the run reports
+    QVERIFY2(finished.wait(kTimeoutMs), qPrintable(panel->message()));
+    QCOMPARE(panel->summary()->epochs_done, int64_t{2});
+    QCOMPARE(panel->metrics().epochs(), 2);
+    QCOMPARE(panel->metrics().train_loss().size(), 2);
+    QCOMPARE(panel->metrics().train_loss().front().x(), 1.0);
+    QCOMPARE(panel->memory().live().front(), first_sample);
+    QVERIFY(panel->memory().last_seconds() > first_part_s);
+    const QString log = panel->log()->toPlainText();
+    QCOMPARE(log.count(QStringLiteral("classes: ")), 2);  // the first part's lines, then these
+
+    TrainingPanel elsewhere;
+    elsewhere.set_prompts(&prompts_);
+    elsewhere.output_edit()->setText(QString::fromStdString(run.string()));
+    QVERIFY(elsewhere.resuming());
+    elsewhere.epochs_edit()->setValue(3);
+    QSignalSpy elsewhere_finished(&elsewhere, &TrainingPanel::runFinished);
+    QVERIFY2(elsewhere.start(), qPrintable(elsewhere.message()));
+    QCOMPARE(elsewhere.metrics().epochs(), 2);
+    QCOMPARE(elsewhere.metrics().train_loss().size(), 2);
+    QVERIFY2(elsewhere.log()->toPlainText().count(QStringLiteral("classes: ")) >= 2,
+             qPrintable(elsewhere.log()->toPlainText().left(2000)));
+    elsewhere.stop();
+    QVERIFY2(elsewhere_finished.wait(kTimeoutMs), qPrintable(elsewhere.message()));
+    panel->epochs_edit()->setValue(2);
+  }
+
+  // Before Start the Plan row says what the run will cost: the plan's predicted peak (as
+  // `tessel plan` and the run plan it) and an epoch's time at this machine's FLOP rate, measured
+  // once and kept in QSettings; "—" with the planner's reason when no plan fits.
+  void thePlanRowShowsThePredictedPeakAndAnEpochEstimateBeforeStart() {
+    TrainingPanel* panel = window_.training();
+    QSettings().remove(QStringLiteral("training/flops_per_second"));  // every rate measured
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "planned").string()));
+    QVERIFY(!panel->resuming());
+    panel->set_manifest(manifest_);
+    panel->model_edit()->setCurrentText(QStringLiteral("tiny"));
+    panel->resolution_kind()->setCurrentText(QStringLiteral("level"));
+    panel->resolution_value()->setValue(1);
+    panel->strategy_edit()->setCurrentText(QStringLiteral("auto"));
+    panel->epochs_edit()->setValue(3);
+    panel->budget_edit()->setText(QStringLiteral("64MiB"));  // the form's last change: planned
+    QTRY_VERIFY_WITH_TIMEOUT(panel->estimate().has_value(), kTimeoutMs);
+    const RunEstimate& e = *panel->estimate();
+    QVERIFY(e.peak_bytes > 0 && e.peak_bytes <= e.budget_bytes);
+    QCOMPARE(e.budget_bytes, int64_t{64} << 20);
+    QVERIFY(e.train_slides > 0);
+    QVERIFY(e.epoch_flops() > 0);
+    const QString text = panel->plan_label()->full_text();
+    QVERIFY2(text.contains(format_bytes(e.peak_bytes)) &&
+                 text.contains(format_bytes(int64_t{64} << 20)) &&
+                 text.contains(QStringLiteral("an epoch ≈")) &&
+                 text.contains(QStringLiteral("3 epoch(s) ≈")) &&
+                 text.contains(QStringLiteral("estimate")),
+             qPrintable(text));
+    QVERIFY(panel->flops_per_second() > 0);
+    QCOMPARE(QSettings().value(TrainingPanel::flop_rate_key(panel->config().value())).toDouble(),
+             panel->flops_per_second());
+    qInfo("plan row: %s", qPrintable(text));
+
+    panel->strategy_edit()->setCurrentText(QStringLiteral("none"));
+    panel->budget_edit()->setText(QStringLiteral("1KiB"));
+    QTRY_VERIFY_WITH_TIMEOUT(panel->plan_label()->full_text().startsWith(QStringLiteral("— ")),
+                             kTimeoutMs);
+    QVERIFY(!panel->estimate().has_value());
+    QVERIFY2(panel->plan_label()->full_text().contains(QStringLiteral("budget")),
+             qPrintable(panel->plan_label()->full_text()));
+    QCOMPARE(panel->plan_label()->toolTip(), panel->plan_label()->full_text());
+    panel->strategy_edit()->setCurrentText(QStringLiteral("auto"));
+    panel->budget_edit()->setText(QStringLiteral("64MiB"));
+    QTRY_VERIFY_WITH_TIMEOUT(panel->estimate().has_value(), kTimeoutMs);
+    panel->epochs_edit()->setValue(2);
+  }
+
+  // A message as long as a deep path takes the panel's three message lines, the last elided
+  // and the whole in the tooltip: the form's rows keep their height (a wrapped label had
+  // squeezed them to slivers in a docked panel).
+  void aLongMessageDoesNotCrushTheForm() {
+    TrainingPanel* panel = window_.training();
+    auto* dock = window_.findChild<QDockWidget*>(QStringLiteral("training"));
+    dock->raise();
+    QTest::qWait(50);
+    const int row = panel->epochs_edit()->height();
+    const int label = panel->message_label()->height();
+    const QString path = QStringLiteral("/nonexistent/") +
+                         QStringLiteral("a-folder-with-a-long-name-").repeated(12) +
+                         QStringLiteral("/run.yaml");
+    QVERIFY(!panel->load_config(path));
+    QVERIFY(panel->message().contains(path));
+    QTest::qWait(50);
+    QCOMPARE(panel->epochs_edit()->height(), row);
+    QCOMPARE(panel->message_label()->height(), label);
+    QCOMPARE(panel->message_label()->toolTip(), panel->message());
+    QCOMPARE(panel->message_label()->full_text(), panel->message());
+    QVERIFY2(panel->message_label()->elided(), qPrintable(panel->message_label()->text()));
+    QVERIFY(panel->message_label()->text().endsWith(QChar(0x2026)));
   }
 
   // A config's relative paths are its folder's, wherever the app was started: the manifest
