@@ -1620,6 +1620,12 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
         a.options.flops_per_byte_moved = prices.seconds_per_byte_moved / prices.seconds_per_flop;
         a.options.flops_per_tile =
             options.flops_per_tile * kGuessedSecondsPerFlop / prices.seconds_per_flop;
+        // The resident search's best at the prices the offloading candidates get: the tile's
+        // price just changed, and a cost at the guess against one at the measured prices would
+        // compare two units.
+        if (best.cost != kNever) {
+          best = build(a, best.strategy, best.set, last, reduction, fixed, target, best.tiers, off);
+        }
       }
     }
     // Every window where the plan offloads (a resident search has no use for one).
