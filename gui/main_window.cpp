@@ -23,6 +23,7 @@
 
 #include "core/version.h"
 #include "gui/heatmap_overlay.h"
+#include "gui/magnification.h"
 #include "pipelines/environment.h"
 
 namespace tessel::gui {
@@ -76,8 +77,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
   resizeDocks({dataset_dock}, {250}, Qt::Vertical);
 
+  cursor_label_ = new QLabel(this);
+  statusBar()->addPermanentWidget(cursor_label_);
   zoom_label_ = new QLabel(this);
   statusBar()->addPermanentWidget(zoom_label_);
+  connect(view_, &SlideView::cursorMoved, this, [this](QPointF level0) {
+    const io::Slide& slide = *view_->document().slide;
+    cursor_label_->setText(cursor_readout(level0, slide.mpp_x(), slide.mpp_y()));
+  });
+  connect(view_, &SlideView::cursorLeft, cursor_label_, &QLabel::clear);
   connect(view_, &SlideView::viewChanged, this, [this](QRectF level0) {
     overview_->set_viewport(level0);
     zoom_label_->setText(tr("level %1 · %2 level-0 px per screen px")
@@ -157,6 +165,24 @@ void MainWindow::create_menus() {
   tissue_action_->setCheckable(true);
   connect(tissue_action_, &QAction::toggled, view_, &SlideView::set_tissue_visible);
 
+  auto* magnification = view->addMenu(tr("&Magnification"));
+  auto* toolbar = addToolBar(tr("Magnification"));
+  toolbar->setObjectName(QStringLiteral("magnification"));
+  for (size_t i = 0; i < kMagnificationPresets.size(); ++i) {
+    const double preset = kMagnificationPresets[i];
+    auto* action = new QAction(QStringLiteral("%1×").arg(preset), this);
+    action->setShortcut(QKeySequence(Qt::Key_1 + static_cast<int>(i)));
+    // Bare digits only while the viewer has focus: elsewhere they are typed into fields.
+    action->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+    view_->addAction(action);
+    connect(action, &QAction::triggered, view_,
+            [this, preset] { view_->set_magnification(preset); });
+    magnification->addAction(action);
+    toolbar->addAction(action);
+    magnification_actions_.push_back(action);
+  }
+  update_magnification_actions();
+
   auto* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About Tessel"), this, [this] {
     QMessageBox::about(
@@ -166,6 +192,28 @@ void MainWindow::create_menus() {
                  QString::fromStdString(pipelines::to_string(pipelines::probe_environment()))
                      .toHtmlEscaped()));
   });
+}
+
+void MainWindow::update_magnification_actions() {
+  const std::optional<double> mpp =
+      view_->has_slide() ? view_->document().slide->mpp_x() : std::nullopt;
+  const bool known = mpp && *mpp > 0;
+  for (size_t i = 0; i < magnification_actions_.size(); ++i) {
+    QAction* action = magnification_actions_[i];
+    const double preset = kMagnificationPresets[i];
+    action->setEnabled(known);
+    if (!view_->has_slide()) {
+      action->setToolTip(tr("%1×: open a slide first").arg(preset));
+    } else if (!known) {
+      action->setToolTip(tr("%1×: unavailable, this slide has no microns per pixel (mpp), so its "
+                            "magnification is unknown")
+                             .arg(preset));
+    } else {
+      action->setToolTip(tr("Zoom to %1× (%2 µm per screen pixel) about the view's centre")
+                             .arg(preset)
+                             .arg(10.0 / preset, 0, 'g', 3));
+    }
+  }
 }
 
 void MainWindow::open_path(const QString& path) {
@@ -221,6 +269,8 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   const QString note = doc.tissue_note;
   view_->set_document(std::move(doc));
   export_action_->setEnabled(true);
+  update_magnification_actions();
+  cursor_label_->clear();
   overview_->set_viewport(view_->visible_level0_rect());
   setWindowTitle(QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
   statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));

@@ -10,6 +10,9 @@
 #include <QMainWindow>
 #include <QString>
 #include <QThreadPool>
+#include <QToolBar>
+
+#include <vector>
 
 #include "gui/dataset_panel.h"
 #include "gui/message_bar.h"
@@ -42,6 +45,13 @@ class MainWindow : public QMainWindow {
   PropertiesPanel* properties() { return properties_; }
   DatasetPanel* dataset() { return dataset_; }
   QAction* tissue_action() { return tissue_action_; }
+  // View ▸ Magnification and the toolbar: 1×, 5×, 10×, 20×, 40× (kMagnificationPresets), keys
+  // 1 … 5 while the viewer has focus (so digits still type into the panels' fields); zoom about
+  // the view's centre. Disabled, with a tooltip saying why, without a slide or without its mpp.
+  const std::vector<QAction*>& magnification_actions() const { return magnification_actions_; }
+  // The status bar's cursor position on the slide: µm and px, or px without mpp (cursor_readout);
+  // empty when the cursor is off the slide.
+  QLabel* cursor_label() { return cursor_label_; }
   TrainingPanel* training() { return training_; }
   MessageBar* message_bar() { return message_bar_; }
   // The questions the window and its training panel ask; nullptr: dialogs. Not owned.
@@ -78,6 +88,7 @@ class MainWindow : public QMainWindow {
 
  private:
   void create_menus();
+  void update_magnification_actions();
   void show_error(const QString& message);
   Prompts& prompts() { return prompts_ != nullptr ? *prompts_ : dialog_prompts(); }
   void show_document(quint64 serial, const QString& path, SlideDocument doc);
@@ -94,8 +105,10 @@ class MainWindow : public QMainWindow {
   QAction* tissue_action_ = nullptr;
   QAction* export_action_ = nullptr;
   QAction* quit_action_ = nullptr;
+  std::vector<QAction*> magnification_actions_;
   bool quit_after_run_ = false;  // Quit was confirmed during a run: close when it has ended
   QLabel* zoom_label_;
+  QLabel* cursor_label_;
   QThreadPool pool_;
   quint64 serial_ = 0;  // a slide opened after another one wins, whichever finishes first
   bool opening_ = false;

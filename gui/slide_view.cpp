@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "gui/heatmap_overlay.h"
+#include "gui/magnification.h"
 #include "gui/scale_bar.h"
 
 namespace tessel::gui {
@@ -18,7 +19,7 @@ namespace tessel::gui {
 SlideView::SlideView(QWidget* parent) : QWidget(parent) {
   setMinimumSize(200, 150);
   setFocusPolicy(Qt::StrongFocus);
-  setMouseTracking(false);
+  setMouseTracking(true);  // the cursor readout follows the mouse without a button held
   setAttribute(Qt::WA_OpaquePaintEvent);
 }
 
@@ -92,6 +93,20 @@ void SlideView::center_on(QPointF level0) {
   ViewState next = view_;
   next.center = level0;
   set_view(next);
+}
+
+std::optional<double> SlideView::magnification() const {
+  if (!doc_.slide) return std::nullopt;
+  const std::optional<double> mpp = doc_.slide->mpp_x();
+  if (!mpp || !(*mpp > 0)) return std::nullopt;
+  return magnification_for_downsample(view_.downsample, *mpp);
+}
+
+void SlideView::set_magnification(double magnification) {
+  if (!doc_.slide || !(magnification > 0)) return;
+  const std::optional<double> mpp = doc_.slide->mpp_x();
+  if (!mpp || !(*mpp > 0)) return;
+  set_view({view_.center, downsample_for_magnification(magnification, *mpp)});
 }
 
 void SlideView::fit() {
@@ -296,6 +311,16 @@ void SlideView::mousePressEvent(QMouseEvent* event) {
 }
 
 void SlideView::mouseMoveEvent(QMouseEvent* event) {
+  if (doc_.slide) {
+    const QPointF level0 = to_level0(view_, size(), event->position());
+    const io::Level& base = doc_.slide->level(0);
+    if (QRectF(0, 0, static_cast<double>(base.width), static_cast<double>(base.height))
+            .contains(level0)) {
+      emit cursorMoved(level0);
+    } else {
+      emit cursorLeft();
+    }
+  }
   if (!dragging_) return;
   const QPoint now = event->position().toPoint();
   pan_by(QPointF(now - drag_from_));
@@ -306,6 +331,8 @@ void SlideView::mouseReleaseEvent(QMouseEvent*) {
   dragging_ = false;
   unsetCursor();
 }
+
+void SlideView::leaveEvent(QEvent*) { emit cursorLeft(); }
 
 void SlideView::mouseDoubleClickEvent(QMouseEvent* event) {
   zoom_by(event->button() == Qt::RightButton ? 0.5 : 2.0, event->position());

@@ -1,7 +1,8 @@
 // The slide viewer: pans and zooms across pyramid levels, drawing tiles of the level that matches
 // the zoom (read by a TileLoader off the UI thread, kept in a byte-bounded TileCache), with the
 // overview and any cached coarser tiles underneath until they arrive, an optional tissue overlay,
-// a heatmap overlay with its legend, and an mpp-aware scale bar.
+// a heatmap overlay with its legend, an mpp-aware scale bar, magnification presets from the mpp,
+// and the slide position under the cursor (cursorMoved) for a readout.
 #pragma once
 
 #include <QImage>
@@ -10,6 +11,7 @@
 #include <QWidget>
 
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "gui/slide_document.h"
@@ -48,6 +50,11 @@ class SlideView : public QWidget {
   void fit();
   void center_on(QPointF level0);
 
+  // The magnification shown, 10 / (mpp × downsample) (gui/magnification.h); none without mpp.
+  std::optional<double> magnification() const;
+  // Zooms to `magnification` about the view's centre (clamped as set_view); no-op without mpp.
+  void set_magnification(double magnification);
+
   int current_level() const { return level_; }
   QRectF visible_level0_rect() const { return level0_rect(view_, size()); }
   // Visible tiles of the current level not yet in the cache (failed ones do not count).
@@ -78,6 +85,10 @@ class SlideView : public QWidget {
   void viewChanged(QRectF level0);
   void visibleTilesLoaded();
   void tileError(QString message);
+  // The level-0 point under the mouse, as it moves over the slide; cursorLeft when it leaves
+  // the slide (onto the glass around it, or out of the widget).
+  void cursorMoved(QPointF level0);
+  void cursorLeft();
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -87,6 +98,7 @@ class SlideView : public QWidget {
   void mouseMoveEvent(QMouseEvent* event) override;
   void mouseReleaseEvent(QMouseEvent* event) override;
   void mouseDoubleClickEvent(QMouseEvent* event) override;
+  void leaveEvent(QEvent* event) override;
   void keyPressEvent(QKeyEvent* event) override;
 
  private:

@@ -1,23 +1,27 @@
 // tessel-gui's main window driven as a user would: open a slide, show an associated image,
 // export the view with a heatmap overlay, zoom and pan until the visible tiles are loaded, toggle
 // the tissue overlay, open a manifest written at test time, double-click a row; and broken inputs
-// come back as messages, never a crash or a frozen window.
+// come back as messages, never a crash or a frozen window; magnification presets from the slide's
+// mpp and the cursor's position in µm in the status bar.
 #include <QAbstractItemView>
 #include <QApplication>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QElapsedTimer>
 #include <QFileInfo>
+#include <QLineEdit>
 #include <QMimeData>
 #include <QSignalSpy>
 #include <QStatusBar>
 #include <QTest>
 #include <QTimer>
+#include <QToolBar>
 #include <QUrl>
 
 #include <cmath>
 #include <cstdlib>
 
+#include "gui/magnification.h"
 #include "gui/main_window.h"
 #include "io/heatmap_writer.h"
 #include "io/vips.h"
@@ -185,8 +189,11 @@ class MainWindowTest : public QObject {
     StallMeter stalls;
     QElapsedTimer loading;
     loading.start();
-    view->zoom_by(8.0, QPointF(view->width() / 3.0, view->height() / 3.0));
-    QVERIFY(view->view().downsample < 1.0);  // past level 0: magnified pixels
+    // To downsample 0.5, past level 0 (magnified pixels), whatever the fitted zoom: it depends
+    // on the viewer's height, which the toolbar shares.
+    view->zoom_by(view->view().downsample / 0.5,
+                  QPointF(view->width() / 3.0, view->height() / 3.0));
+    QVERIFY(view->view().downsample < 1.0);
     QCOMPARE(view->current_level(), 0);
     QVERIFY(view->pending_tiles() > 0);
     QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
@@ -343,6 +350,113 @@ class MainWindowTest : public QObject {
     QVERIFY2(bar->text().contains(QStringLiteral("other.csv")), qPrintable(bar->text()));
     bar->dismiss();
     QVERIFY(!bar->isVisible());
+  }
+
+  // Issue 22: 1×, 5×, 10×, 20×, 40× from the slide's mpp (10 / mpp µm per screen pixel: CMU-1's
+  // 0.499 µm pixels are about 20×), by keys 1 … 5 in the viewer and by the toolbar, zooming about
+  // the view's centre.
+  void magnificationKeysAndButtonsZoomFromTheSlidesMppAboutTheCentre() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    const double mpp = *view->document().slide->mpp_x();
+    const std::vector<QAction*>& presets = window_.magnification_actions();
+    QCOMPARE(presets.size(), size_t{5});
+    for (QAction* preset : presets) QVERIFY2(preset->isEnabled(), qPrintable(preset->toolTip()));
+    QCOMPARE(presets[3]->text(), QStringLiteral("20×"));
+    const QPointF centre(700, 1900);
+    view->center_on(centre);
+    QCOMPARE(view->view().center, centre);
+    window_.activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(&window_));
+    view->setFocus();
+    QTRY_VERIFY(view->hasFocus());
+
+    QTest::keyClick(view, Qt::Key_4);  // 20×: 0.5 µm per screen pixel
+    QVERIFY2(qAbs(view->view().downsample - 0.5 / mpp) < 1e-9,
+             qPrintable(QString::number(view->view().downsample)));
+    QVERIFY(qAbs(*view->magnification() - 20) < 1e-9);
+    QCOMPARE(view->view().center, centre);
+    QTest::keyClick(view, Qt::Key_2);  // 5×: 2 µm per screen pixel
+    QVERIFY(qAbs(view->view().downsample - 2.0 / mpp) < 1e-9);
+    QCOMPARE(view->view().center, centre);
+
+    auto* toolbar = window_.findChild<QToolBar*>(QStringLiteral("magnification"));
+    QVERIFY(toolbar != nullptr);
+    QWidget* button = toolbar->widgetForAction(presets[4]);
+    QVERIFY(button != nullptr);
+    QTest::mouseClick(button, Qt::LeftButton);  // 40×: 0.25 µm per screen pixel, magnified
+    QVERIFY(qAbs(view->view().downsample - 0.25 / mpp) < 1e-9);
+    QCOMPARE(view->view().center, centre);
+    QCOMPARE(view->current_level(), 0);
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+
+    // Digits typed into a field elsewhere in the window are text, not presets.
+    QLineEdit field(window_.statusBar());
+    field.show();
+    field.setFocus();
+    QTRY_VERIFY(field.hasFocus());
+    QTest::keyClick(&field, Qt::Key_1);
+    QCOMPARE(field.text(), QStringLiteral("1"));
+    QVERIFY(qAbs(view->view().downsample - 0.25 / mpp) < 1e-9);
+  }
+
+  void withoutMppThePresetsAreDisabledAndSayWhy() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("boxes.tiff"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    QVERIFY(!view->document().slide->mpp_x());
+    QVERIFY(!view->magnification());
+    for (QAction* preset : window_.magnification_actions()) {
+      QVERIFY(!preset->isEnabled());
+      QVERIFY2(preset->toolTip().contains(QStringLiteral("no microns per pixel")),
+               qPrintable(preset->toolTip()));
+    }
+    const double before = view->view().downsample;
+    window_.activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(&window_));
+    view->setFocus();
+    QTest::keyClick(view, Qt::Key_4);
+    QCOMPARE(view->view().downsample, before);
+  }
+
+  // The status bar follows the mouse over the slide: µm and level-0 px; off the slide, nothing;
+  // without mpp, px labelled as such.
+  void theStatusBarShowsTheCursorsSlidePositionInMicrons() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    const io::Slide& cmu = *view->document().slide;
+    QLabel* readout = window_.cursor_label();
+    QVERIFY(readout->text().isEmpty());
+
+    view->set_view({QPointF(1000, 1500), 2.0});
+    const QPoint at = to_screen(view->view(), view->size(), QPointF(1100, 1460)).toPoint();
+    QTest::mouseMove(view, at);
+    const QPointF level0 = to_level0(view->view(), view->size(), at);
+    QVERIFY(qAbs(level0.x() - 1100) <= 2 && qAbs(level0.y() - 1460) <= 2);
+    QCOMPARE(readout->text(), cursor_readout(level0, cmu.mpp_x(), cmu.mpp_y()));
+    QVERIFY2(readout->text().contains(
+                 QStringLiteral("x %1 µm").arg(level0.x() * *cmu.mpp_x(), 0, 'f', 1)),
+             qPrintable(readout->text()));
+    QVERIFY2(
+        readout->text().contains(
+            QStringLiteral("(%1, %2 px)").arg(std::floor(level0.x())).arg(std::floor(level0.y()))),
+        qPrintable(readout->text()));
+
+    // The glass beside the fitted portrait slide is not the slide.
+    view->fit();
+    QTest::mouseMove(view, QPoint(4, view->height() / 2));
+    QVERIFY2(readout->text().isEmpty(), qPrintable(readout->text()));
+
+    window_.open_slide(slide("boxes.tiff"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QTest::mouseMove(view, view->rect().center());
+    QVERIFY2(readout->text().endsWith(QStringLiteral("px (no mpp)")), qPrintable(readout->text()));
+    QVERIFY(!readout->text().contains(QStringLiteral("µm")));
   }
 
  private:

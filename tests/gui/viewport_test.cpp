@@ -1,7 +1,8 @@
 // Viewport ↔ level mapping (which level a zoom reads, which of its tiles the screen shows) and
-// the scale bar's round lengths.
+// the scale bar's round lengths, the magnification presets' zooms and the cursor readout.
 #include <QTest>
 
+#include "gui/magnification.h"
 #include "gui/scale_bar.h"
 #include "gui/viewport.h"
 
@@ -92,6 +93,26 @@ class ViewportTest : public QObject {
     bar = scale_bar(0.5, 1.5, 200);
     QCOMPARE(bar.label(), QStringLiteral("100 µm"));
     QVERIFY(bar.length_px >= 0.4 * 200);
+  }
+
+  // 10 / mpp: a 0.25 µm slide is 40× at its own pixels; 20× shows half of them.
+  void magnificationPresetsFollowTheSlidesMpp() {
+    QCOMPARE(downsample_for_magnification(40, 0.25), 1.0);
+    QCOMPARE(downsample_for_magnification(20, 0.25), 2.0);
+    QCOMPARE(downsample_for_magnification(1, 0.25), 40.0);
+    QCOMPARE(downsample_for_magnification(20, 0.5), 1.0);
+    QCOMPARE(downsample_for_magnification(40, 0.5), 0.5);  // magnified past the scan
+    QCOMPARE(magnification_for_downsample(2.0, 0.25), 20.0);
+    QCOMPARE(magnification_for_downsample(8.0, 0.25), 5.0);
+  }
+
+  void cursorReadoutIsInMicronsAndPixelsOrLabelledPixelsWithoutMpp() {
+    QCOMPARE(cursor_readout(QPointF(1100.6, 1460.6), 0.5),
+             QStringLiteral("x 550.3 µm, y 730.3 µm (1100, 1460 px)"));
+    QCOMPARE(cursor_readout(QPointF(100, 200), 0.25, 0.5),
+             QStringLiteral("x 25.0 µm, y 100.0 µm (100, 200 px)"));
+    QCOMPARE(cursor_readout(QPointF(1100.9, 3.2), std::nullopt),
+             QStringLiteral("x 1100 px, y 3 px (no mpp)"));
   }
 
   void scaleBarWithoutMppMeasuresLevel0Pixels() {
