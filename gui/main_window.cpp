@@ -72,6 +72,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   training_dock_ = dock(tr("Training"), QStringLiteral("training"), training_scroll, this);
   addDockWidget(Qt::BottomDockWidgetArea, training_dock_);
   tabifyDockWidget(dataset_dock, training_dock_);
+  docks_ = {overview_dock, properties_dock, dataset_dock, training_dock_};
   dataset_dock->raise();
   // The slide gets most of the window; the docks what they need to be read.
   resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
@@ -96,8 +97,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(overview_, &OverviewWidget::centerRequested, view_, &SlideView::center_on);
   connect(properties_, &PropertiesPanel::associatedImageFailed, this, &MainWindow::show_error);
   connect(dataset_, &DatasetPanel::slideActivated, this, &MainWindow::open_slide);
-  connect(dataset_, &DatasetPanel::manifestLoaded, this,
-          [this](const QString& summary) { statusBar()->showMessage(summary); });
+  connect(dataset_, &DatasetPanel::manifestLoaded, this, [this](const QString& summary) {
+    add_recent_file(dataset_->manifest_path());
+    statusBar()->showMessage(summary);
+  });
   connect(dataset_, &DatasetPanel::manifestFailed, this, &MainWindow::show_error);
   connect(training_, &TrainingPanel::runStarted, this, [this] {
     training_dock_->raise();
@@ -118,6 +121,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   }
   connect(training_, &TrainingPanel::heatmapRequested, this, &MainWindow::request_heatmap);
   connect(training_, &TrainingPanel::heatmapOpacityChanged, view_, &SlideView::set_heatmap_opacity);
+  connect(view_, &SlideView::heatmapChanged, this, &MainWindow::update_heatmap_actions);
 
   create_menus();
   statusBar()->showMessage(tr("Open a slide or a manifest from the File menu, or drop one here."));
@@ -142,6 +146,10 @@ void MainWindow::create_menus() {
                                                       tr("Manifests (*.csv);;All files (*)"));
     if (!path.isEmpty()) open_manifest(path);
   });
+  recent_menu_ = file->addMenu(tr("Open &Recent"));
+  // Rebuilt as it opens: another window of the app may have changed the list.
+  connect(recent_menu_, &QMenu::aboutToShow, this, &MainWindow::update_recent_menu);
+  update_recent_menu();
   export_action_ = file->addAction(tr("&Export View…"), QKeySequence(tr("Ctrl+E")), this, [this] {
     const QString path = QFileDialog::getSaveFileName(
         this, tr("Export the view"), QStringLiteral("view.png"), tr("PNG images (*.png)"));
@@ -156,6 +164,7 @@ void MainWindow::create_menus() {
   });
 
   auto* view = menuBar()->addMenu(tr("&View"));
+  view_menu_ = view;
   view->addAction(tr("Zoom &In"), QKeySequence::ZoomIn, view_, [this] { view_->zoom_by(1.5); });
   view->addAction(tr("Zoom &Out"), QKeySequence::ZoomOut, view_,
                   [this] { view_->zoom_by(1 / 1.5); });
@@ -164,6 +173,16 @@ void MainWindow::create_menus() {
   tissue_action_->setShortcut(QKeySequence(tr("Ctrl+T")));
   tissue_action_->setCheckable(true);
   connect(tissue_action_, &QAction::toggled, view_, &SlideView::set_tissue_visible);
+  heatmap_action_ = view->addAction(tr("&Heatmap Overlay"));
+  heatmap_action_->setShortcut(QKeySequence(tr("Ctrl+H")));
+  heatmap_action_->setCheckable(true);
+  connect(heatmap_action_, &QAction::toggled, view_, &SlideView::set_heatmap_visible);
+  clear_heatmap_action_ = view->addAction(tr("&Clear Heatmap"), this, [this] {
+    view_->set_heatmap({}, {});
+    training_->set_heatmap_legend({});
+    statusBar()->showMessage(tr("Heatmap cleared"));
+  });
+  update_heatmap_actions();
 
   auto* magnification = view->addMenu(tr("&Magnification"));
   auto* toolbar = addToolBar(tr("Magnification"));
@@ -182,6 +201,12 @@ void MainWindow::create_menus() {
     magnification_actions_.push_back(action);
   }
   update_magnification_actions();
+
+  view->addSeparator();
+  auto* panels = view->addMenu(tr("&Panels"));
+  for (QDockWidget* d : docks_) panels->addAction(d->toggleViewAction());
+  panels->addSeparator();
+  panels->addAction(toolbar->toggleViewAction());
 
   auto* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About Tessel"), this, [this] {
@@ -214,6 +239,64 @@ void MainWindow::update_magnification_actions() {
                              .arg(10.0 / preset, 0, 'g', 3));
     }
   }
+}
+
+void MainWindow::update_heatmap_actions() {
+  const QSignalBlocker block(heatmap_action_);  // the action follows the view, not the reverse
+  heatmap_action_->setEnabled(view_->has_heatmap());
+  heatmap_action_->setChecked(view_->heatmap_visible());
+  clear_heatmap_action_->setEnabled(view_->has_heatmap());
+}
+
+QStringList MainWindow::recent_files() const {
+  return QSettings().value(QLatin1String(kRecentFilesKey)).toStringList();
+}
+
+void MainWindow::set_recent_files(const QStringList& paths) {
+  QSettings().setValue(QLatin1String(kRecentFilesKey), paths.mid(0, kMaxRecentFiles));
+  update_recent_menu();
+}
+
+void MainWindow::add_recent_file(const QString& path) {
+  if (path.isEmpty()) return;
+  const QString absolute = QFileInfo(path).absoluteFilePath();
+  QStringList paths = recent_files();
+  paths.removeAll(absolute);
+  paths.prepend(absolute);
+  set_recent_files(paths);
+}
+
+void MainWindow::update_recent_menu() {
+  // Not clear(): this runs inside an entry's triggered signal, whose action must outlive it.
+  for (QAction* action : recent_menu_->actions()) {
+    recent_menu_->removeAction(action);
+    action->deleteLater();
+  }
+  const QStringList paths = recent_files();
+  for (int i = 0; i < paths.size(); ++i) {
+    const QString& path = paths[i];
+    auto* action =
+        recent_menu_->addAction(QStringLiteral("&%1 %2").arg(i + 1).arg(QFileInfo(path).fileName()),
+                                this, [this, path] { open_recent(path); });
+    action->setData(path);
+    action->setToolTip(path);
+    action->setStatusTip(path);
+  }
+  if (paths.isEmpty()) recent_menu_->addAction(tr("No recent files"))->setEnabled(false);
+  recent_menu_->addSeparator();
+  recent_menu_->addAction(tr("&Clear Recent Files"), this, [this] { set_recent_files({}); })
+      ->setEnabled(!paths.isEmpty());
+}
+
+void MainWindow::open_recent(const QString& path) {
+  if (!QFileInfo::exists(path)) {
+    QStringList paths = recent_files();
+    paths.removeAll(path);
+    set_recent_files(paths);
+    show_error(tr("%1 no longer exists; it was removed from File ▸ Open Recent.").arg(path));
+    return;
+  }
+  open_path(path);
 }
 
 void MainWindow::open_path(const QString& path) {
@@ -274,6 +357,7 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   overview_->set_viewport(view_->visible_level0_rect());
   setWindowTitle(QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
   statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));
+  add_recent_file(path);
   emit slideOpened(path);
 }
 

@@ -8,7 +8,9 @@
 #include <QDockWidget>
 #include <QLabel>
 #include <QMainWindow>
+#include <QMenu>
 #include <QString>
+#include <QStringList>
 #include <QThreadPool>
 #include <QToolBar>
 
@@ -45,6 +47,20 @@ class MainWindow : public QMainWindow {
   PropertiesPanel* properties() { return properties_; }
   DatasetPanel* dataset() { return dataset_; }
   QAction* tissue_action() { return tissue_action_; }
+  // View ▸ Heatmap Overlay (Ctrl+H, checkable) hides and shows the heatmap with its legend; View
+  // ▸ Clear Heatmap removes it. Both disabled without a heatmap.
+  QAction* heatmap_action() { return heatmap_action_; }
+  QAction* clear_heatmap_action() { return clear_heatmap_action_; }
+  // The View menu: zoom, overlays, magnification, and a toggle for every dock and toolbar.
+  QMenu* view_menu() { return view_menu_; }
+  // File ▸ Open Recent: the last kMaxRecentFiles slides and manifests opened (successfully),
+  // newest first, kept in QSettings as kRecentFilesKey; "Clear Recent Files" empties it. An entry
+  // whose file is gone is removed when chosen, with a message.
+  QMenu* recent_menu() { return recent_menu_; }
+  QStringList recent_files() const;
+  void open_recent(const QString& path);
+  static constexpr const char* kRecentFilesKey = "recent/files";
+  static constexpr int kMaxRecentFiles = 8;
   // View ▸ Magnification and the toolbar: 1×, 5×, 10×, 20×, 40× (kMagnificationPresets), keys
   // 1 … 5 while the viewer has focus (so digits still type into the panels' fields); zoom about
   // the view's centre. Disabled, with a tooltip saying why, without a slide or without its mpp.
@@ -89,6 +105,10 @@ class MainWindow : public QMainWindow {
  private:
   void create_menus();
   void update_magnification_actions();
+  void update_heatmap_actions();
+  void add_recent_file(const QString& path);
+  void set_recent_files(const QStringList& paths);
+  void update_recent_menu();
   void show_error(const QString& message);
   Prompts& prompts() { return prompts_ != nullptr ? *prompts_ : dialog_prompts(); }
   void show_document(quint64 serial, const QString& path, SlideDocument doc);
@@ -103,6 +123,11 @@ class MainWindow : public QMainWindow {
   Prompts* prompts_ = nullptr;
   bool heatmap_busy_ = false;
   QAction* tissue_action_ = nullptr;
+  QAction* heatmap_action_ = nullptr;
+  QAction* clear_heatmap_action_ = nullptr;
+  QMenu* view_menu_ = nullptr;
+  QMenu* recent_menu_ = nullptr;
+  std::vector<QDockWidget*> docks_;
   QAction* export_action_ = nullptr;
   QAction* quit_action_ = nullptr;
   std::vector<QAction*> magnification_actions_;

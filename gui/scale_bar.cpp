@@ -4,7 +4,11 @@
 
 namespace tessel::gui {
 
-QString ScaleBar::label() const { return QStringLiteral("%1 %2").arg(value).arg(unit); }
+QString ScaleBar::label() const {
+  // Without mpp, said so: a bare "px" next to a slide reads as a length on the tissue.
+  if (unit == QLatin1String("px")) return QStringLiteral("%1 px (no mpp)").arg(value);
+  return QStringLiteral("%1 %2").arg(value).arg(unit);
+}
 
 ScaleBar scale_bar(std::optional<double> mpp, double downsample, double max_length_px) {
   // Units (µm or level-0 px) per screen pixel.

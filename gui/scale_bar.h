@@ -12,7 +12,7 @@ struct ScaleBar {
   double length_px = 0;   // on screen
   double value = 0;       // in `unit`
   QString unit;           // "µm", "mm" or "px"
-  QString label() const;  // "500 µm", "2 mm", "1000 px"
+  QString label() const;  // "500 µm", "2 mm", "1000 px (no mpp)"
 };
 
 // `mpp`: microns per level-0 pixel (none: the bar measures level-0 pixels); `downsample`: level-0

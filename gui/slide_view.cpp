@@ -34,6 +34,7 @@ void SlideView::set_document(SlideDocument doc) {
   doc_ = std::move(doc);
   overview_ = doc_.overview.isNull() ? QPixmap() : QPixmap::fromImage(doc_.overview);
   tissue_ = doc_.tissue.isNull() ? QPixmap() : QPixmap::fromImage(doc_.tissue);
+  const bool had_heatmap = !heatmap_.isNull();
   heatmap_ = QPixmap();
   message_.clear();
   fitted_ = isVisible();  // a hidden widget's size is not yet the one it will show at
@@ -49,6 +50,7 @@ void SlideView::set_document(SlideDocument doc) {
   } else {
     update();
   }
+  if (had_heatmap) emit heatmapChanged();
 }
 
 void SlideView::set_message(const QString& message) {
@@ -199,7 +201,7 @@ void SlideView::paintEvent(QPaintEvent*) {
     painter.setRenderHint(QPainter::SmoothPixmapTransform, true);
     painter.drawPixmap(slide_on_screen, tissue_, QRectF(tissue_.rect()));
   }
-  if (!heatmap_.isNull()) {
+  if (heatmap_visible()) {
     // Cells as blocks: a score belongs to its whole cell, smoothing would invent gradients.
     painter.setRenderHint(QPainter::SmoothPixmapTransform, false);
     painter.setOpacity(heatmap_opacity_);
@@ -209,6 +211,7 @@ void SlideView::paintEvent(QPaintEvent*) {
     painter.setOpacity(1.0);
     draw_heatmap_legend(painter);
   }
+  draw_tissue_legend(painter);
   draw_scale_bar(painter);
   if (!message_.isEmpty()) {
     painter.setPen(QColor(255, 120, 100));
@@ -242,7 +245,7 @@ void SlideView::draw_scale_bar(QPainter& painter) {
 }
 
 QRect SlideView::heatmap_legend_rect() const {
-  if (heatmap_.isNull()) return {};
+  if (!heatmap_visible()) return {};
   constexpr int kWidth = 196, kHeight = 44, kMargin = 12;
   return {width() - kMargin - kWidth, kMargin, kWidth, kHeight};
 }
@@ -267,6 +270,37 @@ void SlideView::draw_heatmap_legend(QPainter& painter) {
                    QStringLiteral("1"));
 }
 
+QRect SlideView::tissue_legend_rect() const {
+  if (!tissue_visible_ || tissue_.isNull()) return {};
+  constexpr int kWidth = 196, kHeight = 44, kMargin = 12;
+  const QRect heatmap = heatmap_legend_rect();
+  const int top = heatmap.isEmpty() ? kMargin : heatmap.bottom() + 1 + 6;
+  return {width() - kMargin - kWidth, top, kWidth, kHeight};
+}
+
+void SlideView::draw_tissue_legend(QPainter& painter) {
+  const QRect box = tissue_legend_rect();
+  if (box.isEmpty()) return;
+  painter.setRenderHint(QPainter::Antialiasing, true);
+  painter.setPen(Qt::NoPen);
+  painter.setBrush(QColor(255, 255, 255, 210));
+  painter.drawRoundedRect(box, 4, 4);
+  // The swatches in tissue_overlay_image's colours: the tissue's outline, the glass dimmed.
+  const QRect tissue(box.left() + 8, box.top() + 6, 14, 12);
+  painter.setBrush(Qt::NoBrush);
+  painter.setPen(QPen(QColor(0, 210, 70), 2));
+  painter.drawRect(tissue);
+  const QRect glass(box.left() + 8, box.top() + 25, 14, 12);
+  painter.setPen(Qt::NoPen);
+  painter.setBrush(QColor(15, 25, 55, 110));
+  painter.drawRect(glass);
+  painter.setPen(QColor(20, 20, 20));
+  painter.drawText(QRect(tissue.right() + 8, tissue.top() - 2, box.width() - 36, 16),
+                   Qt::AlignLeft | Qt::AlignVCenter, tr("tissue (outlined)"));
+  painter.drawText(QRect(glass.right() + 8, glass.top() - 2, box.width() - 36, 16),
+                   Qt::AlignLeft | Qt::AlignVCenter, tr("glass (dimmed)"));
+}
+
 QImage SlideView::render_view() { return grab().toImage(); }
 
 void SlideView::resizeEvent(QResizeEvent*) {
@@ -283,7 +317,16 @@ void SlideView::set_heatmap(const QImage& image, QRectF level0, const QString& c
   heatmap_ = image.isNull() ? QPixmap() : QPixmap::fromImage(image);
   heatmap_level0_ = level0;
   heatmap_class_ = class_name;
+  heatmap_visible_ = true;
   update();
+  emit heatmapChanged();
+}
+
+void SlideView::set_heatmap_visible(bool visible) {
+  if (visible == heatmap_visible_) return;
+  heatmap_visible_ = visible;
+  update();
+  emit heatmapChanged();
 }
 
 void SlideView::set_heatmap_opacity(double opacity) {

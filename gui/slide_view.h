@@ -66,16 +66,21 @@ class SlideView : public QWidget {
 
   void set_tissue_visible(bool visible);
   bool tissue_visible() const { return tissue_visible_; }
+  // What the tissue overlay's colours mean (outlined tissue, dimmed glass), drawn in the top
+  // right below any heatmap legend while the overlay shows; empty otherwise. Widget pixels.
+  QRect tissue_legend_rect() const;
 
   // A score map over the slide: `image` (one pixel per cell, alpha where there is no cell) drawn
   // over `level0` at `opacity`, with a legend (the colour bar 0 … 1 and "score of
   // `class_name`") in the top-right corner; a null image removes it. Cleared when another slide
-  // opens.
+  // opens. A new heatmap is shown; set_heatmap_visible hides it (and its legend) and keeps it.
   void set_heatmap(const QImage& image, QRectF level0, const QString& class_name = {});
   void set_heatmap_opacity(double opacity);
+  void set_heatmap_visible(bool visible);
   bool has_heatmap() const { return !heatmap_.isNull(); }
+  bool heatmap_visible() const { return has_heatmap() && heatmap_visible_; }
   double heatmap_opacity() const { return heatmap_opacity_; }
-  // Where the legend is drawn (empty without a heatmap), in widget pixels.
+  // Where the legend is drawn (empty without a heatmap shown), in widget pixels.
   QRect heatmap_legend_rect() const;
 
   // What the widget shows, as an image of its size: slide, overlays, legend, scale bar.
@@ -89,6 +94,8 @@ class SlideView : public QWidget {
   // the slide (onto the glass around it, or out of the widget).
   void cursorMoved(QPointF level0);
   void cursorLeft();
+  // A heatmap was set, removed, shown or hidden (also when another slide removes it).
+  void heatmapChanged();
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -110,6 +117,7 @@ class SlideView : public QWidget {
   void draw_level(QPainter& painter, int level, bool request_order);
   void draw_scale_bar(QPainter& painter);
   void draw_heatmap_legend(QPainter& painter);
+  void draw_tissue_legend(QPainter& painter);
   double max_downsample() const;
 
   SlideDocument doc_;
@@ -125,6 +133,7 @@ class SlideView : public QWidget {
   QRectF heatmap_level0_;
   QString heatmap_class_;
   double heatmap_opacity_ = 0.6;
+  bool heatmap_visible_ = true;
   bool fitted_ = false;  // set_document waits for a real size before fitting
   QString message_;
   QPoint drag_from_;

@@ -2,16 +2,22 @@
 // export the view with a heatmap overlay, zoom and pan until the visible tiles are loaded, toggle
 // the tissue overlay, open a manifest written at test time, double-click a row; and broken inputs
 // come back as messages, never a crash or a frozen window; magnification presets from the slide's
-// mpp and the cursor's position in µm in the status bar.
+// mpp and the cursor's position in µm in the status bar; View-menu toggles for the docks and
+// toolbars, the heatmap hidden, shown and cleared, the tissue overlay's legend, and File ▸ Open
+// Recent.
 #include <QAbstractItemView>
 #include <QApplication>
+#include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QElapsedTimer>
 #include <QFileInfo>
 #include <QLineEdit>
+#include <QMenu>
 #include <QMimeData>
+#include <QSettings>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTest>
 #include <QTimer>
@@ -37,6 +43,23 @@ constexpr int kTimeoutMs = 30000;
 
 QString slide(const char* name) { return QString::fromStdString(test::shared_slide(name)); }
 
+// A menu's actions and its submenus', depth first.
+QList<QAction*> all_actions(QMenu* menu) {
+  QList<QAction*> actions;
+  for (QAction* action : menu->actions()) {
+    actions << action;
+    if (action->menu() != nullptr) actions << all_actions(action->menu());
+  }
+  return actions;
+}
+
+QAction* recent_entry(MainWindow& window, const QString& path) {
+  for (QAction* action : window.recent_menu()->actions()) {
+    if (action->data().toString() == path) return action;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 class MainWindowTest : public QObject {
@@ -44,6 +67,11 @@ class MainWindowTest : public QObject {
 
  private slots:
   void initTestCase() {
+    // Recent files are kept in QSettings: a test's own, never the user's.
+    QStandardPaths::setTestModeEnabled(true);
+    QCoreApplication::setOrganizationName(QStringLiteral("TesselTest"));
+    QCoreApplication::setApplicationName(QStringLiteral("MainWindowTest"));
+    QSettings().remove(QLatin1String(MainWindow::kRecentFilesKey));
     io::start_vips();
     window_.resize(1200, 800);
     window_.show();
@@ -457,6 +485,152 @@ class MainWindowTest : public QObject {
     QTest::mouseMove(view, view->rect().center());
     QVERIFY2(readout->text().endsWith(QStringLiteral("px (no mpp)")), qPrintable(readout->text()));
     QVERIFY(!readout->text().contains(QStringLiteral("µm")));
+  }
+
+  // View ▸ Panels: every dock and toolbar is hidden and shown again from the menu.
+  void everyDockAndToolbarHasAToggleInTheViewMenu() {
+    const QList<QAction*> actions = all_actions(window_.view_menu());
+    QList<QWidget*> bars;
+    for (QDockWidget* dock : window_.findChildren<QDockWidget*>()) bars << dock;
+    for (QToolBar* toolbar : window_.findChildren<QToolBar*>()) bars << toolbar;
+    QCOMPARE(bars.size(), 5);  // overview, properties, dataset, training; magnification
+    for (QWidget* bar : bars) {
+      QAction* toggle = qobject_cast<QDockWidget*>(bar) != nullptr
+                            ? qobject_cast<QDockWidget*>(bar)->toggleViewAction()
+                            : qobject_cast<QToolBar*>(bar)->toggleViewAction();
+      QVERIFY2(actions.contains(toggle), qPrintable(bar->windowTitle()));
+      QVERIFY2(toggle->isChecked(), qPrintable(bar->windowTitle()));
+      toggle->trigger();
+      QVERIFY2(bar->isHidden(), qPrintable(bar->windowTitle()));
+      QVERIFY(!toggle->isChecked());
+      toggle->trigger();
+      QVERIFY2(!bar->isHidden(), qPrintable(bar->windowTitle()));
+      QVERIFY(toggle->isChecked());
+    }
+  }
+
+  // View ▸ Heatmap Overlay hides the heatmap and its legend and shows them again; View ▸ Clear
+  // Heatmap removes it. Without a heatmap both are disabled.
+  void theHeatmapIsHiddenShownAndClearedFromTheViewMenu() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    QAction* toggle = window_.heatmap_action();
+    QAction* clear = window_.clear_heatmap_action();
+    QVERIFY(all_actions(window_.view_menu()).contains(toggle));
+    QVERIFY(all_actions(window_.view_menu()).contains(clear));
+    QVERIFY(!toggle->isEnabled() && !clear->isEnabled());
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    const QPoint centre = view->rect().center() * view->devicePixelRatio();
+    const QColor plain = view->render_view().pixelColor(centre);
+
+    QImage blue(1, 1, QImage::Format_ARGB32);
+    blue.fill(QColor(0, 0, 255));
+    view->set_heatmap(blue, QRectF(0, 0, 2220, 2967), QStringLiteral("tumor"));
+    QVERIFY(toggle->isEnabled() && toggle->isChecked() && clear->isEnabled());
+    const QColor shown = view->render_view().pixelColor(centre);
+    QVERIFY(shown != plain);
+
+    toggle->trigger();
+    QVERIFY(view->has_heatmap());
+    QVERIFY(!view->heatmap_visible());
+    QVERIFY(view->heatmap_legend_rect().isEmpty());
+    QCOMPARE(view->render_view().pixelColor(centre), plain);
+    toggle->trigger();
+    QVERIFY(view->heatmap_visible());
+    QVERIFY(!view->heatmap_legend_rect().isEmpty());
+    QCOMPARE(view->render_view().pixelColor(centre), shown);
+
+    clear->trigger();
+    QVERIFY(!view->has_heatmap());
+    QVERIFY(!toggle->isEnabled() && !toggle->isChecked() && !clear->isEnabled());
+    QCOMPARE(view->render_view().pixelColor(centre), plain);
+  }
+
+  // The tissue overlay's colours are explained on the view, below the heatmap's legend.
+  void theTissueOverlayHasALegend() {
+    SlideView* view = window_.slide_view();
+    QVERIFY(view->has_slide() && !view->document().tissue.isNull());
+    QVERIFY(!view->tissue_visible());
+    QVERIFY(view->tissue_legend_rect().isEmpty());
+    window_.tissue_action()->trigger();
+    const QRect legend = view->tissue_legend_rect();
+    QVERIFY(!legend.isEmpty());
+    QVERIFY(view->rect().contains(legend));
+    QVERIFY(legend.left() > view->width() / 2);
+    // Its background is the legends' near-white box over the slide.
+    const QColor box = view->render_view().pixelColor(
+        QPoint(legend.right() - 4, legend.center().y()) * view->devicePixelRatio());
+    QVERIFY2(box.red() > 200 && box.green() > 200 && box.blue() > 200, qPrintable(box.name()));
+
+    QImage blue(1, 1, QImage::Format_ARGB32);
+    blue.fill(QColor(0, 0, 255));
+    view->set_heatmap(blue, QRectF(0, 0, 2220, 2967), QStringLiteral("tumor"));
+    QVERIFY(!view->tissue_legend_rect().intersects(view->heatmap_legend_rect()));
+    QVERIFY(view->tissue_legend_rect().top() > view->heatmap_legend_rect().bottom());
+    window_.clear_heatmap_action()->trigger();
+    window_.tissue_action()->trigger();
+    QVERIFY(view->tissue_legend_rect().isEmpty());
+  }
+
+  // File ▸ Open Recent: slides and manifests opened, newest first, at most eight, no duplicates;
+  // a missing file is removed with a message when chosen; an entry opens its file; Clear empties.
+  void openRecentListsTheLastEightFilesOpened() {
+    // The manifest and slides opened by the tests above.
+    const QStringList before = window_.recent_files();
+    QVERIFY2(!before.filter(QStringLiteral("dataset.csv")).isEmpty(),
+             qPrintable(before.join(QStringLiteral(", "))));
+    const QString cmu = QFileInfo(slide("cmu-1-small-region.svs")).absoluteFilePath();
+    QCOMPARE(before.first(), cmu);
+    QCOMPARE(before.count(cmu), 1);
+
+    test::TempFolder folder;
+    QStringList gone;
+    for (int i = 0; i < MainWindow::kMaxRecentFiles; ++i) {
+      gone << QString::fromStdString(
+          (folder.path() / ("gone-" + std::to_string(i) + ".svs")).string());
+    }
+    QSettings().setValue(QLatin1String(MainWindow::kRecentFilesKey), gone);
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("boxes.tiff"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QStringList recent = window_.recent_files();
+    QCOMPARE(recent.size(), MainWindow::kMaxRecentFiles);
+    QCOMPARE(recent.first(), QFileInfo(slide("boxes.tiff")).absoluteFilePath());
+    QVERIFY(!recent.contains(gone.last()));
+
+    emit window_.recent_menu()->aboutToShow();
+    QAction* missing = recent_entry(window_, gone.first());
+    QVERIFY(missing != nullptr);
+    missing->trigger();
+    QVERIFY(!window_.recent_files().contains(gone.first()));
+    QCOMPARE(window_.recent_files().size(), MainWindow::kMaxRecentFiles - 1);
+    QVERIFY(recent_entry(window_, gone.first()) == nullptr);
+    QVERIFY2(window_.last_error().contains(gone.first()) &&
+                 window_.last_error().contains(QStringLiteral("no longer exists")),
+             qPrintable(window_.last_error()));
+
+    // An entry that exists opens, and moves to the top rather than appearing twice.
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QAction* boxes = recent_entry(window_, QFileInfo(slide("boxes.tiff")).absoluteFilePath());
+    QVERIFY(boxes != nullptr);
+    boxes->trigger();
+    QVERIFY(opened.wait(kTimeoutMs));
+    QCOMPARE(window_.slide_path(), QFileInfo(slide("boxes.tiff")).absoluteFilePath());
+    recent = window_.recent_files();
+    QCOMPARE(recent.first(), QFileInfo(slide("boxes.tiff")).absoluteFilePath());
+    QCOMPARE(recent.count(recent.first()), 1);
+
+    QAction* clear_recent = nullptr;
+    for (QAction* action : window_.recent_menu()->actions()) {
+      if (action->text().contains(QStringLiteral("Clear"))) clear_recent = action;
+    }
+    QVERIFY(clear_recent != nullptr && clear_recent->isEnabled());
+    clear_recent->trigger();
+    QVERIFY(window_.recent_files().isEmpty());
+    QVERIFY(recent_entry(window_, recent.first()) == nullptr);
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QTest>
 
 #include "gui/main_window.h"
@@ -21,6 +22,8 @@ class ScreenshotTest : public QObject {
 
  private slots:
   void rendersTheViewerWithATissueOverlayAndADataset() {
+    // Opened files go to File ▸ Open Recent in QSettings: a test's own, never the user's.
+    QStandardPaths::setTestModeEnabled(true);
     io::start_vips();
     constexpr int kTimeoutMs = 30000;
     MainWindow window;

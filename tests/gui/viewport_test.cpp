@@ -117,7 +117,7 @@ class ViewportTest : public QObject {
 
   void scaleBarWithoutMppMeasuresLevel0Pixels() {
     const ScaleBar bar = scale_bar(std::nullopt, 8.0, 150);
-    QCOMPARE(bar.label(), QStringLiteral("1000 px"));
+    QCOMPARE(bar.label(), QStringLiteral("1000 px (no mpp)"));
     QCOMPARE(bar.length_px, 125.0);
   }
 };
