@@ -50,7 +50,11 @@ void StoredActivation::write(const Region& r, const at::Tensor& tile) {
     Block& b = block_[i];
     const Region part = intersect(r, b.region);
     if (!b.open.defined()) {
-      b.open = at::empty({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
+      // In the tile's layout (channels-last from the forward's convs): the copy in, and the
+      // forward's reads of it, need no transpose (4.7% of a batch-norm step's CPU at 4096² went
+      // to transposes, bench/NOTES.md, session 25).
+      b.open = at::empty({1, shape_.channels, b.region.y.size(), b.region.x.size()},
+                         options_.memory_format(tile.suggest_memory_format()));
     }
     copy_tile(crop({b.open, b.region}, part), crop({tile, r}, part));
     b.filled += part.area();

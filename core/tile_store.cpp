@@ -115,6 +115,9 @@ class TileStore::Impl {
     std::shared_ptr<c10::Event> copied;
     std::vector<int64_t> sizes;
     at::TensorOptions options;
+    // The layout the block was put in (a channels-last tile's stays channels-last): its bytes
+    // are dense either way, and a reader in the writer's layout copies without a transpose.
+    at::MemoryFormat format = at::MemoryFormat::Contiguous;
     int64_t bytes = 0, offset = -1;
     uint64_t sum = 0;
     bool writing = false, loading = false;
@@ -154,7 +157,10 @@ class TileStore::Impl {
     const BlockId id = next_id++;
     Block& b = blocks[id];
     b.tier = tier;
-    b.resident = tensor.contiguous();
+    const bool channels_last = tensor.dim() == 4 && !tensor.is_contiguous() &&
+                               tensor.is_contiguous(at::MemoryFormat::ChannelsLast);
+    b.format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    b.resident = channels_last ? tensor : tensor.contiguous();
     b.sizes = tensor.sizes().vec();
     b.options = tensor.options();
     b.bytes = static_cast<int64_t>(tensor.numel()) * static_cast<int64_t>(tensor.element_size());
@@ -303,7 +309,8 @@ class TileStore::Impl {
     at::Tensor out;
     {
       const c10::StreamGuard guard(side);
-      out = at::empty(src.sizes(), to).copy_(src, /*non_blocking=*/true);
+      out = at::empty(src.sizes(), to.memory_format(src.suggest_memory_format()))
+                .copy_(src, /*non_blocking=*/true);
     }
     // The caching allocator must not give `src`'s memory to the compute stream before the copy
     // has read it (the caller may drop `src` right away).
@@ -456,9 +463,10 @@ class TileStore::Impl {
           const uint64_t sum = b.sum;
           const std::vector<int64_t> sizes = b.sizes;
           const at::TensorOptions opts = b.options;
+          const at::MemoryFormat format = b.format;
           lock.unlock();
           const auto t0 = Clock::now();
-          at::Tensor t = read_block(sizes, opts, offset, bytes, sum);
+          at::Tensor t = read_block(sizes, opts, format, offset, bytes, sum);
           std::shared_ptr<c10::Event> copied;
           if (!opts.device().is_cpu()) t = copy_async(t, opts, copied);
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -565,7 +573,7 @@ class TileStore::Impl {
   }
 
   at::Tensor read_block(const std::vector<int64_t>& sizes, const at::TensorOptions& opts,
-                        int64_t offset, int64_t bytes, uint64_t sum) {
+                        at::MemoryFormat format, int64_t offset, int64_t bytes, uint64_t sum) {
     // Reading through our descriptor would still succeed after an unlink: check that the file
     // on disk is still ours, so a deleted scratch file is an error, never stale data.
     struct stat st {};
@@ -576,9 +584,10 @@ class TileStore::Impl {
           "the step cannot continue (keep the scratch directory for Tessel alone)");
     }
     const bool direct = direct_fd >= 0 && opts.device().is_cpu();
-    at::Tensor host =
-        direct ? aligned_empty(sizes, opts, round_up(bytes, kDirectAlign))
-               : at::empty(sizes, opts.device(at::kCPU).pinned_memory(!opts.device().is_cpu()));
+    at::Tensor host = direct ? aligned_empty(sizes, opts, format, round_up(bytes, kDirectAlign))
+                             : at::empty(sizes, opts.device(at::kCPU)
+                                                    .pinned_memory(!opts.device().is_cpu())
+                                                    .memory_format(format));
     auto* p = static_cast<char*>(host.data_ptr());
     // Direct reads take whole pages: the block's zero padding lands in the allocation's slack.
     const int64_t length = direct ? round_up(bytes, kDirectAlign) : bytes;
@@ -616,12 +625,16 @@ class TileStore::Impl {
   // A CPU tensor whose data starts on a kDirectAlign boundary with room for `length` bytes,
   // carved from an ordinary allocation (so the memory tracker counts it).
   static at::Tensor aligned_empty(const std::vector<int64_t>& sizes, const at::TensorOptions& opts,
-                                  int64_t length) {
+                                  at::MemoryFormat format, int64_t length) {
     at::Tensor base = at::empty({length + kDirectAlign}, opts.dtype(at::kByte).device(at::kCPU));
     auto* raw = static_cast<char*>(base.data_ptr());
     char* p = raw + (kDirectAlign - reinterpret_cast<uintptr_t>(raw) % kDirectAlign) % kDirectAlign;
-    return at::from_blob(
-        p, sizes, [base](void*) mutable { base.reset(); }, opts.device(at::kCPU));
+    const auto keep = [base](void*) mutable { base.reset(); };
+    if (format == at::MemoryFormat::ChannelsLast) {
+      return at::from_blob(p, sizes, c10::get_channels_last_strides_2d(sizes), keep,
+                           opts.device(at::kCPU));
+    }
+    return at::from_blob(p, sizes, keep, opts.device(at::kCPU));
   }
 
   TileStoreOptions options;
