@@ -194,8 +194,7 @@ void SlideView::paintEvent(QPaintEvent*) {
   for (int level = doc_.slide->level_count() - 1; level > level_; --level) {
     draw_level(painter, level, false);
   }
-  // Past level 0's pixels, show them as pixels.
-  painter.setRenderHint(QPainter::SmoothPixmapTransform, view_.downsample > 1.0);
+  painter.setRenderHint(QPainter::SmoothPixmapTransform, smooth_tiles(view_.downsample));
   draw_level(painter, level_, true);
   if (tissue_visible_ && !tissue_.isNull()) {
     painter.setRenderHint(QPainter::SmoothPixmapTransform, true);

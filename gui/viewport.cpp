@@ -21,6 +21,8 @@ QPointF to_level0(const ViewState& view, QSize size, QPointF screen) {
          view.center;
 }
 
+bool smooth_tiles(double downsample) { return std::abs(downsample - 1.0) > 1e-9; }
+
 int level_for_downsample(const std::vector<io::Level>& levels, double downsample) {
   int best = 0;
   for (int i = 0; i < static_cast<int>(levels.size()); ++i) {

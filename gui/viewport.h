@@ -29,6 +29,13 @@ QPointF to_level0(const ViewState& view, QSize size, QPointF screen);
 // it would have to be enlarged and look blurred.
 int level_for_downsample(const std::vector<io::Level>& levels, double downsample);
 
+// Whether slide tiles are drawn with bilinear filtering (QPainter::SmoothPixmapTransform) at
+// `downsample`: above native resolution (below 1) interpolated as other slide viewers do, not as
+// blocks; below native (above 1) smoothed as they are shrunk; at exactly 1 (a preset can land
+// there) not, since level 0's pixels are shown one to one and filtering would only blur them by
+// the view's sub-pixel offset.
+bool smooth_tiles(double downsample);
+
 // The zoom that fits a slide of width × height into `size`, with a small margin.
 double fit_downsample(int64_t width, int64_t height, QSize size);
 

@@ -4,7 +4,7 @@
 // come back as messages, never a crash or a frozen window; magnification presets from the slide's
 // mpp and the cursor's position in µm in the status bar; View-menu toggles for the docks and
 // toolbars, the heatmap hidden, shown and cleared, the tissue overlay's legend, and File ▸ Open
-// Recent.
+// Recent; slide pixels drawn smoothly above native resolution.
 #include <QAbstractItemView>
 #include <QApplication>
 #include <QDockWidget>
@@ -51,6 +51,10 @@ QList<QAction*> all_actions(QMenu* menu) {
     if (action->menu() != nullptr) actions << all_actions(action->menu());
   }
   return actions;
+}
+
+QPointF on_slide(const SlideView* view, QPoint screen) {
+  return to_level0(view->view(), view->size(), QPointF(screen));
 }
 
 QAction* recent_entry(MainWindow& window, const QString& path) {
@@ -631,6 +635,45 @@ class MainWindowTest : public QObject {
     clear_recent->trigger();
     QVERIFY(window_.recent_files().isEmpty());
     QVERIFY(recent_entry(window_, recent.first()) == nullptr);
+  }
+
+  // Issue 22: past level 0's pixels (4 screen px per slide px) the slide is interpolated
+  // (bilinear), not drawn as blocks: screen pixels inside one slide pixel differ.
+  void aboveNativeResolutionTheSlideIsDrawnSmoothlyNotAsBlocks() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    QCOMPARE(view->devicePixelRatio(), 1.0);
+    // Centred so that no screen pixel's centre falls on a slide pixel's edge: each belongs to
+    // one slide pixel.
+    view->set_view({QPointF(view->width() % 2 == 1 ? 1100.125 : 1100, 1400), 0.25});
+    QCOMPARE(view->current_level(), 0);
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    const QImage image = view->render_view();
+    int inside = 0, inside_differ = 0, across = 0, across_differ = 0;
+    const QRect sample(view->width() / 2 - 100, view->height() / 2 - 100, 200, 200);
+    for (int y = sample.top(); y <= sample.bottom(); ++y) {
+      for (int x = sample.left(); x < sample.right(); ++x) {
+        const double here = std::floor(on_slide(view, QPoint(x, y)).x() + 0.125);
+        const double next = std::floor(on_slide(view, QPoint(x + 1, y)).x() + 0.125);
+        const bool differ = image.pixel(x, y) != image.pixel(x + 1, y);
+        if (here == next) {
+          ++inside;
+          inside_differ += differ ? 1 : 0;
+        } else {
+          ++across;
+          across_differ += differ ? 1 : 0;
+        }
+      }
+    }
+    qInfo(
+        "at 4 screen px per slide px: %d of %d neighbours inside a slide pixel differ, %d of %d "
+        "across one",
+        inside_differ, inside, across_differ, across);
+    QVERIFY(inside > 0 && across > 0);
+    QVERIFY2(across_differ > across / 2, "the sampled area is not tissue");
+    QVERIFY(inside_differ > inside / 3);
   }
 
  private:

@@ -1,5 +1,6 @@
-// Viewport ↔ level mapping (which level a zoom reads, which of its tiles the screen shows) and
-// the scale bar's round lengths, the magnification presets' zooms and the cursor readout.
+// Viewport ↔ level mapping (which level a zoom reads, which of its tiles the screen shows, when
+// they are drawn smoothly) and the scale bar's round lengths, the magnification presets' zooms
+// and the cursor readout.
 #include <QTest>
 
 #include "gui/magnification.h"
@@ -74,6 +75,18 @@ class ViewportTest : public QObject {
     const QRect last = tile_rect(levels[3], {3, 4, 3}, 256);
     QCOMPARE(last, QRect(1024, 768, 1240 - 1024, 930 - 768));
     QCOMPARE(tile_level0_rect(levels[1], {1, 1, 0}, 256), QRectF(1024, 0, 1024, 1024));
+  }
+
+  // Above native resolution (a screen pixel smaller than a level-0 pixel) bilinear, as below it;
+  // level 0's pixels one to one are not filtered.
+  void tilesAreDrawnSmoothlyAboveAndBelowNativeResolutionButNotAtIt() {
+    QVERIFY(smooth_tiles(0.25));
+    QVERIFY(smooth_tiles(0.5));
+    QVERIFY(smooth_tiles(0.999));
+    QVERIFY(!smooth_tiles(1.0));
+    QVERIFY(!smooth_tiles(10.0 / 20 / 0.5));  // 20× on a 0.5 µm slide
+    QVERIFY(smooth_tiles(1.5));
+    QVERIFY(smooth_tiles(16.0));
   }
 
   void scaleBarPicksTheLongestRoundLengthThatFits() {
