@@ -83,8 +83,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   zoom_label_ = new QLabel(this);
   statusBar()->addPermanentWidget(zoom_label_);
   connect(view_, &SlideView::cursorMoved, this, [this](QPointF level0) {
-    const io::Slide& slide = *view_->document().slide;
-    cursor_label_->setText(cursor_readout(level0, slide.mpp_x(), slide.mpp_y()));
+    cursor_label_->setText(cursor_readout(level0, view_->mpp(), view_->mpp_y()));
   });
   connect(view_, &SlideView::cursorLeft, cursor_label_, &QLabel::clear);
   connect(view_, &SlideView::viewChanged, this, [this](QRectF level0) {
@@ -122,6 +121,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(training_, &TrainingPanel::heatmapRequested, this, &MainWindow::request_heatmap);
   connect(training_, &TrainingPanel::heatmapOpacityChanged, view_, &SlideView::set_heatmap_opacity);
   connect(view_, &SlideView::heatmapChanged, this, &MainWindow::update_heatmap_actions);
+  connect(view_, &SlideView::mppChanged, this, &MainWindow::update_magnification_actions);
 
   create_menus();
   statusBar()->showMessage(tr("Open a slide or a manifest from the File menu, or drop one here."));
@@ -200,7 +200,15 @@ void MainWindow::create_menus() {
     toolbar->addAction(action);
     magnification_actions_.push_back(action);
   }
+  set_mpp_action_ = new QAction(tr("Set &Microns per Pixel…"), this);
+  set_mpp_action_->setIconText(tr("Set mpp…"));
+  connect(set_mpp_action_, &QAction::triggered, this, [this] { request_mpp(); });
+  toolbar->addSeparator();
+  toolbar->addAction(set_mpp_action_);
   update_magnification_actions();
+
+  tools_menu_ = menuBar()->addMenu(tr("&Tools"));
+  tools_menu_->addAction(set_mpp_action_);
 
   view->addSeparator();
   auto* panels = view->addMenu(tr("&Panels"));
@@ -220,9 +228,20 @@ void MainWindow::create_menus() {
 }
 
 void MainWindow::update_magnification_actions() {
-  const std::optional<double> mpp =
-      view_->has_slide() ? view_->document().slide->mpp_x() : std::nullopt;
-  const bool known = mpp && *mpp > 0;
+  const bool known = view_->mpp().has_value();
+  const bool file_has_mpp = view_->has_slide() && view_->document().slide->mpp_x() &&
+                            *view_->document().slide->mpp_x() > 0;
+  set_mpp_action_->setEnabled(view_->has_slide() && !file_has_mpp);
+  if (!view_->has_slide()) {
+    set_mpp_action_->setToolTip(tr("Set the microns per pixel: open a slide first"));
+  } else if (file_has_mpp) {
+    set_mpp_action_->setToolTip(tr("This slide's file gives its microns per pixel (%1 µm)")
+                                    .arg(*view_->document().slide->mpp_x(), 0, 'g', 4));
+  } else {
+    set_mpp_action_->setToolTip(
+        tr("This slide has no microns per pixel (mpp) in its file: enter it (µm per level-0 "
+           "pixel) for the scale bar, magnification and cursor readout while it is open"));
+  }
   for (size_t i = 0; i < magnification_actions_.size(); ++i) {
     QAction* action = magnification_actions_[i];
     const double preset = kMagnificationPresets[i];
@@ -231,7 +250,7 @@ void MainWindow::update_magnification_actions() {
       action->setToolTip(tr("%1×: open a slide first").arg(preset));
     } else if (!known) {
       action->setToolTip(tr("%1×: unavailable, this slide has no microns per pixel (mpp), so its "
-                            "magnification is unknown")
+                            "magnification is unknown; Tools ▸ Set Microns per Pixel… enters it")
                              .arg(preset));
     } else {
       action->setToolTip(tr("Zoom to %1× (%2 µm per screen pixel) about the view's centre")
@@ -239,6 +258,22 @@ void MainWindow::update_magnification_actions() {
                              .arg(10.0 / preset, 0, 'g', 3));
     }
   }
+}
+
+bool MainWindow::request_mpp() {
+  if (!view_->has_slide() || !set_mpp_action_->isEnabled()) return false;
+  const std::optional<double> mpp = prompts().number(
+      this, tr("Microns per pixel of %1").arg(QFileInfo(slide_path_).fileName()),
+      tr("This slide's file has no microns per pixel (mpp). µm per level-0 pixel (about 0.25 "
+         "at 40×, 0.5 at 20×), used while the slide is open:"),
+      view_->mpp().value_or(0.5), 0.001, 100, 4);
+  if (!mpp || !(*mpp > 0)) return false;
+  view_->set_mpp(*mpp);
+  statusBar()->showMessage(
+      tr("%1: %2 µm per pixel, until it is closed (a manifest's mpp column gives it to training)")
+          .arg(QFileInfo(slide_path_).fileName())
+          .arg(*mpp, 0, 'g', 4));
+  return true;
 }
 
 void MainWindow::update_heatmap_actions() {
@@ -356,7 +391,14 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   cursor_label_->clear();
   overview_->set_viewport(view_->visible_level0_rect());
   setWindowTitle(QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
-  statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));
+  if (view_->mpp()) {
+    statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));
+  } else {
+    statusBar()->showMessage(
+        tr("Opened %1 · tissue: %2 · this slide has no microns per pixel (mpp): lengths are in "
+           "level-0 px; Set mpp… (Tools ▸ Set Microns per Pixel…) enters it")
+            .arg(path, note));
+  }
   add_recent_file(path);
   emit slideOpened(path);
 }

@@ -68,6 +68,13 @@ class MainWindow : public QMainWindow {
   // The status bar's cursor position on the slide: µm and px, or px without mpp (cursor_readout);
   // empty when the cursor is off the slide.
   QLabel* cursor_label() { return cursor_label_; }
+  // Tools ▸ Set Microns per Pixel… (and "Set mpp…" on the magnification toolbar), enabled while
+  // the slide shown has no mpp in its file, which the status bar says when it opens: asks for
+  // the µm per level-0 pixel (Prompts::number) and gives it to the viewer for this open slide
+  // (scale bar, presets, cursor readout). False when cancelled or no such slide.
+  QAction* set_mpp_action() { return set_mpp_action_; }
+  bool request_mpp();
+  QMenu* tools_menu() { return tools_menu_; }
   TrainingPanel* training() { return training_; }
   MessageBar* message_bar() { return message_bar_; }
   // The questions the window and its training panel ask; nullptr: dialogs. Not owned.
@@ -131,6 +138,8 @@ class MainWindow : public QMainWindow {
   QAction* export_action_ = nullptr;
   QAction* quit_action_ = nullptr;
   std::vector<QAction*> magnification_actions_;
+  QAction* set_mpp_action_ = nullptr;
+  QMenu* tools_menu_ = nullptr;
   bool quit_after_run_ = false;  // Quit was confirmed during a run: close when it has ended
   QLabel* zoom_label_;
   QLabel* cursor_label_;

@@ -1,6 +1,7 @@
 #include "gui/prompts.h"
 
 #include <QFileDialog>
+#include <QInputDialog>
 #include <QMessageBox>
 
 namespace tessel::gui {
@@ -11,6 +12,16 @@ bool DialogPrompts::confirm(QWidget* parent, const QString& title, const QString
 
 QString DialogPrompts::folder(QWidget* parent, const QString& title, const QString& start) {
   return QFileDialog::getExistingDirectory(parent, title, start);
+}
+
+std::optional<double> DialogPrompts::number(QWidget* parent, const QString& title,
+                                            const QString& label, double value, double min,
+                                            double max, int decimals) {
+  bool ok = false;
+  const double answer =
+      QInputDialog::getDouble(parent, title, label, value, min, max, decimals, &ok);
+  if (!ok) return std::nullopt;
+  return answer;
 }
 
 Prompts& dialog_prompts() {

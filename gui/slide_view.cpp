@@ -12,7 +12,6 @@
 
 #include "gui/heatmap_overlay.h"
 #include "gui/magnification.h"
-#include "gui/scale_bar.h"
 
 namespace tessel::gui {
 
@@ -36,6 +35,8 @@ void SlideView::set_document(SlideDocument doc) {
   tissue_ = doc_.tissue.isNull() ? QPixmap() : QPixmap::fromImage(doc_.tissue);
   const bool had_heatmap = !heatmap_.isNull();
   heatmap_ = QPixmap();
+  const bool had_mpp = entered_mpp_.has_value();
+  entered_mpp_.reset();
   message_.clear();
   fitted_ = isVisible();  // a hidden widget's size is not yet the one it will show at
   pending_ = 0;
@@ -51,6 +52,7 @@ void SlideView::set_document(SlideDocument doc) {
     update();
   }
   if (had_heatmap) emit heatmapChanged();
+  if (had_mpp) emit mppChanged();
 }
 
 void SlideView::set_message(const QString& message) {
@@ -97,17 +99,41 @@ void SlideView::center_on(QPointF level0) {
   set_view(next);
 }
 
-std::optional<double> SlideView::magnification() const {
+std::optional<double> SlideView::mpp() const {
   if (!doc_.slide) return std::nullopt;
+  if (entered_mpp_) return entered_mpp_;
   const std::optional<double> mpp = doc_.slide->mpp_x();
   if (!mpp || !(*mpp > 0)) return std::nullopt;
+  return mpp;
+}
+
+std::optional<double> SlideView::mpp_y() const {
+  if (!doc_.slide) return std::nullopt;
+  if (entered_mpp_) return entered_mpp_;
+  const std::optional<double> mpp = doc_.slide->mpp_y();
+  return mpp && *mpp > 0 ? mpp : this->mpp();
+}
+
+void SlideView::set_mpp(double mpp) {
+  if (!doc_.slide || !(mpp > 0) || !std::isfinite(mpp)) return;
+  entered_mpp_ = mpp;
+  update();
+  emit mppChanged();
+}
+
+ScaleBar SlideView::shown_scale_bar() const {
+  return scale_bar(mpp(), view_.downsample, width() / 5.0);
+}
+
+std::optional<double> SlideView::magnification() const {
+  const std::optional<double> mpp = this->mpp();
+  if (!mpp) return std::nullopt;
   return magnification_for_downsample(view_.downsample, *mpp);
 }
 
 void SlideView::set_magnification(double magnification) {
-  if (!doc_.slide || !(magnification > 0)) return;
-  const std::optional<double> mpp = doc_.slide->mpp_x();
-  if (!mpp || !(*mpp > 0)) return;
+  const std::optional<double> mpp = this->mpp();
+  if (!mpp || !(magnification > 0)) return;
   set_view({view_.center, downsample_for_magnification(magnification, *mpp)});
 }
 
@@ -219,15 +245,18 @@ void SlideView::paintEvent(QPaintEvent*) {
 }
 
 void SlideView::draw_scale_bar(QPainter& painter) {
-  const ScaleBar bar = scale_bar(doc_.slide->mpp_x(), view_.downsample, width() / 5.0);
+  const ScaleBar bar = shown_scale_bar();
   if (bar.length_px <= 0) return;
+  // The file's objective power, else the magnification from the mpp (an entered one too).
+  const std::optional<double> zoom = doc_.slide->objective_power()
+                                         ? *doc_.slide->objective_power() / view_.downsample
+                                         : magnification();
   const QString text =
       bar.label() +
       QStringLiteral("   level %1 · %2×")
           .arg(level_)
-          .arg(doc_.slide->objective_power()
-                   ? QString::number(*doc_.slide->objective_power() / view_.downsample, 'g', 3)
-                   : QString::number(1.0 / view_.downsample, 'g', 3) + QStringLiteral(" px"));
+          .arg(zoom ? QString::number(*zoom, 'g', 3)
+                    : QString::number(1.0 / view_.downsample, 'g', 3) + QStringLiteral(" px"));
   const QFontMetrics metrics = painter.fontMetrics();
   const int margin = 12;
   const QRectF box(margin, height() - margin - 34,

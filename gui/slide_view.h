@@ -1,8 +1,9 @@
 // The slide viewer: pans and zooms across pyramid levels, drawing tiles of the level that matches
 // the zoom (read by a TileLoader off the UI thread, kept in a byte-bounded TileCache), with the
 // overview and any cached coarser tiles underneath until they arrive, an optional tissue overlay,
-// a heatmap overlay with its legend, an mpp-aware scale bar, magnification presets from the mpp,
-// and the slide position under the cursor (cursorMoved) for a readout.
+// a heatmap overlay with its legend, an mpp-aware scale bar (the file's mpp, or one entered for
+// the open slide), magnification presets from the mpp, and the slide position under the cursor
+// (cursorMoved) for a readout.
 #pragma once
 
 #include <QImage>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include "gui/scale_bar.h"
 #include "gui/slide_document.h"
 #include "gui/tile_cache.h"
 #include "gui/tile_loader.h"
@@ -49,6 +51,17 @@ class SlideView : public QWidget {
   void pan_by(QPointF screen_delta);
   void fit();
   void center_on(QPointF level0);
+
+  // Microns per level-0 pixel: the one set with set_mpp for this open slide, else the file's;
+  // none when neither. The scale bar, magnification (and the window's cursor readout) use
+  // it. Forgotten when another slide opens: it is not written anywhere (a manifest's `mpp`
+  // column gives a slide's mpp to training).
+  std::optional<double> mpp() const;
+  std::optional<double> mpp_y() const;  // the file's vertical mpp, or the one set
+  void set_mpp(double mpp);             // > 0, with a slide open; else ignored
+  bool mpp_was_set() const { return entered_mpp_.has_value(); }
+  // The scale bar drawn in the bottom left (gui/scale_bar.h).
+  ScaleBar shown_scale_bar() const;
 
   // The magnification shown, 10 / (mpp × downsample) (gui/magnification.h); none without mpp.
   std::optional<double> magnification() const;
@@ -96,6 +109,7 @@ class SlideView : public QWidget {
   void cursorLeft();
   // A heatmap was set, removed, shown or hidden (also when another slide removes it).
   void heatmapChanged();
+  void mppChanged();
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -138,6 +152,7 @@ class SlideView : public QWidget {
   QString message_;
   QPoint drag_from_;
   bool dragging_ = false;
+  std::optional<double> entered_mpp_;
 };
 
 }  // namespace tessel::gui

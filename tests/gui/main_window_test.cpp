@@ -4,7 +4,8 @@
 // come back as messages, never a crash or a frozen window; magnification presets from the slide's
 // mpp and the cursor's position in µm in the status bar; View-menu toggles for the docks and
 // toolbars, the heatmap hidden, shown and cleared, the tissue overlay's legend, and File ▸ Open
-// Recent; slide pixels drawn smoothly above native resolution.
+// Recent; the mpp of a slide without one entered, and slide pixels drawn smoothly above native
+// resolution.
 #include <QAbstractItemView>
 #include <QApplication>
 #include <QDockWidget>
@@ -32,6 +33,7 @@
 #include "io/heatmap_writer.h"
 #include "io/vips.h"
 #include "tests/gui/stall_meter.h"
+#include "tests/gui/stub_prompts.h"
 #include "tests/io/shared_slides.h"
 #include "tests/io/temp_folder.h"
 
@@ -76,6 +78,7 @@ class MainWindowTest : public QObject {
     QCoreApplication::setOrganizationName(QStringLiteral("TesselTest"));
     QCoreApplication::setApplicationName(QStringLiteral("MainWindowTest"));
     QSettings().remove(QLatin1String(MainWindow::kRecentFilesKey));
+    window_.set_prompts(&prompts_);
     io::start_vips();
     window_.resize(1200, 800);
     window_.show();
@@ -637,6 +640,61 @@ class MainWindowTest : public QObject {
     QVERIFY(recent_entry(window_, recent.first()) == nullptr);
   }
 
+  // Issue 22: a slide without mpp says so when it opens and offers to set it (the toolbar's
+  // Set mpp…, asked through Prompts); the scale bar, presets and cursor readout then use it,
+  // until the slide is opened again.
+  void aSlideWithoutMppOffersToSetItAndTheViewerThenMeasuresInMicrons() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("boxes.tiff"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    QVERIFY(!view->mpp());
+    QVERIFY2(window_.statusBar()->currentMessage().contains(QStringLiteral("no microns per pixel")),
+             qPrintable(window_.statusBar()->currentMessage()));
+    QAction* set_mpp = window_.set_mpp_action();
+    QVERIFY(set_mpp->isEnabled());
+    QVERIFY(
+        window_.findChild<QToolBar*>(QStringLiteral("magnification"))->actions().contains(set_mpp));
+    QVERIFY(all_actions(window_.tools_menu()).contains(set_mpp));
+    QVERIFY(view->shown_scale_bar().label().endsWith(QStringLiteral("px (no mpp)")));
+
+    prompts_.number_answer.reset();  // cancelled
+    const qsizetype asked = prompts_.number_questions.size();
+    set_mpp->trigger();
+    QCOMPARE(prompts_.number_questions.size(), asked + 1);
+    QVERIFY(!view->mpp());
+
+    prompts_.number_answer = 0.25;
+    set_mpp->trigger();
+    QVERIFY(view->mpp() && *view->mpp() == 0.25);
+    QVERIFY(view->mpp_was_set());
+    QCOMPARE(view->shown_scale_bar().unit, QStringLiteral("µm"));
+    for (QAction* preset : window_.magnification_actions()) {
+      QVERIFY2(preset->isEnabled(), qPrintable(preset->toolTip()));
+    }
+    window_.magnification_actions()[4]->trigger();  // 40×: 0.25 µm per screen pixel
+    QVERIFY2(qAbs(view->view().downsample - 1.0) < 1e-9,
+             qPrintable(QString::number(view->view().downsample)));
+    QVERIFY(qAbs(*view->magnification() - 40) < 1e-9);
+    // Twice: a move to where the cursor already is sends no event.
+    QTest::mouseMove(view, view->rect().center() + QPoint(7, 7));
+    QTest::mouseMove(view, view->rect().center());
+    const QPointF level0 = on_slide(view, view->rect().center());
+    QCOMPARE(window_.cursor_label()->text(), cursor_readout(level0, 0.25));
+    QVERIFY(window_.cursor_label()->text().contains(QStringLiteral("µm")));
+
+    // Kept for this open slide only.
+    window_.open_slide(slide("boxes.tiff"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(!view->mpp() && !view->mpp_was_set());
+    QVERIFY(!window_.magnification_actions()[0]->isEnabled());
+    // A slide whose file has its mpp is not offered it.
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(!set_mpp->isEnabled());
+    QVERIFY(!window_.statusBar()->currentMessage().contains(QStringLiteral("no microns")));
+  }
+
   // Issue 22: past level 0's pixels (4 screen px per slide px) the slide is interpolated
   // (bilinear), not drawn as blocks: screen pixels inside one slide pixel differ.
   void aboveNativeResolutionTheSlideIsDrawnSmoothlyNotAsBlocks() {
@@ -677,6 +735,7 @@ class MainWindowTest : public QObject {
   }
 
  private:
+  StubPrompts prompts_;  // before the window, which asks it until it is destroyed
   MainWindow window_;
 };
 

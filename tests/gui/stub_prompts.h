@@ -5,6 +5,8 @@
 #include <QString>
 #include <QStringList>
 
+#include <optional>
+
 #include "gui/prompts.h"
 
 namespace tessel::gui {
@@ -19,11 +21,18 @@ class StubPrompts : public Prompts {
     folder_starts << start;
     return folder_answer;
   }
+  std::optional<double> number(QWidget*, const QString& title, const QString& label, double, double,
+                               double, int) override {
+    number_questions << title + QStringLiteral(": ") + label;
+    return number_answer;
+  }
 
   bool answer = true;     // to every confirm()
   QString folder_answer;  // empty: cancelled
   QStringList questions;  // "title: question", in order
   QStringList folder_starts;
+  std::optional<double> number_answer;  // none: cancelled
+  QStringList number_questions;         // "title: label", in order
 };
 
 }  // namespace tessel::gui
