@@ -1,5 +1,6 @@
 #include "gui/main_window.h"
 
+#include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDir>
@@ -19,11 +20,16 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include <array>
 #include <exception>
+#include <utility>
 
+#include "core/error.h"
 #include "core/version.h"
 #include "gui/heatmap_overlay.h"
 #include "gui/magnification.h"
+#include "gui/roi_geojson.h"
+#include "io/roi.h"
 #include "pipelines/environment.h"
 
 namespace tessel::gui {
@@ -122,6 +128,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(training_, &TrainingPanel::heatmapOpacityChanged, view_, &SlideView::set_heatmap_opacity);
   connect(view_, &SlideView::heatmapChanged, this, &MainWindow::update_heatmap_actions);
   connect(view_, &SlideView::mppChanged, this, &MainWindow::update_magnification_actions);
+  connect(view_, &SlideView::roisChanged, this, [this] {
+    update_roi_actions();
+    const size_t n = view_->rois().size();
+    if (n > 0) {
+      statusBar()->showMessage(
+          tr("%1 drawn: File ▸ Save ROI… writes %2 as GeoJSON, for a manifest's roi column")
+              .arg(n == 1 ? tr("1 ROI") : tr("%1 ROIs").arg(n), n == 1 ? tr("it") : tr("them")));
+    }
+  });
+  connect(view_, &SlideView::rulerChanged, this, [this] {
+    if (view_->ruler()) statusBar()->showMessage(tr("Ruler: %1").arg(view_->ruler_label()));
+  });
 
   create_menus();
   statusBar()->showMessage(tr("Open a slide or a manifest from the File menu, or drop one here."));
@@ -156,6 +174,8 @@ void MainWindow::create_menus() {
     if (!path.isEmpty()) export_view(path);
   });
   export_action_->setEnabled(false);  // until a slide is shown
+  save_roi_action_ = file->addAction(tr("&Save ROI…"), QKeySequence(tr("Ctrl+Shift+S")), this,
+                                     [this] { request_save_roi(); });
   file->addSeparator();
   // Through close(), so that a run going is asked about (closeEvent); QApplication::quit alone
   // had hidden the window and trained on invisibly until the slide ended.
@@ -208,13 +228,51 @@ void MainWindow::create_menus() {
   update_magnification_actions();
 
   tools_menu_ = menuBar()->addMenu(tr("&Tools"));
+  auto* tools_toolbar = addToolBar(tr("Tools"));
+  tools_toolbar->setObjectName(QStringLiteral("tools"));
+  auto* tool_group = new QActionGroup(this);  // exclusive: one tool at a time
+  const std::array<std::pair<SlideView::Tool, QString>, 4> tools{{
+      {SlideView::Tool::kPan, tr("&Pan")},
+      {SlideView::Tool::kRuler, tr("&Ruler")},
+      {SlideView::Tool::kRectangle, tr("R&ectangle ROI")},
+      {SlideView::Tool::kPolygon, tr("P&olygon ROI")},
+  }};
+  const std::array<QString, 4> hints{
+      tr("Pan: drag the slide; the wheel zooms"),
+      tr("Ruler: drag across the slide to measure; Esc removes it"),
+      tr("Rectangle ROI: drag a rectangle; Esc cancels"),
+      tr("Polygon ROI: click its corners, then double-click or click the first one to close it; "
+         "Esc cancels"),
+  };
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const auto [tool, text] = tools[i];
+    auto* action = tool_group->addAction(text);
+    action->setCheckable(true);
+    action->setChecked(tool == view_->tool());
+    action->setToolTip(hints[i]);
+    action->setStatusTip(hints[i]);
+    connect(action, &QAction::triggered, view_, [this, tool] { view_->set_tool(tool); });
+    tools_menu_->addAction(action);
+    tools_toolbar->addAction(action);
+    tool_actions_.push_back(action);
+  }
+  connect(view_, &SlideView::toolChanged, this, [this, hints](SlideView::Tool tool) {
+    tool_actions_[static_cast<size_t>(tool)]->setChecked(true);
+    statusBar()->showMessage(hints[static_cast<size_t>(tool)]);
+  });
+  tools_menu_->addSeparator();
+  tools_menu_->addAction(save_roi_action_);
+  clear_rois_action_ = tools_menu_->addAction(tr("&Clear ROIs"), view_, &SlideView::clear_rois);
+  tools_menu_->addSeparator();
   tools_menu_->addAction(set_mpp_action_);
+  update_roi_actions();
 
   view->addSeparator();
   auto* panels = view->addMenu(tr("&Panels"));
   for (QDockWidget* d : docks_) panels->addAction(d->toggleViewAction());
   panels->addSeparator();
   panels->addAction(toolbar->toggleViewAction());
+  panels->addAction(tools_toolbar->toggleViewAction());
 
   auto* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About Tessel"), this, [this] {
@@ -240,7 +298,7 @@ void MainWindow::update_magnification_actions() {
   } else {
     set_mpp_action_->setToolTip(
         tr("This slide has no microns per pixel (mpp) in its file: enter it (µm per level-0 "
-           "pixel) for the scale bar, magnification and cursor readout while it is open"));
+           "pixel) for the scale bar, magnification, cursor readout and ruler while it is open"));
   }
   for (size_t i = 0; i < magnification_actions_.size(); ++i) {
     QAction* action = magnification_actions_[i];
@@ -260,6 +318,12 @@ void MainWindow::update_magnification_actions() {
   }
 }
 
+void MainWindow::update_roi_actions() {
+  const bool any = !view_->rois().empty();
+  save_roi_action_->setEnabled(any);
+  clear_rois_action_->setEnabled(any);
+}
+
 bool MainWindow::request_mpp() {
   if (!view_->has_slide() || !set_mpp_action_->isEnabled()) return false;
   const std::optional<double> mpp = prompts().number(
@@ -273,6 +337,51 @@ bool MainWindow::request_mpp() {
       tr("%1: %2 µm per pixel, until it is closed (a manifest's mpp column gives it to training)")
           .arg(QFileInfo(slide_path_).fileName())
           .arg(*mpp, 0, 'g', 4));
+  return true;
+}
+
+bool MainWindow::request_save_roi() {
+  if (view_->rois().empty()) {
+    show_error(tr("Draw an ROI first (Tools ▸ Rectangle ROI or Polygon ROI)."));
+    return false;
+  }
+  const QFileInfo slide(slide_path_);
+  QSettings settings;
+  const QString folder =
+      settings.value(QLatin1String(kRoiFolderKey), slide.absolutePath()).toString();
+  const QString path = prompts().save_file(
+      this, tr("Save the ROI of %1 as GeoJSON").arg(slide.fileName()),
+      QDir(folder).filePath(slide.completeBaseName() + QStringLiteral(".roi.geojson")),
+      tr("GeoJSON (*.geojson *.json);;All files (*)"));
+  if (path.isEmpty()) return false;
+  settings.setValue(QLatin1String(kRoiFolderKey), QFileInfo(path).absolutePath());
+  return save_roi(path);
+}
+
+bool MainWindow::save_roi(const QString& path) {
+  if (!view_->has_slide() || view_->rois().empty()) {
+    show_error(tr("Draw an ROI first (Tools ▸ Rectangle ROI or Polygon ROI)."));
+    return false;
+  }
+  const QByteArray geojson = roi_geojson(view_->rois());
+  const io::Level& base = view_->document().slide->level(0);
+  try {
+    // What training will read, read here first: a file written is a file a manifest can use.
+    io::parse_roi(geojson.toStdString(), path.toStdString(), base.width, base.height);
+  } catch (const Error& e) {
+    show_error(tr("Cannot save the ROI: %1").arg(QString::fromStdString(e.what())));
+    return false;
+  }
+  QSaveFile file(path);  // a temporary name, renamed on commit
+  if (!file.open(QIODevice::WriteOnly) || file.write(geojson) != geojson.size() || !file.commit()) {
+    show_error(tr("Cannot save the ROI to %1: %2").arg(path, file.errorString()));
+    return false;
+  }
+  const size_t n = view_->rois().size();
+  statusBar()->showMessage(
+      tr("Saved %1 to %2 (level-0 pixels): a manifest's roi column trains on %3 bounding box")
+          .arg(n == 1 ? tr("1 ROI") : tr("%1 ROIs").arg(n), path,
+               n == 1 ? tr("its") : tr("their")));
   return true;
 }
 

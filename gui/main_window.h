@@ -1,7 +1,9 @@
 // tessel-gui's main window: the slide viewer in the centre; overview, properties and dataset in
 // docks. Slides open from the menu, by drag-and-drop, from the command line or by double-clicking
 // a dataset row; they are opened off the UI thread and every failure is a message in the window:
-// in the message bar above the viewer, which stays until dismissed (and in the status bar).
+// in the message bar above the viewer, which stays until dismissed (and in the status bar). The
+// Tools menu and toolbar pick the viewer's tool: pan, ruler, rectangle or polygon ROI; ROIs are
+// saved as GeoJSON a manifest's `roi` column takes.
 #pragma once
 
 #include <QAction>
@@ -71,10 +73,24 @@ class MainWindow : public QMainWindow {
   // Tools ▸ Set Microns per Pixel… (and "Set mpp…" on the magnification toolbar), enabled while
   // the slide shown has no mpp in its file, which the status bar says when it opens: asks for
   // the µm per level-0 pixel (Prompts::number) and gives it to the viewer for this open slide
-  // (scale bar, presets, cursor readout). False when cancelled or no such slide.
+  // (scale bar, presets, cursor readout, ruler). False when cancelled or no such slide.
   QAction* set_mpp_action() { return set_mpp_action_; }
   bool request_mpp();
+  // Tools ▸ Pan, Ruler, Rectangle ROI, Polygon ROI (also the Tools toolbar): the viewer's tool
+  // (SlideView::Tool), one checked at a time, Pan to start; in SlideView::Tool's order.
   QMenu* tools_menu() { return tools_menu_; }
+  const std::vector<QAction*>& tool_actions() const { return tool_actions_; }
+  // File ▸ Save ROI… (also in Tools), enabled while ROIs are drawn: asks for a file (the last
+  // folder chosen, kept in QSettings as kRoiFolderKey, else the slide's; named after the slide)
+  // and save_roi writes it. False when cancelled or nothing was written.
+  QAction* save_roi_action() { return save_roi_action_; }
+  QAction* clear_rois_action() { return clear_rois_action_; }
+  bool request_save_roi();
+  static constexpr const char* kRoiFolderKey = "roi/folder";
+  // The viewer's ROIs as QuPath GeoJSON (gui/roi_geojson.h), checked to read back with
+  // io::read_roi, written to a temporary name and renamed. False, with the reason in last_error,
+  // when none are drawn or the file cannot be written.
+  bool save_roi(const QString& path);
   TrainingPanel* training() { return training_; }
   MessageBar* message_bar() { return message_bar_; }
   // The questions the window and its training panel ask; nullptr: dialogs. Not owned.
@@ -113,6 +129,7 @@ class MainWindow : public QMainWindow {
   void create_menus();
   void update_magnification_actions();
   void update_heatmap_actions();
+  void update_roi_actions();
   void add_recent_file(const QString& path);
   void set_recent_files(const QStringList& paths);
   void update_recent_menu();
@@ -140,6 +157,9 @@ class MainWindow : public QMainWindow {
   std::vector<QAction*> magnification_actions_;
   QAction* set_mpp_action_ = nullptr;
   QMenu* tools_menu_ = nullptr;
+  std::vector<QAction*> tool_actions_;
+  QAction* save_roi_action_ = nullptr;
+  QAction* clear_rois_action_ = nullptr;
   bool quit_after_run_ = false;  // Quit was confirmed during a run: close when it has ended
   QLabel* zoom_label_;
   QLabel* cursor_label_;

@@ -14,6 +14,11 @@ QString DialogPrompts::folder(QWidget* parent, const QString& title, const QStri
   return QFileDialog::getExistingDirectory(parent, title, start);
 }
 
+QString DialogPrompts::save_file(QWidget* parent, const QString& title, const QString& start,
+                                 const QString& filter) {
+  return QFileDialog::getSaveFileName(parent, title, start, filter);
+}
+
 std::optional<double> DialogPrompts::number(QWidget* parent, const QString& title,
                                             const QString& label, double value, double min,
                                             double max, int decimals) {

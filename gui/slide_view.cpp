@@ -12,6 +12,8 @@
 
 #include "gui/heatmap_overlay.h"
 #include "gui/magnification.h"
+#include "gui/roi_geojson.h"
+#include "gui/ruler.h"
 
 namespace tessel::gui {
 
@@ -35,8 +37,14 @@ void SlideView::set_document(SlideDocument doc) {
   tissue_ = doc_.tissue.isNull() ? QPixmap() : QPixmap::fromImage(doc_.tissue);
   const bool had_heatmap = !heatmap_.isNull();
   heatmap_ = QPixmap();
-  const bool had_mpp = entered_mpp_.has_value();
+  const bool had_mpp = entered_mpp_.has_value(), had_ruler = ruler_.has_value(),
+             had_rois = !rois_.empty();
   entered_mpp_.reset();
+  ruler_.reset();
+  dragging_ruler_ = false;
+  rectangle_.reset();
+  polygon_.clear();
+  rois_.clear();
   message_.clear();
   fitted_ = isVisible();  // a hidden widget's size is not yet the one it will show at
   pending_ = 0;
@@ -53,6 +61,8 @@ void SlideView::set_document(SlideDocument doc) {
   }
   if (had_heatmap) emit heatmapChanged();
   if (had_mpp) emit mppChanged();
+  if (had_ruler) emit rulerChanged();
+  if (had_rois) emit roisChanged();
 }
 
 void SlideView::set_message(const QString& message) {
@@ -234,8 +244,10 @@ void SlideView::paintEvent(QPaintEvent*) {
                               to_screen(view_, size(), heatmap_level0_.bottomRight())),
                        heatmap_, QRectF(heatmap_.rect()));
     painter.setOpacity(1.0);
-    draw_heatmap_legend(painter);
   }
+  draw_rois(painter);
+  draw_ruler(painter);
+  if (heatmap_visible()) draw_heatmap_legend(painter);
   draw_tissue_legend(painter);
   draw_scale_bar(painter);
   if (!message_.isEmpty()) {
@@ -375,10 +387,37 @@ void SlideView::wheelEvent(QWheelEvent* event) {
 }
 
 void SlideView::mousePressEvent(QMouseEvent* event) {
-  if (event->button() != Qt::LeftButton) return;
-  dragging_ = true;
-  drag_from_ = event->position().toPoint();
-  setCursor(Qt::ClosedHandCursor);
+  const bool pan = event->button() == Qt::MiddleButton ||
+                   (event->button() == Qt::LeftButton && tool_ == Tool::kPan);
+  if (pan) {
+    dragging_ = true;
+    drag_from_ = event->position().toPoint();
+    setCursor(Qt::ClosedHandCursor);
+    return;
+  }
+  if (event->button() != Qt::LeftButton || !doc_.slide) return;
+  const QPointF at = on_slide(event->position());
+  hover_ = at;
+  switch (tool_) {
+    case Tool::kRuler:
+      ruler_ = QLineF(at, at);
+      dragging_ruler_ = true;
+      break;
+    case Tool::kRectangle:
+      rectangle_ = QLineF(at, at);
+      break;
+    case Tool::kPolygon:
+      // Closing is decided on screen, so the first point is as easy to hit at every zoom.
+      if (closes_polygon(to_screen_polygon(polygon_), event->position(), kCloseDistancePx)) {
+        finish_polygon();
+      } else {
+        polygon_ << at;
+      }
+      break;
+    case Tool::kPan:
+      break;
+  }
+  update();
 }
 
 void SlideView::mouseMoveEvent(QMouseEvent* event) {
@@ -391,6 +430,10 @@ void SlideView::mouseMoveEvent(QMouseEvent* event) {
     } else {
       emit cursorLeft();
     }
+    hover_ = on_slide(event->position());
+    if (dragging_ruler_) ruler_->setP2(hover_);
+    if (rectangle_) rectangle_->setP2(hover_);
+    if (dragging_ruler_ || rectangle_ || !polygon_.isEmpty()) update();
   }
   if (!dragging_) return;
   const QPoint now = event->position().toPoint();
@@ -398,15 +441,219 @@ void SlideView::mouseMoveEvent(QMouseEvent* event) {
   drag_from_ = now;
 }
 
-void SlideView::mouseReleaseEvent(QMouseEvent*) {
-  dragging_ = false;
-  unsetCursor();
+void SlideView::mouseReleaseEvent(QMouseEvent* event) {
+  if (dragging_) {
+    dragging_ = false;
+    update_cursor();
+    return;
+  }
+  if (event->button() != Qt::LeftButton) return;
+  if (dragging_ruler_) {
+    dragging_ruler_ = false;
+    ruler_->setP2(on_slide(event->position()));
+    // A click is not a measurement.
+    if (QLineF(to_screen(view_, size(), ruler_->p1()), event->position()).length() <
+        kCloseDistancePx) {
+      ruler_.reset();
+    }
+    update();
+    emit rulerChanged();
+  } else if (rectangle_) {
+    const QLineF corners(rectangle_->p1(), on_slide(event->position()));
+    rectangle_.reset();
+    const QPolygonF screen = to_screen_polygon(rectangle_roi(corners.p1(), corners.p2()));
+    const QRectF box = screen.boundingRect();
+    if (box.width() >= kCloseDistancePx && box.height() >= kCloseDistancePx) {
+      add_roi(rectangle_roi(corners.p1(), corners.p2()));
+    }
+    update();
+  }
 }
 
 void SlideView::leaveEvent(QEvent*) { emit cursorLeft(); }
 
 void SlideView::mouseDoubleClickEvent(QMouseEvent* event) {
+  if (tool_ == Tool::kPolygon) {
+    // The double-click's second press: its point ends the polygon (the first press added it).
+    // None in progress: the first press closed it on its first corner.
+    if (event->button() != Qt::LeftButton || !doc_.slide || polygon_.isEmpty()) return;
+    const QPolygonF screen = to_screen_polygon(polygon_);
+    if (QLineF(screen.back(), event->position()).length() > kCloseDistancePx) {
+      polygon_ << on_slide(event->position());
+    }
+    if (polygon_.size() >= 3) finish_polygon();
+    update();
+    return;
+  }
+  if (tool_ != Tool::kPan) return;
   zoom_by(event->button() == Qt::RightButton ? 0.5 : 2.0, event->position());
+}
+
+void SlideView::set_tool(Tool tool) {
+  if (tool == tool_) return;
+  cancel_drawing();
+  tool_ = tool;
+  update_cursor();
+  emit toolChanged(tool);
+}
+
+void SlideView::update_cursor() {
+  if (tool_ == Tool::kPan) {
+    unsetCursor();
+  } else {
+    setCursor(Qt::CrossCursor);
+  }
+}
+
+bool SlideView::drawing() const { return dragging_ruler_ || rectangle_ || !polygon_.isEmpty(); }
+
+void SlideView::cancel_drawing() {
+  if (!drawing()) return;
+  if (dragging_ruler_) {
+    dragging_ruler_ = false;
+    ruler_.reset();
+    emit rulerChanged();
+  }
+  rectangle_.reset();
+  polygon_.clear();
+  update();
+}
+
+void SlideView::set_ruler(QLineF level0) {
+  if (!doc_.slide) return;
+  dragging_ruler_ = false;
+  const io::Level& base = doc_.slide->level(0);
+  const QRectF slide(0, 0, static_cast<double>(base.width), static_cast<double>(base.height));
+  const QPolygonF ends = clamped(QPolygonF({level0.p1(), level0.p2()}), slide);
+  ruler_ = QLineF(ends[0], ends[1]);
+  update();
+  emit rulerChanged();
+}
+
+void SlideView::clear_ruler() {
+  if (!ruler_) return;
+  ruler_.reset();
+  dragging_ruler_ = false;
+  update();
+  emit rulerChanged();
+}
+
+QString SlideView::ruler_label() const {
+  if (!ruler_) return {};
+  return ruler_length(ruler_->p1(), ruler_->p2(), mpp(), mpp_y()).label();
+}
+
+void SlideView::add_roi(const QPolygonF& level0) {
+  if (!doc_.slide) return;
+  const io::Level& base = doc_.slide->level(0);
+  const QPolygonF roi = clamped(
+      level0, QRectF(0, 0, static_cast<double>(base.width), static_cast<double>(base.height)));
+  if (!(polygon_area(roi) > 0)) return;
+  rois_.push_back(roi);
+  update();
+  emit roisChanged();
+}
+
+void SlideView::clear_rois() {
+  if (rois_.empty()) return;
+  rois_.clear();
+  update();
+  emit roisChanged();
+}
+
+void SlideView::finish_polygon() {
+  const QPolygonF done = polygon_;
+  polygon_.clear();
+  add_roi(done);  // points on one line have no area: dropped
+  update();
+}
+
+QPolygonF SlideView::to_screen_polygon(const QPolygonF& level0) const {
+  QPolygonF screen;
+  for (const QPointF& p : level0) screen << to_screen(view_, size(), p);
+  return screen;
+}
+
+QPointF SlideView::on_slide(QPointF screen) const {
+  const QPointF p = to_level0(view_, size(), screen);
+  const io::Level& base = doc_.slide->level(0);
+  return {std::clamp(p.x(), 0.0, static_cast<double>(base.width)),
+          std::clamp(p.y(), 0.0, static_cast<double>(base.height))};
+}
+
+void SlideView::draw_rois(QPainter& painter) {
+  if (rois_.empty() && !rectangle_ && polygon_.isEmpty()) return;
+  painter.setRenderHint(QPainter::Antialiasing, true);
+  const QColor yellow(255, 214, 0);
+  // A dark halo under each line, so that it reads over pale glass and dark tissue alike.
+  const QPen halo(QColor(0, 0, 0, 150), 4);
+  const QPen line(yellow, 2);
+  for (const QPolygonF& roi : rois_) {
+    const QPolygonF screen = to_screen_polygon(roi);
+    painter.setBrush(Qt::NoBrush);
+    painter.setPen(halo);
+    painter.drawPolygon(screen);
+    painter.setPen(line);
+    painter.setBrush(QColor(255, 214, 0, 40));
+    painter.drawPolygon(screen);
+  }
+  QPen dashed = line;
+  dashed.setStyle(Qt::DashLine);
+  painter.setBrush(Qt::NoBrush);
+  if (rectangle_) {
+    const QPolygonF screen = to_screen_polygon(rectangle_roi(rectangle_->p1(), rectangle_->p2()));
+    painter.setPen(halo);
+    painter.drawPolygon(screen);
+    painter.setPen(dashed);
+    painter.drawPolygon(screen);
+  }
+  if (!polygon_.isEmpty()) {
+    QPolygonF screen = to_screen_polygon(polygon_);
+    const QPointF first = screen.front();
+    screen << to_screen(view_, size(), hover_);  // the rubber band to the mouse
+    painter.setPen(halo);
+    painter.drawPolyline(screen);
+    painter.setPen(dashed);
+    painter.drawPolyline(screen);
+    // The first point, larger: a click on it closes the polygon.
+    painter.setPen(QPen(Qt::black, 1));
+    painter.setBrush(yellow);
+    const double r = polygon_.size() >= 3 ? kCloseDistancePx / 2 + 1 : 3;
+    painter.drawEllipse(first, r, r);
+    for (qsizetype i = 1; i < polygon_.size(); ++i) painter.drawEllipse(screen[i], 2.5, 2.5);
+  }
+}
+
+void SlideView::draw_ruler(QPainter& painter) {
+  if (!ruler_) return;
+  const QLineF screen(to_screen(view_, size(), ruler_->p1()),
+                      to_screen(view_, size(), ruler_->p2()));
+  painter.setRenderHint(QPainter::Antialiasing, true);
+  const QColor cyan(0, 229, 255);
+  const QPen halo(QColor(0, 0, 0, 170), 4, Qt::SolidLine, Qt::FlatCap);
+  const QPen line(cyan, 2, Qt::SolidLine, Qt::FlatCap);
+  // Ticks across both ends, 12 px long.
+  std::vector<QLineF> lines{screen};
+  if (screen.length() > 0) {
+    const QPointF across = QPointF(-screen.dy(), screen.dx()) / screen.length() * 6;
+    lines.emplace_back(screen.p1() - across, screen.p1() + across);
+    lines.emplace_back(screen.p2() - across, screen.p2() + across);
+  }
+  painter.setPen(halo);
+  for (const QLineF& l : lines) painter.drawLine(l);
+  painter.setPen(line);
+  for (const QLineF& l : lines) painter.drawLine(l);
+  // The length in a box beside the line's middle, clear of the line.
+  const QString text = ruler_label();
+  const QFontMetrics metrics = painter.fontMetrics();
+  const QSizeF box_size(metrics.horizontalAdvance(text) + 12, metrics.height() + 6);
+  const QPointF mid = screen.center();
+  const QRectF box(mid + QPointF(10, -box_size.height() - 6), box_size);
+  painter.setPen(Qt::NoPen);
+  painter.setBrush(QColor(255, 255, 255, 220));
+  painter.drawRoundedRect(box, 4, 4);
+  painter.setPen(QColor(20, 20, 20));
+  painter.drawText(box, Qt::AlignCenter, text);
 }
 
 void SlideView::keyPressEvent(QKeyEvent* event) {
@@ -430,6 +677,15 @@ void SlideView::keyPressEvent(QKeyEvent* event) {
       break;
     case Qt::Key_Down:
       pan_by({0, -step});
+      break;
+    case Qt::Key_Escape:
+      if (drawing()) {
+        cancel_drawing();
+      } else if (ruler_) {
+        clear_ruler();
+      } else {
+        QWidget::keyPressEvent(event);
+      }
       break;
     default:
       QWidget::keyPressEvent(event);

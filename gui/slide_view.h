@@ -2,18 +2,22 @@
 // the zoom (read by a TileLoader off the UI thread, kept in a byte-bounded TileCache), with the
 // overview and any cached coarser tiles underneath until they arrive, an optional tissue overlay,
 // a heatmap overlay with its legend, an mpp-aware scale bar (the file's mpp, or one entered for
-// the open slide), magnification presets from the mpp, and the slide position under the cursor
-// (cursorMoved) for a readout.
+// the open slide), magnification presets from the mpp, the slide position under the cursor
+// (cursorMoved) for a readout, and the drawing tools: a ruler and rectangle and polygon regions
+// of interest (ROIs), in level-0 pixels.
 #pragma once
 
 #include <QImage>
+#include <QLineF>
 #include <QPixmap>
 #include <QPoint>
+#include <QPolygonF>
 #include <QWidget>
 
 #include <memory>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "gui/scale_bar.h"
 #include "gui/slide_document.h"
@@ -30,6 +34,9 @@ class SlideView : public QWidget {
   static constexpr int kTileSizePx = 256;
   static constexpr int64_t kCacheBytes = 192LL << 20;
   static constexpr double kMinDownsample = 0.25;  // 4× past level 0's pixels
+  // A click within this many screen pixels of a polygon's first point closes it; a ruler or a
+  // rectangle shorter than it is a click, not a drag, and is dropped.
+  static constexpr double kCloseDistancePx = 8;
 
   explicit SlideView(QWidget* parent = nullptr);
   ~SlideView() override;
@@ -53,7 +60,7 @@ class SlideView : public QWidget {
   void center_on(QPointF level0);
 
   // Microns per level-0 pixel: the one set with set_mpp for this open slide, else the file's;
-  // none when neither. The scale bar, magnification (and the window's cursor readout) use
+  // none when neither. The scale bar, magnification, ruler (and the window's cursor readout) use
   // it. Forgotten when another slide opens: it is not written anywhere (a manifest's `mpp`
   // column gives a slide's mpp to training).
   std::optional<double> mpp() const;
@@ -96,7 +103,34 @@ class SlideView : public QWidget {
   // Where the legend is drawn (empty without a heatmap shown), in widget pixels.
   QRect heatmap_legend_rect() const;
 
-  // What the widget shows, as an image of its size: slide, overlays, legend, scale bar.
+  // What a left-button drag or click does: pan (the default); measure with the ruler (drag);
+  // draw a rectangle ROI (drag) or a polygon ROI (click its corners; a double-click, or a click
+  // on its first point, closes it). Esc cancels a drawing in progress, and with none removes
+  // the ruler. The middle button pans with any tool; the wheel always zooms.
+  enum class Tool { kPan, kRuler, kRectangle, kPolygon };
+  Q_ENUM(Tool)
+  void set_tool(Tool tool);  // cancels a drawing in progress
+  Tool tool() const { return tool_; }
+
+  // The ruler's line in level-0 pixels, while it is dragged and after, until Esc, the next one
+  // or another slide; its length in µm (px, labelled, without mpp) is drawn beside it.
+  const std::optional<QLineF>& ruler() const { return ruler_; }
+  void set_ruler(QLineF level0);
+  void clear_ruler();
+  QString ruler_label() const;  // "123.4 µm" (gui/ruler.h); empty without a ruler
+
+  // The ROIs drawn, oldest first: level-0 pixels inside the slide, each with an area. Removed
+  // when another slide opens.
+  const std::vector<QPolygonF>& rois() const { return rois_; }
+  void add_roi(const QPolygonF& level0);  // clamped to the slide; one without area is ignored
+  void clear_rois();
+  // A ruler or rectangle being dragged or a polygon being clicked.
+  bool drawing() const;
+  void cancel_drawing();
+  const QPolygonF& polygon_in_progress() const { return polygon_; }
+
+  // What the widget shows, as an image of its size: slide, overlays, ROIs, ruler, legend, scale
+  // bar.
   QImage render_view();
 
  signals:
@@ -110,6 +144,11 @@ class SlideView : public QWidget {
   // A heatmap was set, removed, shown or hidden (also when another slide removes it).
   void heatmapChanged();
   void mppChanged();
+  void toolChanged(Tool tool);
+  // The ruler was drawn (at the end of its drag), set or removed.
+  void rulerChanged();
+  // An ROI was added, or they were removed.
+  void roisChanged();
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -132,7 +171,13 @@ class SlideView : public QWidget {
   void draw_scale_bar(QPainter& painter);
   void draw_heatmap_legend(QPainter& painter);
   void draw_tissue_legend(QPainter& painter);
+  void draw_rois(QPainter& painter);
+  void draw_ruler(QPainter& painter);
   double max_downsample() const;
+  QPolygonF to_screen_polygon(const QPolygonF& level0) const;
+  QPointF on_slide(QPointF screen) const;  // the level-0 point, clamped to the slide
+  void finish_polygon();
+  void update_cursor();
 
   SlideDocument doc_;
   QPixmap overview_, tissue_;
@@ -151,8 +196,15 @@ class SlideView : public QWidget {
   bool fitted_ = false;  // set_document waits for a real size before fitting
   QString message_;
   QPoint drag_from_;
-  bool dragging_ = false;
+  bool dragging_ = false;  // panning
   std::optional<double> entered_mpp_;
+  Tool tool_ = Tool::kPan;
+  std::optional<QLineF> ruler_;
+  bool dragging_ruler_ = false;
+  std::optional<QLineF> rectangle_;  // a rectangle ROI being dragged: its corners, level 0
+  QPolygonF polygon_;                // a polygon ROI's corners clicked so far, level 0
+  QPointF hover_;                    // the level-0 point under the mouse, for the rubber band
+  std::vector<QPolygonF> rois_;
 };
 
 }  // namespace tessel::gui

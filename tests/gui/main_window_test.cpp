@@ -4,8 +4,8 @@
 // come back as messages, never a crash or a frozen window; magnification presets from the slide's
 // mpp and the cursor's position in µm in the status bar; View-menu toggles for the docks and
 // toolbars, the heatmap hidden, shown and cleared, the tissue overlay's legend, and File ▸ Open
-// Recent; the mpp of a slide without one entered, and slide pixels drawn smoothly above native
-// resolution.
+// Recent; the ruler, rectangle and polygon ROIs saved as GeoJSON that training reads, the mpp of
+// a slide without one entered, and slide pixels drawn smoothly above native resolution.
 #include <QAbstractItemView>
 #include <QApplication>
 #include <QDockWidget>
@@ -30,7 +30,10 @@
 
 #include "gui/magnification.h"
 #include "gui/main_window.h"
+#include "gui/roi_geojson.h"
+#include "gui/ruler.h"
 #include "io/heatmap_writer.h"
+#include "io/roi.h"
 #include "io/vips.h"
 #include "tests/gui/stall_meter.h"
 #include "tests/gui/stub_prompts.h"
@@ -55,8 +58,34 @@ QList<QAction*> all_actions(QMenu* menu) {
   return actions;
 }
 
+QPoint on_screen(const SlideView* view, QPointF level0) {
+  return to_screen(view->view(), view->size(), level0).toPoint();
+}
+
 QPointF on_slide(const SlideView* view, QPoint screen) {
   return to_level0(view->view(), view->size(), QPointF(screen));
+}
+
+// The ruler's cyan, the ROIs' yellow: far from H&E's pinks and purples. Near `at`: lines are
+// antialiased.
+bool cyan_near(const QImage& image, QPoint at) {
+  for (int dy = -1; dy <= 1; ++dy) {
+    for (int dx = -1; dx <= 1; ++dx) {
+      const QColor c = image.pixelColor(at + QPoint(dx, dy));
+      if (c.red() < 110 && c.green() > 150 && c.blue() > 170) return true;
+    }
+  }
+  return false;
+}
+
+bool yellow_near(const QImage& image, QPoint at) {
+  for (int dy = -1; dy <= 1; ++dy) {
+    for (int dx = -1; dx <= 1; ++dx) {
+      const QColor c = image.pixelColor(at + QPoint(dx, dy));
+      if (c.red() > 170 && c.green() > 140 && c.blue() < 110) return true;
+    }
+  }
+  return false;
 }
 
 QAction* recent_entry(MainWindow& window, const QString& path) {
@@ -78,6 +107,7 @@ class MainWindowTest : public QObject {
     QCoreApplication::setOrganizationName(QStringLiteral("TesselTest"));
     QCoreApplication::setApplicationName(QStringLiteral("MainWindowTest"));
     QSettings().remove(QLatin1String(MainWindow::kRecentFilesKey));
+    QSettings().remove(QLatin1String(MainWindow::kRoiFolderKey));
     window_.set_prompts(&prompts_);
     io::start_vips();
     window_.resize(1200, 800);
@@ -500,7 +530,7 @@ class MainWindowTest : public QObject {
     QList<QWidget*> bars;
     for (QDockWidget* dock : window_.findChildren<QDockWidget*>()) bars << dock;
     for (QToolBar* toolbar : window_.findChildren<QToolBar*>()) bars << toolbar;
-    QCOMPARE(bars.size(), 5);  // overview, properties, dataset, training; magnification
+    QCOMPARE(bars.size(), 6);  // overview, properties, dataset, training; magnification, tools
     for (QWidget* bar : bars) {
       QAction* toggle = qobject_cast<QDockWidget*>(bar) != nullptr
                             ? qobject_cast<QDockWidget*>(bar)->toggleViewAction()
@@ -640,9 +670,211 @@ class MainWindowTest : public QObject {
     QVERIFY(recent_entry(window_, recent.first()) == nullptr);
   }
 
+  // Issue 22: Tools ▸ Ruler; a drag measures in µm from the slide's mpp, drawn over the slide,
+  // without panning; Esc cancels a drag and removes the ruler; without mpp, labelled px.
+  void aLineDrawnWithTheRulerShowsItsLengthInMicrons() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    const io::Slide& cmu = *view->document().slide;
+    QCOMPARE(view->tool(), SlideView::Tool::kPan);
+    QCOMPARE(window_.tool_actions().size(), size_t{4});
+    QAction* ruler = window_.tool_actions()[1];
+    QVERIFY(all_actions(window_.tools_menu()).contains(ruler));
+    QCOMPARE(ruler->text(), QStringLiteral("&Ruler"));
+    ruler->trigger();
+    QCOMPARE(view->tool(), SlideView::Tool::kRuler);
+    QVERIFY(ruler->isChecked() && !window_.tool_actions()[0]->isChecked());
+
+    const ViewState at{QPointF(1000, 1500), 2.0};
+    view->set_view(at);
+    QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded(), kTimeoutMs);
+    const QPoint from = on_screen(view, QPointF(800, 1300));
+    const QPoint to = from + QPoint(300, 400);  // 500 screen px: 1000 level-0 px
+    QSignalSpy changed(view, &SlideView::rulerChanged);
+    QTest::mousePress(view, Qt::LeftButton, {}, from);
+    QTest::mouseMove(view, from + QPoint(100, 100));
+    QVERIFY(view->drawing());
+    QTest::mouseMove(view, to);
+    QTest::mouseRelease(view, Qt::LeftButton, {}, to);
+    QCOMPARE(changed.count(), 1);
+    QVERIFY(!view->drawing());
+    QVERIFY(view->ruler().has_value());
+    QCOMPARE(view->ruler()->p1(), on_slide(view, from));
+    QCOMPARE(view->ruler()->p2(), on_slide(view, to));
+    QCOMPARE(view->view().center, at.center);  // measured, not panned
+    const RulerLength length =
+        ruler_length(on_slide(view, from), on_slide(view, to), cmu.mpp_x(), cmu.mpp_y());
+    QVERIFY2(qAbs(length.value - 1000 * *cmu.mpp_x()) < 1e-6, qPrintable(length.label()));
+    QCOMPARE(view->ruler_label(), length.label());
+    QVERIFY2(view->ruler_label().endsWith(QStringLiteral(" µm")), qPrintable(view->ruler_label()));
+    QVERIFY2(window_.statusBar()->currentMessage().contains(view->ruler_label()),
+             qPrintable(window_.statusBar()->currentMessage()));
+    // Drawn over the slide, in the exported view too.
+    const QPoint middle = (from + to) / 2 * view->devicePixelRatio();
+    QVERIFY2(cyan_near(view->render_view(), middle),
+             qPrintable(view->render_view().pixelColor(middle).name()));
+
+    view->setFocus();
+    QTest::keyClick(view, Qt::Key_Escape);
+    QVERIFY(!view->ruler());
+    QVERIFY(!cyan_near(view->render_view(), middle));
+    // Esc during a drag cancels it; the release draws nothing.
+    QTest::mousePress(view, Qt::LeftButton, {}, from);
+    QTest::mouseMove(view, to);
+    QVERIFY(view->drawing());
+    QTest::keyClick(view, Qt::Key_Escape);
+    QVERIFY(!view->drawing());
+    QTest::mouseRelease(view, Qt::LeftButton, {}, to);
+    QVERIFY(!view->ruler());
+    // A click is not a line.
+    QTest::mouseClick(view, Qt::LeftButton, {}, from);
+    QVERIFY(!view->ruler());
+
+    window_.open_slide(slide("boxes.tiff"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QCOMPARE(view->tool(), SlideView::Tool::kRuler);  // the tool stays; the slide's ruler goes
+    const QPoint a = on_screen(view, QPointF(50, 50));
+    QTest::mousePress(view, Qt::LeftButton, {}, a);
+    QTest::mouseMove(view, a + QPoint(60, 80));
+    QTest::mouseRelease(view, Qt::LeftButton, {}, a + QPoint(60, 80));
+    QVERIFY(view->ruler().has_value());
+    QVERIFY2(view->ruler_label().endsWith(QStringLiteral("px (no mpp)")),
+             qPrintable(view->ruler_label()));
+    QCOMPARE(view->ruler_label(),
+             ruler_length(view->ruler()->p1(), view->ruler()->p2(), std::nullopt).label());
+    window_.tool_actions()[0]->trigger();
+    QCOMPARE(view->tool(), SlideView::Tool::kPan);
+  }
+
+  // Issue 22: Tools ▸ Rectangle ROI; a drag draws it (a click or Esc draws nothing), and Save
+  // ROI… writes GeoJSON (a file asked for through Prompts, named after the slide) that a
+  // manifest's roi column reads as the training region.
+  void aRectangleRoiIsSavedAsGeoJsonThatTrainingTakesAsItsRegion() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    QVERIFY(view->rois().empty());
+    QVERIFY(!window_.save_roi_action()->isEnabled());
+    window_.tool_actions()[2]->trigger();
+    QCOMPARE(view->tool(), SlideView::Tool::kRectangle);
+    const ViewState at{QPointF(1000, 1500), 2.0};
+    view->set_view(at);
+    const QPoint a = on_screen(view, QPointF(700, 1200)), b = a + QPoint(200, 150);
+    QTest::mousePress(view, Qt::LeftButton, {}, a);
+    QTest::mouseMove(view, b);
+    QVERIFY(view->drawing());
+    QTest::mouseRelease(view, Qt::LeftButton, {}, b);
+    QCOMPARE(view->rois().size(), size_t{1});
+    QCOMPARE(view->rois()[0], rectangle_roi(on_slide(view, a), on_slide(view, b)));
+    QCOMPARE(view->view().center, at.center);
+    QVERIFY(window_.save_roi_action()->isEnabled());
+    const QPoint edge = QPoint((a.x() + b.x()) / 2, a.y()) * view->devicePixelRatio();
+    QVERIFY2(yellow_near(view->render_view(), edge),
+             qPrintable(view->render_view().pixelColor(edge).name()));
+    QTest::mouseClick(view, Qt::LeftButton, {}, b + QPoint(30, 30));
+    QTest::mousePress(view, Qt::LeftButton, {}, b + QPoint(30, 30));
+    QTest::mouseMove(view, b + QPoint(130, 130));
+    view->setFocus();
+    QTest::keyClick(view, Qt::Key_Escape);
+    QTest::mouseRelease(view, Qt::LeftButton, {}, b + QPoint(130, 130));
+    QCOMPARE(view->rois().size(), size_t{1});
+
+    test::TempFolder folder;
+    const QString path = QString::fromStdString((folder.path() / "cmu-roi.geojson").string());
+    prompts_.save_answer = path;
+    window_.save_roi_action()->trigger();
+    QCOMPARE(prompts_.save_starts.size(), 1);
+    QVERIFY2(prompts_.save_starts.back().endsWith(QStringLiteral("cmu-1-small-region.roi.geojson")),
+             qPrintable(prompts_.save_starts.back()));
+    QVERIFY2(QFileInfo::exists(path), qPrintable(window_.last_error()));
+    // Read as training reads a manifest's roi column (pipelines/slide_input.cpp).
+    const io::RegionOfInterest roi = io::read_roi(path.toStdString(), 2220, 2967);
+    QCOMPARE(roi.polygons.size(), size_t{1});
+    const QRectF drawn = view->rois()[0].boundingRect();
+    const core::Region expected{{static_cast<int64_t>(std::floor(drawn.top())),
+                                 static_cast<int64_t>(std::ceil(drawn.bottom()))},
+                                {static_cast<int64_t>(std::floor(drawn.left())),
+                                 static_cast<int64_t>(std::ceil(drawn.right()))}};
+    QVERIFY(roi.bbox == expected);
+    QVERIFY(io::training_region("cmu", 2220, 2967, std::nullopt, roi.bbox) == expected);
+    // The next save starts in the folder chosen.
+    window_.save_roi_action()->trigger();
+    QCOMPARE(QFileInfo(prompts_.save_starts.back()).absolutePath(), QFileInfo(path).absolutePath());
+
+    QVERIFY(!window_.save_roi(QStringLiteral("/nonexistent/folder/roi.geojson")));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("/nonexistent/folder/roi.geojson")),
+             qPrintable(window_.last_error()));
+    prompts_.save_answer.clear();  // cancelled
+    QVERIFY(!window_.request_save_roi());
+
+    window_.clear_rois_action()->trigger();
+    QVERIFY(view->rois().empty());
+    QVERIFY(!window_.save_roi_action()->isEnabled());
+    window_.tool_actions()[0]->trigger();
+  }
+
+  // Issue 22: Tools ▸ Polygon ROI; clicks add corners, Esc cancels, a click on the first corner
+  // or a double-click closes it; both polygons are saved in one FeatureCollection.
+  void aPolygonRoiClosesOnItsFirstPointOrADoubleClickAndEscCancelsIt() {
+    SlideView* view = window_.slide_view();
+    QVERIFY(view->has_slide() && view->rois().empty());
+    window_.tool_actions()[3]->trigger();
+    QCOMPARE(view->tool(), SlideView::Tool::kPolygon);
+    view->set_view({QPointF(1000, 1500), 2.0});
+    const QPoint p1 = on_screen(view, QPointF(600, 1100)), p2 = p1 + QPoint(200, 20),
+                 p3 = p1 + QPoint(120, 180);
+    for (const QPoint& p : {p1, p2, p3}) QTest::mouseClick(view, Qt::LeftButton, {}, p);
+    QCOMPARE(view->polygon_in_progress().size(), 3);
+    QVERIFY(view->drawing() && view->rois().empty());
+    view->setFocus();
+    QTest::keyClick(view, Qt::Key_Escape);
+    QVERIFY(!view->drawing());
+    QVERIFY(view->rois().empty());
+
+    for (const QPoint& p : {p1, p2, p3}) QTest::mouseClick(view, Qt::LeftButton, {}, p);
+    QTest::mouseClick(view, Qt::LeftButton, {}, p1 + QPoint(3, -2));  // on the first corner
+    QCOMPARE(view->rois().size(), size_t{1});
+    QCOMPARE(view->rois()[0],
+             QPolygonF({on_slide(view, p1), on_slide(view, p2), on_slide(view, p3)}));
+    QVERIFY(!view->drawing());
+    const QPoint edge = (p1 + p2) / 2 * view->devicePixelRatio();
+    QVERIFY2(yellow_near(view->render_view(), edge),
+             qPrintable(view->render_view().pixelColor(edge).name()));
+
+    // A double-click closes it at the point double-clicked: a click, then the second press.
+    const QPoint q1 = p1 + QPoint(0, 250), q2 = q1 + QPoint(150, 0), q3 = q1 + QPoint(150, 150),
+                 q4 = q1 + QPoint(0, 150);
+    for (const QPoint& q : {q1, q2, q3, q4}) QTest::mouseClick(view, Qt::LeftButton, {}, q);
+    QTest::mouseDClick(view, Qt::LeftButton, {}, q4);
+    QTest::mouseRelease(view, Qt::LeftButton, {}, q4);
+    QCOMPARE(view->rois().size(), size_t{2});
+    QCOMPARE(view->rois()[1].size(), 4);
+    QCOMPARE(view->rois()[1][3], on_slide(view, q4));
+    QVERIFY(!view->drawing());
+
+    test::TempFolder folder;
+    prompts_.save_answer = QString::fromStdString((folder.path() / "two.geojson").string());
+    QVERIFY(window_.request_save_roi());
+    const io::RegionOfInterest roi =
+        io::read_roi((folder.path() / "two.geojson").string(), 2220, 2967);
+    QCOMPARE(roi.polygons.size(), size_t{2});
+    QCOMPARE(roi.polygons[0].exterior.size(), size_t{4});  // closed: the first corner again
+    QCOMPARE(roi.polygons[1].exterior.size(), size_t{5});
+    prompts_.save_answer.clear();
+    // Another slide has other regions.
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("small.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(view->rois().empty());
+    window_.tool_actions()[0]->trigger();
+  }
+
   // Issue 22: a slide without mpp says so when it opens and offers to set it (the toolbar's
-  // Set mpp…, asked through Prompts); the scale bar, presets and cursor readout then use it,
-  // until the slide is opened again.
+  // Set mpp…, asked through Prompts); the scale bar, presets, cursor readout and ruler then use
+  // it, until the slide is opened again.
   void aSlideWithoutMppOffersToSetItAndTheViewerThenMeasuresInMicrons() {
     QSignalSpy opened(&window_, &MainWindow::slideOpened);
     window_.open_slide(slide("boxes.tiff"));
@@ -682,6 +914,8 @@ class MainWindowTest : public QObject {
     const QPointF level0 = on_slide(view, view->rect().center());
     QCOMPARE(window_.cursor_label()->text(), cursor_readout(level0, 0.25));
     QVERIFY(window_.cursor_label()->text().contains(QStringLiteral("µm")));
+    view->set_ruler(QLineF(10, 10, 40, 50));  // 50 px
+    QCOMPARE(view->ruler_label(), QStringLiteral("12.5 µm"));
 
     // Kept for this open slide only.
     window_.open_slide(slide("boxes.tiff"));

@@ -21,6 +21,11 @@ class StubPrompts : public Prompts {
     folder_starts << start;
     return folder_answer;
   }
+  QString save_file(QWidget*, const QString& title, const QString& start, const QString&) override {
+    save_questions << title;
+    save_starts << start;
+    return save_answer;
+  }
   std::optional<double> number(QWidget*, const QString& title, const QString& label, double, double,
                                double, int) override {
     number_questions << title + QStringLiteral(": ") + label;
@@ -31,6 +36,8 @@ class StubPrompts : public Prompts {
   QString folder_answer;  // empty: cancelled
   QStringList questions;  // "title: question", in order
   QStringList folder_starts;
+  QString save_answer;  // empty: cancelled
+  QStringList save_questions, save_starts;
   std::optional<double> number_answer;  // none: cancelled
   QStringList number_questions;         // "title: label", in order
 };
