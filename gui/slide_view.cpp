@@ -643,12 +643,15 @@ void SlideView::draw_ruler(QPainter& painter) {
   for (const QLineF& l : lines) painter.drawLine(l);
   painter.setPen(line);
   for (const QLineF& l : lines) painter.drawLine(l);
-  // The length in a box beside the line's middle, clear of the line.
+  // The length in a box above the line's middle, on the side the line does not go: left of it
+  // for a line rising to the right, right of it otherwise.
   const QString text = ruler_label();
   const QFontMetrics metrics = painter.fontMetrics();
   const QSizeF box_size(metrics.horizontalAdvance(text) + 12, metrics.height() + 6);
   const QPointF mid = screen.center();
-  const QRectF box(mid + QPointF(10, -box_size.height() - 6), box_size);
+  const bool rising = screen.dx() * screen.dy() < 0;
+  const QRectF box(mid + QPointF(rising ? -10 - box_size.width() : 10, -box_size.height() - 6),
+                   box_size);
   painter.setPen(Qt::NoPen);
   painter.setBrush(QColor(255, 255, 255, 220));
   painter.drawRoundedRect(box, 4, 4);

@@ -1,5 +1,6 @@
-// Renders the main window offscreen with a real slide zoomed in, its tissue overlay on and a
-// dataset listed, and saves it as viewer.png in the build tree (docs/viewer.png is one of these).
+// Renders the main window offscreen with a real slide zoomed in, its tissue overlay on, a ruler
+// and a polygon ROI drawn, and a dataset listed, and saves it as viewer.png in the build tree
+// (docs/viewer.png is one of these).
 // libvips (through glib, for tests/gui/screenshots.h) before Qt: Qt defines `signals`.
 #include <vips/vips8>
 
@@ -21,7 +22,7 @@ class ScreenshotTest : public QObject {
   Q_OBJECT
 
  private slots:
-  void rendersTheViewerWithATissueOverlayAndADataset() {
+  void rendersTheViewerWithATissueOverlayARulerAnRoiAndADataset() {
     // Opened files go to File ▸ Open Recent in QSettings: a test's own, never the user's.
     QStandardPaths::setTestModeEnabled(true);
     io::start_vips();
@@ -47,6 +48,16 @@ class ScreenshotTest : public QObject {
     SlideView* view = window.slide_view();
     view->zoom_by(1.6);
     window.tissue_action()->setChecked(true);
+    // A polygon ROI around the gland at the bottom and a ruler across the tissue above it, placed
+    // by their share of the view (Tools ▸ Polygon ROI left chosen, as after drawing).
+    const auto at = [view](double x, double y) {
+      return to_level0(view->view(), view->size(), QPointF(x * view->width(), y * view->height()));
+    };
+    view->add_roi(QPolygonF(
+        {at(0.50, 0.66), at(0.63, 0.62), at(0.68, 0.80), at(0.58, 0.93), at(0.46, 0.84)}));
+    view->set_ruler(QLineF(at(0.41, 0.35), at(0.64, 0.27)));
+    window.tool_actions()[3]->trigger();
+    QVERIFY(view->rois().size() == 1 && view->ruler());
     QTRY_VERIFY_WITH_TIMEOUT(view->visible_tiles_loaded() && !window.dataset()->busy(), kTimeoutMs);
 
     save_screenshot(&window, QStringLiteral("viewer"));
