@@ -7,7 +7,8 @@ JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 TESSEL := $(BUILD)/app/tessel
 
-.PHONY: all setup configure build test fuzz-smoke test-asan demo format-check format clean
+.PHONY: all setup configure build test fuzz-smoke test-asan sample-data demo demo-attention \
+  format-check format clean
 
 all: build
 
@@ -53,11 +54,13 @@ test-asan: setup $(BUILD_ASAN)/build.ninja
 # (sample_data/demo.yaml), the test split evaluated, and heatmaps of the test slides checked
 # against the lesions the generator placed.
 DEMO_RUN := runs/demo
-demo: build
-	$(TESSEL) doctor
+sample-data: build
 	@if [ -f sample_data/manifest.csv ] && [ -f sample_data/lesions.json ]; then \
 	  echo "demo: sample_data/ exists (delete it to regenerate)"; else \
 	  $(TESSEL) sample-data --out sample_data --slides 24 --size 8192 --seed 1 --force; fi
+
+demo: build sample-data
+	$(TESSEL) doctor
 	rm -rf $(DEMO_RUN)
 	$(TESSEL) train --config sample_data/demo.yaml output=$(DEMO_RUN)
 	$(TESSEL) eval --checkpoint $(DEMO_RUN)/checkpoints/best.h5 --split test \
@@ -66,6 +69,19 @@ demo: build
 	  $(TESSEL) heatmap --checkpoint $(DEMO_RUN)/checkpoints/best.h5 \
 	    --slide sample_data/$$slide --out $(DEMO_RUN)/heatmaps || exit 1; done
 	scripts/check-heatmaps sample_data/lesions.json $(DEMO_RUN)/heatmaps
+
+# The same with the attention-MIL head (pool: attention, docs/models.md): the attention map's
+# maximum must lie on a lesion for every tumour test slide.
+DEMO_ATTENTION_RUN := runs/demo-attention
+demo-attention: build sample-data
+	rm -rf $(DEMO_ATTENTION_RUN)
+	$(TESSEL) train --config sample_data/demo.yaml pool=attention output=$(DEMO_ATTENTION_RUN)
+	$(TESSEL) eval --checkpoint $(DEMO_ATTENTION_RUN)/checkpoints/best.h5 --split test \
+	  --out $(DEMO_ATTENTION_RUN)/test_predictions.csv
+	for slide in $$(awk -F, '$$3 == "test" {print $$1}' sample_data/manifest.csv); do \
+	  $(TESSEL) heatmap --checkpoint $(DEMO_ATTENTION_RUN)/checkpoints/best.h5 \
+	    --slide sample_data/$$slide --out $(DEMO_ATTENTION_RUN)/heatmaps || exit 1; done
+	scripts/check-heatmaps --all sample_data/lesions.json $(DEMO_ATTENTION_RUN)/heatmaps
 
 format-check: setup
 	@scripts/format-check

@@ -12,7 +12,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
                 memory_limit = "20GiB", timeline, offload = "auto", scratch,
                 checkpoints_under = "0", offload_window = "0", device = "cpu",
-                precision = "float32", norm = "frozen";
+                precision = "float32", norm = "frozen", pool = "avg";
     int repeat = 3, warmup = 1;
     bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false;
   };
@@ -28,6 +28,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT")->capture_default_str();
   cmd->add_option("--norm", args->norm, "The zoo's batch norms: frozen, batch or group")
       ->check(CLI::IsMember({"frozen", "batch", "group"}))
+      ->capture_default_str();
+  cmd->add_option("--pool", args->pool, "The head: avg, max or attention (gated, 128 wide)")
+      ->check(CLI::IsMember({"avg", "max", "attention"}))
       ->capture_default_str();
   cmd->add_option("--strategy", args->strategy, "none, grid, rows or auto")
       ->check(CLI::IsMember({"none", "grid", "rows", "auto"}))
@@ -79,6 +82,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       pipelines::BenchPoint p;
       p.model = args->model;
       p.norm = args->norm;
+      p.pool = args->pool;
       std::tie(p.height, p.width) = parse_size(args->size);
       p.strategy = core::parse_strategy(args->strategy);
       p.budget_bytes = core::parse_bytes(args->budget);

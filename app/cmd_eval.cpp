@@ -53,7 +53,7 @@ void register_eval(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
         }
         std::cout << "\n";
       }
-      std::cout << request->split << ": " << pipelines::to_string(r.metrics);
+      std::cout << request->split << ": " << pipelines::to_string(r.metrics, r.classes);
       if (r.skipped > 0) std::cout << " · " << r.skipped << " skipped";
       std::cout << "\n";
       if (!out->empty()) std::cout << "predictions: " << *out << "\n";

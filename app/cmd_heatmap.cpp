@@ -1,5 +1,6 @@
 // `tessel heatmap --checkpoint ck.h5 --slide S.svs --out DIR [--class tumour]`: class activation
-// maps over a slide as a pyramidal TIFF, a PNG overlay and QuPath GeoJSON tiles.
+// maps (and an attention head's attention maps) over a slide as a pyramidal TIFF, a PNG overlay
+// and QuPath GeoJSON tiles.
 #include <unistd.h>
 
 #include <iostream>
@@ -22,7 +23,9 @@ void register_heatmap(CLI::App& app, const GlobalOptions& /*global*/, CommandReg
   cmd->add_option("--checkpoint", *checkpoint, "A checkpoint written by tessel train")->required();
   cmd->add_option("--slide", *slide, "The slide")->required();
   cmd->add_option("--out", *out, "Output folder")->capture_default_str();
-  cmd->add_option("--class", request->class_name, "Class drawn (default: the last class)");
+  cmd->add_option("--class", request->class_name,
+                  "Class drawn, or whose attention branch is drawn for an attention head "
+                  "(default: the last class)");
   cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)");
   cmd->add_option("--device", request->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one)")
@@ -47,11 +50,12 @@ void register_heatmap(CLI::App& app, const GlobalOptions& /*global*/, CommandReg
       const pipelines::HeatmapResult r = pipelines::make_heatmap(*request);
       std::cout << *slide << ": " << r.heatmap.rows << "×" << r.heatmap.cols << " cells of "
                 << r.heatmap.cell_width << " px; slide prediction";
-      for (size_t k = 0; k < r.heatmap.classes.size(); ++k) {
+      // The maps are the classes' first, then any attention maps.
+      for (size_t k = 0; k < r.slide_probabilities.size(); ++k) {
         std::cout << " " << r.heatmap.classes[k] << "=" << r.slide_probabilities[k];
       }
-      std::cout << "\n  " << r.tiff.string() << "\n  " << r.png.string() << "\n  "
-                << r.geojson.string() << "\n";
+      std::cout << "\n  drawn: " << r.drawn << "\n  " << r.tiff.string() << "\n  " << r.png.string()
+                << "\n  " << r.geojson.string() << "\n";
       return 0;
     };
   });

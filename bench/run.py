@@ -8,6 +8,7 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only offload  just the offload section (checkpoints on disk vs resident)
   bench/run --only dist  data-parallel training: 1 vs 2 local ranks, allreduce time per step
   bench/run --only barriers  train-mode batch norm and group norm against frozen batch norm
+  bench/run --only attention  the attention-MIL head against the max-pool head, memory by size
                              (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
@@ -475,6 +476,83 @@ def run_barriers_section(args):
         sys.exit(1)
 
 
+# The attention-MIL head (core/attention.h) against the global max pool at the same sizes and
+# budget: its step time (the bar: within 5% of max) and its memory as the slide grows (the bar:
+# flat). (model, sizes, budget, repeat, warmup).
+ATTENTION_FULL = ("vgg-mini", [2048, 4096, 8192], "1GiB", 1, 1)
+ATTENTION_QUICK = ("tiny", [96], "1MiB", 1, 0)
+ATTENTION_TABLE_BEGIN = "<!-- attention table: bench/run --only attention writes between these lines -->"
+ATTENTION_TABLE_END = "<!-- end of attention table -->"
+
+
+def attention_table(points):
+    out = ["| size | pool | step s | fwd s | bwd s | × max | measured peak MiB | "
+           "predicted MiB | tiles fwd/bwd |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        if p["status"] != "ok":
+            out.append(f"| {p['height']}² | {p['pool']} | – | – | – | – | – | – "
+                       f"| {p['status']} {p.get('message', '')[:60]} |")
+            continue
+        base = next((q for q in points if q["height"] == p["height"] and q["pool"] == "max"
+                     and q["status"] == "ok"), None)
+        out.append(f"| {p['height']}² | {p['pool']} | {p['step_ms_median'] / 1000:.2f} | "
+                   f"{p['forward_ms_median'] / 1000:.2f} | {p['backward_ms_median'] / 1000:.2f} | "
+                   f"{ratio(p, base) if p['pool'] != 'max' else '–'} | "
+                   f"{fmt_mib(p['measured_peak_bytes'])} | {fmt_mib(predicted_total(p))} | "
+                   f"{tiles_cell(p)} |")
+    return "\n".join(out)
+
+
+def run_attention_section(args):
+    model, sizes, budget, repeat, warmup = ATTENTION_QUICK if args.quick else ATTENTION_FULL
+    if os.environ.get("BENCH_ATTENTION_SIZES"):
+        sizes = [int(x) for x in os.environ["BENCH_ATTENTION_SIZES"].split(",")]
+    stamp = datetime.date.today().isoformat()
+    out = args.out or os.path.join(ROOT, "bench", "results",
+                                   f"attention-{'quick' if args.quick else stamp}.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    points = []
+    with open(out, "w") as f:
+        for size in sizes:
+            # Alternating, so a drift of the machine's speed falls on both heads alike.
+            for pool in ("max", "attention", "max", "attention") if not args.quick else (
+                    "max", "attention"):
+                cmd = [args.tessel, "bench", "step", "--model", model, "--pool", pool,
+                       "--size", f"{size}x{size}", "--strategy", "auto", "--budget", budget,
+                       "--repeat", str(repeat), "--warmup", str(warmup),
+                       "--memory-limit", "20GiB", "--log-level", "warn"]
+                p = run_process(cmd, model, size, "auto")
+                p["pool"] = pool
+                points.append(p)
+                f.write(json.dumps(p) + "\n")
+                f.flush()
+                print(f"bench: attention {model} {size}² {pool}: {p['status']} "
+                      f"{p.get('step_ms_median', 0) / 1000:.2f} s/step", flush=True)
+    # Each size's two samples per head: the faster of each (the machine's noise is one-sided).
+    best = {}
+    for p in points:
+        key = (p["height"], p["pool"])
+        if p["status"] != "ok" or key not in best or (best[key]["status"] == "ok" and
+                                                     p["step_ms_median"] <
+                                                     best[key]["step_ms_median"]):
+            if key not in best or p["status"] == "ok":
+                best[key] = p
+    rows = [best[k] for k in sorted(best)]
+    table = (f"Measured by `bench/run --only attention` on {stamp}. Machine: {machine()}. "
+             f"Threads: {points[0].get('threads', '?')}. {model}, budget {budget}, strategy "
+             f"auto; the faster of {2 if not args.quick else 1} alternating runs per head, each "
+             f"the median of {repeat} step(s) after {warmup} warmup.\n\n"
+             + attention_table(rows))
+    print(table, flush=True)
+    with open(out.replace(".jsonl", ".md"), "w") as f:
+        f.write(table + "\n")
+    if not args.quick:
+        write_between_markers(ATTENTION_TABLE_BEGIN, ATTENTION_TABLE_END, table)
+    if any(p["status"] == "error" for p in points):
+        sys.exit(1)
+
+
 # Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
 # local ranks over loopback TCP, each at 1 thread. Kept apart from the step benchmark above.
 DIST_MODELS = ["vgg-mini", "vgg16"]
@@ -565,7 +643,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run of a few seconds")
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
-    ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers"],
+    ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers", "attention"],
                     default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
@@ -582,6 +660,9 @@ def main():
         return
     if args.only == "barriers":
         run_barriers_section(args)
+        return
+    if args.only == "attention":
+        run_attention_section(args)
         return
 
     scenarios = QUICK if args.quick else FULL

@@ -11,8 +11,10 @@
 #include <map>
 #include <tuple>
 
+#include "core/attention.h"
 #include "core/barrier.h"
 #include "core/device.h"
+#include "core/dropout.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/stored_activation.h"
@@ -303,7 +305,11 @@ class TiledStep {
     const Shape& out_shape = shape(s.output);
     const bool is_max = s.reduction >= 0 && graph_.node(s.reduction).kind == OpKind::kGlobalMaxPool;
     at::Tensor surrogate, seed;
-    if (s.reduction < 0) {
+    if (s.reduction >= 0 && attention_) {
+      // A scalar whose gradient is the tile's part of the whole map's (core/attention.h).
+      surrogate = attention_->surrogate(y, grad_out);
+      seed = at::ones({}, surrogate.options());
+    } else if (s.reduction < 0) {
       surrogate = y;
       seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
                                         : crop({grad_out, whole(out_shape)}, tile);
@@ -813,6 +819,7 @@ class TiledStep {
     const Shape& out_shape = shape(s.output);
     const Node& reduction = graph_.node(s.reduction >= 0 ? s.reduction : 0);
     const bool is_max = s.reduction >= 0 && reduction.kind == OpKind::kGlobalMaxPool;
+    const bool is_attention = s.reduction >= 0 && reduction.kind == OpKind::kAttentionPool;
     at::Tensor out, best_value, best_index;
     const at::TensorOptions& options = tensor_options_;
     StoredActivation* stored_out = nullptr;
@@ -824,6 +831,8 @@ class TiledStep {
       stored_out = stored_[static_cast<size_t>(s.output)].get();
     } else if (s.reduction < 0 && !output_is_tile) {
       out = at::empty({1, out_shape.channels, out_shape.height, out_shape.width}, options);
+    } else if (is_attention) {
+      attention_ = std::make_unique<AttentionStream>(reduction, options);
     } else if (is_max) {
       best_value =
           at::full({1, out_shape.channels}, -std::numeric_limits<double>::infinity(), options);
@@ -915,6 +924,8 @@ class TiledStep {
         out = y;
       } else if (s.reduction < 0) {
         copy_tile(crop({out, whole(out_shape)}, tile), y);
+      } else if (is_attention) {
+        attention_->add(y);
       } else if (!is_max) {
         out += y.sum({2, 3});
       } else {
@@ -940,6 +951,8 @@ class TiledStep {
       // Kept in the store.
     } else if (s.reduction < 0) {
       checkpoints_[static_cast<size_t>(s.output)] = out;
+    } else if (is_attention) {
+      reduced_ = attention_->pooled(tile_dtype);
     } else if (is_max) {
       reduced_ = best_value.to(tile_dtype);  // exact: the maxima are tile values
       reduced_index_ = best_index;
@@ -1080,7 +1093,8 @@ class TiledStep {
     std::unique_ptr<StoredActivation> stored_value, stored_grad;
   };
   std::map<NodeId, Inner> inner_;
-  at::Tensor reduced_, reduced_index_;  // streaming reduction result (and argmax for max)
+  at::Tensor reduced_, reduced_index_;          // streaming reduction result (and argmax for max)
+  std::unique_ptr<AttentionStream> attention_;  // a streaming attention pool's sums
   // Forward tiles that keep their autograd graph for the backward, by segment and tile.
   struct KeptTile {
     at::Tensor input, output;
@@ -1147,6 +1161,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   const MemoryReading at_start = memory_reading(device);
   reset_memory_peak(device);
   const PrecisionScope precision(device, options.precision);
+  const DropoutScope dropout(options.dropout_seed);
   const auto t0 = Clock::now();
 
   if (plan.strategy == Strategy::kNone || plan.segments.empty()) {

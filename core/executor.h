@@ -30,6 +30,9 @@ struct StepOptions {
   // float32 (exact: the parameters' dtype), tf32 or bf16 (core/precision.h). The forward,
   // the recompute and the loss run under it; the gradients land in the parameters' dtype.
   Precision precision = Precision::kFloat32;
+  // The seed of spatial dropout's masks in a training step (core/dropout.h): the same seed
+  // gives the same masks, tiled or plain, in the forward and in every recompute.
+  uint64_t dropout_seed = 0;
 };
 
 struct StepResult {

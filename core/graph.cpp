@@ -420,17 +420,41 @@ NodeId Graph::flatten(NodeId x) {
   return add_node(std::move(n));
 }
 
-NodeId Graph::linear(NodeId x, int64_t out_features, const std::string& name) {
+NodeId Graph::attention_pool(NodeId x, int64_t branches, const std::string& name) {
+  const Node& in = checked(x, "attention_pool");
+  Node n;
+  n.kind = OpKind::kAttentionPool;
+  n.name = layer_name(name, "attention_pool");
+  if (!in.spatial()) throw Error(n.name + ": attention pooling needs a spatial input");
+  if (branches < 1 || branches >= in.channels) {
+    throw Error(n.name + ": " + std::to_string(branches) + " attention branches need more than " +
+                std::to_string(branches) +
+                " input channels (scores, then features); the input has " +
+                std::to_string(in.channels));
+  }
+  n.inputs = {x};
+  n.branches = branches;
+  n.channels = branches * (in.channels - branches);
+  return add_node(std::move(n));
+}
+
+NodeId Graph::linear(NodeId x, int64_t out_features, const std::string& name, int64_t groups) {
   const Node& in = checked(x, "linear");
   Node n;
   n.kind = OpKind::kLinear;
   n.name = layer_name(name, "linear");
   if (in.spatial()) throw Error(n.name + ": linear needs a pooled input (add a global pool)");
   if (out_features < 1) throw Error(n.name + ": needs at least one output feature");
+  if (groups < 1 || in.channels % groups != 0 || out_features % groups != 0) {
+    throw Error(n.name + ": " + std::to_string(groups) + " groups must divide both the " +
+                std::to_string(in.channels) + " input and the " + std::to_string(out_features) +
+                " output features");
+  }
   n.inputs = {x};
   n.channels = out_features;
+  n.groups = groups;
   n.layer = std::make_shared<torch::nn::Module>(n.name);
-  n.layer->register_parameter("weight", at::empty({out_features, in.channels}));
+  n.layer->register_parameter("weight", at::empty({out_features, in.channels / groups}));
   n.layer->register_parameter("bias", at::zeros({out_features}));
   module_->register_module(n.name, n.layer);
   return add_node(std::move(n));
@@ -438,15 +462,15 @@ NodeId Graph::linear(NodeId x, int64_t out_features, const std::string& name) {
 
 NodeId Graph::dropout(NodeId x, double p) {
   const Node& in = checked(x, "dropout");
+  if (p < 0.0 || p >= 1.0) throw Error("dropout: the probability must be in [0, 1)");
+  if (in.spatial()) {
+    const NodeId id = pointwise(x, Pointwise::kDropout, layer_name("", "dropout"));
+    nodes_.back().dropout_p = p;
+    return id;
+  }
   Node n;
   n.kind = OpKind::kDropout;
   n.name = layer_name("", "dropout");
-  if (in.spatial()) {
-    throw Error(n.name +
-                ": dropout inside tiled segments is not supported yet; place it after "
-                "the global pool");
-  }
-  if (p < 0.0 || p >= 1.0) throw Error(n.name + ": dropout probability must be in [0, 1)");
   n.inputs = {x};
   n.channels = in.channels;
   n.dropout_p = p;
@@ -491,6 +515,7 @@ std::vector<Shape> Graph::shapes(const Shape& input) const {
         break;
       case OpKind::kGlobalAvgPool:
       case OpKind::kGlobalMaxPool:
+      case OpKind::kAttentionPool:
       case OpKind::kFlatten:
       case OpKind::kLinear:
       case OpKind::kDropout:
@@ -568,6 +593,8 @@ std::string to_string(OpKind kind) {
       return "global-avgpool";
     case OpKind::kGlobalMaxPool:
       return "global-maxpool";
+    case OpKind::kAttentionPool:
+      return "attention-pool";
     case OpKind::kFlatten:
       return "flatten";
     case OpKind::kLinear:
@@ -655,6 +682,8 @@ std::string describe(const Node& n) {
           return "scale";
         case Pointwise::kChannelNorm:
           return "channel-norm";
+        case Pointwise::kDropout:
+          return "dropout p=" + std::to_string(n.dropout_p).substr(0, 4);
       }
       return "pointwise";
     case OpKind::kBinary: {
@@ -672,8 +701,12 @@ std::string describe(const Node& n) {
                  std::to_string(n.squeeze->squeeze_channels);
       }
       return "barrier";
+    case OpKind::kAttentionPool:
+      return "attention-pool ×" + std::to_string(n.branches);
     case OpKind::kLinear:
-      return "linear →" + std::to_string(n.channels);
+      return n.groups == 1
+                 ? "linear →" + std::to_string(n.channels)
+                 : "linear →" + std::to_string(n.channels) + " g" + std::to_string(n.groups);
     case OpKind::kDropout:
       return "dropout p=" + std::to_string(n.dropout_p).substr(0, 4);
     default:

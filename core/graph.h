@@ -121,6 +121,9 @@ enum class OpKind {
   // tail (whole, small activation)
   kGlobalAvgPool,
   kGlobalMaxPool,
+  // Attention pooling (core/attention.h): a softmax over every position of per-position scores
+  // weights the features; its input is [scores (branches) | features] at each position.
+  kAttentionPool,
   kFlatten,
   kLinear,
   kDropout,
@@ -149,6 +152,9 @@ enum class Pointwise {
   kScalar,
   kScale,
   kChannelNorm,
+  // Dropout inside a tiled segment: the mask a function of the position (core/dropout.h);
+  // dropout_p. Active in training steps only.
+  kDropout,
 };
 
 enum class Binary { kAdd, kSub, kMul, kDiv };
@@ -176,7 +182,8 @@ struct Node {
   Pointwise pointwise = Pointwise::kIdentity;
   Binary binary = Binary::kAdd;               // kBinary
   BarrierOp barrier = BarrierOp::kBatchNorm;  // kBarrier
-  int64_t groups = 1;                         // group norm
+  int64_t groups = 1;                         // group norm; linear (grouped: CLAM-MB)
+  int64_t branches = 1;                       // attention pool
   double momentum = 0.1;                      // batch norm's running statistics
   std::shared_ptr<SqueezeSpec> squeeze;       // squeeze-and-excitation
   double slope = 0.01;                        // leaky relu
@@ -253,8 +260,18 @@ class Graph {
   NodeId concat(const std::vector<NodeId>& xs);
   NodeId global_avg_pool(NodeId x);
   NodeId global_max_pool(NodeId x);
+  // Attention pooling over every position (core/attention.h): `x` holds `branches` score
+  // channels, then the C feature channels; the output is the B pooled feature vectors, 1×(B·C),
+  // branch-major.
+  NodeId attention_pool(NodeId x, int64_t branches, const std::string& name = "");
   NodeId flatten(NodeId x);
-  NodeId linear(NodeId x, int64_t out_features, const std::string& name = "");
+  // `groups` > 1: the inputs and outputs in that many groups, each output group a linear map of
+  // its input group alone (weight out × in/groups): CLAM-MB's per-class classifiers, one for
+  // each branch of an attention pool.
+  NodeId linear(NodeId x, int64_t out_features, const std::string& name = "", int64_t groups = 1);
+  // Dropout with probability p: after a global pool (the tail, LibTorch's), or on a spatial
+  // activation (inside tiled segments: its mask a function of the global position, so tiles
+  // and their recompute draw the whole image's mask; core/dropout.h).
   NodeId dropout(NodeId x, double p);
 
   const std::vector<Node>& nodes() const { return nodes_; }

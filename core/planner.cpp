@@ -78,6 +78,11 @@ struct Analysis {
   };
   mutable std::map<GradKey, Additions> grad_adds;
   mutable std::map<GradKey, int64_t> grad_strips;
+  // A streaming reduction's own bytes per position of the tiles of `reduction_input` (the last
+  // segment's output): an attention pool copies its tile to float64 and holds a few float64
+  // rows per branch (core/attention.cpp) in both passes.
+  NodeId reduction_input = -1;
+  int64_t reduction_bytes_per_position = 0;
   static GradKey grad_key(const Segment& s, NodeId v) {
     return {s.input, s.output, s.backward.y_edges, s.backward.x_edges, v};
   }
@@ -156,8 +161,12 @@ struct Analysis {
       // A channel norm copies its input channels-last and its output back.
       const bool channel_norm =
           n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm;
+      // Dropout's mask is hashed in int64 (core/dropout.cpp): two such tensors at once, and the
+      // mask in the tile's dtype.
+      const bool dropout = n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kDropout;
       const int64_t scratch = n.kind == OpKind::kConv ? std::max(in_bytes, b) + weights
                               : channel_norm          ? 2 * b
+                              : dropout               ? 2 * elements(n, r) * 8 + b
                                                       : 0;
       peak = std::max(peak, live + (inplace ? 0 : b + pad_copy + scratch));
       live += b;
@@ -262,6 +271,11 @@ struct Analysis {
       held -= freed_at[static_cast<size_t>(v)];
     }
     cost.backward_bytes = bwd_peak;
+    if (output == reduction_input) {
+      const int64_t extra = reduction_bytes_per_position * tile.area();
+      cost.forward_bytes += extra;
+      cost.backward_bytes += extra;
+    }
     return cost;
   }
 };
@@ -1481,7 +1495,14 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   const auto& last_consumers = graph.consumers()[static_cast<size_t>(last)];
   if (options.streaming_reduction && last_consumers.size() == 1) {
     const OpKind k = graph.node(last_consumers[0]).kind;
-    if (k == OpKind::kGlobalAvgPool || k == OpKind::kGlobalMaxPool) reduction = last_consumers[0];
+    if (k == OpKind::kGlobalAvgPool || k == OpKind::kGlobalMaxPool || k == OpKind::kAttentionPool) {
+      reduction = last_consumers[0];
+    }
+  }
+  if (reduction >= 0 && graph.node(reduction).kind == OpKind::kAttentionPool) {
+    a.reduction_input = last;
+    a.reduction_bytes_per_position =
+        (graph.node(last).channels + 4 * graph.node(reduction).branches) * 8;
   }
 
   MemoryBreakdown fixed;
@@ -1494,7 +1515,16 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   fixed.gradients = params * a.eb;
   fixed.optimizer =
       static_cast<int64_t>(options.optimizer_state_per_param * static_cast<double>(params * a.eb));
-  for (NodeId v = last + 1; v < graph.size(); ++v) fixed.tail += 3 * a.bytes(v);
+  for (NodeId v = last + 1; v < graph.size(); ++v) {
+    fixed.tail += 3 * a.bytes(v);
+    // An attention pool run whole in the head (not streamed): its input flattened, and its
+    // weights with their gradients per branch and position.
+    const Node& n = graph.node(v);
+    if (n.kind == OpKind::kAttentionPool && v != reduction) {
+      const Shape& in = a.shapes[static_cast<size_t>(n.inputs[0])];
+      fixed.tail += (in.channels + 4 * n.branches) * in.height * in.width * a.eb;
+    }
+  }
 
   int64_t plain_flops = 0;
   for (NodeId v = 1; v <= last; ++v) {

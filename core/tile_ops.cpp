@@ -9,7 +9,9 @@
 #endif
 #include <utility>
 
+#include "core/attention.h"
 #include "core/barrier.h"
+#include "core/dropout.h"
 #include "core/error.h"
 
 namespace tessel::core {
@@ -55,7 +57,8 @@ at::Tensor channel_norm(const Node& n, const at::Tensor& x) {
   return y.permute({0, 3, 1, 2}).contiguous();
 }
 
-at::Tensor pointwise(const Node& n, const at::Tensor& x) {
+// `region`: the part of the whole activation `x` holds (dropout's mask depends on it).
+at::Tensor pointwise(const Node& n, const at::Tensor& x, const Region& region) {
   switch (n.pointwise) {
     case Pointwise::kIdentity:
       return x;
@@ -89,12 +92,14 @@ at::Tensor pointwise(const Node& n, const at::Tensor& x) {
       return scale(n, x);
     case Pointwise::kChannelNorm:
       return channel_norm(n, x);
+    case Pointwise::kDropout:
+      return spatial_dropout(n, x, region);
   }
   throw Error(n.name + ": unknown pointwise op");
 }
 
 // In place when the caller owns `x` and nothing else reads it (the no-grad forward).
-at::Tensor pointwise_inplace(const Node& n, at::Tensor x) {
+at::Tensor pointwise_inplace(const Node& n, at::Tensor x, const Region& region) {
   switch (n.pointwise) {
     case Pointwise::kRelu:
       return x.relu_();
@@ -121,7 +126,7 @@ at::Tensor pointwise_inplace(const Node& n, at::Tensor x) {
     case Pointwise::kScalar:
       return x.mul_(n.coeff[0]).add_(n.coeff[1]);
     default:
-      return pointwise(n, x);
+      return pointwise(n, x, region);
   }
 }
 
@@ -357,7 +362,7 @@ at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in, bool 
           p.divisor_override_ > 0 ? c10::optional<int64_t>(p.divisor_override_) : c10::nullopt);
     }
     case OpKind::kPointwise:
-      return pointwise(n, in[0]);
+      return pointwise(n, in[0], {{0, in[0].size(2)}, {0, in[0].size(3)}});
     case OpKind::kBinary:
       return binary(n, in[0], in[1]);
     case OpKind::kConcat:
@@ -371,8 +376,17 @@ at::Tensor forward_plain(const Node& n, const std::vector<at::Tensor>& in, bool 
       return std::get<0>(at::adaptive_max_pool2d(in[0], {1, 1})).flatten(1);
     case OpKind::kFlatten:
       return in[0].flatten(1);
-    case OpKind::kLinear:
-      return at::linear(in[0], param(n, "weight"), param(n, "bias"));
+    case OpKind::kAttentionPool:
+      return attention_pool_plain(n, in[0]);
+    case OpKind::kLinear: {
+      if (n.groups == 1) return at::linear(in[0], param(n, "weight"), param(n, "bias"));
+      // Group g's outputs from group g's inputs: N×G×(in/G) against G×(out/G)×(in/G).
+      const at::Tensor w = param(n, "weight");
+      const int64_t g = n.groups;
+      const at::Tensor x = in[0].reshape({in[0].size(0), g, -1});
+      const at::Tensor y = at::einsum("ngc,goc->ngo", {x, w.reshape({g, -1, w.size(1)})});
+      return y.reshape({in[0].size(0), -1}) + param(n, "bias");
+    }
     case OpKind::kDropout:
       return at::dropout(in[0], n.dropout_p, at::GradMode::is_enabled());
   }
@@ -384,8 +398,8 @@ at::Tensor forward_tile(const Node& n, const Region& out, const std::vector<Tile
   switch (n.kind) {
     case OpKind::kPointwise:
       return may_overwrite_input && !at::GradMode::is_enabled()
-                 ? pointwise_inplace(n, crop(in[0], out))
-                 : pointwise(n, crop(in[0], out));
+                 ? pointwise_inplace(n, crop(in[0], out), out)
+                 : pointwise(n, crop(in[0], out), out);
     case OpKind::kBinary:
       return binary(n, crop(in[0], out), crop(in[1], out));
     case OpKind::kConcat: {

@@ -20,14 +20,20 @@ HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
   const pipelines::HeatmapResult result = pipelines::make_heatmap(request);
   const io::Heatmap& map = result.heatmap;
   HeatmapOverlay overlay;
-  overlay.class_name = QString::fromStdString(map.classes.back());
+  // The map the PNG shows: the last class's score, or its attention (an attention head).
+  overlay.class_name = QString::fromStdString(result.drawn);
   overlay.png = result.png;
-  const std::vector<float>& scores = map.of(map.classes.back());
+  const std::vector<float>& scores = map.of(result.drawn);
   overlay.image =
       QImage(static_cast<int>(map.cols), static_cast<int>(map.rows), QImage::Format_ARGB32);
   for (int64_t r = 0; r < map.rows; ++r) {
     auto* line = reinterpret_cast<QRgb*>(overlay.image.scanLine(static_cast<int>(r)));
     for (int64_t c = 0; c < map.cols; ++c) {
+      // Glass is left clear: a score there says nothing about tissue.
+      if (!map.on_tissue(r, c)) {
+        line[c] = qRgba(0, 0, 0, 0);
+        continue;
+      }
       const auto rgb = io::turbo(scores[static_cast<size_t>(r * map.cols + c)]);
       line[c] = qRgb(rgb[0], rgb[1], rgb[2]);
     }

@@ -13,7 +13,7 @@
 namespace tessel::gui {
 
 struct HeatmapOverlay {
-  QImage image;   // cols × rows, ARGB32, io::turbo of the class's score
+  QImage image;   // cols × rows, ARGB32, io::turbo of the drawn map; transparent on glass
   QRectF level0;  // the cells' extent over the slide
   QString class_name;
   std::filesystem::path png;  // the overlay PNG make_heatmap wrote

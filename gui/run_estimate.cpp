@@ -82,14 +82,11 @@ struct RunEstimator::Caches {
   const core::Graph& network(const pipelines::TrainConfig& config, int64_t classes) {
     std::ostringstream key;
     key << config.model << '|' << classes << '|' << config.pool << '|' << config.norm << '|'
-        << config.dropout;
+        << config.dropout << '|' << config.attention_hidden << '|' << config.attention_gated << '|'
+        << config.attention_branches << '|' << config.attention_dropout;
     auto it = networks.find(key.str());
     if (it == networks.end()) {
-      models::ModelOptions options;
-      options.classes = classes;
-      options.global_max_pool = config.pool == "max";
-      options.dropout = config.dropout;
-      options.norm = models::parse_norm(config.norm);
+      const models::ModelOptions options = pipelines::model_options(config, classes);
       pipelines::Network network = pipelines::build_network(config.model, options);
       it = networks.emplace(key.str(), std::make_shared<core::Graph>(std::move(network.graph)))
                .first;
@@ -198,11 +195,7 @@ RunEstimate RunEstimator::estimate(const pipelines::TrainConfig& config,
 
 double measure_flops_per_second(const pipelines::TrainConfig& config) {
   const c10::Device device = core::resolve_device(config.device);
-  models::ModelOptions options;
-  options.classes = 2;
-  options.global_max_pool = config.pool == "max";
-  options.dropout = config.dropout;
-  options.norm = models::parse_norm(config.norm);
+  const models::ModelOptions options = pipelines::model_options(config, 2);
   pipelines::Network network = pipelines::build_network(config.model, options);
   core::Graph& graph = network.graph;
   graph.module().to(device);

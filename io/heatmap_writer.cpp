@@ -61,6 +61,33 @@ core::Region Heatmap::cell(int64_t row, int64_t col) const {
           {at(origin_x, cell_width, col), at(origin_x, cell_width, col + 1)}};
 }
 
+void mark_tissue(Heatmap& heatmap, const TissueMask& mask) {
+  heatmap.tissue.assign(static_cast<size_t>(heatmap.rows * heatmap.cols), 1);
+  if (mask.empty() || mask.width <= 0 || mask.height <= 0) return;
+  const double scale_x = static_cast<double>(mask.width) / static_cast<double>(mask.slide_width);
+  const double scale_y = static_cast<double>(mask.height) / static_cast<double>(mask.slide_height);
+  for (int64_t row = 0; row < heatmap.rows; ++row) {
+    for (int64_t col = 0; col < heatmap.cols; ++col) {
+      const core::Region c = heatmap.cell(row, col);
+      // The mask pixels the cell meets (at least the one under its centre).
+      const auto lo = [](double v, int64_t n) {
+        return std::clamp<int64_t>(static_cast<int64_t>(std::floor(v)), 0, n - 1);
+      };
+      const int64_t x0 = lo(static_cast<double>(c.x.begin) * scale_x, mask.width);
+      const int64_t y0 = lo(static_cast<double>(c.y.begin) * scale_y, mask.height);
+      const int64_t x1 =
+          std::max(x0, lo(static_cast<double>(c.x.end) * scale_x - 1e-9, mask.width));
+      const int64_t y1 =
+          std::max(y0, lo(static_cast<double>(c.y.end) * scale_y - 1e-9, mask.height));
+      bool any = false;
+      for (int64_t y = y0; y <= y1 && !any; ++y) {
+        for (int64_t x = x0; x <= x1 && !any; ++x) any = mask.at(x, y);
+      }
+      heatmap.tissue[static_cast<size_t>(row * heatmap.cols + col)] = any ? 1 : 0;
+    }
+  }
+}
+
 std::array<uint8_t, 3> turbo(float value) {
   // Polynomial approximation of Google's Turbo colour map (Mikhailov, 2019), public domain.
   const double x = std::clamp(static_cast<double>(value), 0.0, 1.0);
@@ -83,6 +110,7 @@ void write_heatmap_tiff(const std::filesystem::path& path, const Heatmap& heatma
   const std::vector<float>& scores = heatmap.of(class_name);
   std::vector<uint8_t> cells(static_cast<size_t>(3 * heatmap.rows * heatmap.cols));
   for (size_t i = 0; i < scores.size(); ++i) {
+    if (!heatmap.tissue.empty() && heatmap.tissue[i] == 0) continue;  // glass: black
     const auto colour = turbo(scores[i]);
     std::copy(colour.begin(), colour.end(), cells.begin() + static_cast<std::ptrdiff_t>(3 * i));
   }
@@ -128,7 +156,7 @@ void write_heatmap_overlay(const std::filesystem::path& path, const Slide& slide
       const double l0x = (static_cast<double>(x) + 0.5) * sx;
       const auto col =
           static_cast<int64_t>(std::floor((l0x - heatmap.origin_x) / heatmap.cell_width));
-      if (col < 0 || col >= heatmap.cols) continue;
+      if (col < 0 || col >= heatmap.cols || !heatmap.on_tissue(row, col)) continue;
       const float score = scores[static_cast<size_t>(row * heatmap.cols + col)];
       blend(&thumb.pixels[static_cast<size_t>(3 * (y * thumb.width + x))], turbo(score),
             opacity * (0.25 + 0.75 * score));
@@ -163,7 +191,8 @@ void write_heatmap_overlay(const std::filesystem::path& path, const Slide& slide
     const int64_t text_y = thumb.height + margin + 1;
     label("0", margin + 8, text_y);
     label("1", bar_x1 + 6, text_y);
-    label("P(" + class_name + ")", bar_x1 + 24, text_y);
+    label(class_name.starts_with("attention") ? class_name + " / max" : "P(" + class_name + ")",
+          bar_x1 + 24, text_y);
     image.pngsave(partial.c_str());
   });
 }
@@ -175,6 +204,15 @@ Heatmap coarsened(const Heatmap& heatmap, int64_t k) {
   out.cols = (heatmap.cols + k - 1) / k;
   out.cell_width = heatmap.cell_width * static_cast<double>(k);
   out.cell_height = heatmap.cell_height * static_cast<double>(k);
+  if (!heatmap.tissue.empty()) {
+    out.tissue.assign(static_cast<size_t>(out.rows * out.cols), 0);
+    for (int64_t r = 0; r < heatmap.rows; ++r) {
+      for (int64_t q = 0; q < heatmap.cols; ++q) {
+        if (heatmap.on_tissue(r, q))
+          out.tissue[static_cast<size_t>((r / k) * out.cols + q / k)] = 1;
+      }
+    }
+  }
   for (size_t c = 0; c < heatmap.scores.size(); ++c) {
     std::vector<float> sum(static_cast<size_t>(out.rows * out.cols), 0.0F);
     std::vector<float> count(sum.size(), 0.0F);
@@ -201,6 +239,7 @@ void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& fin
   nlohmann::json features = nlohmann::json::array();
   for (int64_t row = 0; row < heatmap.rows; ++row) {
     for (int64_t col = 0; col < heatmap.cols; ++col) {
+      if (!heatmap.on_tissue(row, col)) continue;
       core::Region c = heatmap.cell(row, col);
       // A network whose first cell's field starts in the padding: clipped to the slide.
       c.x.begin = std::max<int64_t>(c.x.begin, 0);

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <numbers>
 #include <set>
 #include <vector>
@@ -226,10 +227,26 @@ class Writer {
       case OpKind::kFlatten:  // of the pooled N×C: unchanged
         set(add("Flatten", {in()}, "", out()), "axis", int64_t{1});
         return;
-      case OpKind::kLinear:
-        set(add("Gemm", {in(), parameter("weight"), parameter("bias")}, "", out()), "transB",
-            int64_t{1});
+      case OpKind::kAttentionPool:
+        return attention_pool(n);
+      case OpKind::kLinear: {
+        if (n.groups == 1) {
+          set(add("Gemm", {in(), parameter("weight"), parameter("bias")}, "", out()), "transB",
+              int64_t{1});
+          return;
+        }
+        // Grouped (CLAM-MB's per-class classifiers): N×G×1×(in/G) times G×(in/G)×(out/G).
+        const int64_t g = n.groups, out_per = n.channels / g;
+        const at::Tensor w = current_->layer->named_parameters(false)["weight"];
+        const int64_t in_per = w.size(1);
+        const auto* x = add("Reshape", {in(), shape_constant("grouped", {0, g, 1, in_per})}, "x");
+        const std::string weight = initializer(
+            n.name + ".weight", w.detach().reshape({g, out_per, in_per}).transpose(1, 2));
+        const auto* y = add("MatMul", {output_of(x), weight}, "matmul");
+        const auto* flat = add("Reshape", {output_of(y), shape_constant("flat", {0, -1})}, "flat");
+        add("Add", {output_of(flat), parameter("bias")}, "", out());
         return;
+      }
       case OpKind::kDropout:  // inference
         add("Identity", {in()}, "", out());
         return;
@@ -340,6 +357,29 @@ class Writer {
       }
     }
     fail("is a barrier the ONNX writer does not know");
+  }
+
+  // N×(B+C)×H×W → N×(B·C): the softmax over the positions of the B score channels weights the
+  // C feature channels (core/attention.h), branch-major as core's.
+  void attention_pool(const Node& n) {
+    const int64_t b = n.branches;
+    const auto* flat = add("Reshape", {in(), shape_constant("flat", {0, 0, -1})}, "flat");
+    const std::string axes = shape_constant("axes", {1});
+    const auto* scores = add("Slice",
+                             {output_of(flat), shape_constant("scores_begin", {0}),
+                              shape_constant("scores_end", {b}), axes},
+                             "scores");
+    const auto* features =
+        add("Slice",
+            {output_of(flat), shape_constant("features_begin", {b}),
+             shape_constant("features_end", {std::numeric_limits<int64_t>::max()}), axes},
+            "features");
+    auto* alpha = add("Softmax", {output_of(scores)}, "alpha");
+    set(alpha, "axis", int64_t{2});
+    auto* by_position = add("Transpose", {output_of(features)}, "features_t");
+    set(by_position, "perm", std::vector<int64_t>{0, 2, 1});
+    const auto* pooled = add("MatMul", {output_of(alpha), output_of(by_position)}, "pooled");
+    set(add("Flatten", {output_of(pooled)}, "", out()), "axis", int64_t{1});
   }
 
   // An int64 constant (a Reshape's shape).
@@ -489,6 +529,9 @@ class Writer {
         set(add("Transpose", {output_of(norm)}, "", out()), "perm", {0, 3, 1, 2});
         return;
       }
+      case Pointwise::kDropout:  // inference
+        add("Identity", {x}, "", out());
+        return;
     }
     fail("is a pointwise op the ONNX writer does not know");
   }

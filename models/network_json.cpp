@@ -55,6 +55,8 @@ const char* op_name(const Node& n) {
       return "global_avg_pool";
     case OpKind::kGlobalMaxPool:
       return "global_max_pool";
+    case OpKind::kAttentionPool:
+      return "attention_pool";
     case OpKind::kFlatten:
       return "flatten";
     case OpKind::kLinear:
@@ -95,6 +97,8 @@ const char* op_name(const Node& n) {
           return "scale";
         case Pointwise::kChannelNorm:
           return "channel_norm";
+        case Pointwise::kDropout:
+          return "dropout";
       }
       break;
   }
@@ -120,6 +124,15 @@ std::string network_json(const core::Graph& graph, bool trunk_only) {
         if (n.inputs.front() != n.id - 1) {
           throw Error("network_json: " + n.name + " does not pool the last feature map");
         }
+        break;
+      }
+      if (n.kind == OpKind::kAttentionPool) {
+        // The head starts after the features its scores and pool read (models::add_head).
+        const Node& joined = graph.node(n.inputs.front());
+        if (joined.kind != OpKind::kConcat) {
+          throw Error("network_json: " + n.name + " does not read [scores | features]");
+        }
+        end = static_cast<size_t>(joined.inputs.back()) + 1;
         break;
       }
     }
@@ -181,6 +194,9 @@ std::string network_json(const core::Graph& graph, bool trunk_only) {
           case Pointwise::kScale:
             j["bias"] = n.layer->named_parameters(false).contains("bias");
             break;
+          case Pointwise::kDropout:
+            j["p"] = n.dropout_p;
+            break;
           default:
             break;
         }
@@ -210,6 +226,10 @@ std::string network_json(const core::Graph& graph, bool trunk_only) {
         break;
       case OpKind::kLinear:
         j["out"] = n.channels;
+        if (n.groups != 1) j["groups"] = n.groups;
+        break;
+      case OpKind::kAttentionPool:
+        j["branches"] = n.branches;
         break;
       case OpKind::kDropout:
         j["p"] = n.dropout_p;
@@ -345,10 +365,12 @@ core::Graph network_from_json(const std::string& text, const std::string& source
         id = g.global_avg_pool(one());
       } else if (op == "global_max_pool") {
         id = g.global_max_pool(one());
+      } else if (op == "attention_pool") {
+        id = g.attention_pool(one(), j.at("branches").get<int64_t>(), name);
       } else if (op == "flatten") {
         id = g.flatten(one());
       } else if (op == "linear") {
-        id = g.linear(one(), j.at("out").get<int64_t>(), name);
+        id = g.linear(one(), j.at("out").get<int64_t>(), name, j.value("groups", int64_t{1}));
       } else if (op == "dropout") {
         id = g.dropout(one(), j.at("p").get<double>());
       } else {
@@ -370,7 +392,8 @@ core::Graph network_with_head(const std::string& trunk, const std::string& sourc
   core::Graph g = network_from_json(trunk, source);
   // A whole network (an imported one with its own classifier): its trunk.
   const bool pooled = std::any_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) {
-    return n.kind == OpKind::kGlobalAvgPool || n.kind == OpKind::kGlobalMaxPool;
+    return n.kind == OpKind::kGlobalAvgPool || n.kind == OpKind::kGlobalMaxPool ||
+           n.kind == OpKind::kAttentionPool;
   });
   if (pooled) g = network_from_json(network_json(g, true), source);
   const Node& last = g.node(g.output());

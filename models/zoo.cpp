@@ -12,7 +12,43 @@ using core::Graph;
 using core::NodeId;
 using core::PoolSpec;
 
+namespace {
+
+// The attention network's scores at every position of `x`: 1×B×h×w.
+NodeId attention_scores(Graph& g, NodeId x, const AttentionHead& a) {
+  const int64_t c = g.node(x).channels;
+  // CLAM's Attn_Net_Gated: dropout after the tanh and after the sigmoid, at every position
+  // (its mask a function of the position: exact under tiling, core/dropout.h).
+  const auto drop = [&](NodeId v) { return a.dropout > 0 ? g.dropout(v, a.dropout) : v; };
+  NodeId v = drop(g.tanh(g.conv(x, ConvSpec(c, a.hidden, 1), "attention_a")));
+  if (a.gated) {
+    const NodeId gate = drop(g.sigmoid(g.conv(x, ConvSpec(c, a.hidden, 1), "attention_b")));
+    v = g.binary(v, gate, core::Binary::kMul);
+  }
+  // No bias: a softmax over the positions does not see a constant added to every score, so its
+  // gradient is exactly 0 (plain autograd's is rounding noise around it).
+  return g.conv(v, ConvSpec(a.hidden, a.branches, 1).bias(false), "attention_c");
+}
+
+}  // namespace
+
 NodeId add_head(Graph& g, NodeId x, const ModelOptions& o) {
+  if (o.attention) {
+    const AttentionHead& a = *o.attention;
+    if (a.hidden < 1) throw Error("the attention network needs a hidden size of at least 1");
+    if (a.branches != 1 && a.branches != o.classes) {
+      throw Error("attention branches must be 1 or the number of classes (" +
+                  std::to_string(o.classes) + "), not " + std::to_string(a.branches));
+    }
+    const NodeId scores = attention_scores(g, x, a);
+    if (o.head == Head::kClassMap) {
+      const NodeId maps = g.conv(x, ConvSpec(g.node(x).channels, o.classes, 1), "classifier");
+      return g.concat({scores, maps});
+    }
+    NodeId z = g.attention_pool(g.concat({scores, x}), a.branches, "attention");
+    if (o.dropout > 0) z = g.dropout(z, o.dropout);
+    return g.linear(z, o.classes, "classifier", a.branches);
+  }
   if (o.head == Head::kClassMap) {
     // The classifier applied at every position of the last feature map: a 1×1 convolution
     // with the linear layer's weights. Its global average is the pooled model's logits.

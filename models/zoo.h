@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,17 +27,34 @@ enum class Norm {
 std::string to_string(Norm norm);
 Norm parse_norm(const std::string& text);  // "frozen", "batch", "group"; throws tessel::Error
 
+// Attention pooling instead of a global pool (core/attention.h): Ilse et al.'s attention
+// network, CLAM's gated form, and CLAM-MB's one attention branch and classifier per class.
+struct AttentionHead {
+  int64_t hidden = 128;  // the attention network's width
+  bool gated = true;     // tanh(V h) ⊙ sigmoid(U h), else tanh(V h)
+  int64_t branches = 1;  // 1, or the classes (one attention map and classifier per class)
+  double dropout = 0.0;  // in the attention network, after its tanh and sigmoid (CLAM)
+};
+
 struct ModelOptions {
   int64_t classes = 2;
   int64_t in_channels = 3;
-  bool global_max_pool = false;  // default: global average pool
-  double dropout = 0.0;          // before the classifier
+  bool global_max_pool = false;            // default: global average pool
+  std::optional<AttentionHead> attention;  // attention pooling instead of either global pool
+  double dropout = 0.0;                    // before the classifier
   Head head = Head::kPool;
   Norm norm = Norm::kFrozen;
 };
 
 // The slide-level head on feature map `x`: global pool, dropout, linear "classifier" (or the
 // class map's 1×1 convolution "classifier"), for options.classes. Returns the output node.
+// With attention: the scores from 1×1 convolutions at every position ("attention_a", the gate
+// "attention_b", "attention_c" with one output per branch and no bias: the softmax ignores a
+// constant shift of a branch's scores), concatenated before the features
+// for the attention pool "attention", then dropout and the classifier (grouped by branch: each
+// class's logit from its own branch). Its class map form is [scores | class maps] at every
+// position: the slide's logits are each class map weighted by its branch's attention
+// (pipelines' heatmaps).
 core::NodeId add_head(core::Graph& g, core::NodeId x, const ModelOptions& options);
 
 // "tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34", "resnet50".

@@ -129,6 +129,8 @@ BenchResult bench_step(const BenchPoint& p) {
   r.device = device.str();
   models::ModelOptions model_options;
   model_options.norm = models::parse_norm(p.norm);
+  model_options.global_max_pool = p.pool == "max";
+  if (p.pool == "attention") model_options.attention = models::AttentionHead{};
   core::Graph graph = models::build_model(p.model, model_options);
   graph.init_parameters(p.seed);
   graph.module().to(device);
@@ -248,6 +250,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   nlohmann::json j;
   j["model"] = p.model;
   j["norm"] = p.norm;
+  j["pool"] = p.pool;
   j["height"] = p.height;
   j["width"] = p.width;
   j["strategy"] = core::to_string(p.strategy);

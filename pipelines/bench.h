@@ -16,6 +16,7 @@ namespace tessel::pipelines {
 struct BenchPoint {
   std::string model = "vgg-mini";
   std::string norm = "frozen";  // the zoo's batch norms: frozen, batch or group
+  std::string pool = "avg";     // the head: avg, max or attention (TrainConfig::pool)
   int64_t height = 1024, width = 1024;
   core::Strategy strategy = core::Strategy::kAuto;
   int64_t budget_bytes = 0;  // 0: none (plain runs are still refused above memory_limit_bytes)

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "core/attention.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/executor.h"
@@ -18,6 +19,7 @@
 #include "io/manifest.h"
 #include "models/network_json.h"
 #include "models/zoo.h"
+#include "pipelines/network.h"
 #include "pipelines/run_files.h"
 #include "pipelines/slide_input.h"
 
@@ -73,10 +75,8 @@ TrainedModel load_trained_model(const fs::path& checkpoint, bool class_map,
   if (state.class_names.size() < 2) {
     throw Error("checkpoint " + checkpoint.string() + " names fewer than two classes");
   }
-  models::ModelOptions options;
-  options.classes = static_cast<int64_t>(state.class_names.size());
-  options.global_max_pool = config.pool == "max";
-  options.norm = models::parse_norm(config.norm);
+  models::ModelOptions options =
+      model_options(config, static_cast<int64_t>(state.class_names.size()));
   options.head = class_map ? models::Head::kClassMap : models::Head::kPool;
   // A network that came from a file travels in the checkpoint: the file need not exist now.
   core::Graph graph = state.network.empty()
@@ -246,11 +246,25 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
     throw Error(request.slide.string() + ": " + e.what());
   }
   // 1×K×h×w class maps; their mean over positions is the pooled model's logits (average pool).
-  const at::Tensor maps = core::infer(model.graph, plan, *input.view, step_options(request, model))
-                              .to(at::kCPU, at::kFloat);
+  // An attention head's are preceded by its B score maps (models::add_head).
+  const int64_t classes = static_cast<int64_t>(model.classes.size());
+  const bool attention = model.config.pool == "attention";
+  const int64_t branches =
+      attention ? (model.config.attention_branches == "classes" ? classes : 1) : 0;
+  const at::Tensor outputs =
+      core::infer(model.graph, plan, *input.view, step_options(request, model)).to(at::kCPU);
+  const at::Tensor maps = outputs.narrow(1, branches, classes).to(at::kFloat);
   const int64_t rows = maps.size(2), cols = maps.size(3);
   HeatmapResult result;
-  if (model.config.pool == "max") {
+  at::Tensor alpha;  // 1×B×h×w: each branch's attention over the positions
+  if (attention) {
+    // The pool weights each position's features by its attention, and the classifier is
+    // linear: class k's logit is its class map weighted by its branch's attention (exact).
+    alpha = core::attention_weights(outputs.narrow(1, 0, branches).to(at::kDouble));
+    const at::Tensor weights = branches == 1 ? alpha.expand({1, classes, rows, cols}) : alpha;
+    const at::Tensor logits = (weights * maps.to(at::kDouble)).sum({2, 3});
+    result.slide_probabilities = to_vector(at::softmax(logits, 1));
+  } else if (model.config.pool == "max") {
     // A max over positions does not commute with the classifier (max of W·f ≠ W·max f): the
     // slide's prediction comes from the pooled network itself, one more pass.
     TrainedModel pooled = load_trained_model(request.checkpoint, false, request.device);
@@ -284,10 +298,22 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   };
   place(0, h.origin_y, h.cell_height, input.crop.y.begin);
   place(1, h.origin_x, h.cell_width, input.crop.x.begin);
-  for (int64_t k = 0; k < static_cast<int64_t>(model.classes.size()); ++k) {
+  for (int64_t k = 0; k < classes; ++k) {
     const at::Tensor map = scores[0][k].contiguous();
     h.scores.emplace_back(map.data_ptr<float>(), map.data_ptr<float>() + map.numel());
   }
+  std::string drawn = class_name;
+  for (int64_t b = 0; b < branches; ++b) {
+    // Shown relative to the branch's largest weight (α itself sums to 1 over the slide).
+    const at::Tensor a = alpha[0][b];
+    const at::Tensor map = (a / a.max()).to(at::kFloat).contiguous();
+    const std::string name =
+        branches == 1 ? "attention" : "attention:" + model.classes[static_cast<size_t>(b)];
+    h.classes.push_back(name);
+    h.scores.emplace_back(map.data_ptr<float>(), map.data_ptr<float>() + map.numel());
+    if (branches == 1 || model.classes[static_cast<size_t>(b)] == class_name) drawn = name;
+  }
+  io::mark_tissue(h, io::tissue_mask(*input.slide));
 
   std::error_code error;
   fs::create_directories(request.out_dir, error);
@@ -298,8 +324,9 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   result.tiff = request.out_dir / (stem + ".heatmap.tif");
   result.png = request.out_dir / (stem + ".heatmap.png");
   result.geojson = request.out_dir / (stem + ".heatmap.geojson");
-  io::write_heatmap_tiff(result.tiff, h, class_name, input.slide->mpp_x());
-  io::write_heatmap_overlay(result.png, *input.slide, h, class_name);
+  result.drawn = drawn;
+  io::write_heatmap_tiff(result.tiff, h, drawn, input.slide->mpp_x());
+  io::write_heatmap_overlay(result.png, *input.slide, h, drawn);
   io::write_heatmap_geojson(result.geojson, h);
   progress.done = true;
   if (request.observer) request.observer->on_slide(progress);

@@ -77,6 +77,7 @@ struct HeatmapRequest {
 
 struct HeatmapResult {
   io::Heatmap heatmap;
+  std::string drawn;  // the map the TIFF and PNG show: the class, or its attention map
   std::vector<double> slide_probabilities;  // the slide-level prediction (softmax of the logits)
   std::filesystem::path tiff, png, geojson;
 };
@@ -85,8 +86,12 @@ struct HeatmapResult {
 // global-average-pool + linear head, the mean of the class map is exactly the slide's logits;
 // for a max-pool head the map is the classifier applied at each position (the slide's
 // prediction then comes from the pooled network).
-// Scores are the per-cell softmax over classes. Writes <slide>.heatmap.tif, .heatmap.png and
-// .heatmap.geojson into out_dir.
+// Scores are the per-cell softmax over classes. An attention head's maps are its attention too
+// ("attention", or "attention:<class>" per branch, each relative to its largest weight), and the
+// slide's prediction is each class map weighted by its branch's attention (exactly the pooled
+// network's). Cells on glass (the slide's tissue mask) are marked. Writes <slide>.heatmap.tif
+// and .heatmap.png (the attention map of `class_name`'s branch for an attention head, else
+// `class_name`'s score) and .heatmap.geojson (every map) into out_dir.
 HeatmapResult make_heatmap(const HeatmapRequest& request);
 
 }  // namespace tessel::pipelines

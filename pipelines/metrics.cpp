@@ -85,12 +85,13 @@ ClassificationMetrics classification_metrics(const std::vector<std::vector<doubl
     }
     return roc_auc(scores, positive);
   };
+  for (size_t c = 0; c < classes; ++c) m.auc_per_class.push_back(one_vs_rest(c));
   if (classes == 2) {
-    m.auc = one_vs_rest(1);
+    m.auc = m.auc_per_class[1];
   } else {
     double sum = 0, defined = 0;
     for (size_t c = 0; c < classes; ++c) {
-      const double auc = one_vs_rest(c);
+      const double auc = m.auc_per_class[c];
       if (!std::isnan(auc)) {
         sum += auc;
         defined += 1;
@@ -107,6 +108,18 @@ std::string to_string(const ClassificationMetrics& m) {
                 "loss %.4f · accuracy %.3f · balanced %.3f · AUC %.3f (%lld slides)", m.loss,
                 m.accuracy, m.balanced_accuracy, m.auc, static_cast<long long>(m.count));
   return text;
+}
+
+std::string to_string(const ClassificationMetrics& m, const std::vector<std::string>& classes) {
+  std::string out = to_string(m);
+  if (classes.size() <= 2 || m.recall.size() != classes.size()) return out;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    char text[120];
+    std::snprintf(text, sizeof text, "\n  %s: recall %.3f · AUC %.3f", classes[c].c_str(),
+                  m.recall[c], c < m.auc_per_class.size() ? m.auc_per_class[c] : NAN);
+    out += text;
+  }
+  return out;
 }
 
 }  // namespace tessel::pipelines

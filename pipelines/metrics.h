@@ -10,11 +10,12 @@ namespace tessel::pipelines {
 
 struct ClassificationMetrics {
   int64_t count = 0;
-  double loss = 0;               // mean cross-entropy, when the caller sets it
-  double accuracy = 0;           // fraction of argmax predictions that are right
-  double balanced_accuracy = 0;  // mean recall over the classes present
-  double auc = 0;                // ROC AUC: binary, or macro one-vs-rest; NaN if undefined
-  std::vector<double> recall;    // per class; NaN for a class with no slides
+  double loss = 0;                    // mean cross-entropy, when the caller sets it
+  double accuracy = 0;                // fraction of argmax predictions that are right
+  double balanced_accuracy = 0;       // mean recall over the classes present
+  double auc = 0;                     // ROC AUC: binary, or macro one-vs-rest; NaN if undefined
+  std::vector<double> recall;         // per class; NaN for a class with no slides
+  std::vector<double> auc_per_class;  // one-vs-rest ROC AUC per class; NaN where undefined
 };
 
 // `probabilities[i]` are slide i's class probabilities; `labels[i]` its class index.
@@ -25,7 +26,9 @@ ClassificationMetrics classification_metrics(const std::vector<std::vector<doubl
 // probability that a random positive scores above a random negative. NaN when either is absent.
 double roc_auc(const std::vector<double>& scores, const std::vector<bool>& positive);
 
-// "value (name)" pairs for logs: "accuracy 0.917 · balanced 0.900 · AUC 0.950".
+// "value (name)" pairs for logs: "accuracy 0.917 · balanced 0.900 · AUC 0.950"; with more than
+// two classes and `classes` given, each class's recall and AUC after it.
+std::string to_string(const ClassificationMetrics& m, const std::vector<std::string>& classes);
 std::string to_string(const ClassificationMetrics& m);
 
 }  // namespace tessel::pipelines

@@ -27,4 +27,21 @@ Network build_network(const std::string& model, const models::ModelOptions& opti
   return n;
 }
 
+models::ModelOptions model_options(const TrainConfig& config, int64_t classes) {
+  models::ModelOptions options;
+  options.classes = classes;
+  options.global_max_pool = config.pool == "max";
+  options.dropout = config.dropout;
+  options.norm = models::parse_norm(config.norm);
+  if (config.pool == "attention") {
+    models::AttentionHead a;
+    a.hidden = config.attention_hidden;
+    a.gated = config.attention_gated;
+    a.branches = config.attention_branches == "classes" ? classes : 1;
+    a.dropout = config.attention_dropout;
+    options.attention = a;
+  }
+  return options;
+}
+
 }  // namespace tessel::pipelines

@@ -9,6 +9,7 @@
 #include "core/graph.h"
 #include "io/checkpoint.h"
 #include "models/zoo.h"
+#include "pipelines/train_config.h"
 
 namespace tessel::pipelines {
 
@@ -20,5 +21,9 @@ struct Network {
 
 // Throws tessel::Error naming the model or file: an unknown name, a checkpoint without a network.
 Network build_network(const std::string& model, const models::ModelOptions& options);
+
+// The zoo's options for this config's head (pool, dropout, attention) and norm, for `classes`
+// classes; models::add_head checks them.
+models::ModelOptions model_options(const TrainConfig& config, int64_t classes);
 
 }  // namespace tessel::pipelines

@@ -62,7 +62,7 @@ uint64_t stream(uint64_t seed, int64_t epoch, int64_t position, uint64_t purpose
   return mix(mix(mix(seed, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(position)),
              purpose);
 }
-constexpr uint64_t kOrderStream = 1, kViewStream = 2, kTorchStream = 3;
+constexpr uint64_t kOrderStream = 1, kViewStream = 2, kTorchStream = 3, kDropoutStream = 4;
 
 // Fisher–Yates with the raw generator (std::shuffle's draws differ between standard libraries).
 std::vector<size_t> shuffled(size_t n, std::mt19937_64& rng) {
@@ -389,11 +389,21 @@ class Trainer {
       throw Error("manifest " + config_.manifest.string() +
                   " has one class only; a classifier needs at least two");
     }
-    // Loss weights for `balance: weighted`: N / (K · n_k) over the train split.
+    // Loss weights for `balance: weighted` and `class_weights: auto`: N / (K · n_k) over the
+    // train split; `class_weights: [...]` as given.
     std::vector<double> counts(manifest_.classes.size(), 0);
     for (const io::ManifestEntry* e : train_) counts[static_cast<size_t>(e->class_index)] += 1;
     std::vector<double> weights(counts.size(), 1.0);
-    if (config_.balance == "weighted") {
+    if (config_.class_weights_mode == "list") {
+      if (config_.class_weights.size() != counts.size()) {
+        std::string names;
+        for (const std::string& c : manifest_.classes) names += (names.empty() ? "" : ", ") + c;
+        throw Error("class_weights has " + std::to_string(config_.class_weights.size()) +
+                    " numbers for the manifest's " + std::to_string(counts.size()) + " classes (" +
+                    names + ")");
+      }
+      weights = config_.class_weights;
+    } else if (config_.balance == "weighted" || config_.class_weights_mode == "auto") {
       double present = 0;
       for (double n : counts) present += n > 0 ? 1 : 0;
       for (size_t k = 0; k < counts.size(); ++k) {
@@ -408,11 +418,8 @@ class Trainer {
     const std::string slow = core::slow_precision_reason(device_, precision_);
     if (!slow.empty())
       spdlog::warn("precision {} on {}: {}", config_.precision, device_.str(), slow);
-    models::ModelOptions options;
-    options.classes = static_cast<int64_t>(manifest_.classes.size());
-    options.global_max_pool = config_.pool == "max";
-    options.dropout = config_.dropout;
-    options.norm = models::parse_norm(config_.norm);
+    const models::ModelOptions options =
+        model_options(config_, static_cast<int64_t>(manifest_.classes.size()));
     Network network = build_network(config_.model, options);
     graph_ = std::make_unique<core::Graph>(std::move(network.graph));
     trunk_ = std::move(network.trunk);
@@ -834,8 +841,12 @@ class Trainer {
       };
       const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
       core::StepResult r;
+      core::StepOptions options = step_options();
+      // Spatial dropout's masks (core/dropout.h): a resumed run draws the same.
+      options.dropout_seed =
+          stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kDropoutStream);
       try {
-        r = core::train_step(*graph_, plan, *source, target.to(device_), loss, step_options());
+        r = core::train_step(*graph_, plan, *source, target.to(device_), loss, options);
       } catch (const c10::OutOfMemoryError& e) {
         throw out_of_memory(entry, progress, e);
       }
@@ -1011,10 +1022,20 @@ class Trainer {
     }
     spdlog::info("epoch {}/{} · lr {:.3g} · train {} · val {}{}", report.epoch, report.epochs,
                  report.lr, to_string(report.train),
-                 report.val.count > 0 ? to_string(report.val) : std::string("(no val split)"),
+                 report.val.count > 0 ? to_string(report.val, manifest_.classes)
+                                      : std::string("(no val split)"),
                  report.best ? " · best" : "");
     const auto number = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
     const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
+    // {"class": value} of each class (null where undefined): the metrics per class, for more than
+    // two classes especially.
+    const auto per_class = [&](const std::vector<double>& values) {
+      json out = json::object();
+      for (size_t c = 0; c < values.size() && c < manifest_.classes.size(); ++c) {
+        out[manifest_.classes[c]] = nullable(values[c]);
+      }
+      return out;
+    };
     position_.epoch_row = {std::to_string(report.epoch),
                            number(report.lr),
                            number(report.train_loss),
@@ -1035,6 +1056,8 @@ class Trainer {
                              {"val_accuracy", nullable(report.val.accuracy)},
                              {"val_balanced_accuracy", nullable(report.val.balanced_accuracy)},
                              {"val_auc", nullable(report.val.auc)},
+                             {"val_recall", per_class(report.val.recall)},
+                             {"val_auc_per_class", per_class(report.val.auc_per_class)},
                              {"best", report.best},
                              {"measured_peak_bytes", peak_bytes_},
                              {"skipped", skipped_in_epoch_}};

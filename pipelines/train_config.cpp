@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -99,7 +100,26 @@ const std::map<std::string, Setter>& setters() {
       {"tissue_bbox", set(&TrainConfig::tissue_bbox, "true or false")},
       {"tissue_fill", set(&TrainConfig::tissue_fill, "true or false")},
       {"model", set(&TrainConfig::model, "a model name")},
-      {"pool", set(&TrainConfig::pool, "avg or max")},
+      {"pool", set(&TrainConfig::pool, "avg, max or attention")},
+      {"attention_hidden", set(&TrainConfig::attention_hidden, "a whole number")},
+      {"attention_gated", set(&TrainConfig::attention_gated, "true or false")},
+      {"attention_branches", set(&TrainConfig::attention_branches, "1 or classes")},
+      {"attention_dropout", set(&TrainConfig::attention_dropout, "a number")},
+      {"class_weights",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+         c.class_weights.clear();
+         if (is_null(n) || (n.IsScalar() && n.Scalar() == "none")) {
+           c.class_weights_mode = "none";
+         } else if (n.IsScalar() && n.Scalar() == "auto") {
+           c.class_weights_mode = "auto";
+         } else if (n.IsSequence()) {
+           c.class_weights_mode = "list";
+           for (const YAML::Node& item : n)
+             c.class_weights.push_back(scalar<double>(item, where, "a number per class"));
+         } else {
+           throw Error(where + ": expected auto, none, or a list of one number per class");
+         }
+       }},
       {"norm", set(&TrainConfig::norm, "frozen, batch or group")},
       {"dropout", set(&TrainConfig::dropout, "a number")},
       {"init_weights", set_path(&TrainConfig::init_weights)},
@@ -166,8 +186,18 @@ void validate(const TrainConfig& c, const std::string& origin) {
           "'" + c.model +
               "' is not a model Tessel knows (tessel train --help lists them) nor a checkpoint "
               "holding a network (NET.h5)");
-  require(one_of(c.pool, std::vector<std::string>{"avg", "max"}), origin, "pool",
-          "must be avg or max");
+  require(one_of(c.pool, std::vector<std::string>{"avg", "max", "attention"}), origin, "pool",
+          "must be avg, max or attention");
+  require(c.attention_hidden >= 1 && c.attention_hidden <= 65536, origin, "attention_hidden",
+          "must be between 1 and 65536");
+  require(one_of(c.attention_branches, std::vector<std::string>{"1", "classes"}), origin,
+          "attention_branches", "must be 1 or classes");
+  require(c.attention_dropout >= 0 && c.attention_dropout < 1, origin, "attention_dropout",
+          "must be in [0, 1)");
+  require(c.pool == "attention" || (c.attention_branches == "1" && c.attention_hidden == 128 &&
+                                    c.attention_gated && c.attention_dropout == 0),
+          origin, "attention_hidden/attention_gated/attention_branches/attention_dropout",
+          "apply to pool: attention only (pool is " + c.pool + ")");
   require(one_of(c.norm, std::vector<std::string>{"frozen", "batch", "group"}), origin, "norm",
           "must be frozen, batch or group");
   require(c.dropout >= 0 && c.dropout < 1, origin, "dropout", "must be in [0, 1)");
@@ -186,6 +216,16 @@ void validate(const TrainConfig& c, const std::string& origin) {
   require(one_of(c.balance, std::vector<std::string>{"none", "weighted", "sampling"}), origin,
           "balance", "must be none, weighted or sampling");
   require(c.color_jitter >= 0 && c.color_jitter < 1, origin, "color_jitter", "must be in [0, 1)");
+  require(c.class_weights_mode == "none" || c.balance == "none", origin, "class_weights",
+          "and balance: " + c.balance + " both weight the classes: give one");
+  for (double w : c.class_weights) {
+    require(w > 0 && std::isfinite(w), origin, "class_weights", "must be positive numbers");
+  }
+  require(c.class_weights_mode != "list" || c.classes.empty() ||
+              c.class_weights.size() == c.classes.size(),
+          origin, "class_weights",
+          "has " + std::to_string(c.class_weights.size()) + " numbers for " +
+              std::to_string(c.classes.size()) + " classes");
   require(
       one_of(c.metric, std::vector<std::string>{"accuracy", "balanced_accuracy", "auc", "loss"}),
       origin, "metric", "must be accuracy, balanced_accuracy, auc or loss");
@@ -289,6 +329,10 @@ std::string TrainConfig::to_yaml() const {
   out << YAML::Key << "tissue_fill" << YAML::Value << tissue_fill;
   out << YAML::Key << "model" << YAML::Value << model;
   out << YAML::Key << "pool" << YAML::Value << pool;
+  out << YAML::Key << "attention_hidden" << YAML::Value << attention_hidden;
+  out << YAML::Key << "attention_gated" << YAML::Value << attention_gated;
+  out << YAML::Key << "attention_branches" << YAML::Value << attention_branches;
+  out << YAML::Key << "attention_dropout" << YAML::Value << attention_dropout;
   out << YAML::Key << "norm" << YAML::Value << norm;
   out << YAML::Key << "dropout" << YAML::Value << dropout;
   out << YAML::Key << "init_weights" << YAML::Value << init_weights.string();
@@ -303,6 +347,12 @@ std::string TrainConfig::to_yaml() const {
   out << YAML::Key << "step_epochs" << YAML::Value << step_epochs;
   out << YAML::Key << "gamma" << YAML::Value << gamma;
   out << YAML::Key << "balance" << YAML::Value << balance;
+  out << YAML::Key << "class_weights" << YAML::Value;
+  if (class_weights_mode == "list") {
+    out << YAML::Flow << class_weights;
+  } else {
+    out << class_weights_mode;
+  }
   out << YAML::Key << "flips" << YAML::Value << flips;
   out << YAML::Key << "rotations" << YAML::Value << rotations;
   out << YAML::Key << "color_jitter" << YAML::Value << color_jitter;

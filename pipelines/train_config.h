@@ -27,7 +27,13 @@ struct TrainConfig {
   bool tissue_fill = false;        // pixels off the tissue mask become glass-white
   // Model
   std::string model = "vgg-mini";
-  std::string pool = "avg";  // the head's global pool: avg or max
+  // The head's pooling: avg or max (a global pool), or attention (attention-MIL over every
+  // position of the last feature map, core/attention.h, with the three keys after it).
+  std::string pool = "avg";
+  int64_t attention_hidden = 128;        // the attention network's width
+  bool attention_gated = true;           // CLAM's gated attention: tanh(V h) ⊙ sigmoid(U h)
+  std::string attention_branches = "1";  // 1, or "classes": one attention map per class (CLAM-MB)
+  double attention_dropout = 0.0;        // in the attention network (CLAM uses 0.25)
   // The zoo's batch norms: frozen (running statistics), batch (training mode, exact over the
   // whole slide) or group (docs/barriers.md). Networks from NET.h5 keep their own.
   std::string norm = "frozen";
@@ -45,6 +51,10 @@ struct TrainConfig {
   int64_t step_epochs = 10;           // step schedule: multiply by gamma every step_epochs
   double gamma = 0.1;
   std::string balance = "none";  // none, weighted (loss weights), sampling (balanced draws)
+  // Loss weights per class: "none"; "auto" (N / (K·n_k) over the train split, as balance:
+  // weighted); or "list": class_weights, one positive number per class in the classes' order.
+  std::string class_weights_mode = "none";
+  std::vector<double> class_weights;
   // Augmentation: exact under tiling (applied through the tile source's coordinates).
   bool flips = false;
   bool rotations = false;     // multiples of 90°

@@ -413,6 +413,22 @@ TEST_F(OnnxRuntime, RunsZooModelsAsTesselDoes) {
   }
 }
 
+// The attention-MIL head (core/attention.h: a softmax over every position, the weighted sum of
+// the features, CLAM-MB's per-class classifiers as a grouped linear) written as ONNX Softmax,
+// MatMul and Reshape: onnxruntime, an independent implementation, computes Tessel's logits.
+TEST_F(OnnxRuntime, RunsAttentionHeadsAsTesselDoes) {
+  for (const bool multi : {false, true}) {
+    models::ModelOptions options;
+    options.classes = 3;
+    options.dropout = 0.25;
+    options.attention = models::AttentionHead{16, multi, multi ? 3 : 1};
+    Graph g = models::build_model("vgg-mini", options);
+    core::randomise(g, 4);
+    const std::string what = multi ? "attention, gated, 3 branches" : "attention, 1 branch";
+    std::printf("%s: %.3g\n", what.c_str(), compare(g, what, 83, 70));
+  }
+}
+
 TEST_F(OnnxRuntime, RunsRandomNetworksAsTesselDoes) {
   int compared = 0;
   double worst = 0.0;

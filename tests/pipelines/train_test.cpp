@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -362,13 +363,26 @@ TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
     EXPECT_DOUBLE_EQ(h.heatmap.cell_width, 8);
     for (const fs::path& file : {h.tiff, h.png, h.geojson}) EXPECT_TRUE(fs::exists(file)) << file;
     const nlohmann::json geojson = nlohmann::json::parse(std::ifstream(h.geojson));
-    ASSERT_EQ(geojson["features"].size(), 64U * 64U);
-    const nlohmann::json& cell = geojson["features"][64 * 10 + 20];
+    // One feature per cell on tissue: the sample slides have glass around their tissue.
+    ASSERT_EQ(h.heatmap.tissue.size(), 64U * 64U);
+    const auto on_tissue = static_cast<size_t>(
+        std::count(h.heatmap.tissue.begin(), h.heatmap.tissue.end(), uint8_t{1}));
+    EXPECT_GT(on_tissue, 64U * 64U / 8);
+    EXPECT_LT(on_tissue, 64U * 64U);
+    ASSERT_EQ(geojson["features"].size(), on_tissue);
+    const nlohmann::json& cell = geojson["features"][on_tissue / 2];
     EXPECT_EQ(cell["properties"]["objectType"], "tile");
     const double normal = cell["properties"]["measurements"]["normal"];
     const double tumour = cell["properties"]["measurements"]["tumour"];
     EXPECT_NEAR(normal + tumour, 1.0, 1e-5);
-    EXPECT_EQ(cell["geometry"]["coordinates"][0][0], (std::vector<int64_t>{160, 80}));
+    // Cell (row 10, column 20) lies at level-0 (160, 80), whether it is drawn or not.
+    EXPECT_EQ(h.heatmap.cell(10, 20).x.begin, 160);
+    EXPECT_EQ(h.heatmap.cell(10, 20).y.begin, 80);
+    for (const nlohmann::json& f : geojson["features"]) {
+      const int64_t x = f["geometry"]["coordinates"][0][0][0],
+                    y = f["geometry"]["coordinates"][0][0][1];
+      ASSERT_TRUE(h.heatmap.on_tissue(y / 8, x / 8)) << "a glass cell at " << x << ", " << y;
+    }
   }
   // A max-pool head: the heatmap's slide prediction is the pooled network's.
   EvaluationRequest eval_max = eval;
@@ -390,6 +404,109 @@ TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
   wrong.out_dir = runs_.path() / "heatmaps";
   wrong.class_name = "fibrosis";
   EXPECT_THROW(make_heatmap(wrong), Error);
+}
+
+// pool: attention (core/attention.h), one branch and one per class: training runs, and the
+// heatmap's slide prediction (each class map weighted by its branch's attention) is the pooled
+// network's; its maps are the attention, drawn in the TIFF and PNG, measured in the GeoJSON.
+TEST_F(TrainTest, AttentionHeadsTrainAndDrawTheirAttentionMaps) {
+  for (const std::string branches : {"1", "classes"}) {
+    TrainConfig c = config("attention-" + branches);
+    c.pool = "attention";
+    c.attention_hidden = 8;
+    c.attention_branches = branches;
+    c.attention_gated = branches == "1";
+    c.epochs = 1;
+    train(TrainRequest{c});
+    EvaluationRequest eval;
+    eval.checkpoint = c.output / "checkpoints" / "last.h5";
+    eval.split = "test";
+    const EvaluationResult r = evaluate(eval);
+    ASSERT_FALSE(r.predictions.empty());
+    HeatmapRequest request;
+    request.checkpoint = eval.checkpoint;
+    request.slide = r.predictions[0].slide;
+    request.out_dir = runs_.path() / ("heatmaps-attention-" + branches);
+    const HeatmapResult h = make_heatmap(request);
+    ASSERT_EQ(h.slide_probabilities.size(), 2U);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_NEAR(h.slide_probabilities[k], r.predictions[0].probabilities[k], 1e-5) << branches;
+    }
+    const std::string drawn = branches == "1" ? "attention" : "attention:tumour";
+    EXPECT_EQ(h.drawn, drawn);
+    const std::vector<float>& attention = h.heatmap.of(drawn);
+    EXPECT_FLOAT_EQ(*std::max_element(attention.begin(), attention.end()), 1.0F);
+    EXPECT_GE(*std::min_element(attention.begin(), attention.end()), 0.0F);
+    for (const fs::path& file : {h.tiff, h.png, h.geojson}) EXPECT_TRUE(fs::exists(file)) << file;
+    const nlohmann::json geojson = nlohmann::json::parse(std::ifstream(h.geojson));
+    ASSERT_FALSE(geojson["features"].empty());
+    const nlohmann::json& m = geojson["features"][0]["properties"]["measurements"];
+    EXPECT_TRUE(m.contains(drawn)) << m.dump();
+    EXPECT_TRUE(m.contains("tumour")) << m.dump();
+    if (branches == "classes") {
+      EXPECT_TRUE(m.contains("attention:normal")) << m.dump();
+    }
+  }
+  // Asked for a branch count the classes do not have: refused before any slide is read.
+  EXPECT_THROW(
+      parse_train_config("manifest: m.csv\npool: attention\nattention_branches: 3\n", "test"),
+      Error);
+  EXPECT_THROW(parse_train_config("manifest: m.csv\npool: max\nattention_hidden: 64\n", "test"),
+               Error);
+}
+
+// class_weights: a list gives the loss its weights (a list of the wrong length, or with balance,
+// is refused); auto is balance: weighted.
+TEST_F(TrainTest, ClassWeightsWeighTheLoss) {
+  EXPECT_THROW(parse_train_config("manifest: m.csv\nclass_weights: [1, 0]\n", "test"), Error);
+  EXPECT_THROW(
+      parse_train_config("manifest: m.csv\nclass_weights: auto\nbalance: weighted\n", "test"),
+      Error);
+  EXPECT_THROW(
+      parse_train_config("manifest: m.csv\nclasses: [a, b]\nclass_weights: [1, 2, 3]\n", "test"),
+      Error);
+  const TrainConfig listed =
+      parse_train_config("manifest: m.csv\nclass_weights: [1, 4.5]\n", "test");
+  EXPECT_EQ(listed.class_weights_mode, "list");
+  EXPECT_EQ(listed.class_weights, (std::vector<double>{1, 4.5}));
+  // Round trip through the run's config.yaml.
+  const TrainConfig back = parse_train_config(listed.to_yaml(), "yaml");
+  EXPECT_EQ(back.class_weights, listed.class_weights);
+  EXPECT_EQ(parse_train_config(
+                parse_train_config("manifest: m.csv\nclass_weights: auto\n", "t").to_yaml(), "yaml")
+                .class_weights_mode,
+            "auto");
+  // A weight per class of the manifest, or the run fails with both counts.
+  TrainConfig three = config("weights-3");
+  three.class_weights_mode = "list";
+  three.class_weights = {1, 2, 3};
+  try {
+    train(TrainRequest{three});
+    ADD_FAILURE() << "three weights for two classes were taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 numbers for the manifest's 2 classes"),
+              std::string::npos)
+        << e.what();
+  }
+  // The weights reach the loss: the same run with tumour's weight 9 ends elsewhere, and with
+  // weights 1, 1 where a run without weights ends.
+  std::vector<std::vector<io::NamedTensor>> trained;
+  for (const int tumour : {0, 1, 9}) {
+    TrainConfig c = config("weights-" + std::to_string(tumour));
+    if (tumour > 0) {
+      c.class_weights_mode = "list";
+      c.class_weights = {1, static_cast<double>(tumour)};
+    }
+    c.epochs = 1;
+    train(TrainRequest{c});
+    trained.push_back(weights(c.output));
+  }
+  expect_identical(trained[0], trained[1]);
+  bool differ = false;
+  for (size_t i = 0; i < trained[0].size(); ++i) {
+    differ = differ || !at::equal(trained[0][i].tensor, trained[2][i].tensor);
+  }
+  EXPECT_TRUE(differ);
 }
 
 TEST_F(TrainTest, HeatmapCellsSitAtTheNetworksStrideOnASlideThatIsNotAMultipleOfIt) {
