@@ -538,7 +538,7 @@ def run_attention_section(args):
                                                      best[key]["step_ms_median"]):
             if key not in best or p["status"] == "ok":
                 best[key] = p
-    rows = [best[k] for k in sorted(best)]
+    rows = [best[k] for k in sorted(best, key=lambda k: (k[0], k[1] != "max"))]
     table = (f"Measured by `bench/run --only attention` on {stamp}. Machine: {machine()}. "
              f"Threads: {points[0].get('threads', '?')}. {model}, budget {budget}, strategy "
              f"auto; the faster of {2 if not args.quick else 1} alternating runs per head, each "
