@@ -301,7 +301,10 @@ void SlideView::draw_heatmap_legend(QPainter& painter) {
   painter.setPen(QColor(20, 20, 20));
   painter.drawText(QRect(box.left() + 8, box.top() + 3, box.width() - 16, 16),
                    Qt::AlignLeft | Qt::AlignVCenter,
-                   heatmap_class_.isEmpty() ? tr("score") : tr("score of %1").arg(heatmap_class_));
+                   heatmap_class_.isEmpty() ? tr("score")
+                   : heatmap_class_.startsWith(QLatin1String("attention"))
+                       ? tr("%1 / max").arg(heatmap_class_)
+                       : tr("score of %1").arg(heatmap_class_));
   const int bar_left = box.left() + (box.width() - bar.width()) / 2;
   painter.drawImage(QPoint(bar_left, box.top() + 21), bar);
   painter.drawText(QRect(bar_left - 16, box.top() + 19, 14, 14), Qt::AlignCenter,

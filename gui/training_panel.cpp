@@ -117,6 +117,12 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
       tr("The built-in ResNets' and darknet19's batch norms: frozen (running statistics, as "
          "whole-slide systems train), batch (training mode, statistics over the whole slide, "
          "exact; slower, docs/barriers.md) or group norm"));
+  head_ = new QComboBox(this);
+  head_->addItems({QStringLiteral("avg"), QStringLiteral("max"), QStringLiteral("attention")});
+  head_->setToolTip(
+      tr("How the slide's features become one prediction: a global average or max pool, or "
+         "attention (attention-MIL over the whole slide, exact; heatmaps show where it looked; "
+         "docs/models.md)"));
   resolution_kind_ = new QComboBox(this);
   resolution_kind_->addItems(
       {QStringLiteral("level"), QStringLiteral("mpp"), QStringLiteral("magnification")});
@@ -151,6 +157,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Manifest"), manifest_row);
   form->addRow(tr("Model"), model_row);
   form->addRow(tr("Batch norm"), norm_);
+  form->addRow(tr("Head"), head_);
   form->addRow(tr("Resolution"), resolution_row);
   form->addRow(tr("Memory budget"), budget_);
   form->addRow(tr("Strategy"), strategy_);
@@ -195,7 +202,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   resume_note_ = new QLabel(this);
   resume_note_->setWordWrap(true);
   resume_note_->hide();
-  locked_ = {manifest_,         browse, model_, browse_model, norm_, resolution_kind_,
+  locked_ = {manifest_,         browse, model_, browse_model, norm_, head_, resolution_kind_,
              resolution_value_, batch_};
   // The fields a resumed run may change: the note says which differ from the run as they do.
   connect(budget_, &QLineEdit::textChanged, this, &TrainingPanel::show_resume_note);
@@ -215,7 +222,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   for (QLineEdit* edit : {manifest_, budget_, output_}) {
     connect(edit, &QLineEdit::textChanged, this, &TrainingPanel::schedule_estimate);
   }
-  for (QComboBox* box : {model_, norm_, resolution_kind_, strategy_}) {
+  for (QComboBox* box : {model_, norm_, head_, resolution_kind_, strategy_}) {
     connect(box, &QComboBox::currentTextChanged, this, &TrainingPanel::schedule_estimate);
   }
   connect(resolution_value_, &QDoubleSpinBox::valueChanged, this,
@@ -360,7 +367,10 @@ void TrainingPanel::set_heatmap_legend(const QString& class_name) {
   p.drawText(QRect(0, 13, 20, 16), Qt::AlignCenter, QStringLiteral("0"));
   p.drawText(QRect(160, 13, 20, 16), Qt::AlignCenter, QStringLiteral("1"));
   p.drawText(QRect(30, 13, 130, 16), Qt::AlignCenter,
-             class_name.isEmpty() ? tr("score") : tr("score of %1").arg(class_name));
+             class_name.isEmpty() ? tr("score")
+             : class_name.startsWith(QLatin1String("attention"))
+                 ? tr("%1 / max").arg(class_name)
+                 : tr("score of %1").arg(class_name));
   p.end();
   legend_->setPixmap(legend);
 }
@@ -371,6 +381,7 @@ TrainingPanel::FormState TrainingPanel::form_of(const pipelines::TrainConfig& c)
   f.manifest = QString::fromStdString(c.manifest.string());
   f.model = QString::fromStdString(c.model);
   f.norm = QString::fromStdString(c.norm);
+  f.head = QString::fromStdString(c.pool);
   if (c.mpp) {
     f.resolution_kind = QStringLiteral("mpp");
     f.resolution = *c.mpp;
@@ -395,6 +406,7 @@ TrainingPanel::FormState TrainingPanel::read_form() const {
   f.manifest = manifest_->text();
   f.model = model_->currentText();
   f.norm = norm_->currentText();
+  f.head = head_->currentText();
   f.resolution_kind = resolution_kind_->currentText();
   f.resolution = resolution_value_->value();
   f.budget = budget_->text();
@@ -418,6 +430,7 @@ void TrainingPanel::write_locked(const FormState& f) {
   manifest_->setText(f.manifest);
   model_->setCurrentText(f.model);
   norm_->setCurrentText(f.norm);
+  head_->setCurrentText(f.head);
   resolution_kind_->setCurrentText(f.resolution_kind);
   resolution_value_->setValue(f.resolution);
   batch_->setValue(f.batch);
@@ -466,6 +479,14 @@ std::optional<pipelines::TrainConfig> TrainingPanel::make_config(QString* error)
   // The base config without its resolution (the form sets exactly one), then the form's keys
   // as the CLI's key=value overrides: the same parser, the same messages.
   pipelines::TrainConfig base = base_;
+  if (head_->currentText() != QLatin1String("attention")) {
+    // The attention head's keys belong to it: another head takes them at their defaults.
+    const pipelines::TrainConfig defaults;
+    base.attention_hidden = defaults.attention_hidden;
+    base.attention_gated = defaults.attention_gated;
+    base.attention_branches = defaults.attention_branches;
+    base.attention_dropout = defaults.attention_dropout;
+  }
   base.mpp.reset();
   base.level.reset();
   base.magnification.reset();
@@ -478,6 +499,7 @@ std::optional<pipelines::TrainConfig> TrainingPanel::make_config(QString* error)
       "manifest=" + manifest_->text().toStdString(),
       "model=" + model_->currentText().toStdString(),
       "norm=" + norm_->currentText().toStdString(),
+      "pool=" + head_->currentText().toStdString(),
       resolution,
       "budget=" + budget_->text().toStdString(),
       "strategy=" + strategy_->currentText().toStdString(),
@@ -570,7 +592,7 @@ void TrainingPanel::show_resume_note() {
     return;
   }
   QString note =
-      tr("Resuming keeps the run's config.yaml: manifest, model, batch norm, "
+      tr("Resuming keeps the run's config.yaml: manifest, model, batch norm, head, "
          "resolution and batch are the run's.");
   const QStringList changed = resume_changes();
   if (!changed.isEmpty()) {

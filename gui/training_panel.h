@@ -132,6 +132,9 @@ class TrainingPanel : public QWidget {
   QLineEdit* budget_edit() { return budget_; }
   QComboBox* strategy_edit() { return strategy_; }
   QComboBox* norm_edit() { return norm_; }
+  // The config's `pool`: avg, max or attention (the attention-MIL head, docs/models.md; its other
+  // keys come from a loaded config). Locked while resuming, as the model is.
+  QComboBox* head_edit() { return head_; }
   QLineEdit* output_edit() { return output_; }
   QPushButton* start_button() { return start_button_; }
   QPushButton* stop_button() { return stop_button_; }
@@ -156,7 +159,7 @@ class TrainingPanel : public QWidget {
   // The form's fields (the output folder aside) and the config behind the keys it does not show.
   struct FormState {
     pipelines::TrainConfig base;
-    QString manifest, model, norm, resolution_kind;
+    QString manifest, model, norm, head, resolution_kind;
     double resolution = 0;
     QString budget, strategy;
     int epochs = 1;
@@ -213,7 +216,7 @@ class TrainingPanel : public QWidget {
   QList<QWidget*> locked_;  // the fields a checkpoint depends on
 
   QLineEdit *manifest_, *budget_, *output_, *checkpoint_;
-  QComboBox *model_, *resolution_kind_, *strategy_, *norm_;
+  QComboBox *model_, *resolution_kind_, *strategy_, *norm_, *head_;
   QDoubleSpinBox *resolution_value_, *lr_;
   QSpinBox *epochs_, *batch_;
   QPushButton *start_button_, *stop_button_;

@@ -125,6 +125,21 @@ class TrainingPanelTest : public QObject {
     panel->set_config(c);
     QCOMPARE(panel->norm_edit()->currentText(), QStringLiteral("group"));
     panel->norm_edit()->setCurrentText(QStringLiteral("frozen"));
+    // The Head row is the config's pool; a loaded attention config keeps its own keys, and
+    // another head leaves them at their defaults (the parser refuses them without attention).
+    panel->head_edit()->setCurrentText(QStringLiteral("attention"));
+    QCOMPARE(QString::fromStdString(panel->config()->pool), QStringLiteral("attention"));
+    c = *panel->config();
+    c.attention_hidden = 32;
+    c.attention_branches = "classes";
+    panel->set_config(c);
+    QCOMPARE(panel->head_edit()->currentText(), QStringLiteral("attention"));
+    QCOMPARE(panel->config()->attention_hidden, 32);
+    QCOMPARE(panel->config()->attention_branches, std::string("classes"));
+    panel->head_edit()->setCurrentText(QStringLiteral("max"));
+    QVERIFY2(panel->config().has_value(), qPrintable(panel->message()));
+    QCOMPARE(panel->config()->pool, std::string("max"));
+    QCOMPARE(panel->config()->attention_hidden, 128);
   }
 
   // The Model row's "…": a checkpoint is used as it is; an ONNX file Tessel cannot import is a
@@ -366,7 +381,7 @@ class TrainingPanelTest : public QObject {
     QVERIFY(panel->resuming());
     QVERIFY(panel->run_config().has_value());
     for (QWidget* locked : std::initializer_list<QWidget*>{
-             panel->manifest_edit(), panel->model_edit(), panel->norm_edit(),
+             panel->manifest_edit(), panel->model_edit(), panel->norm_edit(), panel->head_edit(),
              panel->resolution_kind(), panel->resolution_value(), panel->batch_edit()}) {
       QVERIFY2(!locked->isEnabled(), locked->metaObject()->className());
     }
