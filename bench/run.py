@@ -438,42 +438,60 @@ def barriers_table(points):
     return "\n".join(out)
 
 
-def run_barriers_section(args):
-    model, sizes, budget, repeat, warmup = BARRIERS_QUICK if args.quick else BARRIERS_FULL
-    if os.environ.get("BENCH_BARRIER_SIZES"):
-        sizes = [int(x) for x in os.environ["BENCH_BARRIER_SIZES"].split(",")]
+def run_variant_points(args, name, model, sizes, variants, repeat, warmup):
+    """`tessel bench step` of `model` at each size for each variant (its extra flags, its
+    strategy and the labels the point gets), each in a fresh process, into
+    bench/results/NAME-DATE.jsonl (NAME-quick with --quick, or --out). Returns the points and
+    the results file."""
     stamp = datetime.date.today().isoformat()
     out = args.out or os.path.join(ROOT, "bench", "results",
-                                   f"barriers-{'quick' if args.quick else stamp}.jsonl")
+                                   f"{name}-{'quick' if args.quick else stamp}.jsonl")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     points = []
     with open(out, "w") as f:
         for size in sizes:
-            for norm, strategy in [("frozen", "auto"), ("batch", "auto"), ("group", "auto"),
-                                   ("frozen", "none"), ("batch", "none")]:
-                cmd = [args.tessel, "bench", "step", "--model", model, "--norm", norm,
-                       "--size", f"{size}x{size}", "--strategy", strategy,
-                       "--budget", budget if strategy != "none" else "0",
-                       "--repeat", str(repeat), "--warmup", str(warmup),
-                       "--memory-limit", "20GiB", "--log-level", "warn"]
+            for flags, strategy, labels in variants:
+                cmd = [args.tessel, "bench", "step", "--model", model, "--size",
+                       f"{size}x{size}", "--strategy", strategy, "--repeat", str(repeat),
+                       "--warmup", str(warmup), "--memory-limit", "20GiB",
+                       "--log-level", "warn"] + flags
                 p = run_process(cmd, model, size, strategy)
-                p["norm"] = norm
+                p.update(labels)
                 points.append(p)
                 f.write(json.dumps(p) + "\n")
                 f.flush()
-                print(f"bench: barriers {model} {size}² {norm} {strategy}: {p['status']} "
-                      f"{p.get('step_ms_median', 0) / 1000:.1f} s/step", flush=True)
-    table = (f"Measured by `bench/run --only barriers` on {stamp}. Machine: {machine()}. "
-             f"Threads: {points[0].get('threads', '?')}. {model}, budget {budget} for the tiled "
-             f"points; median of {repeat} step(s) after {warmup} warmup.\n\n"
-             + barriers_table(points))
+                print(f"bench: {name} {model} {size}² {' '.join(labels.values())} {strategy}: "
+                      f"{p['status']} {p.get('step_ms_median', 0) / 1000:.2f} s/step", flush=True)
+    return points, out
+
+
+def report_section(args, table, out, begin, end, points):
+    """The section's table into its .md beside the results and, unless --quick, into
+    bench/README.md between its markers; exits 1 when a point failed."""
     print(table, flush=True)
     with open(out.replace(".jsonl", ".md"), "w") as f:
         f.write(table + "\n")
     if not args.quick:
-        write_between_markers(BARRIERS_TABLE_BEGIN, BARRIERS_TABLE_END, table)
+        write_between_markers(begin, end, table)
     if any(p["status"] == "error" for p in points):
         sys.exit(1)
+
+
+def run_barriers_section(args):
+    model, sizes, budget, repeat, warmup = BARRIERS_QUICK if args.quick else BARRIERS_FULL
+    if os.environ.get("BENCH_BARRIER_SIZES"):
+        sizes = [int(x) for x in os.environ["BENCH_BARRIER_SIZES"].split(",")]
+    variants = [(["--norm", norm, "--budget", budget if strategy != "none" else "0"], strategy,
+                 {"norm": norm})
+                for norm, strategy in [("frozen", "auto"), ("batch", "auto"), ("group", "auto"),
+                                       ("frozen", "none"), ("batch", "none")]]
+    points, out = run_variant_points(args, "barriers", model, sizes, variants, repeat, warmup)
+    stamp = datetime.date.today().isoformat()
+    table = (f"Measured by `bench/run --only barriers` on {stamp}. Machine: {machine()}. "
+             f"Threads: {points[0].get('threads', '?')}. {model}, budget {budget} for the tiled "
+             f"points; median of {repeat} step(s) after {warmup} warmup.\n\n"
+             + barriers_table(points))
+    report_section(args, table, out, BARRIERS_TABLE_BEGIN, BARRIERS_TABLE_END, points)
 
 
 # The attention-MIL head (core/attention.h) against the global max pool at the same sizes and
@@ -508,49 +526,25 @@ def run_attention_section(args):
     model, sizes, budget, repeat, warmup = ATTENTION_QUICK if args.quick else ATTENTION_FULL
     if os.environ.get("BENCH_ATTENTION_SIZES"):
         sizes = [int(x) for x in os.environ["BENCH_ATTENTION_SIZES"].split(",")]
-    stamp = datetime.date.today().isoformat()
-    out = args.out or os.path.join(ROOT, "bench", "results",
-                                   f"attention-{'quick' if args.quick else stamp}.jsonl")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    points = []
-    with open(out, "w") as f:
-        for size in sizes:
-            # Alternating, so a drift of the machine's speed falls on both heads alike.
-            for pool in ("max", "attention", "max", "attention") if not args.quick else (
-                    "max", "attention"):
-                cmd = [args.tessel, "bench", "step", "--model", model, "--pool", pool,
-                       "--size", f"{size}x{size}", "--strategy", "auto", "--budget", budget,
-                       "--repeat", str(repeat), "--warmup", str(warmup),
-                       "--memory-limit", "20GiB", "--log-level", "warn"]
-                p = run_process(cmd, model, size, "auto")
-                p["pool"] = pool
-                points.append(p)
-                f.write(json.dumps(p) + "\n")
-                f.flush()
-                print(f"bench: attention {model} {size}² {pool}: {p['status']} "
-                      f"{p.get('step_ms_median', 0) / 1000:.2f} s/step", flush=True)
-    # Each size's two samples per head: the faster of each (the machine's noise is one-sided).
+    # Alternating, so a drift of the machine's speed falls on both heads alike.
+    pools = ("max", "attention") if args.quick else ("max", "attention", "max", "attention")
+    variants = [(["--pool", pool, "--budget", budget], "auto", {"pool": pool}) for pool in pools]
+    points, out = run_variant_points(args, "attention", model, sizes, variants, repeat, warmup)
+    # Each size's runs per head: the faster (the machine's noise is one-sided).
     best = {}
     for p in points:
         key = (p["height"], p["pool"])
-        if p["status"] != "ok" or key not in best or (best[key]["status"] == "ok" and
-                                                     p["step_ms_median"] <
-                                                     best[key]["step_ms_median"]):
-            if key not in best or p["status"] == "ok":
-                best[key] = p
+        kept = best.get(key)
+        if kept is None or (p["status"] == "ok" and (kept["status"] != "ok" or
+                                                    p["step_ms_median"] < kept["step_ms_median"])):
+            best[key] = p
     rows = [best[k] for k in sorted(best, key=lambda k: (k[0], k[1] != "max"))]
+    stamp = datetime.date.today().isoformat()
     table = (f"Measured by `bench/run --only attention` on {stamp}. Machine: {machine()}. "
              f"Threads: {points[0].get('threads', '?')}. {model}, budget {budget}, strategy "
-             f"auto; the faster of {2 if not args.quick else 1} alternating runs per head, each "
-             f"the median of {repeat} step(s) after {warmup} warmup.\n\n"
-             + attention_table(rows))
-    print(table, flush=True)
-    with open(out.replace(".jsonl", ".md"), "w") as f:
-        f.write(table + "\n")
-    if not args.quick:
-        write_between_markers(ATTENTION_TABLE_BEGIN, ATTENTION_TABLE_END, table)
-    if any(p["status"] == "error" for p in points):
-        sys.exit(1)
+             f"auto; the faster of {len(pools) // 2} alternating runs per head, each the median "
+             f"of {repeat} step(s) after {warmup} warmup.\n\n" + attention_table(rows))
+    report_section(args, table, out, ATTENTION_TABLE_BEGIN, ATTENTION_TABLE_END, points)
 
 
 # Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
