@@ -110,16 +110,23 @@ std::string to_string(const ClassificationMetrics& m) {
   return text;
 }
 
-std::string to_string(const ClassificationMetrics& m, const std::vector<std::string>& classes) {
-  std::string out = to_string(m);
+std::string per_class_string(const ClassificationMetrics& m,
+                             const std::vector<std::string>& classes,
+                             const std::string& separator) {
+  std::string out;
   if (classes.size() <= 2 || m.recall.size() != classes.size()) return out;
   for (size_t c = 0; c < classes.size(); ++c) {
     char text[120];
-    std::snprintf(text, sizeof text, "\n  %s: recall %.3f · AUC %.3f", classes[c].c_str(),
-                  m.recall[c], c < m.auc_per_class.size() ? m.auc_per_class[c] : NAN);
-    out += text;
+    std::snprintf(text, sizeof text, "%s: recall %.3f · AUC %.3f", classes[c].c_str(), m.recall[c],
+                  c < m.auc_per_class.size() ? m.auc_per_class[c] : NAN);
+    out += (c == 0 ? "" : separator) + text;
   }
   return out;
+}
+
+std::string to_string(const ClassificationMetrics& m, const std::vector<std::string>& classes) {
+  const std::string by_class = per_class_string(m, classes, "\n  ");
+  return by_class.empty() ? to_string(m) : to_string(m) + "\n  " + by_class;
 }
 
 }  // namespace tessel::pipelines

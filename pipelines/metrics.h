@@ -26,8 +26,12 @@ ClassificationMetrics classification_metrics(const std::vector<std::vector<doubl
 // probability that a random positive scores above a random negative. NaN when either is absent.
 double roc_auc(const std::vector<double>& scores, const std::vector<bool>& positive);
 
-// "value (name)" pairs for logs: "accuracy 0.917 · balanced 0.900 · AUC 0.950"; with more than
-// two classes and `classes` given, each class's recall and AUC after it.
+// With more than two classes, each class's recall and one-vs-rest AUC, `separator` between them:
+// "normal: recall 0.500 · AUC 0.750; tumour: …"; empty for two classes.
+std::string per_class_string(const ClassificationMetrics& m,
+                             const std::vector<std::string>& classes,
+                             const std::string& separator = "; ");
+// to_string(m), and with more than two classes each class's line below it (tessel eval).
 std::string to_string(const ClassificationMetrics& m, const std::vector<std::string>& classes);
 std::string to_string(const ClassificationMetrics& m);
 

@@ -1022,9 +1022,12 @@ class Trainer {
     }
     spdlog::info("epoch {}/{} · lr {:.3g} · train {} · val {}{}", report.epoch, report.epochs,
                  report.lr, to_string(report.train),
-                 report.val.count > 0 ? to_string(report.val, manifest_.classes)
-                                      : std::string("(no val split)"),
+                 report.val.count > 0 ? to_string(report.val) : std::string("(no val split)"),
                  report.best ? " · best" : "");
+    if (report.val.count > 0 && manifest_.classes.size() > 2) {
+      spdlog::info("epoch {}/{} · val by class: {}", report.epoch, report.epochs,
+                   per_class_string(report.val, manifest_.classes));
+    }
     const auto number = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
     const auto nullable = [](double v) { return std::isnan(v) ? json() : json(v); };
     // {"class": value} of each class (null where undefined): the metrics per class, for more than

@@ -455,6 +455,60 @@ TEST_F(TrainTest, AttentionHeadsTrainAndDrawTheirAttentionMaps) {
                Error);
 }
 
+// Three classes end to end with a multi-branch attention head (one branch and classifier per
+// class) and class weights: training, evaluation's per-class metrics, and a heatmap per class
+// (each class's score and each branch's attention in the GeoJSON; --class picks the branch drawn).
+TEST_F(TrainTest, ThreeClassesTrainEvaluateAndDrawAnAttentionMapPerClass) {
+  const fs::path slides = data_->path() / "slides";
+  std::ifstream in(slides / "manifest.csv");
+  std::string text, line;
+  std::getline(in, line);
+  text = line + "\n";
+  const std::vector<std::string> labels{"normal", "tumour", "other"};
+  for (int i = 0; std::getline(in, line); ++i) {
+    // slide,label,split,patient: the label becomes one of three, in turn.
+    const size_t a = line.find(','), b = line.find(',', a + 1);
+    text += line.substr(0, a + 1) + labels[static_cast<size_t>(i % 3)] + line.substr(b) + "\n";
+  }
+  const fs::path manifest = slides / "three.csv";
+  std::ofstream(manifest) << text;
+  TrainConfig c = config("three");
+  c.manifest = manifest;
+  c.classes = labels;
+  c.pool = "attention";
+  c.attention_hidden = 8;
+  c.attention_branches = "classes";
+  c.attention_dropout = 0.25;
+  c.class_weights_mode = "list";
+  c.class_weights = {1, 2, 3};
+  c.epochs = 1;
+  train(TrainRequest{c});
+  EvaluationRequest eval;
+  eval.checkpoint = c.output / "checkpoints" / "last.h5";
+  eval.split = "all";
+  const EvaluationResult r = evaluate(eval);
+  EXPECT_EQ(r.classes, labels);
+  ASSERT_EQ(r.metrics.recall.size(), 3U);
+  ASSERT_EQ(r.metrics.auc_per_class.size(), 3U);
+  for (const SlidePrediction& p : r.predictions) ASSERT_EQ(p.probabilities.size(), 3U);
+  HeatmapRequest request;
+  request.checkpoint = eval.checkpoint;
+  request.slide = r.predictions[0].slide;
+  request.out_dir = runs_.path() / "heatmaps-three";
+  request.class_name = "other";
+  const HeatmapResult h = make_heatmap(request);
+  EXPECT_EQ(h.drawn, "attention:other");
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(h.slide_probabilities[k], r.predictions[0].probabilities[k], 1e-5);
+  }
+  const nlohmann::json geojson = nlohmann::json::parse(std::ifstream(h.geojson));
+  const nlohmann::json& m = geojson["features"][0]["properties"]["measurements"];
+  for (const char* name :
+       {"normal", "tumour", "other", "attention:normal", "attention:tumour", "attention:other"}) {
+    EXPECT_TRUE(m.contains(name)) << name << " " << m.dump();
+  }
+}
+
 // class_weights: a list gives the loss its weights (a list of the wrong length, or with balance,
 // is refused); auto is balance: weighted.
 TEST_F(TrainTest, ClassWeightsWeighTheLoss) {
