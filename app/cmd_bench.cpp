@@ -33,7 +33,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       ->check(CLI::IsMember({"avg", "max", "attention"}))
       ->capture_default_str();
   cmd->add_option("--strategy", args->strategy, "none, grid, rows or auto")
-      ->check(CLI::IsMember({"none", "grid", "rows", "auto"}))
+      ->check(CLI::IsMember({"none", "grid", "rows", "rows-shared", "auto"}))
       ->capture_default_str();
   cmd->add_option("--budget", args->budget, "Memory budget (0: none)")->capture_default_str();
   cmd->add_option("--memory-limit", args->memory_limit,

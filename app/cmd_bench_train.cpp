@@ -229,7 +229,7 @@ void add_bench_train(CLI::App* bench, CommandRegistry& registry) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--strategies", args->strategies, "none, grid, rows, auto")
       ->delimiter(',')
-      ->check(CLI::IsMember({"none", "grid", "rows", "auto"}));
+      ->check(CLI::IsMember({"none", "grid", "rows", "rows-shared", "auto"}));
   cmd->add_option("--budget", args->budget, "Memory budget of the tiled strategies")
       ->capture_default_str();
   cmd->add_option("--memory-limit", args->memory_limit,

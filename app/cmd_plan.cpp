@@ -45,8 +45,8 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT in pixels")->required();
   cmd->add_option("--budget", args->budget, "Memory budget, e.g. 2GiB, 512MiB")
       ->capture_default_str();
-  cmd->add_option("--strategy", args->strategy, "none, grid, rows or auto")
-      ->check(CLI::IsMember({"none", "grid", "rows", "auto"}))
+  cmd->add_option("--strategy", args->strategy, "none, grid, rows (LR-CNN OverL), rows-shared (LR-CNN 2PS) or auto")
+      ->check(CLI::IsMember({"none", "grid", "rows", "rows-shared", "auto"}))
       ->capture_default_str();
   cmd->add_option("--classes", args->classes, "Classes of the slide-level head")
       ->capture_default_str();
@@ -90,8 +90,8 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
                   "network (NET.h5 from tessel import)")
       ->capture_default_str();
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT")->capture_default_str();
-  cmd->add_option("--strategy", args->strategy, "grid or rows")
-      ->check(CLI::IsMember({"grid", "rows"}))
+  cmd->add_option("--strategy", args->strategy, "grid, rows or rows-shared")
+      ->check(CLI::IsMember({"grid", "rows", "rows-shared"}))
       ->capture_default_str();
   cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)");
   cmd->add_option("--norm", args->norm,

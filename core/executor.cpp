@@ -86,6 +86,7 @@ class TiledStep {
         stored_grads_(static_cast<size_t>(graph.size())),
         barrier_states_(static_cast<size_t>(graph.size())),
         kept_(plan.segments.size()),
+        shared_kept_(plan.segments.size()),
         leaves_(static_cast<size_t>(graph.size())) {
     // Each segment's leaves once: inner_checkpoints walks the segment for its forks, and the
     // sub-segments ask for them at every tile.
@@ -136,7 +137,10 @@ class TiledStep {
   const Shape& shape(NodeId v) const { return plan_.shapes[static_cast<size_t>(v)]; }
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
 
+  // What each node of `s` holds for output tile `tile`: its share of the shared rows' held rows
+  // (Segment::shared_rows), else the tile's needs.
   std::vector<Region> needs(const Segment& s, const Region& tile) const {
+    if (s.shared_rows) return shared_row(graph_, plan_.shapes, s.input, s.output, tile.y).held;
     return segment_needs(graph_, plan_.shapes, s.input, s.output, tile);
   }
 
@@ -247,6 +251,79 @@ class TiledStep {
       // of it may still hold positions (the correction's).
       if (node.is_barrier() && barrier_acts != nullptr) {
         (*barrier_acts)[node.inputs[0]] = acts[static_cast<size_t>(node.inputs[0])];
+      }
+      for (NodeId p : node.inputs) {
+        if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
+      }
+    }
+    return acts[static_cast<size_t>(output)].tensor;
+  }
+
+  // One row of a shared-rows segment (Segment::shared_rows, core/plan.h shared_row): each node
+  // computes its new rows from its producers' held rows and holds them after the rows the
+  // previous row kept of it (`inherited`, by node). `kept`, when given, receives the rows this
+  // row keeps for the next one: copies in the forward (the previous row's held tensors are
+  // freed), views of the held rows with autograd on (the backward seeds them with the
+  // gradient the next row handed back). Returns the output's rows, those of `row.computed`.
+  at::Tensor run_shared_row(const Segment& s, const SharedRow& row, TileTensor input,
+                            const std::vector<at::Tensor>& inherited,
+                            std::vector<at::Tensor>* kept) {
+    const NodeId first = s.input, output = s.output;
+    const bool grad = at::GradMode::is_enabled();
+    std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
+    std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
+    for (NodeId v = first + 1; v <= output; ++v) {
+      for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
+    }
+    if (!grad && input.tensor.numel() > 0 &&
+        !input.tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      at::Tensor last = at::empty_like(input.tensor, at::MemoryFormat::ChannelsLast);
+      copy_tile(last, input.tensor);
+      input.tensor = std::move(last);
+    }
+    acts[static_cast<size_t>(first)] = std::move(input);
+    const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
+    if (kept != nullptr) kept->assign(static_cast<size_t>(output) + 1, at::Tensor());
+    for (NodeId v = first + 1; v <= output; ++v) {
+      const auto i = static_cast<size_t>(v);
+      const Node& node = graph_.node(v);
+      const Region& held = row.held[i];
+      const Region& computed = row.computed[i];
+      at::Tensor fresh;
+      if (!computed.empty()) {
+        std::vector<TileTensor> ins;
+        std::vector<Shape> in_shapes;
+        for (NodeId p : node.inputs) {
+          ins.push_back(acts[static_cast<size_t>(p)]);
+          in_shapes.push_back(shape(p));
+        }
+        // In place as run_tile does, where the producer's held rows are a tensor of this row's
+        // own (its kept rows were copied when it was held; never the inherited rows alone).
+        const Node& producer = graph_.node(node.inputs[0]);
+        const auto pi = static_cast<size_t>(producer.id);
+        const bool overwrite = !grad && producer.id != first && allocates_output(producer) &&
+                               graph_.consumers()[pi].size() == 1 && !row.computed[pi].empty();
+        fresh = forward_tile(node, computed, ins, in_shapes, overwrite);
+      }
+      const at::Tensor& before = i < inherited.size() ? inherited[i] : at::Tensor();
+      const bool has_before = before.defined() && before.numel() > 0;
+      if (held.empty()) {
+        acts[i] = {at::empty({1, node.channels, 0, 0}, options), held};
+      } else if (has_before && fresh.defined()) {
+        acts[i] = {at::cat({before, fresh}, 2), held};
+      } else if (has_before) {
+        acts[i] = {before, held};
+      } else {
+        acts[i] = {fresh, held};
+      }
+      if (!held.empty() && acts[i].tensor.size(2) != held.y.size()) {
+        throw Error("internal: shared rows of " + node.name + " hold " +
+                    std::to_string(acts[i].tensor.size(2)) + " rows, the plan " +
+                    std::to_string(held.y.size()));
+      }
+      if (kept != nullptr && !row.kept[i].empty()) {
+        const at::Tensor part = crop(acts[i], row.kept[i]);
+        (*kept)[i] = grad ? part : part.clone();
       }
       for (NodeId p : node.inputs) {
         if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
@@ -890,8 +967,14 @@ class TiledStep {
     if (training_ && s.keep_graph && has_barriers) {
       throw Error("internal: a segment with barriers recomputes its tiles, it keeps no graph");
     }
+    if (s.shared_rows && (!same_tiles || has_barriers || s.keep_graph)) {
+      throw Error("internal: shared rows run the same rows both ways, without barriers or graphs");
+    }
     const bool last = index + 1 == static_cast<int>(plan_.segments.size());
-    const bool keep_last = training_ && last && same_tiles && !has_barriers;
+    const bool keep_last = training_ && last && same_tiles && !has_barriers && !s.shared_rows;
+    // Shared rows: what each row keeps for the next, by row and node; kept to the backward.
+    auto& shared = shared_kept_[static_cast<size_t>(index)];
+    shared.assign(s.shared_rows ? static_cast<size_t>(s.forward.tiles()) : 0, {});
     auto& kept = kept_[static_cast<size_t>(index)];
     kept.assign(static_cast<size_t>(s.forward.tiles()), {});
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
@@ -903,7 +986,15 @@ class TiledStep {
       const std::vector<Region> need = inner ? sub_needs(s, s.output, tile) : needs(s, tile);
       const Region& in_region = need[static_cast<size_t>(s.input)];
       at::Tensor y;
-      if (inner) {
+      if (s.shared_rows) {
+        const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+        static const std::vector<at::Tensor> none;
+        const auto before = t > 0 ? &shared[static_cast<size_t>(t) - 1] : &none;
+        y = run_shared_row(s, row, read_input(s, in_region), *before,
+                           &shared[static_cast<size_t>(t)]);
+        // Inference has no backward to keep them for.
+        if (!training_ && t > 0) shared[static_cast<size_t>(t) - 1].clear();
+      } else if (inner) {
         const TileTensor x = read_input(s, in_region);
         const auto given = leaf_tiles(s, need, s.output, false);
         y = run_tile(s.input, s.output, need, x, nullptr, &given, false);
@@ -1005,6 +1096,10 @@ class TiledStep {
         if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
       }
     }
+    // Shared rows, bottom to top: the gradient each row hands back to the rows it inherited,
+    // by node; the previous row adds it to its kept rows.
+    auto& shared = shared_kept_[static_cast<size_t>(index)];
+    std::vector<at::Tensor> handed_back;
     // Tiles in reverse order: kept tiles (forward_segment) give their graphs back.
     for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
       if (t == 0 && store_ != nullptr) preschedule(index - 1, /*backward=*/true);
@@ -1025,13 +1120,37 @@ class TiledStep {
       {
         at::AutoGradMode grad_mode(true);
         std::map<NodeId, TileTensor> acts;
-        if (!y.defined()) {
+        std::vector<at::Tensor> inherited, kept_views;
+        if (s.shared_rows) {
+          // The rows the previous row kept (the forward's copies), as leaves whose gradient
+          // goes back to it.
+          if (t > 0) {
+            for (const at::Tensor& k : shared.at(static_cast<size_t>(t) - 1)) {
+              inherited.push_back(k.defined() ? k.detach().requires_grad_(true) : at::Tensor());
+            }
+          }
+          const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+          y = run_shared_row(s, row, {x, in_region}, inherited, &kept_views);
+        } else if (!y.defined()) {
           y = run_tile(s.input, s.output, need, {x, in_region}, has_barriers ? &acts : nullptr);
         }
         at::Tensor root = output_root(s, tile, y, grad_out, stored_grad_out);
         if (has_barriers) root = add_corrections(s, tile, root, acts);
         acts.clear();
+        // The next row's gradient of the rows this one kept for it.
+        for (size_t v = 0; v < handed_back.size() && v < kept_views.size(); ++v) {
+          const at::Tensor& g = handed_back[v];
+          if (!g.defined() || !kept_views[v].defined() || !kept_views[v].requires_grad()) continue;
+          const at::Tensor seed = Seeded::apply(kept_views[v], g);
+          root = root.defined() ? root + seed : seed;
+        }
+        kept_views.clear();
+        handed_back.clear();
         if (root.defined() && root.requires_grad()) root.backward();
+        for (const at::Tensor& leaf : inherited) {
+          handed_back.push_back(leaf.defined() ? leaf.grad() : at::Tensor());
+        }
+        if (s.shared_rows && t > 0) shared[static_cast<size_t>(t) - 1].clear();
       }
       if (want_input_grad && x.grad().defined() && !in_region.empty()) {
         if (stored_grad_in != nullptr) {
@@ -1100,6 +1219,9 @@ class TiledStep {
     at::Tensor input, output;
   };
   std::vector<std::vector<KeptTile>> kept_;
+  // Shared rows (Segment::shared_rows): what each forward row kept for the next, by segment,
+  // row and node, until the segment's backward has used them.
+  std::vector<std::vector<std::vector<at::Tensor>>> shared_kept_;
   std::vector<std::vector<NodeId>> leaves_;  // by segment input: leaves()
 };
 

@@ -19,6 +19,8 @@ std::string to_string(Strategy s) {
       return "grid";
     case Strategy::kRows:
       return "rows";
+    case Strategy::kRowsShared:
+      return "rows-shared";
     case Strategy::kAuto:
       return "auto";
   }
@@ -67,10 +69,12 @@ bool Plan::offloads() const {
 }
 
 Strategy parse_strategy(const std::string& s) {
-  for (Strategy v : {Strategy::kNone, Strategy::kGrid, Strategy::kRows, Strategy::kAuto}) {
+  for (Strategy v : {Strategy::kNone, Strategy::kGrid, Strategy::kRows, Strategy::kRowsShared,
+                     Strategy::kAuto}) {
     if (s == to_string(v)) return v;
   }
-  throw Error("unknown strategy '" + s + "': use none, grid, rows or auto");
+  if (s == "rows2ps" || s == "2ps") return Strategy::kRowsShared;  // the paper's name
+  throw Error("unknown strategy '" + s + "': use none, grid, rows, rows-shared or auto");
 }
 
 Region Partition::tile(int64_t index) const {
@@ -315,6 +319,78 @@ std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& 
                     [](NodeId) { return false; });
 }
 
+namespace {
+// Shared rows: the rows [0, done[v]) of each node of segment (input, output] that output rows
+// [0, e) need, clipped (DESIGN.md rule 1).
+std::vector<int64_t> rows_done(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                               NodeId output, int64_t e) {
+  std::vector<int64_t> done(static_cast<size_t>(output) + 1, 0);
+  done[static_cast<size_t>(output)] = e;
+  for (NodeId v = output - 1; v >= input; --v) {
+    const Window bounds{0, shapes[static_cast<size_t>(v)].height};
+    int64_t d = 0;
+    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+      if (c > output || done[static_cast<size_t>(c)] == 0) continue;
+      const Window w = intersect(
+          input_window(graph.node(c).axis_op(0), {0, done[static_cast<size_t>(c)]}), bounds);
+      if (!w.empty()) d = std::max(d, w.end);
+    }
+    done[static_cast<size_t>(v)] = d;
+  }
+  return done;
+}
+
+// The first row of each node that the rows after `from` (rows_done of the rows before them)
+// still read, up to `all` (rows_done of the whole output); the node's height when none.
+std::vector<int64_t> rows_first(const Graph& graph, const std::vector<Shape>& shapes,
+                                NodeId input, NodeId output, const std::vector<int64_t>& from,
+                                const std::vector<int64_t>& all) {
+  std::vector<int64_t> first(static_cast<size_t>(output) + 1, 0);
+  first[static_cast<size_t>(output)] = from[static_cast<size_t>(output)];
+  for (NodeId v = output - 1; v >= input; --v) {
+    const Window bounds{0, shapes[static_cast<size_t>(v)].height};
+    int64_t f = bounds.end;
+    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+      if (c > output) continue;
+      const Window left{from[static_cast<size_t>(c)], all[static_cast<size_t>(c)]};
+      if (left.empty()) continue;
+      const Window w = intersect(input_window(graph.node(c).axis_op(0), left), bounds);
+      if (!w.empty()) f = std::min(f, w.begin);
+    }
+    first[static_cast<size_t>(v)] = f;
+  }
+  return first;
+}
+}  // namespace
+
+SharedRow shared_row(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                     NodeId output, Window rows) {
+  const Shape& out = shapes[static_cast<size_t>(output)];
+  const std::vector<Region> whole =
+      segment_needs(graph, shapes, input, output, {{0, out.height}, {0, out.width}});
+  const auto all = rows_done(graph, shapes, input, output, out.height);
+  const auto done_a = rows_done(graph, shapes, input, output, rows.begin);
+  const auto done_b = rows_done(graph, shapes, input, output, rows.end);
+  const auto first_a = rows_first(graph, shapes, input, output, done_a, all);
+  const auto first_b = rows_first(graph, shapes, input, output, done_b, all);
+  const size_t n = static_cast<size_t>(output) + 1;
+  SharedRow row;
+  row.held.resize(n);
+  row.computed.resize(n);
+  row.kept.resize(n);
+  auto region = [&](NodeId v, int64_t begin, int64_t end) {
+    return end > begin ? Region{{begin, end}, whole[static_cast<size_t>(v)].x} : Region{};
+  };
+  for (NodeId v = input; v <= output; ++v) {
+    const auto i = static_cast<size_t>(v);
+    row.held[i] = region(v, std::min(first_a[i], done_a[i]), done_b[i]);
+    if (v == input) continue;
+    row.computed[i] = region(v, done_a[i], done_b[i]);
+    row.kept[i] = region(v, first_b[i], done_b[i]);
+  }
+  return row;
+}
+
 Window receptive_field(const Graph& graph, NodeId node, int axis, Window out) {
   std::vector<Window> need(static_cast<size_t>(node) + 1, Window{0, 0});
   need[static_cast<size_t>(node)] = out;
@@ -502,7 +578,8 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         graph.node(s.input + 1).name + " … " + graph.node(s.output).name,
         std::to_string(s.output - s.input),
         to_string(out),
-        std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()),
+        std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()) +
+            (s.shared_rows ? " shared (" + format_bytes(s.shared_bytes) + " kept)" : ""),
         (s.keep_graph
              ? "graph kept"
              : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols())) +

@@ -16,6 +16,10 @@ enum class Strategy {
   kNone,  // plain LibTorch autograd on the whole image: the reference
   kGrid,  // SFT: tiles over rows and columns
   kRows,  // LR-CNN OverL: full-width rows, balanced, separate forward/backward counts
+  // LR-CNN 2PS (two-phase sharing): full-width rows top to bottom, each position computed once;
+  // a row keeps the boundary rows the next one reads (forward) and hands their gradient back
+  // (backward). Segment::shared_rows.
+  kRowsShared,
   kAuto,  // the cheapest of grid and rows that fits
 };
 std::string to_string(Strategy s);
@@ -67,6 +71,13 @@ struct Segment {
   // The forward runs with autograd and keeps every tile's graph for the backward, which then
   // recomputes nothing and runs the forward's tiles (the budget left room for them).
   bool keep_graph = false;
+  // LR-CNN 2PS (Strategy::kRowsShared): the rows (forward = backward partition) run top to
+  // bottom and each node computes only the rows no earlier row computed (shared_row); the rows
+  // the next row reads again are kept from the forward until this segment's backward
+  // (shared_bytes of them at most), which runs the rows bottom to top and hands each kept
+  // row's gradient to the row that computed it. Not with barriers (they run as OverL rows).
+  bool shared_rows = false;
+  int64_t shared_bytes = 0;
   // Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept (an inner
   // checkpoint, whole or in the tile store: inner_tier) from its statistic pass, the tiles read
   // it instead of recomputing it, and the backward runs each sub-segment once (the segment's
@@ -167,6 +178,19 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
 
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile);
+
+// One row of a segment run as shared rows (LR-CNN 2PS, Segment::shared_rows), by node: the
+// rows it `held` (those the previous row kept, then those it computes: what its consumers read
+// in this row), `computed` (the rows no earlier row computed, so every position is computed
+// once) and `kept` for the next row (the held rows the next row's consumers read). Rows are
+// full width (the x extent of segment_needs for the whole output); the segment's input holds
+// what the row reads of it and computes and keeps nothing (it is read again). `rows`: the
+// row's output rows; rows must run top to bottom over a partition of the output.
+struct SharedRow {
+  std::vector<Region> held, computed, kept;
+};
+SharedRow shared_row(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                     NodeId output, Window rows);
 
 // The inner checkpoints of segment (input, output], in order: the inputs of its barriers other
 // than the segment's input, and the forks between them: nodes that several sub-segments would

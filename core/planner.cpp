@@ -60,6 +60,7 @@ struct Analysis {
     int64_t forward_bytes = 0, backward_bytes = 0, flops = 0;
     int64_t kept_bytes = 0;  // what the tile's autograd graph holds after its forward (and y)
     int64_t kept_input_bytes = 0, kept_output_bytes = 0;  // the input's and y's part of it
+    int64_t shared_kept_bytes = 0;  // shared rows: what the row keeps for the next (shared_row)
   };
   // Memoised: the search builds many plans that share segments and tiles (the local search
   // below made planning resnet50 at 2048² take 3 s without it). Depends only on the graph, the
@@ -67,7 +68,8 @@ struct Analysis {
   using TileKey = std::array<int64_t, 6>;
   mutable std::map<TileKey, TileCost> tile_costs;
   // worst_tile's, by segment and partition.
-  using PartitionKey = std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>>;
+  using PartitionKey =
+      std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>, bool /*shared*/>;
   mutable std::map<PartitionKey, TileCost> worst_tiles;
   // Segments run as sub-segments: grad_additions and the search's estimate of the bytes they
   // leave open (Offloading::grad_strip_bytes), by segment, backward partition and node.
@@ -104,7 +106,43 @@ struct Analysis {
     return tile_costs.emplace(key, compute_tile_cost(input, output, tile)).first->second;
   }
   TileCost compute_tile_cost(NodeId input, NodeId output, const Region& tile) const {
-    const std::vector<Region> need = segment_needs(graph, shapes, input, output, tile);
+    return compute_cost(input, output, tile, segment_needs(graph, shapes, input, output, tile),
+                        nullptr);
+  }
+  // One row of a shared-rows segment (core/plan.h shared_row), memoised like tile_cost.
+  TileCost shared_cost(NodeId input, NodeId output, Window rows) const {
+    const TileKey key{input, output, rows.begin, rows.end, -1, -1};
+    const auto hit = tile_costs.find(key);
+    if (hit != tile_costs.end()) return hit->second;
+    return tile_costs.emplace(key, compute_shared_cost(input, output, rows)).first->second;
+  }
+  // The row holds its held rows where a tile holds its needs, and computes only its computed
+  // rows. Beyond them: the forward's concatenation of the inherited rows with the computed ones
+  // (both at once, at the widest node) and its copies of the rows it keeps; the backward's
+  // gradients of the inherited rows (handed back) and of the kept ones (handed to it).
+  TileCost compute_shared_cost(NodeId input, NodeId output, Window rows) const {
+    const Shape& out = shapes[static_cast<size_t>(output)];
+    const SharedRow row = shared_row(graph, shapes, input, output, rows);
+    TileCost cost = compute_cost(input, output, {rows, {0, out.width}}, row.held, &row.computed);
+    int64_t widest = 0, inherited = 0, kept = 0;
+    for (NodeId v = input + 1; v <= output; ++v) {
+      const auto i = static_cast<size_t>(v);
+      const Node& n = graph.node(v);
+      const int64_t held = elements(n, row.held[i]), computed = elements(n, row.computed[i]);
+      if (held > computed && computed > 0) widest = std::max(widest, computed);
+      inherited += held - computed;
+      kept += elements(n, row.kept[i]);
+    }
+    cost.forward_bytes += (widest + kept) * eb;
+    cost.backward_bytes += (inherited + kept) * eb;
+    cost.shared_kept_bytes = kept * eb;
+    return cost;
+  }
+  // Working set and FLOPs of a tile whose nodes hold `need`; FLOPs over `computed` when given
+  // (shared rows), else over `need`.
+  TileCost compute_cost(NodeId input, NodeId output, const Region& tile,
+                        const std::vector<Region>& need,
+                        const std::vector<Region>* computed) const {
     const size_t count = static_cast<size_t>(output) + 1;
     const Shape& out_shape = shapes[static_cast<size_t>(output)];
     const bool whole_tile = options.whole_barriers && tile.y.begin == 0 && tile.x.begin == 0 &&
@@ -170,7 +208,7 @@ struct Analysis {
                                                       : 0;
       peak = std::max(peak, live + (inplace ? 0 : b + pad_copy + scratch));
       live += b;
-      cost.flops += flops(n, r);
+      cost.flops += flops(n, computed != nullptr ? (*computed)[static_cast<size_t>(v)] : r);
       for (NodeId p : n.inputs) {
         if (--left[static_cast<size_t>(p)] == 0) live -= out_bytes[static_cast<size_t>(p)];
       }
@@ -283,21 +321,32 @@ struct Analysis {
 // The tile that holds most: the middle one (border tiles lose their halo to clipping).
 Region middle_tile(const Partition& p) { return p.tile((p.rows() / 2) * p.cols() + p.cols() / 2); }
 
+bool row_strategy(Strategy s) { return s == Strategy::kRows || s == Strategy::kRowsShared; }
+
 Partition partition_for(Strategy s, const Shape& out, int64_t n) {
-  if (s == Strategy::kRows) return Partition::even(out.height, out.width, n, 1);
+  if (row_strategy(s)) return Partition::even(out.height, out.width, n, 1);
   return Partition::even(out.height, out.width, n, n);
 }
 
 int64_t max_count(Strategy s, const Shape& out) {
-  return s == Strategy::kRows ? out.height : std::max(out.height, out.width);
+  return row_strategy(s) ? out.height : std::max(out.height, out.width);
 }
 
 // LR-CNN OverL: rows balanced so that each row with its overlap reads the same number of input
 // rows (border rows have a one-sided halo, so they get more output rows).
-std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId output, int64_t rows) {
+// Shared rows (2PS, `shared`) are balanced by the input rows each holds: the first row holds
+// the halo of every layer, the others one layer's, so the first gets fewer output rows (the
+// paper's skewed rows).
+std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId output, int64_t rows,
+                                   bool shared = false) {
   const Shape& out = a.shapes[static_cast<size_t>(output)];
   rows = std::clamp<int64_t>(rows, 1, out.height);
   auto in_rows = [&](int64_t begin, int64_t end) {
+    if (shared) {
+      return shared_row(a.graph, a.shapes, input, output, {begin, end})
+          .held[static_cast<size_t>(input)]
+          .y.size();
+    }
     const Region tile{{begin, end}, {0, 1}};
     return segment_needs(a.graph, a.shapes, input, output, tile)[static_cast<size_t>(input)]
         .y.size();
@@ -339,7 +388,7 @@ std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId outpu
 Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const Partition& p);
 
 Analysis::TileCost worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
-  auto key = std::make_tuple(s.input, s.output, p.y_edges, p.x_edges);
+  auto key = std::make_tuple(s.input, s.output, p.y_edges, p.x_edges, s.shared_rows);
   const auto hit = a.worst_tiles.find(key);
   if (hit != a.worst_tiles.end()) return hit->second;
   return a.worst_tiles.emplace(std::move(key), compute_worst_tile(a, s, p)).first->second;
@@ -365,13 +414,34 @@ Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const
   };
   const auto height = [&p](int64_t r) { return p.tile(r * p.cols()).y.size(); };
   const auto width = [&p](int64_t c) { return p.tile(c).x.size(); };
+  auto cost = [&](const Region& tile) {
+    return s.shared_rows ? a.shared_cost(s.input, s.output, tile.y)
+                         : a.tile_cost(s.input, s.output, tile);
+  };
   Analysis::TileCost worst;
   for (int64_t r : picks(p.rows(), height)) {
     for (int64_t c : picks(p.cols(), width)) {
-      const auto tc = a.tile_cost(s.input, s.output, p.tile(r * p.cols() + c));
+      const auto tc = cost(p.tile(r * p.cols() + c));
       worst.forward_bytes = std::max(worst.forward_bytes, tc.forward_bytes);
       worst.backward_bytes = std::max(worst.backward_bytes, tc.backward_bytes);
     }
+  }
+  if (s.shared_rows) {
+    // Shared rows compute each position once: the FLOPs of one row over the whole output,
+    // spread over the rows (the cost model multiplies them back). The rows each keeps for the
+    // next are all held from the forward to the backward.
+    const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+    const int64_t total = a.shared_cost(s.input, s.output, {0, out.height}).flops;
+    worst.flops = (total + p.rows() - 1) / p.rows();
+    for (int64_t r = 0; r + 1 < p.rows(); ++r) {
+      const int64_t e = p.y_edges[static_cast<size_t>(r) + 1];
+      const SharedRow edge = shared_row(a.graph, a.shapes, s.input, s.output, {e, e});
+      for (NodeId v = s.input + 1; v <= s.output; ++v) {
+        worst.shared_kept_bytes += elements(a.graph.node(v), edge.kept[static_cast<size_t>(v)]);
+      }
+    }
+    worst.shared_kept_bytes *= a.eb;
+    return worst;
   }
   // FLOPs of a typical tile: the cost model multiplies it by the tile count.
   worst.flops = a.tile_cost(s.input, s.output, middle_tile(p)).flops;
@@ -820,6 +890,7 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
     const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
     if (stored_in || stored_out) continue;
+    if (s.shared_rows) continue;  // its rows hand gradients up from the bottom: no graphs kept
     if (has_barrier(a.graph, s) && !s.whole_barriers) {
       // No graph (the tiles run in several passes), but the inner checkpoints may stay: from
       // this forward to this backward, which already count them.
@@ -928,6 +999,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     s.output = bounds[i + 1];
     const bool last_segment = i + 2 == bounds.size();
     if (last_segment) s.reduction = reduction;
+    // 2PS runs segments without barriers; those with run as OverL rows.
+    s.shared_rows = strategy == Strategy::kRowsShared && !has_barrier(a.graph, s);
     const Shape& out = a.shapes[static_cast<size_t>(s.output)];
     const int64_t out_bytes = s.reduction >= 0 ? 0 : a.bytes(s.output);
     const int64_t in_grad = (s.input != 0 || a.options.input_gradient) ? a.bytes(s.input) : 0;
@@ -1024,11 +1097,14 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       }
       return open + 3 * share;
     };
-    auto fits = [&](int64_t n, bool backward, int64_t avail) {
+    // Shared rows also hold what every row keeps for the next (more with more rows: the search
+    // finds the fewest rows whose working set fits, then checks them with it).
+    auto fits = [&](int64_t n, bool backward, int64_t avail, bool with_kept = false) {
       const Partition p = partition_for(strategy, out, n);
       const auto tc = worst_tile(a, s, p);
-      if (!backward) return tc.forward_bytes <= avail;
-      return tc.backward_bytes + open_bytes(p, false) <= avail;
+      const int64_t kept = with_kept ? tc.shared_kept_bytes : 0;
+      if (!backward) return tc.forward_bytes + kept <= avail;
+      return tc.backward_bytes + open_bytes(p, false) + kept <= avail;
     };
     auto choose = [&](bool backward) -> int64_t {
       const int64_t fixed_bytes = backward ? bwd_fixed : fwd_fixed;
@@ -1046,17 +1122,18 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
         else
           lo = mid + 1;
       }
+      if (s.shared_rows && !fits(lo, backward, avail, true)) return -1;
       return lo;
     };
     auto fixed_partition = [&]() {
       if (a.options.tiles_y) {
         return Partition::even(
             out.height, out.width, *a.options.tiles_y,
-            strategy == Strategy::kRows ? 1 : a.options.tiles_x.value_or(*a.options.tiles_y));
+            row_strategy(strategy) ? 1 : a.options.tiles_x.value_or(*a.options.tiles_y));
       }
       const int64_t t = std::max<int64_t>(1, *a.options.tile_size);
       return Partition::even(out.height, out.width, (out.height + t - 1) / t,
-                             strategy == Strategy::kRows ? 1 : (out.width + t - 1) / t);
+                             row_strategy(strategy) ? 1 : (out.width + t - 1) / t);
     };
     // Barriers: whole where the segment fits as one tile both ways (they run as LibTorch runs
     // them), else as sub-segments where the inner checkpoints fit (resident, else in the store
@@ -1100,13 +1177,26 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     if (nf < 0 || nb < 0) cost = kNever;
     if (nf == 0) {
       s.forward = s.backward = fixed_partition();
+    } else if (nf > 0 && nb > 0 && s.shared_rows) {
+      // The backward reuses what the forward's rows kept: one partition for both.
+      s.forward = s.backward = partition_for(strategy, out, std::max(nf, nb));
     } else if (nf > 0 && nb > 0) {
       s.forward = partition_for(strategy, out, nf);
       s.backward = partition_for(strategy, out, nb);
     } else {
       s.forward = s.backward = Partition::whole(out.height, out.width);
     }
-    if (strategy == Strategy::kRows) {
+    if (s.shared_rows && nf != 0) {
+      // Skewed rows (balanced_rows), where they hold no more than even ones.
+      Partition b = s.backward;
+      b.y_edges = balanced_rows(a, s.input, s.output, s.backward.rows(), /*shared=*/true);
+      const auto even = worst_tile(a, s, s.backward), skewed = worst_tile(a, s, b);
+      if (b.rows() == s.backward.rows() &&
+          std::max(skewed.forward_bytes, skewed.backward_bytes) <=
+              std::max(even.forward_bytes, even.backward_bytes)) {
+        s.forward = s.backward = b;
+      }
+    } else if (row_strategy(strategy) && !s.shared_rows) {
       // Balanced rows, unless balancing by input rows makes the heaviest row heavier or
       // changes the row count (when every row needs the whole input, fewer rows read as
       // little; a count the caller or the budget search chose is kept).
@@ -1131,6 +1221,17 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
             3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles()) +
             a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles()) +
             barrier_flops(a, s);
+    if (s.shared_rows) {
+      // What the rows keep, from this forward to this backward; and the concatenations that
+      // join inherited and computed rows, about every activation of the segment once in the
+      // forward and once in the backward's recompute.
+      s.shared_bytes = fc.shared_kept_bytes;
+      fwd_fixed += s.shared_bytes;
+      bwd_fixed += s.shared_bytes;
+      int64_t joined = 0;
+      for (NodeId v = s.input + 1; v <= s.output; ++v) joined += a.bytes(v);
+      cost += 2.0 * a.options.flops_per_byte_copied * static_cast<double>(joined);
+    }
     plan.tiled_flops += s.halo_flops;
     const int64_t in_open = open_bytes(s.backward, true);
     if (i > 0 && tier(i - 1) != Tier::kResident && s.inner_checkpoints) {
@@ -1142,9 +1243,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
     const int64_t bwd_peak = bwd_fixed + in_open + bc.backward_bytes;
     MemoryBreakdown fwd_at = fixed, bwd_at = fixed;
-    fwd_at.checkpoints = held + out_fwd + store_fwd + inner_fwd;
+    fwd_at.checkpoints = held + out_fwd + store_fwd + inner_fwd + s.shared_bytes;
     fwd_at.working_set = fc.forward_bytes;
-    bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open + inner_bwd;
+    bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open + inner_bwd + s.shared_bytes;
     bwd_at.working_set = bc.backward_bytes;
     passes[2 * i] = fwd_at;
     passes[2 * i + 1] = bwd_at;
@@ -1160,6 +1261,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       }
     }
     if (!out_off) held += out_bytes;
+    held += s.shared_bytes;  // until this segment's backward, after every later pass
     plan.checkpoints.push_back(s.output);
     plan.segments.push_back(std::move(s));
   }

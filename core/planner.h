@@ -67,6 +67,9 @@ struct PlanOptions {
   // tile; priced at 2 ms at the guessed 100 GFLOP/s. It keeps the search from buying a few
   // bytes with thousands of tiles (bench/NOTES.md, session 14).
   double flops_per_tile = 2e8;
+  // Shared rows (Strategy::kRowsShared): the price of a byte their concatenations copy, in
+  // FLOPs (a copy reads and writes it at memory speed, ~10 GB/s, against ~100 GFLOP/s).
+  double flops_per_byte_copied = 10;
   // The machine's measured prices (core/offload_prices.h), asked for once, only when no plan
   // with every checkpoint resident fits: they replace the guess above, and each checkpoint the
   // plan would offload is kept in the tier or dropped and recomputed, whichever costs less

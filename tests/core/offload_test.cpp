@@ -433,8 +433,13 @@ TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, PeakUnderBudget,
-                         ::testing::Values(Strategy::kRows, Strategy::kGrid),
-                         [](const auto& info) { return to_string(info.param); });
+                         ::testing::Values(Strategy::kRows, Strategy::kGrid,
+                                           Strategy::kRowsShared),
+                         [](const auto& info) {
+                           std::string name = to_string(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // Train-mode batch norm under a budget that holds none of its inputs: the planner runs the
 // segments as sub-segments with their inner checkpoints in the store, and counts the gradient
