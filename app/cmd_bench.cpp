@@ -32,7 +32,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--pool", args->pool, "The head: avg, max or attention (gated, 128 wide)")
       ->check(CLI::IsMember({"avg", "max", "attention"}))
       ->capture_default_str();
-  cmd->add_option("--strategy", args->strategy, "none, grid, rows or auto")
+  cmd->add_option("--strategy", args->strategy, "none, grid, rows, rows-shared or auto")
       ->check(CLI::IsMember({"none", "grid", "rows", "rows-shared", "auto"}))
       ->capture_default_str();
   cmd->add_option("--budget", args->budget, "Memory budget (0: none)")->capture_default_str();

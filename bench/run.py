@@ -9,6 +9,7 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only dist  data-parallel training: 1 vs 2 local ranks, allreduce time per step
   bench/run --only barriers  train-mode batch norm and group norm against frozen batch norm
   bench/run --only attention  the attention-MIL head against the max-pool head, memory by size
+  bench/run --only rows  grid, overlapping rows (OverL) and shared rows (2PS) under one budget
                              (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
@@ -547,6 +548,63 @@ def run_attention_section(args):
     report_section(args, table, out, ATTENTION_TABLE_BEGIN, ATTENTION_TABLE_END, points)
 
 
+# LR-CNN's two row schemes against SFT's grid (issue 23): overlapping rows (OverL, `rows`)
+# recompute the halos they share; two-phase sharing (2PS, `rows-shared`) computes each position
+# once and keeps the boundary rows instead. (model, size, budget) points, repeat, warmup.
+ROWS_FULL = ([("vgg-mini", 8192, "1GiB"), ("vgg-mini", 16384, "1GiB"), ("vgg16", 4096, "2GiB")],
+             1, 0)
+ROWS_QUICK = ([("tiny", 96, "1MiB")], 1, 0)
+ROWS_TABLE_BEGIN = "<!-- rows table: bench/run --only rows writes between these lines -->"
+ROWS_TABLE_END = "<!-- end of rows table -->"
+
+
+def rows_table(points):
+    out = ["| model | size | budget | strategy | step s | fwd s | bwd s | × rows | × grid | "
+           "fwd FLOPs × plain | measured peak MiB | predicted MiB | moved GiB | tiles fwd/bwd |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        head = f"| {p['model']} | {p['height']}² | {p['budget']} | {p['strategy']} |"
+        if p["status"] != "ok":
+            out.append(head + f" – | – | – | – | – | – | – | – | – | {p['status']} "
+                       f"{p.get('message', '')[:60]} |")
+            continue
+        same = [q for q in points if q["model"] == p["model"] and q["height"] == p["height"]
+                and q["status"] == "ok"]
+        rows = next((q for q in same if q["strategy"] == "rows"), None)
+        grid = next((q for q in same if q["strategy"] == "grid"), None)
+        flops = p["tiled_flops"] / p["plain_flops"] if p.get("plain_flops") else float("nan")
+        out.append(head + f" {p['step_ms_median'] / 1000:.1f} | "
+                   f"{p['forward_ms_median'] / 1000:.1f} | {p['backward_ms_median'] / 1000:.1f} | "
+                   f"{ratio(p, rows) if p['strategy'] != 'rows' else '–'} | "
+                   f"{ratio(p, grid) if p['strategy'] != 'grid' else '–'} | {flops:.3f} | "
+                   f"{fmt_mib(p['measured_peak_bytes'])} | {fmt_mib(predicted_total(p))} | "
+                   f"{p.get('moved_bytes', 0) / 2**30:.1f} | {tiles_cell(p)} |")
+    return "\n".join(out)
+
+
+def run_rows_section(args):
+    cases, repeat, warmup = ROWS_QUICK if args.quick else ROWS_FULL
+    if os.environ.get("BENCH_ROWS_SIZES"):
+        keep = {int(x) for x in os.environ["BENCH_ROWS_SIZES"].split(",")}
+        cases = [c for c in cases if c[1] in keep]
+    points = []
+    for model, size, budget in cases:
+        variants = [(["--budget", budget], strategy, {"budget": budget})
+                    for strategy in ("grid", "rows", "rows-shared")]
+        more, out = run_variant_points(args, "rows", model, [size], variants, repeat, warmup)
+        points += more
+    # run_variant_points writes one file per call: the whole section's points into the last.
+    with open(out, "w") as f:
+        for p in points:
+            f.write(json.dumps(p) + "\n")
+    stamp = datetime.date.today().isoformat()
+    table = (f"Measured by `bench/run --only rows` on {stamp}. Machine: {machine()}. "
+             f"Threads: {points[0].get('threads', '?')}. Strategies fixed, the planner's "
+             f"partitions and checkpoints under each budget; median of {repeat} step(s) after "
+             f"{warmup} warmup.\n\n" + rows_table(points))
+    report_section(args, table, out, ROWS_TABLE_BEGIN, ROWS_TABLE_END, points)
+
+
 # Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
 # local ranks over loopback TCP, each at 1 thread. Kept apart from the step benchmark above.
 DIST_MODELS = ["vgg-mini", "vgg16"]
@@ -637,7 +695,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run of a few seconds")
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
-    ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers", "attention"],
+    ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers", "attention",
+                                       "rows"],
                     default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
@@ -654,6 +713,9 @@ def main():
         return
     if args.only == "barriers":
         run_barriers_section(args)
+        return
+    if args.only == "rows":
+        run_rows_section(args)
         return
     if args.only == "attention":
         run_attention_section(args)

@@ -87,6 +87,7 @@ class TiledStep {
         barrier_states_(static_cast<size_t>(graph.size())),
         kept_(plan.segments.size()),
         shared_kept_(plan.segments.size()),
+        shared_ids_(plan.segments.size()),
         leaves_(static_cast<size_t>(graph.size())) {
     // Each segment's leaves once: inner_checkpoints walks the segment for its forks, and the
     // sub-segments ask for them at every tile.
@@ -332,6 +333,10 @@ class TiledStep {
     return acts[static_cast<size_t>(output)].tensor;
   }
 
+  // Segment `s`'s kept rows live in the tile store (Segment::shared_tier).
+  bool shared_stored(const Segment& s) const {
+    return s.shared_rows && training_ && store_ != nullptr && s.shared_tier != Tier::kResident;
+  }
   // The barriers of segment `s` that need whole-image statistics in this step (core/barrier.h).
   // None in a one-tile segment: its tile is the whole activation, so its barriers run whole.
   std::vector<NodeId> barriers(const Segment& s) const {
@@ -975,6 +980,7 @@ class TiledStep {
     // Shared rows: what each row keeps for the next, by row and node; kept to the backward.
     auto& shared = shared_kept_[static_cast<size_t>(index)];
     shared.assign(s.shared_rows ? static_cast<size_t>(s.forward.tiles()) : 0, {});
+    shared_ids_[static_cast<size_t>(index)].clear();
     auto& kept = kept_[static_cast<size_t>(index)];
     kept.assign(static_cast<size_t>(s.forward.tiles()), {});
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
@@ -992,8 +998,16 @@ class TiledStep {
         const auto before = t > 0 ? &shared[static_cast<size_t>(t) - 1] : &none;
         y = run_shared_row(s, row, read_input(s, in_region), *before,
                            &shared[static_cast<size_t>(t)]);
-        // Inference has no backward to keep them for.
-        if (!training_ && t > 0) shared[static_cast<size_t>(t) - 1].clear();
+        if (training_ && shared_stored(s) && t + 1 < s.forward.tiles()) {
+          // Each node's kept rows a block (any shape and dtype), -1 where it keeps none.
+          std::vector<TileStore::BlockId> ids;
+          for (const at::Tensor& k : shared[static_cast<size_t>(t)]) {
+            ids.push_back(k.defined() ? store_->put(k, s.shared_tier) : -1);
+          }
+          shared_ids_[static_cast<size_t>(index)].push_back(std::move(ids));
+        }
+        // Inference has no backward to keep them for; stored ones are in the store.
+        if ((!training_ || shared_stored(s)) && t > 0) shared[static_cast<size_t>(t) - 1].clear();
       } else if (inner) {
         const TileTensor x = read_input(s, in_region);
         const auto given = leaf_tiles(s, need, s.output, false);
@@ -1035,6 +1049,9 @@ class TiledStep {
       emit(index, s.forward, t, TileEvent::kForward, true);
     }
     update_running_ = false;
+    if (shared_stored(s)) {
+      for (auto& kept : shared) kept.clear();  // in the store
+    }
     if (!(training_ && s.keep_inner)) {
       for (NodeId v : inner_nodes(s)) inner_.erase(v);
     }
@@ -1093,6 +1110,14 @@ class TiledStep {
         if (stored_in != nullptr && !is_kept(t) && !prescheduled) {
           store_->schedule(stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]));
         }
+        if (shared_stored(s) && t > 0) {
+          std::vector<TileStore::BlockId> ids;
+          for (TileStore::BlockId id :
+               shared_ids_[static_cast<size_t>(index)].at(static_cast<size_t>(t) - 1)) {
+            if (id >= 0) ids.push_back(id);
+          }
+          store_->schedule(ids);
+        }
         if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
       }
     }
@@ -1124,6 +1149,16 @@ class TiledStep {
         if (s.shared_rows) {
           // The rows the previous row kept (the forward's copies), as leaves whose gradient
           // goes back to it.
+          if (t > 0 && shared_stored(s)) {
+            auto& kept = shared.at(static_cast<size_t>(t) - 1);
+            const auto& ids = shared_ids_[static_cast<size_t>(index)].at(static_cast<size_t>(t) - 1);
+            kept.assign(ids.size(), at::Tensor());
+            for (size_t v = 0; v < ids.size(); ++v) {
+              if (ids[v] < 0) continue;
+              kept[v] = store_->get(ids[v]);
+              store_->erase(ids[v]);
+            }
+          }
           if (t > 0) {
             for (const at::Tensor& k : shared.at(static_cast<size_t>(t) - 1)) {
               inherited.push_back(k.defined() ? k.detach().requires_grad_(true) : at::Tensor());
@@ -1222,6 +1257,8 @@ class TiledStep {
   // Shared rows (Segment::shared_rows): what each forward row kept for the next, by segment,
   // row and node, until the segment's backward has used them.
   std::vector<std::vector<std::vector<at::Tensor>>> shared_kept_;
+  // Their blocks in the tile store (Segment::shared_tier), by segment, row and node.
+  std::vector<std::vector<std::vector<TileStore::BlockId>>> shared_ids_;
   std::vector<std::vector<NodeId>> leaves_;  // by segment input: leaves()
 };
 

@@ -64,6 +64,7 @@ int64_t Plan::moved_bytes() const {
 bool Plan::offloads() const {
   for (const Segment& s : segments) {
     if (s.tier != Tier::kResident || s.inner_tier != Tier::kResident) return true;
+    if (s.shared_rows && s.shared_tier != Tier::kResident && s.shared_bytes > 0) return true;
   }
   return false;
 }
@@ -521,6 +522,7 @@ int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier) {
   }
   for (const Segment& s : plan.segments) {
     for (NodeId v : stored_inner(s)) held += bytes(v);
+    if (s.shared_rows && s.shared_tier == tier) held += s.shared_bytes;
   }
   // Each segment's backward: its sub-segments run latest first; while the one computing `v`
   // runs, the inner checkpoints up to `v` still hold their values, and those that `v` or a
@@ -579,7 +581,11 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         std::to_string(s.output - s.input),
         to_string(out),
         std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()) +
-            (s.shared_rows ? " shared (" + format_bytes(s.shared_bytes) + " kept)" : ""),
+            (!s.shared_rows ? ""
+             : s.shared_tier == Tier::kResident
+                 ? " shared (" + format_bytes(s.shared_bytes) + " kept)"
+                 : " shared (" + format_bytes(s.shared_bytes) + " kept, " +
+                       to_string(s.shared_tier) + ")"),
         (s.keep_graph
              ? "graph kept"
              : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols())) +
@@ -590,7 +596,8 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         : s.resident_bytes > 0
             ? to_string(s.tier) + " (" + percent(s.resident_bytes, out_bytes) + " resident)"
             : to_string(s.tier),
-        s.tier == Tier::kResident && s.inner_tier == Tier::kResident
+        s.tier == Tier::kResident && s.inner_tier == Tier::kResident &&
+                (!s.shared_rows || s.shared_tier == Tier::kResident)
             ? "-"
             : format_bytes(s.moved_bytes + s.inner_moved_bytes),
     });

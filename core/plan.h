@@ -76,8 +76,11 @@ struct Segment {
   // the next row reads again are kept from the forward until this segment's backward
   // (shared_bytes of them at most), which runs the rows bottom to top and hands each kept
   // row's gradient to the row that computed it. Not with barriers (they run as OverL rows).
+  // The kept rows live in shared_tier: resident, or (the budget has no room for them) in the
+  // tile store, one block per row, written in the forward and read back in the backward.
   bool shared_rows = false;
   int64_t shared_bytes = 0;
+  Tier shared_tier = Tier::kResident;
   // Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept (an inner
   // checkpoint, whole or in the tile store: inner_tier) from its statistic pass, the tiles read
   // it instead of recomputing it, and the backward runs each sub-segment once (the segment's

@@ -1020,8 +1020,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     // An offloaded input's gradient also holds the blocks open while tiles add into it: that
     // depends on the backward partition, so it is added per partition below.
     const int64_t in_bwd = in_off ? 0 : in_grad;
-    const int64_t store_fwd = off.in_use(in_off || out_off, in_off || out_off, cap);
-    const int64_t store_bwd =
+    int64_t store_fwd = off.in_use(in_off || out_off, in_off || out_off, cap);
+    int64_t store_bwd =
         off.in_use(in_off || out_off || before_in_off, in_off || out_off, cap);
     // Barriers' inner checkpoints: held whole in the forward, and in the backward as
     // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
@@ -1122,7 +1122,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
         else
           lo = mid + 1;
       }
-      if (s.shared_rows && !fits(lo, backward, avail, true)) return -1;
+      if (s.shared_rows && s.shared_tier == Tier::kResident && !fits(lo, backward, avail, true)) {
+        return -1;
+      }
       return lo;
     };
     auto fixed_partition = [&]() {
@@ -1138,7 +1140,26 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     // Barriers: whole where the segment fits as one tile both ways (they run as LibTorch runs
     // them), else as sub-segments where the inner checkpoints fit (resident, else in the store
     // where the plan offloads), else recomputed in rounds.
+    // Shared rows' kept rows where the budget has no room for them (or the options force it):
+    // in the store, as offloaded inner checkpoints are (written behind the forward, read ahead
+    // in the backward, within the store's window).
+    auto store_kept_rows = [&]() {
+      s.shared_tier = off.inner_tier;
+      const int64_t more_fwd = off.in_use(in_off || out_off, true, kUnfit) - store_fwd;
+      const int64_t more_bwd = off.in_use(true, true, kUnfit) - store_bwd;
+      store_fwd += more_fwd;
+      store_bwd += more_bwd;
+      fwd_fixed += more_fwd;
+      bwd_fixed += more_bwd;
+    };
+    if (s.shared_rows && off.force_inner) store_kept_rows();
     int64_t nf = choose(false), nb = choose(true);
+    if (s.shared_rows && (nf < 0 || nb < 0) && s.shared_tier == Tier::kResident &&
+        off.inner_tier != Tier::kResident) {
+      store_kept_rows();
+      nf = choose(false);
+      nb = choose(true);
+    }
     const bool one_tile = nf == 0 ? fixed_partition().tiles() == 1 : nf == 1 && nb == 1;
     if (barriers && a.options.whole_barriers && one_tile) {
       s.whole_barriers = true;
@@ -1226,8 +1247,12 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       // join inherited and computed rows, about every activation of the segment once in the
       // forward and once in the backward's recompute.
       s.shared_bytes = fc.shared_kept_bytes;
-      fwd_fixed += s.shared_bytes;
-      bwd_fixed += s.shared_bytes;
+      if (s.shared_tier == Tier::kResident) {
+        fwd_fixed += s.shared_bytes;
+        bwd_fixed += s.shared_bytes;
+      } else {
+        cost += a.options.flops_per_byte_moved * 2.0 * static_cast<double>(s.shared_bytes);
+      }
       int64_t joined = 0;
       for (NodeId v = s.input + 1; v <= s.output; ++v) joined += a.bytes(v);
       cost += 2.0 * a.options.flops_per_byte_copied * static_cast<double>(joined);
@@ -1243,9 +1268,10 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t fwd_peak = fwd_fixed + fc.forward_bytes;
     const int64_t bwd_peak = bwd_fixed + in_open + bc.backward_bytes;
     MemoryBreakdown fwd_at = fixed, bwd_at = fixed;
-    fwd_at.checkpoints = held + out_fwd + store_fwd + inner_fwd + s.shared_bytes;
+    const int64_t shared_held = s.shared_tier == Tier::kResident ? s.shared_bytes : 0;
+    fwd_at.checkpoints = held + out_fwd + store_fwd + inner_fwd + shared_held;
     fwd_at.working_set = fc.forward_bytes;
-    bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open + inner_bwd + s.shared_bytes;
+    bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open + inner_bwd + shared_held;
     bwd_at.working_set = bc.backward_bytes;
     passes[2 * i] = fwd_at;
     passes[2 * i + 1] = bwd_at;
@@ -1261,7 +1287,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       }
     }
     if (!out_off) held += out_bytes;
-    held += s.shared_bytes;  // until this segment's backward, after every later pass
+    held += shared_held;  // until this segment's backward, after every later pass
     plan.checkpoints.push_back(s.output);
     plan.segments.push_back(std::move(s));
   }
@@ -1402,6 +1428,8 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
   for (Segment& s : plan.segments) {
     s.inner_moved_bytes =
         s.inner_tier == Tier::kResident ? 0 : inner_moved_bytes(a, s, plan.window_bytes);
+    // Shared rows' kept rows in the store: written once, read back once.
+    if (s.shared_rows && s.shared_tier != Tier::kResident) s.inner_moved_bytes += 2 * s.shared_bytes;
   }
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     Segment& s = plan.segments[i];

@@ -142,7 +142,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   strategy_ = new QComboBox(this);
   strategy_->setEditable(true);
   strategy_->addItems({QStringLiteral("auto"), QStringLiteral("none"), QStringLiteral("grid"),
-                       QStringLiteral("rows")});
+                       QStringLiteral("rows"), QStringLiteral("rows-shared")});
   epochs_ = new QSpinBox(this);
   epochs_->setRange(1, 100000);
   lr_ = new QDoubleSpinBox(this);

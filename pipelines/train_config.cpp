@@ -140,7 +140,7 @@ const std::map<std::string, Setter>& setters() {
       {"metric", set(&TrainConfig::metric, "accuracy, balanced_accuracy, auc or loss")},
       {"patience", set(&TrainConfig::patience, "a whole number")},
       {"budget", set(&TrainConfig::budget, "a size such as 2GiB")},
-      {"strategy", set(&TrainConfig::strategy, "grid, rows, auto or none")},
+      {"strategy", set(&TrainConfig::strategy, "grid, rows, rows-shared, auto or none")},
       {"device", set(&TrainConfig::device, "cpu, cuda, cuda:N or auto")},
       {"precision", set(&TrainConfig::precision, "float32, tf32 or bf16")},
       {"seed", set(&TrainConfig::seed, "a whole number")},

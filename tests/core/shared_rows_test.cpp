@@ -136,12 +136,16 @@ TEST(SharedRows, RandomNetworksMatchPlainAutograd) {
 }
 
 // The checkpoints between segments in the store (2PS-H with offload): on disk and in host
-// memory, each segment's input read and its gradient added by the rows' own regions.
+// memory, each segment's input read and its gradient added by the rows' own regions; and the
+// rows each row keeps for the next in the store too (written in the forward, read back in the
+// backward, one block per row and node).
 TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
-  int shared = 0;
+  int shared = 0, stored = 0;
   for (uint64_t seed = 1; seed <= 16; ++seed) {
     Case c = random_case(seed + 100);
     c.options.offload = seed % 2 ? PlanOptions::Offload::kDisk : PlanOptions::Offload::kHost;
+    // The kept rows in the store too (Segment::shared_tier), in one case in four in host memory.
+    if (seed % 4 != 0) c.options.inner_tier = seed % 4 == 1 ? Tier::kHost : Tier::kDisk;
     // Small blocks: many per row, the rows' regions cut across them.
     c.options.offload_window_bytes = 4096 * static_cast<int64_t>(1 + seed % 4);
     c.options.offload_block_bytes = 512 * static_cast<int64_t>(1 + seed % 3);
@@ -156,8 +160,15 @@ TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
     if (plan.offloads() && c.options.offload == PlanOptions::Offload::kDisk) {
       EXPECT_GT(r.offload_bytes, 0) << to_string(plan, c.graph);
     }
+    for (const Segment& s : plan.segments) {
+      if (c.options.inner_tier && s.shared_rows && s.shared_bytes > 0) {
+        EXPECT_EQ(s.shared_tier, *c.options.inner_tier);
+        ++stored;
+      }
+    }
   }
   EXPECT_GT(shared, 16);
+  EXPECT_GE(stored, 8) << "too few plans kept their rows in the store";
 }
 
 // The zoo's networks (residual joins, strided convs, pools, frozen batch norm) at sizes that
