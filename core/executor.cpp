@@ -972,8 +972,12 @@ class TiledStep {
     if (training_ && s.keep_graph && has_barriers) {
       throw Error("internal: a segment with barriers recomputes its tiles, it keeps no graph");
     }
-    if (s.shared_rows && (!same_tiles || has_barriers || s.keep_graph)) {
-      throw Error("internal: shared rows run the same rows both ways, without barriers or graphs");
+    if (s.shared_rows && (!same_tiles || has_barriers)) {
+      throw Error("internal: shared rows run the same rows both ways, without barriers");
+    }
+    const bool shared_graphs = training_ && s.shared_rows && s.keep_graph;
+    if (shared_graphs && shared_stored(s)) {
+      throw Error("internal: shared rows that keep their graphs keep their rows in them");
     }
     const bool last = index + 1 == static_cast<int>(plan_.segments.size());
     const bool keep_last = training_ && last && same_tiles && !has_barriers && !s.shared_rows;
@@ -992,7 +996,21 @@ class TiledStep {
       const std::vector<Region> need = inner ? sub_needs(s, s.output, tile) : needs(s, tile);
       const Region& in_region = need[static_cast<size_t>(s.input)];
       at::Tensor y;
-      if (s.shared_rows) {
+      if (shared_graphs) {
+        // Rows chained through their kept rows (views, with autograd): the segment's graph,
+        // row by row, for one backward over all of them (shared_kept_backward).
+        at::AutoGradMode grad_mode(true);
+        const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+        static const std::vector<at::Tensor> none;
+        const auto before = t > 0 ? &shared[static_cast<size_t>(t) - 1] : &none;
+        KeptTile& k = kept[static_cast<size_t>(t)];
+        k.input = read_input(s, in_region).tensor.detach();
+        if (wants_input_grad(s)) k.input.requires_grad_(true);
+        k.output = run_shared_row(s, row, {k.input, in_region}, *before,
+                                  &shared[static_cast<size_t>(t)]);
+        y = k.output.detach();
+        if (t > 0) shared[static_cast<size_t>(t) - 1].clear();  // the graph holds them
+      } else if (s.shared_rows) {
         const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
         static const std::vector<at::Tensor> none;
         const auto before = t > 0 ? &shared[static_cast<size_t>(t) - 1] : &none;
@@ -1074,6 +1092,7 @@ class TiledStep {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     // Before anything below allocates the input's gradient: sub-segments allocate their own.
     if (inner_mode(s)) return inner_backward(index, grad_out);
+    if (s.shared_rows && s.keep_graph) return shared_kept_backward(index, grad_out);
     const Shape& in_shape = shape(s.input);
     const bool want_input_grad = wants_input_grad(s);
     at::Tensor grad_in;
@@ -1201,6 +1220,43 @@ class TiledStep {
     if (want_input_grad && stored_grad_in == nullptr && !grad_in.defined()) {
       grad_in = zeros(in_shape);
     }
+    return grad_in;
+  }
+
+  // The backward of shared rows that kept their graphs (forward_segment): the rows' graphs are
+  // chained through their kept rows, so one backward runs over all of them, from every row's
+  // output gradient at once (each row's kept rows get their gradient from the row below
+  // within it). Only resident checkpoints (the planner keeps no graph by the store).
+  at::Tensor shared_kept_backward(int index, const at::Tensor& grad_out) {
+    const Segment& s = plan_.segments[static_cast<size_t>(index)];
+    const Shape& in_shape = shape(s.input);
+    auto& kept = kept_[static_cast<size_t>(index)];
+    auto& shared = shared_kept_[static_cast<size_t>(index)];
+    at::Tensor root;
+    for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+      emit(index, s.backward, t, TileEvent::kBackward, false);
+      at::Tensor y = std::move(kept.at(static_cast<size_t>(t)).output);
+      at::Tensor r = output_root(s, s.backward.tile(t), y, grad_out, nullptr);
+      if (r.defined() && r.requires_grad()) root = root.defined() ? root + r : r;
+    }
+    shared.clear();
+    if (root.defined()) {
+      at::AutoGradMode grad_mode(true);
+      root.backward();
+    }
+    at::Tensor grad_in;
+    for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+      KeptTile& k = kept.at(static_cast<size_t>(t));
+      const Region in_region = needs(s, s.backward.tile(t))[static_cast<size_t>(s.input)];
+      if (wants_input_grad(s) && k.input.defined() && k.input.grad().defined() &&
+          !in_region.empty()) {
+        add_into(grad_in, in_shape, in_region, k.input.grad());
+      }
+      k = {};
+      ++backward_tiles;
+      emit(index, s.backward, t, TileEvent::kBackward, true);
+    }
+    if (wants_input_grad(s) && !grad_in.defined()) grad_in = zeros(in_shape);
     return grad_in;
   }
 

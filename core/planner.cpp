@@ -890,7 +890,8 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
     const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
     if (stored_in || stored_out) continue;
-    if (s.shared_rows) continue;  // its rows hand gradients up from the bottom: no graphs kept
+    // Shared rows keep their graphs with their kept rows in them (not in the store).
+    if (s.shared_rows && s.shared_tier != Tier::kResident && s.shared_bytes > 0) continue;
     if (has_barrier(a.graph, s) && !s.whole_barriers) {
       // No graph (the tiles run in several passes), but the inner checkpoints may stay: from
       // this forward to this backward, which already count them.
@@ -914,7 +915,8 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     const bool output_is_checkpoint = s.forward.tiles() == 1 && s.reduction < 0;
     int64_t kept = 0, working = 0;
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-      const auto tc = a.tile_cost(s.input, s.output, s.forward.tile(t));
+      const auto tc = s.shared_rows ? a.shared_cost(s.input, s.output, s.forward.tile(t).y)
+                                    : a.tile_cost(s.input, s.output, s.forward.tile(t));
       const int64_t shared = (input_view ? tc.kept_input_bytes : 0) +
                              (output_is_checkpoint ? tc.kept_output_bytes : 0);
       kept += tc.kept_bytes - shared;

@@ -171,6 +171,26 @@ TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
   EXPECT_GE(stored, 8) << "too few plans kept their rows in the store";
 }
 
+// Shared rows that keep their graphs (where the budget leaves room): the rows' graphs chained
+// through their kept rows, one backward over all of them. Exact whether a plan's segments keep
+// them or not.
+TEST(SharedRows, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
+  int kept = 0;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    Case c = random_case(seed + 300);
+    c.options.keep_graphs = true;
+    const Plan plan = plan_for(c, int64_t{1} << 40);
+    for (const Segment& s : plan.segments) kept += s.shared_rows && s.keep_graph && s.forward.rows() > 1;
+    StepOptions so;
+    so.input_gradient = c.options.input_gradient;
+    const auto r = compare_with_plain(
+        c.graph, plan, random_image(2, c.input.height, c.input.width, seed + 300), seed, so);
+    EXPECT_LT(r.worst(), kTolerance) << "seed " << seed << "\n"
+                                     << to_string(plan, c.graph) << r.to_string();
+  }
+  EXPECT_GT(kept, 20) << "too few shared segments kept their graphs";
+}
+
 // The zoo's networks (residual joins, strided convs, pools, frozen batch norm) at sizes that
 // divide nothing, in float64.
 TEST(SharedRows, ZooModelsMatchPlainAutograd) {
