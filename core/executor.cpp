@@ -1010,6 +1010,23 @@ class TiledStep {
                                   &shared[static_cast<size_t>(t)]);
         y = k.output.detach();
         if (t > 0) shared[static_cast<size_t>(t) - 1].clear();  // the graph holds them
+      } else if (s.shared_rows && training_ && last && !shared_stored(s) &&
+                 t + 1 == s.forward.tiles()) {
+        // The last row of the last segment keeps its graph: the backward starts with it. Its
+        // inherited rows are leaves, as in the backward's recompute.
+        at::AutoGradMode grad_mode(true);
+        const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+        last_leaves_.clear();
+        if (t > 0) {
+          for (const at::Tensor& k : shared[static_cast<size_t>(t) - 1]) {
+            last_leaves_.push_back(k.defined() ? k.detach().requires_grad_(true) : at::Tensor());
+          }
+        }
+        KeptTile& k = kept[static_cast<size_t>(t)];
+        k.input = read_input(s, in_region).tensor.detach();
+        if (wants_input_grad(s)) k.input.requires_grad_(true);
+        k.output = run_shared_row(s, row, {k.input, in_region}, last_leaves_, nullptr);
+        y = k.output.detach();
       } else if (s.shared_rows) {
         const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
         static const std::vector<at::Tensor> none;
@@ -1165,7 +1182,11 @@ class TiledStep {
         at::AutoGradMode grad_mode(true);
         std::map<NodeId, TileTensor> acts;
         std::vector<at::Tensor> inherited, kept_views;
-        if (s.shared_rows) {
+        if (s.shared_rows && y.defined()) {
+          // The forward's last row, graph kept: it keeps no rows for a next one.
+          inherited = std::move(last_leaves_);
+          last_leaves_.clear();
+        } else if (s.shared_rows) {
           // The rows the previous row kept (the forward's copies), as leaves whose gradient
           // goes back to it.
           if (t > 0 && shared_stored(s)) {
@@ -1315,6 +1336,7 @@ class TiledStep {
   std::vector<std::vector<std::vector<at::Tensor>>> shared_kept_;
   // Their blocks in the tile store (Segment::shared_tier), by segment, row and node.
   std::vector<std::vector<std::vector<TileStore::BlockId>>> shared_ids_;
+  std::vector<at::Tensor> last_leaves_;  // the inherited rows of a kept last shared row
   std::vector<std::vector<NodeId>> leaves_;  // by segment input: leaves()
 };
 
