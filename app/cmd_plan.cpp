@@ -45,7 +45,8 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT in pixels")->required();
   cmd->add_option("--budget", args->budget, "Memory budget, e.g. 2GiB, 512MiB")
       ->capture_default_str();
-  cmd->add_option("--strategy", args->strategy, "none, grid, rows (LR-CNN OverL), rows-shared (LR-CNN 2PS) or auto")
+  cmd->add_option("--strategy", args->strategy,
+                  "none, grid, rows (LR-CNN OverL), rows-shared (LR-CNN 2PS) or auto")
       ->check(CLI::IsMember({"none", "grid", "rows", "rows-shared", "auto"}))
       ->capture_default_str();
   cmd->add_option("--classes", args->classes, "Classes of the slide-level head")

@@ -266,9 +266,13 @@ class TiledStep {
   // row keeps for the next one: copies in the forward (the previous row's held tensors are
   // freed), views of the held rows with autograd on (the backward seeds them with the
   // gradient the next row handed back). Returns the output's rows, those of `row.computed`.
+  // `handed` (the backward, by node): the gradient the row below handed back for the rows this
+  // one keeps. Where the row's own consumers read a node, it is added to the node's gradient
+  // as autograd passes it (a hook: one copy of the gradient); elsewhere the node's kept rows
+  // come back in `kept` for the caller to seed.
   at::Tensor run_shared_row(const Segment& s, const SharedRow& row, TileTensor input,
-                            const std::vector<at::Tensor>& inherited,
-                            std::vector<at::Tensor>* kept) {
+                            const std::vector<at::Tensor>& inherited, std::vector<at::Tensor>* kept,
+                            const std::vector<at::Tensor>* handed = nullptr) {
     const NodeId first = s.input, output = s.output;
     const bool grad = at::GradMode::is_enabled();
     std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
@@ -322,7 +326,22 @@ class TiledStep {
                     std::to_string(acts[i].tensor.size(2)) + " rows, the plan " +
                     std::to_string(held.y.size()));
       }
-      if (kept != nullptr && !row.kept[i].empty()) {
+      const at::Tensor& g = handed != nullptr && i < handed->size() ? (*handed)[i] : at::Tensor();
+      bool read_here = false;
+      for (NodeId c : graph_.consumers()[i]) {
+        read_here = read_here || (c <= output && !row.computed[static_cast<size_t>(c)].empty());
+      }
+      if (g.defined() && read_here && acts[i].tensor.requires_grad() && !row.kept[i].empty()) {
+        // A seed on a view of the kept rows would zero-fill a gradient of the whole held
+        // tensor and add it; the hook adds into a copy of the gradient instead (it may be
+        // shared: an add's backward hands one tensor to both inputs).
+        const int64_t offset = row.kept[i].y.begin - held.y.begin;
+        acts[i].tensor.register_hook([g, offset](const at::Tensor& grad) {
+          at::Tensor out = grad.clone();
+          out.narrow(2, offset, g.size(2)).add_(g);
+          return out;
+        });
+      } else if (kept != nullptr && !row.kept[i].empty()) {
         const at::Tensor part = crop(acts[i], row.kept[i]);
         (*kept)[i] = grad ? part : part.clone();
       }
@@ -1006,8 +1025,8 @@ class TiledStep {
         KeptTile& k = kept[static_cast<size_t>(t)];
         k.input = read_input(s, in_region).tensor.detach();
         if (wants_input_grad(s)) k.input.requires_grad_(true);
-        k.output = run_shared_row(s, row, {k.input, in_region}, *before,
-                                  &shared[static_cast<size_t>(t)]);
+        k.output =
+            run_shared_row(s, row, {k.input, in_region}, *before, &shared[static_cast<size_t>(t)]);
         y = k.output.detach();
         if (t > 0) shared[static_cast<size_t>(t) - 1].clear();  // the graph holds them
       } else if (s.shared_rows && training_ && last && !shared_stored(s) &&
@@ -1191,7 +1210,8 @@ class TiledStep {
           // goes back to it.
           if (t > 0 && shared_stored(s)) {
             auto& kept = shared.at(static_cast<size_t>(t) - 1);
-            const auto& ids = shared_ids_[static_cast<size_t>(index)].at(static_cast<size_t>(t) - 1);
+            const auto& ids =
+                shared_ids_[static_cast<size_t>(index)].at(static_cast<size_t>(t) - 1);
             kept.assign(ids.size(), at::Tensor());
             for (size_t v = 0; v < ids.size(); ++v) {
               if (ids[v] < 0) continue;
@@ -1205,7 +1225,7 @@ class TiledStep {
             }
           }
           const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
-          y = run_shared_row(s, row, {x, in_region}, inherited, &kept_views);
+          y = run_shared_row(s, row, {x, in_region}, inherited, &kept_views, &handed_back);
         } else if (!y.defined()) {
           y = run_tile(s.input, s.output, need, {x, in_region}, has_barriers ? &acts : nullptr);
         }
@@ -1336,7 +1356,7 @@ class TiledStep {
   std::vector<std::vector<std::vector<at::Tensor>>> shared_kept_;
   // Their blocks in the tile store (Segment::shared_tier), by segment, row and node.
   std::vector<std::vector<std::vector<TileStore::BlockId>>> shared_ids_;
-  std::vector<at::Tensor> last_leaves_;  // the inherited rows of a kept last shared row
+  std::vector<at::Tensor> last_leaves_;      // the inherited rows of a kept last shared row
   std::vector<std::vector<NodeId>> leaves_;  // by segment input: leaves()
 };
 

@@ -343,8 +343,8 @@ std::vector<int64_t> rows_done(const Graph& graph, const std::vector<Shape>& sha
 
 // The first row of each node that the rows after `from` (rows_done of the rows before them)
 // still read, up to `all` (rows_done of the whole output); the node's height when none.
-std::vector<int64_t> rows_first(const Graph& graph, const std::vector<Shape>& shapes,
-                                NodeId input, NodeId output, const std::vector<int64_t>& from,
+std::vector<int64_t> rows_first(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                                NodeId output, const std::vector<int64_t>& from,
                                 const std::vector<int64_t>& all) {
   std::vector<int64_t> first(static_cast<size_t>(output) + 1, 0);
   first[static_cast<size_t>(output)] = from[static_cast<size_t>(output)];

@@ -1023,8 +1023,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     // depends on the backward partition, so it is added per partition below.
     const int64_t in_bwd = in_off ? 0 : in_grad;
     int64_t store_fwd = off.in_use(in_off || out_off, in_off || out_off, cap);
-    int64_t store_bwd =
-        off.in_use(in_off || out_off || before_in_off, in_off || out_off, cap);
+    int64_t store_bwd = off.in_use(in_off || out_off || before_in_off, in_off || out_off, cap);
     // Barriers' inner checkpoints: held whole in the forward, and in the backward as
     // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
     // input's goes to the store at the end, so it holds no open blocks while tiles add into it).
@@ -1214,9 +1213,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
       Partition b = s.backward;
       b.y_edges = balanced_rows(a, s.input, s.output, s.backward.rows(), /*shared=*/true);
       const auto even = worst_tile(a, s, s.backward), skewed = worst_tile(a, s, b);
-      if (b.rows() == s.backward.rows() &&
-          std::max(skewed.forward_bytes, skewed.backward_bytes) <=
-              std::max(even.forward_bytes, even.backward_bytes)) {
+      if (b.rows() == s.backward.rows() && std::max(skewed.forward_bytes, skewed.backward_bytes) <=
+                                               std::max(even.forward_bytes, even.backward_bytes)) {
         s.forward = s.backward = b;
       }
     } else if (row_strategy(strategy) && !s.shared_rows) {
@@ -1431,7 +1429,8 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
     s.inner_moved_bytes =
         s.inner_tier == Tier::kResident ? 0 : inner_moved_bytes(a, s, plan.window_bytes);
     // Shared rows' kept rows in the store: written once, read back once.
-    if (s.shared_rows && s.shared_tier != Tier::kResident) s.inner_moved_bytes += 2 * s.shared_bytes;
+    if (s.shared_rows && s.shared_tier != Tier::kResident)
+      s.inner_moved_bytes += 2 * s.shared_bytes;
   }
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     Segment& s = plan.segments[i];

@@ -433,8 +433,7 @@ TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, PeakUnderBudget,
-                         ::testing::Values(Strategy::kRows, Strategy::kGrid,
-                                           Strategy::kRowsShared),
+                         ::testing::Values(Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared),
                          [](const auto& info) {
                            std::string name = to_string(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');

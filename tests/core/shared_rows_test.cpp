@@ -38,7 +38,8 @@ TEST(SharedRows, RowsComputeEveryPositionOnce) {
     const Shape in{2, 17 + static_cast<int64_t>(rng() % 40), 17 + static_cast<int64_t>(rng() % 40)};
     const std::vector<Shape> shapes = g.shapes(in);
     std::vector<NodeId> candidates = checkpoint_candidates(g);
-    const NodeId input = candidates.empty() || rng() % 2 ? 0 : candidates[rng() % candidates.size()];
+    const NodeId input =
+        candidates.empty() || rng() % 2 ? 0 : candidates[rng() % candidates.size()];
     NodeId output = input;
     for (NodeId v = input + 1; v < g.size() && g.node(v).spatial(); ++v) output = v;
     if (output == input) continue;
@@ -127,8 +128,8 @@ TEST(SharedRows, RandomNetworksMatchPlainAutograd) {
     shared += shared_segments(plan);
     StepOptions so;
     so.input_gradient = c.options.input_gradient;
-    const auto r = compare_with_plain(c.graph, plan,
-                                      random_image(2, c.input.height, c.input.width, seed), seed, so);
+    const auto r = compare_with_plain(
+        c.graph, plan, random_image(2, c.input.height, c.input.width, seed), seed, so);
     EXPECT_LT(r.worst(), kTolerance) << "seed " << seed << " input " << to_string(c.input) << "\n"
                                      << to_string(plan, c.graph) << r.to_string();
   }
@@ -180,7 +181,8 @@ TEST(SharedRows, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
     Case c = random_case(seed + 300);
     c.options.keep_graphs = true;
     const Plan plan = plan_for(c, int64_t{1} << 40);
-    for (const Segment& s : plan.segments) kept += s.shared_rows && s.keep_graph && s.forward.rows() > 1;
+    for (const Segment& s : plan.segments)
+      kept += s.shared_rows && s.keep_graph && s.forward.rows() > 1;
     StepOptions so;
     so.input_gradient = c.options.input_gradient;
     const auto r = compare_with_plain(
