@@ -186,9 +186,14 @@ void BarrierState::add_output_grad(const at::Tensor& x, const at::Tensor& dy) {
   // Σ dy and Σ dy·x̂ per channel in one fused pass: LibTorch's batch norm backward in
   // evaluation form (the statistic as its running mean and variance) computes exactly these as
   // the bias's and weight's gradients; scaled by γ, they are Σ dz and Σ dz·x̂ (dz = γ·dy).
-  const auto grads = at::native_batch_norm_backward(
-      dy, x, /*weight=*/{}, mean_flat_, var_flat_, /*save_mean=*/{}, /*save_invstd=*/{},
-      /*train=*/false, node_.eps, {false, true, true});
+  // The saved statistics are empty, not undefined: CUDA's kernel (unlike the CPU's) asserts they
+  // are defined when it skips the input gradient, and takes empty ones as "use the running".
+  const at::Tensor none = at::empty({0}, mean_flat_.options());
+  const at::Tensor ones = at::ones_like(mean_flat_);  // γ: its gradients do not depend on it
+  const auto grads =
+      at::native_batch_norm_backward(dy, x, ones, mean_flat_, var_flat_,
+                                     /*save_mean=*/none, /*save_invstd=*/none,
+                                     /*train=*/false, node_.eps, {false, true, true});
   const at::Tensor gamma = param(node_, "weight");
   sum_a_ += (std::get<2>(grads) * gamma).to(at::kDouble);
   sum_b_ += (std::get<1>(grads) * gamma).to(at::kDouble);
