@@ -87,8 +87,9 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   auto* cmd = app.add_subcommand(
       "gradcheck", "Compare one tiled training step with plain autograd on random data");
   cmd->add_option("--model", args->model,
-                  "A model name, 'random' (drawn from --seed), or a checkpoint that holds a "
-                  "network (NET.h5 from tessel import)")
+                  "A model name, 'random' (drawn from --seed), 'random-barriers' (the same with "
+                  "batch norms, group norms and SE blocks), or a checkpoint that holds a network "
+                  "(NET.h5 from tessel import)")
       ->capture_default_str();
   cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT")->capture_default_str();
   cmd->add_option("--strategy", args->strategy, "grid, rows or rows-shared")

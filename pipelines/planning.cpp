@@ -96,13 +96,14 @@ PlanReport plan_model(const PlanRequest& r) {
 }
 
 GradcheckReport gradcheck(const GradcheckRequest& r) {
-  core::Graph graph = r.network             ? r.network(2)
-                      : r.model == "random" ? models::random_network(r.seed, 16, 3)
-                                            : models::build_model(r.model, [&] {
-                                                models::ModelOptions mo;
-                                                mo.norm = models::parse_norm(r.norm);
-                                                return mo;
-                                              }());
+  const bool random = r.model == "random" || r.model == "random-barriers";
+  core::Graph graph = r.network ? r.network(2)
+                      : random  ? models::random_network(r.seed, 16, 3, r.model != "random")
+                                : models::build_model(r.model, [&] {
+                                   models::ModelOptions mo;
+                                   mo.norm = models::parse_norm(r.norm);
+                                   return mo;
+                                 }());
   const int64_t channels = graph.node(graph.input()).channels;
   const c10::Device device = core::resolve_device(r.device);
   core::use_exact_algorithms();
