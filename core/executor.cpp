@@ -175,6 +175,39 @@ class TiledStep {
     return run_tile(s.input, s.output, need, std::move(input), nullptr);
   }
 
+  // How many ops of first+1 … output read each node (a node's tile is freed after its last).
+  std::vector<int> reader_counts(NodeId first, NodeId output) const {
+    std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
+    for (NodeId v = first + 1; v <= output; ++v) {
+      for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
+    }
+    return uses;
+  }
+
+  // The no-grad forward runs channels-last: oneDNN's convs are faster in it (DESIGN.md);
+  // autograd's recompute stays contiguous, where channels-last slowed the backward.
+  static TileTensor no_grad_channels_last(TileTensor input) {
+    if (!at::GradMode::is_enabled() && input.tensor.numel() > 0 &&
+        !input.tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      at::Tensor last = at::empty_like(input.tensor, at::MemoryFormat::ChannelsLast);
+      copy_tile(last, input.tensor);
+      input.tensor = std::move(last);
+    }
+    return input;
+  }
+
+  // `node` over `out` from its producers' tiles in `acts` (core/tile_ops.h forward_tile).
+  at::Tensor forward_node(const Node& node, const Region& out, const std::vector<TileTensor>& acts,
+                          bool overwrite) const {
+    std::vector<TileTensor> ins;
+    std::vector<Shape> in_shapes;
+    for (NodeId p : node.inputs) {
+      ins.push_back(acts[static_cast<size_t>(p)]);
+      in_shapes.push_back(shape(p));
+    }
+    return forward_tile(node, out, ins, in_shapes, overwrite);
+  }
+
   // Runs nodes (input, output] over `need`; `barrier_acts`, when given, receives every barrier's
   // output and input tiles there (by node), for the backward's sums and corrections. `leaves`:
   // nodes whose tiles are given (inner checkpoints), not computed. `hooks`: each barrier's output
@@ -183,19 +216,8 @@ class TiledStep {
                       TileTensor input, std::map<NodeId, TileTensor>* barrier_acts,
                       const std::map<NodeId, TileTensor>* leaves = nullptr, bool hooks = false) {
     std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
-    std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
-    for (NodeId v = first + 1; v <= output; ++v) {
-      for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
-    }
-    // The no-grad forward runs channels-last: oneDNN's convs are faster in it (DESIGN.md);
-    // autograd's recompute stays contiguous, where channels-last slowed the backward.
-    if (!at::GradMode::is_enabled() && input.tensor.numel() > 0 &&
-        !input.tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-      at::Tensor last = at::empty_like(input.tensor, at::MemoryFormat::ChannelsLast);
-      copy_tile(last, input.tensor);
-      input.tensor = std::move(last);
-    }
-    acts[static_cast<size_t>(first)] = std::move(input);
+    std::vector<int> uses = reader_counts(first, output);
+    acts[static_cast<size_t>(first)] = no_grad_channels_last(std::move(input));
     const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
     for (NodeId v = first + 1; v <= output; ++v) {
       const Node& node = graph_.node(v);
@@ -234,19 +256,13 @@ class TiledStep {
         acts[static_cast<size_t>(v)] = {std::move(y), r};
         if (barrier_acts != nullptr) (*barrier_acts)[v] = acts[static_cast<size_t>(v)];
       } else {
-        std::vector<TileTensor> ins;
-        std::vector<Shape> in_shapes;
-        for (NodeId p : node.inputs) {
-          ins.push_back(acts[static_cast<size_t>(p)]);
-          in_shapes.push_back(shape(p));
-        }
         // A pointwise op may overwrite its input when it is the only reader of a tensor the
         // producer freshly allocated (never a view of a checkpoint, the image, or an alias).
         const Node& producer = graph_.node(node.inputs[0]);
         const bool fresh = allocates_output(producer);
         const bool overwrite = fresh && producer.id != first &&
                                graph_.consumers()[static_cast<size_t>(producer.id)].size() == 1;
-        acts[static_cast<size_t>(v)] = {forward_tile(node, r, ins, in_shapes, overwrite), r};
+        acts[static_cast<size_t>(v)] = {forward_node(node, r, acts, overwrite), r};
       }
       // A barrier's input, also where the barrier's own output is not needed: the tile's share
       // of it may still hold positions (the correction's).
@@ -276,17 +292,8 @@ class TiledStep {
     const NodeId first = s.input, output = s.output;
     const bool grad = at::GradMode::is_enabled();
     std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
-    std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
-    for (NodeId v = first + 1; v <= output; ++v) {
-      for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
-    }
-    if (!grad && input.tensor.numel() > 0 &&
-        !input.tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-      at::Tensor last = at::empty_like(input.tensor, at::MemoryFormat::ChannelsLast);
-      copy_tile(last, input.tensor);
-      input.tensor = std::move(last);
-    }
-    acts[static_cast<size_t>(first)] = std::move(input);
+    std::vector<int> uses = reader_counts(first, output);
+    acts[static_cast<size_t>(first)] = no_grad_channels_last(std::move(input));
     const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
     if (kept != nullptr) kept->assign(static_cast<size_t>(output) + 1, at::Tensor());
     for (NodeId v = first + 1; v <= output; ++v) {
@@ -296,19 +303,13 @@ class TiledStep {
       const Region& computed = row.computed[i];
       at::Tensor fresh;
       if (!computed.empty()) {
-        std::vector<TileTensor> ins;
-        std::vector<Shape> in_shapes;
-        for (NodeId p : node.inputs) {
-          ins.push_back(acts[static_cast<size_t>(p)]);
-          in_shapes.push_back(shape(p));
-        }
         // In place as run_tile does, where the producer's held rows are a tensor of this row's
         // own (its kept rows were copied when it was held; never the inherited rows alone).
         const Node& producer = graph_.node(node.inputs[0]);
         const auto pi = static_cast<size_t>(producer.id);
         const bool overwrite = !grad && producer.id != first && allocates_output(producer) &&
                                graph_.consumers()[pi].size() == 1 && !row.computed[pi].empty();
-        fresh = forward_tile(node, computed, ins, in_shapes, overwrite);
+        fresh = forward_node(node, computed, acts, overwrite);
       }
       const at::Tensor& before = i < inherited.size() ? inherited[i] : at::Tensor();
       const bool has_before = before.defined() && before.numel() > 0;

@@ -120,18 +120,25 @@ Plan plan_for(Case& c, int64_t budget = 0) {
   }
 }
 
+// One step of `plan` against plain autograd on a random image drawn from `image_seed`; fails
+// naming the seed, the input and the plan. Returns the comparison.
+Comparison expect_plain(Case& c, const Plan& plan, uint64_t seed, uint64_t image_seed) {
+  StepOptions so;
+  so.input_gradient = c.options.input_gradient;
+  const auto r = compare_with_plain(
+      c.graph, plan, random_image(2, c.input.height, c.input.width, image_seed), seed, so);
+  EXPECT_LT(r.worst(), kTolerance) << "seed " << seed << " input " << to_string(c.input) << "\n"
+                                   << to_string(plan, c.graph) << r.to_string();
+  return r;
+}
+
 TEST(SharedRows, RandomNetworksMatchPlainAutograd) {
   int shared = 0;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     Case c = random_case(seed);
     const Plan plan = plan_for(c);
     shared += shared_segments(plan);
-    StepOptions so;
-    so.input_gradient = c.options.input_gradient;
-    const auto r = compare_with_plain(
-        c.graph, plan, random_image(2, c.input.height, c.input.width, seed), seed, so);
-    EXPECT_LT(r.worst(), kTolerance) << "seed " << seed << " input " << to_string(c.input) << "\n"
-                                     << to_string(plan, c.graph) << r.to_string();
+    expect_plain(c, plan, seed, seed);
   }
   EXPECT_GT(shared, 60) << "too few plans ran shared rows";
 }
@@ -152,12 +159,7 @@ TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
     c.options.offload_block_bytes = 512 * static_cast<int64_t>(1 + seed % 3);
     const Plan plan = plan_for(c);
     shared += shared_segments(plan);
-    StepOptions so;
-    so.input_gradient = c.options.input_gradient;
-    const auto r = compare_with_plain(
-        c.graph, plan, random_image(2, c.input.height, c.input.width, seed + 100), seed, so);
-    EXPECT_LT(r.worst(), kTolerance) << "seed " << seed << "\n"
-                                     << to_string(plan, c.graph) << r.to_string();
+    const Comparison r = expect_plain(c, plan, seed, seed + 100);
     if (plan.offloads() && c.options.offload == PlanOptions::Offload::kDisk) {
       EXPECT_GT(r.offload_bytes, 0) << to_string(plan, c.graph);
     }
@@ -183,12 +185,7 @@ TEST(SharedRows, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
     const Plan plan = plan_for(c, int64_t{1} << 40);
     for (const Segment& s : plan.segments)
       kept += s.shared_rows && s.keep_graph && s.forward.rows() > 1;
-    StepOptions so;
-    so.input_gradient = c.options.input_gradient;
-    const auto r = compare_with_plain(
-        c.graph, plan, random_image(2, c.input.height, c.input.width, seed + 300), seed, so);
-    EXPECT_LT(r.worst(), kTolerance) << "seed " << seed << "\n"
-                                     << to_string(plan, c.graph) << r.to_string();
+    expect_plain(c, plan, seed, seed + 300);
   }
   EXPECT_GT(kept, 20) << "too few shared segments kept their graphs";
 }
