@@ -667,6 +667,17 @@ std::string to_string(const Plan& plan, const Graph& graph) {
                   static_cast<double>(plan.tiled_flops) / static_cast<double>(plan.plain_flops));
     os << buf;
   }
+  if (plan.cost.total() > 0) {
+    // The search's price of the step, what auto compared, and what it is made of.
+    const PlanCost& c = plan.cost;
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "priced %.3g FLOPs a step (%.3g s at the prices): compute %.3g, tiles %.3g, "
+                  "copies %.3g, moved bytes %.3g\n",
+                  c.total(), c.total() * plan.prices.seconds_per_flop, c.compute, c.tiles, c.copies,
+                  c.moved);
+    os << buf;
+  }
   return os.str();
 }
 

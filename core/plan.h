@@ -20,7 +20,7 @@ enum class Strategy {
   // a row keeps the boundary rows the next one reads (forward) and hands their gradient back
   // (backward). Segment::shared_rows.
   kRowsShared,
-  kAuto,  // the cheapest of grid and rows that fits
+  kAuto,  // the cheapest of grid, rows and shared rows that fits, at the planner's prices
 };
 std::string to_string(Strategy s);
 Strategy parse_strategy(const std::string& s);  // throws tessel::Error
@@ -142,6 +142,24 @@ struct OffloadDecision {
   bool offload = true;
 };
 
+// The planner's price of a training step (core/planner.cpp), in FLOPs at Plan::prices, by what
+// it pays for: a model for choosing between plans (and strategies, under auto), not a
+// prediction of seconds.
+struct PlanCost {
+  double compute = 0;  // forward, recompute and backward FLOPs with halos; barriers' extra passes
+  double tiles = 0;    // PlanOptions::flops_per_tile per tile run
+  double copies = 0;   // shared rows' concatenations, at PlanOptions::flops_per_byte_copied
+  double moved = 0;    // bytes to the offload tier and back, at PlanOptions::flops_per_byte_moved
+  double total() const { return compute + tiles + copies + moved; }
+  PlanCost& operator+=(const PlanCost& o) {
+    compute += o.compute;
+    tiles += o.tiles;
+    copies += o.copies;
+    moved += o.moved;
+    return *this;
+  }
+};
+
 struct Plan {
   Strategy strategy = Strategy::kNone;
   Shape input;
@@ -155,6 +173,7 @@ struct Plan {
   int64_t plain_flops = 0;   // forward FLOPs of the whole network on the whole image
   int64_t tiled_flops = 0;   // the same with halo recompute (forward pass), for cost comparisons
   int64_t window_bytes = 0;  // offload: bytes read ahead of use and written behind it
+  PlanCost cost;             // what the planner's search compared; zero for kNone
   // Offload: the prices the planner used and its decision for each checkpoint it considered
   // (kept in the tier, or dropped and recomputed).
   OffloadPrices prices;

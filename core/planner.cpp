@@ -460,17 +460,19 @@ struct Candidate {
   std::string dominant;
 };
 
-// The FLOPs a segment's barriers add (core/barrier.h): in the forward, each barrier's statistic
+// What a segment's barriers add (core/barrier.h): in the forward, each barrier's statistic
 // pass recomputes its input over the shares of the forward tiles; in the backward, each round
 // of sums recomputes the segment's tiles and takes the gradient back to its barriers. Steers the
 // search to checkpoints that split chains of barriers.
-double barrier_flops(const Analysis& a, const Segment& s) {
+PlanCost barrier_cost(const Analysis& a, const Segment& s) {
+  PlanCost c;
   const auto rounds = barrier_rounds(a.graph, s.input, s.output);
-  if (rounds.empty() || s.whole_barriers) return 0;
+  if (rounds.empty() || s.whole_barriers) return c;
   if (s.inner_checkpoints) {
     // Sub-segments: the backward rebuilds the inner checkpoints (about one more forward).
-    return static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
-           static_cast<double>(s.forward.tiles());
+    c.compute = static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
+                static_cast<double>(s.forward.tiles());
+    return c;
   }
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
   const Region mid = middle_tile(s.forward);
@@ -492,9 +494,10 @@ double barrier_flops(const Analysis& a, const Segment& s) {
   const auto back = a.tile_cost(s.input, s.output, middle_tile(s.backward));
   flops += 3.0 * static_cast<double>(back.flops) * static_cast<double>(s.backward.tiles()) *
            static_cast<double>(rounds.size());
-  flops += a.options.flops_per_tile *
-           static_cast<double>(rounds.size() * (s.forward.tiles() + s.backward.tiles()));
-  return flops;
+  c.compute = flops;
+  c.tiles = a.options.flops_per_tile *
+            static_cast<double>(rounds.size() * (s.forward.tiles() + s.backward.tiles()));
+  return c;
 }
 
 // What a segment run as sub-segments holds beyond its tiles in its backward at its fullest
@@ -874,6 +877,14 @@ bool has_barrier(const Graph& graph, const Segment& s) {
   return false;
 }
 
+// The bytes shared rows' concatenations copy in one pass over segment `s`: about every
+// activation of the segment once (inherited and computed rows joined).
+double joined_bytes(const Analysis& a, const Segment& s) {
+  int64_t joined = 0;
+  for (NodeId v = s.input + 1; v <= s.output; ++v) joined += a.bytes(v);
+  return static_cast<double>(joined);
+}
+
 // Kept graphs: a segment whose tiles' autograd graphs fit the budget its passes leave free runs
 // its forward with autograd and keeps every tile's graph, so its backward recomputes nothing
 // (what torch.utils.checkpoint_sequential does for its last segment, here for as many segments
@@ -881,10 +892,12 @@ bool has_barrier(const Graph& graph, const Segment& s) {
 // segment and every later one. Lifetimes nest, so the latest segments go first (their graphs
 // live through the fewest passes). Segments that
 // read or write the tile store are left as they are (their blocks follow their partitions).
-// The backward then runs the forward's tiles. `passes`: as in build, updated.
-void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
-                 int64_t budget) {
+// The backward then runs the forward's tiles. `passes`: as in build, updated. Returns what the
+// kept graphs save at the cost model's prices: each such segment's recompute.
+PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
+                     int64_t budget) {
   const size_t n = plan.segments.size();
+  PlanCost saved;
   for (size_t i = n; i-- > 0;) {
     Segment& s = plan.segments[i];
     const bool stored_in = i > 0 && plan.segments[i - 1].tier != Tier::kResident;
@@ -913,6 +926,18 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     // a one-tile segment's output is its checkpoint (the executor keeps no copy).
     const bool input_view = i > 0;
     const bool output_is_checkpoint = s.forward.tiles() == 1 && s.reduction < 0;
+    // What the later passes leave free, against what the graphs keep at least (the whole
+    // segment's, less its input and output: tiles add halos): most segments of most candidate
+    // plans in the search stop here, before the tile-by-tile count.
+    int64_t later_free = budget;
+    for (size_t p = 2 * i + 2; p < passes.size(); ++p) {
+      later_free = std::min(later_free, budget - passes[p].total());
+    }
+    const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+    const auto whole =
+        s.shared_rows ? a.shared_cost(s.input, s.output, {0, out.height})
+                      : a.tile_cost(s.input, s.output, Region{{0, out.height}, {0, out.width}});
+    if (whole.kept_bytes - whole.kept_input_bytes - whole.kept_output_bytes > later_free) continue;
     int64_t kept = 0, working = 0;
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
       const auto tc = s.shared_rows ? a.shared_cost(s.input, s.output, s.forward.tile(t).y)
@@ -936,10 +961,22 @@ void keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& pa
     }
     if (!fits) continue;
     passes = std::move(after);
+    // The backward recomputed its tiles' forward (build's 3× its FLOPs: recompute and
+    // gradient); now it takes the gradients through the forward's tiles (2× theirs). Shared
+    // rows no longer join their rows again in a recompute.
+    const double fwd = static_cast<double>(worst_tile(a, s, s.forward).flops) *
+                       static_cast<double>(s.forward.tiles());
+    const double bwd = static_cast<double>(worst_tile(a, s, s.backward).flops) *
+                       static_cast<double>(s.backward.tiles());
+    saved.compute += 3.0 * bwd - 2.0 * fwd;
+    saved.tiles +=
+        a.options.flops_per_tile * static_cast<double>(s.backward.tiles() - s.forward.tiles());
+    if (s.shared_rows) saved.copies += a.options.flops_per_byte_copied * joined_bytes(a, s);
     s.keep_graph = true;
     s.backward = s.forward;
     s.backward_working_bytes = working;
   }
+  return saved;
 }
 
 // Partly resident checkpoints: the budget an offloading plan leaves free in the passes an
@@ -992,7 +1029,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   int64_t held = 0;  // checkpoints alive while this segment runs (forward)
   int64_t peak = base, finest_peak = base;
   MemoryBreakdown at_peak = fixed;
-  double cost = 0;
+  PlanCost cost;
+  bool unfit = false;  // some segment found no partition
   // What each pass holds at its peak: segment i's forward at 2i, its backward at 2i + 1.
   std::vector<MemoryBreakdown> passes(2 * (bounds.size() - 1));
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
@@ -1196,7 +1234,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     const int64_t finest_open = open_bytes(finest_partition, false);
     finest_peak = std::max({finest_peak, fwd_fixed + finest.forward_bytes,
                             bwd_fixed + finest_open + finest.backward_bytes});
-    if (nf < 0 || nb < 0) cost = kNever;
+    if (nf < 0 || nb < 0) unfit = true;
     if (nf == 0) {
       s.forward = s.backward = fixed_partition();
     } else if (nf > 0 && nb > 0 && s.shared_rows) {
@@ -1238,10 +1276,11 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     s.forward_working_bytes = fc.forward_bytes;
     s.backward_working_bytes = bc.backward_bytes;
     s.halo_flops = fc.flops * s.forward.tiles();
-    cost += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
-            3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles()) +
-            a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles()) +
-            barrier_flops(a, s);
+    cost.compute += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
+                    3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles());
+    cost.tiles +=
+        a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
+    cost += barrier_cost(a, s);
     if (s.shared_rows) {
       // What the rows keep, from this forward to this backward; and the concatenations that
       // join inherited and computed rows, about every activation of the segment once in the
@@ -1251,11 +1290,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
         fwd_fixed += s.shared_bytes;
         bwd_fixed += s.shared_bytes;
       } else {
-        cost += a.options.flops_per_byte_moved * 2.0 * static_cast<double>(s.shared_bytes);
+        cost.moved += a.options.flops_per_byte_moved * 2.0 * static_cast<double>(s.shared_bytes);
       }
-      int64_t joined = 0;
-      for (NodeId v = s.input + 1; v <= s.output; ++v) joined += a.bytes(v);
-      cost += 2.0 * a.options.flops_per_byte_copied * static_cast<double>(joined);
+      cost.copies += 2.0 * a.options.flops_per_byte_copied * joined_bytes(a, s);
     }
     plan.tiled_flops += s.halo_flops;
     const int64_t in_open = open_bytes(s.backward, true);
@@ -1296,8 +1333,19 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     keep_partly_resident(a, plan, passes, budget);
     std::tie(peak, at_peak) = highest(passes);
   }
+  // Kept graphs are part of the plan the search prices: a segmentation whose later segments
+  // keep their graphs recomputes less (vgg-mini 2048² in 1 GiB: grid and rows keep two of
+  // three segments' graphs; shared rows, priced without them, took one segment that keeps none).
+  if (a.options.keep_graphs && budget > 0 && peak <= budget && !unfit) {
+    const PlanCost saved = keep_graphs(a, plan, passes, budget);
+    cost.compute -= saved.compute;
+    cost.tiles -= saved.tiles;
+    cost.copies -= saved.copies;
+    std::tie(peak, at_peak) = highest(passes);
+  }
   c.passes = std::move(passes);
-  c.flops = (budget > 0 && peak > budget) ? kNever : cost;
+  const bool never = unfit || (budget > 0 && peak > budget);
+  c.flops = never ? kNever : cost.total();
   c.strategy = strategy;
   c.set = checkpoints;
   c.tiers = tiers;
@@ -1306,8 +1354,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.tier != Tier::kResident) {
-      cost += a.options.flops_per_byte_moved * 5.0 *
-              static_cast<double>(a.bytes(s.output) - s.resident_bytes);
+      cost.moved += a.options.flops_per_byte_moved * 5.0 *
+                    static_cast<double>(a.bytes(s.output) - s.resident_bytes);
     }
   }
   // Offloaded inner checkpoints: each written once and read about twice (the forward's later
@@ -1315,14 +1363,15 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   for (const Segment& s : plan.segments) {
     if (s.inner_tier == Tier::kResident) continue;
     for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) {
-      cost += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(v));
+      cost.moved += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(v));
     }
   }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
   plan.tail_input = reduction >= 0 ? reduction : last;
   plan.predicted = at_peak;
   c.needed = finest_peak;
-  c.cost = (budget > 0 && peak > budget) ? kNever : cost;
+  c.cost = never ? kNever : cost.total();
+  plan.cost = cost;
   // What dominates the smallest budget this segmentation could reach.
   const int64_t model_state = fixed.parameters + fixed.gradients + fixed.optimizer;
   c.dominant = model_state * 2 >= c.needed
@@ -1686,9 +1735,11 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     return plan;
   }
 
+  // Auto prices the three tiled strategies against each other: grid, LR-CNN's overlapping rows
+  // (OverL) and its two-phase sharing (2PS, shared rows).
   std::vector<Strategy> strategies;
   if (options.strategy == Strategy::kAuto) {
-    strategies = {Strategy::kRows, Strategy::kGrid};
+    strategies = {Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared};
   } else {
     strategies = {options.strategy};
   }
@@ -1769,9 +1820,20 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       return !s.inner_checkpoints && !s.whole_barriers && has_barrier(graph, s);
     });
   };
+  // So may one whose tiles recompute much, where the machine's prices can be measured (at the
+  // guess, a resident plan always wins): plain training's step is three forwards, a tiled one
+  // with recompute four; halos beyond that are what larger tiles (more checkpoints, offloaded)
+  // buy back. Measured at vgg-mini 16384² in 1 GiB (2 cores): the resident grid plan recomputes
+  // 16% halos and took 630.8 s a step; overlapping rows that offload two checkpoints, 503.9 s.
+  constexpr double kRecomputeWorthOffloading = 1.05;
+  const auto recomputes_halos = [&](const Candidate& c) {
+    return options.measure_prices &&
+           c.plan.cost.compute > kRecomputeWorthOffloading * 4.0 * static_cast<double>(plain_flops);
+  };
   for (const bool offloading : {false, true}) {
-    if (offloading && ((best.cost != kNever && !recomputes_barriers(best.plan)) ||
-                       options.offload != Offload::kAuto)) {
+    if (offloading &&
+        ((best.cost != kNever && !recomputes_barriers(best.plan) && !recomputes_halos(best)) ||
+         options.offload != Offload::kAuto)) {
       break;
     }
     if (offloading && options.measure_prices) {
@@ -1858,10 +1920,6 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
         dropped = true;
       }
     }
-  }
-  if (options.keep_graphs && target > 0 && best.plan.strategy != Strategy::kNone) {
-    keep_graphs(a, best.plan, best.passes, target);
-    std::tie(std::ignore, best.plan.predicted) = highest(best.passes);
   }
   if (spdlog::should_log(spdlog::level::debug)) {
     for (size_t i = 0; i < best.passes.size(); ++i) {

@@ -55,6 +55,14 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                           {"head", m.tail},
                           {"total", m.total()}};
   j["forward_flops"] = {{"plain", plan.plain_flops}, {"tiled", plan.tiled_flops}};
+  // The search's price of the plan, what `auto` compares: FLOPs plus tiles, copies and moved
+  // bytes at the plan's prices (a model, not a measurement).
+  j["cost"] = {{"flops", plan.cost.total()},
+               {"seconds_at_prices", plan.cost.total() * plan.prices.seconds_per_flop},
+               {"compute", plan.cost.compute},
+               {"tiles", plan.cost.tiles},
+               {"copies", plan.cost.copies},
+               {"moved", plan.cost.moved}};
   nlohmann::json decisions = nlohmann::json::array();
   for (const core::OffloadDecision& d : plan.decisions) {
     decisions.push_back(

@@ -4,7 +4,9 @@
 // checkpoints in the store and streaming reductions.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
+#include <utility>
 
 #include "core/error.h"
 #include "core/gradcheck.h"
@@ -227,6 +229,49 @@ TEST(SharedRows, ForwardFlopsArePlains) {
   EXPECT_LE(shared.tiled_flops, shared.plain_flops * 101 / 100);
   EXPECT_GE(shared.tiled_flops, shared.plain_flops * 99 / 100);
   EXPECT_GT(overl.tiled_flops, shared.tiled_flops * 101 / 100) << to_string(overl, g);
+}
+
+// The checkpoint search prices the graphs a plan keeps: shared rows at vgg-mini 2048² in 1 GiB
+// split where later segments keep their graphs (as grid and rows do), where priced without them
+// they ran one 31-op segment that kept none and recomputed all of it (6.84 s a step on 2 cores
+// against grid's 6.01, bench/NOTES.md).
+TEST(SharedRows, TheSearchPricesTheGraphsTheyKeep) {
+  const Graph g = models::build_model("vgg-mini");
+  PlanOptions o;
+  o.strategy = Strategy::kRowsShared;
+  const Plan plan = make_plan(g, {3, 2048, 2048}, int64_t{1} << 30, o);
+  int kept = 0;
+  for (const Segment& s : plan.segments) kept += s.keep_graph;
+  EXPECT_GT(kept, 0) << to_string(plan, g);
+  // A step that recomputes every segment pays four forwards; kept graphs pay less.
+  EXPECT_LT(plan.cost.compute, 4.0 * static_cast<double>(plan.plain_flops)) << to_string(plan, g);
+  EXPECT_GT(plan.cost.copies, 0) << "shared rows' concatenations are priced";
+}
+
+// Auto takes the cheapest of the three strategies at the planner's prices: with its copies free,
+// 2PS (which recomputes no halo) is the cheapest and auto takes it; at the default price of a
+// copied byte, whichever strategy auto takes costs no more than each one alone.
+TEST(SharedRows, AutoChoosesAmongGridRowsAndSharedRows) {
+  const Graph g = models::build_model("vgg-mini");
+  const Shape in{3, 1024, 2048};
+  const int64_t budget = int64_t{160} << 20;
+  for (const double copied : {0.0, PlanOptions{}.flops_per_byte_copied}) {
+    PlanOptions o;
+    o.flops_per_byte_copied = copied;
+    const Plan chosen = make_plan(g, in, budget, o);
+    double cheapest = std::numeric_limits<double>::infinity();
+    Strategy best = Strategy::kAuto;
+    for (Strategy s : {Strategy::kGrid, Strategy::kRows, Strategy::kRowsShared}) {
+      o.strategy = s;
+      const Plan p = make_plan(g, in, budget, o);
+      if (p.cost.total() < cheapest) std::tie(cheapest, best) = std::pair{p.cost.total(), s};
+    }
+    EXPECT_LE(chosen.cost.total(), cheapest * (1 + 1e-9)) << to_string(chosen, g);
+    if (copied == 0) {
+      EXPECT_EQ(best, Strategy::kRowsShared);
+      EXPECT_EQ(chosen.strategy, Strategy::kRowsShared) << to_string(chosen, g);
+    }
+  }
 }
 
 }  // namespace
