@@ -394,11 +394,12 @@ Analysis::TileCost worst_tile(const Analysis& a, const Segment& s, const Partiti
   return a.worst_tiles.emplace(std::move(key), compute_worst_tile(a, s, p)).first->second;
 }
 
-Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
-  // Border tiles and their neighbours (clipped halos), the middle one, and the largest interior
-  // one: the partition's tiles differ by one row or column (26 rows over 64 output rows are 2 or
-  // 3 high), and the middle tile may be a small one (measured: darknet19 1024² rows, 107 MiB on
-  // the 3-row tiles, 92 predicted from a 2-row middle tile).
+// The tiles that stand for all of a partition's: border tiles and their neighbours (clipped
+// halos), the middle one, and the largest interior one: the partition's tiles differ by one row
+// or column (26 rows over 64 output rows are 2 or 3 high), and the middle tile may be a small one
+// (measured: darknet19 1024² rows, 107 MiB on the 3-row tiles, 92 predicted from a 2-row middle
+// tile). Every tile where there are at most 8 per axis.
+std::vector<int64_t> sample_tiles(const Partition& p) {
   auto picks = [](int64_t n, const std::function<int64_t(int64_t)>& extent) {
     std::vector<int64_t> out;
     if (n <= 8) {
@@ -414,17 +415,23 @@ Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const
   };
   const auto height = [&p](int64_t r) { return p.tile(r * p.cols()).y.size(); };
   const auto width = [&p](int64_t c) { return p.tile(c).x.size(); };
+  std::vector<int64_t> tiles;
+  for (int64_t r : picks(p.rows(), height)) {
+    for (int64_t c : picks(p.cols(), width)) tiles.push_back(r * p.cols() + c);
+  }
+  return tiles;
+}
+
+Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
   auto cost = [&](const Region& tile) {
     return s.shared_rows ? a.shared_cost(s.input, s.output, tile.y)
                          : a.tile_cost(s.input, s.output, tile);
   };
   Analysis::TileCost worst;
-  for (int64_t r : picks(p.rows(), height)) {
-    for (int64_t c : picks(p.cols(), width)) {
-      const auto tc = cost(p.tile(r * p.cols() + c));
-      worst.forward_bytes = std::max(worst.forward_bytes, tc.forward_bytes);
-      worst.backward_bytes = std::max(worst.backward_bytes, tc.backward_bytes);
-    }
+  for (int64_t t : sample_tiles(p)) {
+    const auto tc = cost(p.tile(t));
+    worst.forward_bytes = std::max(worst.forward_bytes, tc.forward_bytes);
+    worst.backward_bytes = std::max(worst.backward_bytes, tc.backward_bytes);
   }
   if (s.shared_rows) {
     // Shared rows compute each position once: the FLOPs of one row over the whole output,
@@ -938,18 +945,31 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
         s.shared_rows ? a.shared_cost(s.input, s.output, {0, out.height})
                       : a.tile_cost(s.input, s.output, Region{{0, out.height}, {0, out.width}});
     if (whole.kept_bytes - whole.kept_input_bytes - whole.kept_output_bytes > later_free) continue;
-    int64_t kept = 0, working = 0;
-    for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+    // Every tile's graph where they are few; where they are many (the search builds hundreds of
+    // plans: counting each of a 200000² slide's rows took VGG-16's planning from 19 s to over
+    // 13 min), the largest of the sampled tiles' times their count, which holds more.
+    constexpr int64_t kCountedTiles = 64;
+    const bool every = s.forward.tiles() <= kCountedTiles;
+    std::vector<int64_t> counted;
+    if (every) {
+      for (int64_t t = 0; t < s.forward.tiles(); ++t) counted.push_back(t);
+    } else {
+      counted = sample_tiles(s.forward);
+    }
+    int64_t kept = 0, working = 0, most = 0;
+    for (int64_t t : counted) {
       const auto tc = s.shared_rows ? a.shared_cost(s.input, s.output, s.forward.tile(t).y)
                                     : a.tile_cost(s.input, s.output, s.forward.tile(t));
       const int64_t shared = (input_view ? tc.kept_input_bytes : 0) +
                              (output_is_checkpoint ? tc.kept_output_bytes : 0);
       kept += tc.kept_bytes - shared;
+      most = std::max(most, tc.kept_bytes - shared);
       // The tile model frees the saved output and input as the gradient passes them; a
       // checkpoint they belong to stays (measured at vgg-mini 2048²: 64 MiB more in segment 4's
       // backward than modelled without this).
       working = std::max(working, tc.backward_bytes - tc.kept_bytes + shared);
     }
+    if (!every) kept = most * s.forward.tiles();
     // The forward with autograd and the backward without recompute hold the kept graphs and
     // at most one tile's transients on top (its recompute-and-backward peak beyond its graph).
     std::vector<MemoryBreakdown> after = passes;
@@ -1820,20 +1840,9 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       return !s.inner_checkpoints && !s.whole_barriers && has_barrier(graph, s);
     });
   };
-  // So may one whose tiles recompute much, where the machine's prices can be measured (at the
-  // guess, a resident plan always wins): plain training's step is three forwards, a tiled one
-  // with recompute four; halos beyond that are what larger tiles (more checkpoints, offloaded)
-  // buy back. Measured at vgg-mini 16384² in 1 GiB (2 cores): the resident grid plan recomputes
-  // 16% halos and took 630.8 s a step; overlapping rows that offload two checkpoints, 503.9 s.
-  constexpr double kRecomputeWorthOffloading = 1.05;
-  const auto recomputes_halos = [&](const Candidate& c) {
-    return options.measure_prices &&
-           c.plan.cost.compute > kRecomputeWorthOffloading * 4.0 * static_cast<double>(plain_flops);
-  };
   for (const bool offloading : {false, true}) {
-    if (offloading &&
-        ((best.cost != kNever && !recomputes_barriers(best.plan) && !recomputes_halos(best)) ||
-         options.offload != Offload::kAuto)) {
+    if (offloading && ((best.cost != kNever && !recomputes_barriers(best.plan)) ||
+                       options.offload != Offload::kAuto)) {
       break;
     }
     if (offloading && options.measure_prices) {

@@ -31,10 +31,8 @@ struct PlanOptions {
   // Checkpoints at these nodes instead of the search (each must be a valid cut point).
   std::optional<std::vector<NodeId>> checkpoints;
   // Offload (core/tile_store.h): kAuto moves checkpoints out of the budget only when no plan
-  // with every checkpoint resident fits (any checkpoint set), or when the best resident plan
-  // recomputes much (barriers in rounds, or 5% above a forward's worth of recompute), keeping as
-  // many resident as fit; offloading plans are priced at the machine's measured prices against
-  // the resident one, and the cheapest wins, moved bytes priced below; kHost and kDisk move
+  // with every checkpoint resident fits (any checkpoint set), keeping as many resident as fit;
+  // among offloading plans the cheapest wins, moved bytes priced below; kHost and kDisk move
   // every checkpoint a later segment reads (tests, `tessel gradcheck --offload disk`).
   enum class Offload { kNever, kAuto, kHost, kDisk };
   // Segments whose tiles' autograd graphs fit what the budget leaves free keep them from the

@@ -805,8 +805,7 @@ TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
   PlanOptions o;
   const Plan plan = make_plan(g, in, budget, o);
   ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
-  // Where a resident plan fits, nothing is offloaded at the guessed prices (measured ones may
-  // find offloading cheaper than a resident plan's halos).
+  // Where a resident plan fits, nothing is offloaded.
   EXPECT_FALSE(make_plan(g, in, int64_t{80} << 20, o).offloads());
   EXPECT_LE(plan.predicted.total(), budget);
   int64_t offloaded = 0;
