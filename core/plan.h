@@ -158,6 +158,13 @@ struct PlanCost {
     moved += o.moved;
     return *this;
   }
+  PlanCost& operator-=(const PlanCost& o) {
+    compute -= o.compute;
+    tiles -= o.tiles;
+    copies -= o.copies;
+    moved -= o.moved;
+    return *this;
+  }
 };
 
 struct Plan {
