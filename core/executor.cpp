@@ -101,6 +101,7 @@ class TiledStep {
       o.scratch_dir = options.scratch_dir;
       o.bypass_page_cache = options.bypass_page_cache;
       o.window_bytes = plan.window_bytes > 0 ? plan.window_bytes : o.window_bytes;
+      o.write_behind_bytes = plan.write_behind_bytes;
       if (training)
         TileStore::check_free_space(o.scratch_dir, stored_bytes(graph, plan, Tier::kDisk));
       store_ = std::make_unique<TileStore>(o);

@@ -179,8 +179,9 @@ struct Plan {
   int64_t budget_bytes = 0;  // 0: unlimited
   int64_t plain_flops = 0;   // forward FLOPs of the whole network on the whole image
   int64_t tiled_flops = 0;   // the same with halo recompute (forward pass), for cost comparisons
-  int64_t window_bytes = 0;  // offload: bytes read ahead of use and written behind it
-  PlanCost cost;             // what the planner's search compared; zero for kNone
+  int64_t window_bytes = 0;  // offload: bytes read ahead of use
+  int64_t write_behind_bytes = 0;  // offload: writes in flight before the caller waits
+  PlanCost cost;                   // what the planner's search compared; zero for kNone
   // Offload: the prices the planner used and its decision for each checkpoint it considered
   // (kept in the tier, or dropped and recomputed).
   OffloadPrices prices;

@@ -54,7 +54,7 @@ struct PlanOptions {
   // The tile store's read-ahead and write-behind. 0: the planner picks 1/4, 1/8 or 1/16 of the
   // budget (core/planner.cpp), or 64 MiB without a budget.
   int64_t offload_window_bytes = 0;
-  int64_t offload_block_bytes = 0;  // the store's unit; 0: window / 4
+  int64_t offload_block_bytes = 0;  // the store's unit; 0: window / 16, 1 MiB to window / 4
   // The price of a byte moved to the tier and back, in FLOPs of recompute (a CPU's ~100 GFLOP/s
   // against a disk's ~1 GB/s), comparing offloading plans with each other. DELTA's
   // offload-or-recompute choice against resident plans waits until the benchmark measures the

@@ -183,9 +183,11 @@ class TileStore::Impl {
       written += b.bytes;
       jobs.push_back({true, id});
       cv.notify_all();
-      // Write-behind within the window: wait when the writes in flight exceed it.
+      // Write-behind: wait when the writes in flight exceed its bytes.
+      const int64_t behind =
+          options.write_behind_bytes > 0 ? options.write_behind_bytes : options.window_bytes;
       const auto t0 = Clock::now();
-      cv.wait(lock, [&] { return in_flight <= options.window_bytes || error; });
+      cv.wait(lock, [&] { return in_flight <= behind || error; });
       wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       check();
     }

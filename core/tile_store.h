@@ -19,6 +19,11 @@ struct TileStoreOptions {
   // Where the disk tier's scratch file lives; empty: the system's temporary directory.
   std::filesystem::path scratch_dir;
   int64_t window_bytes = int64_t{64} << 20;
+  // Writes in flight before put() waits (write-behind); 0: window_bytes. The planner sets one of
+  // its blocks: a steady stream needs one block being written and one queued, and every byte
+  // queued is memory the budget counts (a queue as deep as the window made offloading plans
+  // predict 1.7× their measured peak; bench/NOTES.md, session 30).
+  int64_t write_behind_bytes = 0;
   // The cold-disk case (benchmarks): reads come from the disk, not from RAM the budget does not
   // count. Direct I/O (O_DIRECT) where the file system has it, which also spares the I/O thread
   // the page cache's CPU work; else each write is flushed to the device and its pages dropped
@@ -51,7 +56,7 @@ class TileStore {
   TileStore& operator=(const TileStore&) = delete;
 
   // Stores `block` (any shape) in `tier`; a disk block is written behind by the I/O thread (the
-  // caller waits only when the writes in flight exceed the window).
+  // caller waits only when the writes in flight exceed write_behind_bytes).
   BlockId put(const at::Tensor& block, Tier tier);
   // The upcoming gets, in order (appended to what is already scheduled): blocks within the
   // window ahead are read back in the background.

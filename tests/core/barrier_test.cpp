@@ -184,7 +184,8 @@ TEST(Barriers, PlannerSplitsResNet50sBatchNormChainsIntoSubSegments) {
       recomputing += barrier && !s.inner_checkpoints && !s.whole_barriers;
       inner_offloaded += s.inner_checkpoints && s.inner_tier != Tier::kResident;
     }
-    EXPECT_GT(with_barriers, 5) << to_string(plan, g);
+    // Several segments (4096²: 3, since the store's write-behind is one block; 2048²: 12).
+    EXPECT_GE(with_barriers, 3) << to_string(plan, g);
     EXPECT_EQ(recomputing, 0) << to_string(plan, g);
     if (size == 4096) {
       EXPECT_GT(inner_offloaded, 0) << to_string(plan, g);

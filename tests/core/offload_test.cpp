@@ -282,6 +282,28 @@ TEST(TileStore, BypassingThePageCacheLeavesNoBlockInItAndTimesTheTransfers) {
   }
 }
 
+// Write-behind is bounded by its own bytes, not the read window: every byte queued is memory the
+// budget counts, and the planner counts one block queued behind the one being written. Puts in a
+// tight loop outrun the disk (direct I/O), so an unbounded queue would hold many blocks.
+TEST(TileStore, WritesInFlightStayWithinTheWriteBehind) {
+  ScratchDir dir;
+  constexpr int64_t kBlock = 1 << 20;
+  TileStoreOptions o{dir.path(), 64 * kBlock};
+  o.bypass_page_cache = true;
+  o.write_behind_bytes = kBlock;
+  TileStore store(o);
+  std::vector<at::Tensor> blocks;
+  std::vector<TileStore::BlockId> ids;
+  for (int i = 0; i < 24; ++i) {
+    blocks.push_back(random_image(8, 128, 128, static_cast<uint64_t>(i)));  // 1 MiB
+    ids.push_back(store.put(blocks.back(), Tier::kDisk));
+    EXPECT_LE(store.stats().in_flight_bytes, kBlock) << "after block " << i;
+  }
+  store.flush();
+  EXPECT_EQ(store.stats().in_flight_bytes, 0);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_TRUE(at::equal(store.get(ids[i]), blocks[i]));
+}
+
 TEST(TileStore, ScratchFilesOfCrashedRunsAreRemovedOnTheNextStart) {
   ScratchDir dir;
   // No process has pid 999999999 (above any pid_max): its run crashed.
