@@ -45,8 +45,8 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       "--timeline", args->timeline,
       "Write the last step's memory timeline here (JSON lines; bench/plot.py draws it)");
   cmd->add_option("--offload", args->offload,
-                  "Where checkpoints beyond the budget go: auto (disk, only when no resident plan "
-                  "fits), never, host or disk (every checkpoint)")
+                  "Where checkpoints beyond the budget go: auto (disk, when no resident plan "
+                  "fits or offloading costs less), never, host or disk (every checkpoint)")
       ->check(CLI::IsMember({"auto", "never", "host", "disk"}))
       ->capture_default_str();
   cmd->add_flag("--keep-resident", args->keep_resident,

@@ -70,6 +70,17 @@ double seconds_per_flop(c10::Device device) {
   return best / flops;
 }
 
+// What the scratch directory has free now (the disk tier only; -1 when unknown).
+int64_t free_bytes(Tier tier, const std::filesystem::path& scratch_dir) {
+  if (tier != Tier::kDisk) return -1;
+  std::error_code ec;
+  const std::filesystem::path where =
+      scratch_dir.empty() ? std::filesystem::temp_directory_path(ec) : scratch_dir;
+  if (ec) return -1;
+  const std::filesystem::space_info space = std::filesystem::space(where, ec);
+  return ec ? -1 : static_cast<int64_t>(space.available);
+}
+
 }  // namespace
 
 OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir,
@@ -78,12 +89,17 @@ OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scr
   static std::map<std::tuple<Tier, std::filesystem::path, std::string>, OffloadPrices> measured;
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_tuple(tier, scratch_dir, device.str());
-  if (auto it = measured.find(key); it != measured.end()) return it->second;
+  if (auto it = measured.find(key); it != measured.end()) {
+    OffloadPrices p = it->second;
+    p.disk_free_bytes = free_bytes(tier, scratch_dir);
+    return p;
+  }
   const auto t0 = Clock::now();
   OffloadPrices p;
   p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir, device);
   p.seconds_per_flop = seconds_per_flop(device);
   p.measured = true;
+  p.disk_free_bytes = free_bytes(tier, scratch_dir);
   spdlog::debug(
       "offload prices ({}, {}): {:.3g} ns per byte moved, {:.3g} GFLOP/s, measured in {:.2f} s",
       to_string(tier), device.str(), p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop,

@@ -15,6 +15,7 @@ namespace tessel::core {
 // written to and read back from the tile store (the disk tier bypassing the page cache, the worst
 // case a budget-bound machine sees; from a GPU, over PCIe or NVLink to pinned host memory), and a
 // conv timed on the device (a GPU's is larger, so that it is not launch-bound). About 0.1 s.
+// The scratch directory's free space is read at every call (OffloadPrices::disk_free_bytes).
 // Throws tessel::Error when the scratch directory is unusable.
 OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir = {},
                                      c10::Device device = c10::Device(c10::kCPU));

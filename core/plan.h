@@ -129,6 +129,9 @@ struct OffloadPrices {
   double seconds_per_byte_moved = 0;  // written to the tier and read back, per byte each way
   double seconds_per_flop = 0;        // forward FLOPs of a conv on this machine's threads
   bool measured = false;              // false: the planner's guess (PlanOptions)
+  // The disk tier's scratch directory's free bytes when the prices were asked for; -1: unknown.
+  // A plan that offloads only to be cheaper than a resident one must fit there.
+  int64_t disk_free_bytes = -1;
 };
 
 // DELTA's decision for one checkpoint beyond the budget: offload it (its bytes moved per step)

@@ -1626,11 +1626,41 @@ Candidate refine(const Analysis& a, Candidate best, const std::vector<NodeId>& c
 // `offloading`) the cheapest mix of tiers; `smallest` keeps the plan that needs the least budget.
 // `candidates` (empty when the checkpoints are given): outside the offloading search, each
 // strategy's best set is then refined by the local search above.
+// Offloads every checkpoint of `c`'s set, then brings back the largest ones that still fit and
+// make the plan no dearer (the room a checkpoint takes can cost finer tiles elsewhere).
+Candidate bring_back_resident(const Analysis& a, Candidate c, NodeId last, NodeId reduction,
+                              const MemoryBreakdown& fixed, int64_t target, const Offloading& off) {
+  if (c.cost == kNever) return c;
+  const std::vector<NodeId> set = c.set;
+  std::vector<Tier> tiers = c.tiers;
+  std::vector<size_t> order(set.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return a.bytes(set[x]) > a.bytes(set[y]); });
+  for (size_t i : order) {
+    const Tier was = tiers[i];
+    if (was == Tier::kResident) continue;
+    tiers[i] = Tier::kResident;
+    Candidate r = build(a, c.strategy, set, last, reduction, fixed, target, tiers, off);
+    if (r.cost <= c.cost) {
+      c = std::move(r);
+    } else {
+      tiers[i] = was;
+    }
+  }
+  return c;
+}
+
+// `bounded` (an offloading search beside a resident plan that fits): every set with all its
+// checkpoints offloaded, but only the cheapest of them per strategy brings checkpoints back
+// (bring_back_resident builds one plan per checkpoint: for every set, strategy and window it made
+// planning VGG-16 on a 200000² slide take over 400 s).
 Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
                  const std::vector<std::vector<NodeId>>& sets,
-                 const std::vector<NodeId>& candidates, bool offloading, const PlanOptions& options,
-                 NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t target,
-                 const Offloading& off, Candidate& smallest) {
+                 const std::vector<NodeId>& candidates, bool offloading, bool bounded,
+                 const PlanOptions& options, NodeId last, NodeId reduction,
+                 const MemoryBreakdown& fixed, int64_t target, const Offloading& off,
+                 Candidate& smallest) {
   using Offload = PlanOptions::Offload;
   Candidate best;
   for (Strategy s : strategies) {
@@ -1645,30 +1675,17 @@ Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
       if (!offloading) {
         c = build(a, s, set, last, reduction, fixed, target, tiers, off);
       } else if (!set.empty()) {
-        // Offload every checkpoint, then bring back the largest ones that still fit and make
-        // the plan no dearer (the room a checkpoint takes can cost finer tiles elsewhere).
         std::fill(tiers.begin(), tiers.end(), options.auto_tier);
         c = build(a, s, set, last, reduction, fixed, target, tiers, off);
-        if (c.cost != kNever) {
-          std::vector<size_t> order(set.size());
-          for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-          std::sort(order.begin(), order.end(),
-                    [&](size_t x, size_t y) { return a.bytes(set[x]) > a.bytes(set[y]); });
-          for (size_t i : order) {
-            tiers[i] = Tier::kResident;
-            Candidate r = build(a, s, set, last, reduction, fixed, target, tiers, off);
-            if (r.cost <= c.cost) {
-              c = std::move(r);
-            } else {
-              tiers[i] = options.auto_tier;
-            }
-          }
-        }
+        if (!bounded) c = bring_back_resident(a, std::move(c), last, reduction, fixed, target, off);
       } else {
         continue;
       }
       if (c.cost < best_here.cost) best_here = c;
       if (c.needed < smallest.needed) smallest = c;
+    }
+    if (offloading && bounded) {
+      best_here = bring_back_resident(a, std::move(best_here), last, reduction, fixed, target, off);
     }
     if (!offloading && !candidates.empty() && best_here.cost != kNever) {
       best_here = refine(a, std::move(best_here), candidates, last, reduction, fixed, target, off,
@@ -1852,11 +1869,20 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       return !s.inner_checkpoints && !s.whole_barriers && has_barrier(graph, s);
     });
   };
+  // A resident plan that fits but recomputes much (its halos and recompute over kRecomputeWorth
+  // × the four forwards' worth of FLOPs a step costs without them: one forward, the backward's
+  // two and one recompute) may cost more than offloading checkpoints that let the tiles grow:
+  // then offloading is priced too, at measured prices, in a bounded search (the resident best's
+  // strategy, one window, checkpoints brought back only for the cheapest set). vgg-mini 16384² in 1
+  // GiB: the resident grid plan's halos ×1.16, 630.8 s a step; offloading grid 483.3 s (session
+  // 29).
+  constexpr double kRecomputeWorth = 1.05;
   for (const bool offloading : {false, true}) {
-    if (offloading && ((best.cost != kNever && !recomputes_barriers(best.plan)) ||
-                       options.offload != Offload::kAuto)) {
-      break;
-    }
+    const bool resident_fits = best.cost != kNever && !recomputes_barriers(best.plan);
+    const bool bounded =
+        offloading && resident_fits && options.measure_prices &&
+        best.plan.cost.compute > kRecomputeWorth * 4.0 * static_cast<double>(plain_flops);
+    if (offloading && ((resident_fits && !bounded) || options.offload != Offload::kAuto)) break;
     if (offloading && options.measure_prices) {
       const OffloadPrices measured = options.measure_prices();
       if (measured.seconds_per_byte_moved > 0 && measured.seconds_per_flop > 0) {
@@ -1874,14 +1900,34 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     }
     // Every window where the plan offloads (a resident search has no use for one).
     const bool forced = options.offload == Offload::kHost || options.offload == Offload::kDisk;
-    const std::vector<int64_t> tried =
-        offloading || forced ? windows : std::vector<int64_t>{windows.back()};
+    const std::vector<int64_t> tried = bounded ? std::vector<int64_t>{windows.front()}
+                                       : offloading || forced
+                                           ? windows
+                                           : std::vector<int64_t>{windows.back()};
+    // The bounded search keeps the resident best's strategy (the rows strategies' row balancing
+    // is most of a build's time on large slides).
+    const std::vector<Strategy> searched =
+        bounded ? std::vector<Strategy>{best.strategy} : strategies;
     std::vector<Candidate> by_window(tried.size());
     for (size_t w = 0; w < tried.size(); ++w) {
       const Offloading o = offloading_with(tried[w], offloading);
       by_window[w] =
-          search(a, strategies, sets, options.checkpoints ? std::vector<NodeId>{} : candidates,
-                 offloading, options, last, reduction, fixed, target, o, smallest);
+          search(a, searched, sets, options.checkpoints ? std::vector<NodeId>{} : candidates,
+                 offloading, bounded, options, last, reduction, fixed, target, o, smallest);
+    }
+    // An offloading plan that is only cheaper must fit the scratch directory: the step would
+    // refuse to start where a resident plan runs (VGG-16 on a 200000² slide in 8 GiB: 1.7 TiB).
+    for (Candidate& c : by_window) {
+      if (!bounded || c.cost == kNever || prices.disk_free_bytes < 0) continue;
+      Plan p = c.plan;
+      p.shapes = a.shapes;
+      p.element_bytes = a.eb;
+      const int64_t on_disk = stored_bytes(graph, p, Tier::kDisk);
+      if (on_disk > prices.disk_free_bytes) {
+        spdlog::debug("plan: an offloading plan needs {} on disk, {} free: not taken",
+                      format_bytes(on_disk), format_bytes(prices.disk_free_bytes));
+        c.cost = kNever;
+      }
     }
     double cheapest = kNever;
     for (size_t w = 0; w < tried.size(); ++w) {

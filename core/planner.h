@@ -30,9 +30,11 @@ struct PlanOptions {
   std::optional<int64_t> tiles_y, tiles_x;
   // Checkpoints at these nodes instead of the search (each must be a valid cut point).
   std::optional<std::vector<NodeId>> checkpoints;
-  // Offload (core/tile_store.h): kAuto moves checkpoints out of the budget only when no plan
-  // with every checkpoint resident fits (any checkpoint set), keeping as many resident as fit;
-  // among offloading plans the cheapest wins, moved bytes priced below; kHost and kDisk move
+  // Offload (core/tile_store.h): kAuto moves checkpoints out of the budget when no plan with
+  // every checkpoint resident fits (any checkpoint set), keeping as many resident as fit, or,
+  // with measured prices, when the resident plan recomputes much and an offloading plan costs
+  // less and fits the scratch directory (make_plan's bounded search); among offloading plans
+  // the cheapest wins, moved bytes priced below; kHost and kDisk move
   // every checkpoint a later segment reads (tests, `tessel gradcheck --offload disk`).
   enum class Offload { kNever, kAuto, kHost, kDisk };
   // Segments whose tiles' autograd graphs fit what the budget leaves free keep them from the

@@ -815,6 +815,58 @@ TEST(OffloadPlan, DecideOffloadTakesTheCheaperOfMovingAndRecomputing) {
       << "a checkpoint no plan can do without stays offloaded, whatever it costs";
 }
 
+// A resident plan that fits but recomputes much (here one grid segment over the whole network,
+// its halos over 5% of the four forwards a step costs) is priced against offloading plans at the
+// measured prices: with a cheap tier auto takes the cheaper offloading plan (where the scratch
+// directory holds it), with a dear one it keeps the resident plan; where the resident plan
+// recomputes little, no offloading is priced and no prices are asked for.
+TEST(OffloadPlan, AResidentPlanThatRecomputesMuchIsPricedAgainstOffloading) {
+  const Graph g = models::build_model("vgg-mini");
+  const Shape in{3, 4096, 4096};
+  const int64_t budget = int64_t{40} << 20;
+  auto plan_at = [&](const Shape& shape, double seconds_per_byte, int& calls,
+                     int64_t disk_free_bytes = -1) {
+    PlanOptions o;
+    o.strategy = Strategy::kGrid;
+    o.measure_prices = [&calls, seconds_per_byte, disk_free_bytes] {
+      ++calls;
+      // The guess's 100 GFLOP/s.
+      return OffloadPrices{seconds_per_byte, 1e-11, true, disk_free_bytes};
+    };
+    return make_plan(g, shape, budget, o);
+  };
+  PlanOptions resident_only;
+  resident_only.strategy = Strategy::kGrid;
+  const Plan resident = make_plan(g, in, budget, resident_only);
+  ASSERT_FALSE(resident.offloads()) << to_string(resident, g);
+  ASSERT_GT(resident.cost.compute, 1.05 * 4 * static_cast<double>(resident.plain_flops))
+      << "the resident plan recomputes much\n"
+      << to_string(resident, g);
+  int calls = 0;
+  const Plan cheap = plan_at(in, 1e-13, calls);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(cheap.offloads()) << to_string(cheap, g);
+  EXPECT_LT(cheap.cost.total(), resident.cost.total()) << to_string(cheap, g);
+  EXPECT_LT(cheap.tiled_flops, resident.tiled_flops) << "larger tiles, fewer halo FLOPs";
+  EXPECT_LE(cheap.predicted.total(), budget);
+  // Cheaper, but not where the scratch directory cannot hold it: the resident plan runs.
+  calls = 0;
+  const int64_t on_disk = stored_bytes(g, cheap, Tier::kDisk);
+  ASSERT_GT(on_disk, 0);
+  EXPECT_TRUE(plan_at(in, 1e-13, calls, int64_t{1} << 50).offloads());
+  EXPECT_FALSE(plan_at(in, 1e-13, calls, on_disk - 1).offloads());
+  calls = 0;
+  const Plan dear = plan_at(in, 1e-6, calls);
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(dear.offloads()) << to_string(dear, g);
+  EXPECT_NEAR(dear.cost.total(), resident.cost.total(), 1e-9 * resident.cost.total());
+  // A small image whose plan recomputes little: nothing to price, no prices asked for.
+  calls = 0;
+  const Plan small = plan_at({3, 512, 512}, 1e-13, calls);
+  EXPECT_EQ(calls, 0);
+  EXPECT_FALSE(small.offloads()) << to_string(small, g);
+}
+
 // Pure planning: the budget covers the resident tier only, and every offloaded checkpoint says
 // how it is stored and what it moves.
 TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
