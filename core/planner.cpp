@@ -1859,9 +1859,10 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   OffloadPrices prices{options.flops_per_byte_moved * kGuessedSecondsPerFlop,
                        kGuessedSecondsPerFlop, false};
   Candidate best, smallest;
-  // First every checkpoint set all resident; offload only when none of them fits. Pricing
-  // offload against recompute for every set made planning VGG-16 on a 200000² slide take 25 s
-  // instead of 0.4 s, and the price of a moved byte is a guess until it is measured (DELTA).
+  // First every checkpoint set all resident; offload when none of them fits, or (below) when the
+  // resident best recomputes much. Pricing offload against recompute for every set made planning
+  // VGG-16 on a 200000² slide take 25 s instead of 0.4 s, and the price of a moved byte is a
+  // guess until it is measured (DELTA).
   // A resident plan whose barriers recompute in rounds may cost more than offloading a few
   // checkpoints so that every segment runs as sub-segments: then offloading is priced too.
   const auto recomputes_barriers = [&](const Plan& plan) {
@@ -1916,7 +1917,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                  offloading, bounded, options, last, reduction, fixed, target, o, smallest);
     }
     // An offloading plan that is only cheaper must fit the scratch directory: the step would
-    // refuse to start where a resident plan runs (VGG-16 on a 200000² slide in 8 GiB: 1.7 TiB).
+    // refuse to start where a resident plan runs (VGG-16 on a 200000² slide in 8 GiB: 2.6 TiB).
     for (Candidate& c : by_window) {
       if (!bounded || c.cost == kNever || prices.disk_free_bytes < 0) continue;
       Plan p = c.plan;

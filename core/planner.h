@@ -58,10 +58,10 @@ struct PlanOptions {
   int64_t offload_window_bytes = 0;
   int64_t offload_block_bytes = 0;  // the store's unit; 0: window / 16, 1 MiB to window / 4
   // The price of a byte moved to the tier and back, in FLOPs of recompute (a CPU's ~100 GFLOP/s
-  // against a disk's ~1 GB/s), comparing offloading plans with each other. DELTA's
-  // offload-or-recompute choice against resident plans waits until the benchmark measures the
-  // price per machine: with a guessed price it put vgg-mini 8192² in 1 GiB on disk although a
-  // resident plan fit, and made planning VGG-16 on 200000² take 25 s instead of 0.4 s.
+  // against a disk's ~1 GB/s), comparing offloading plans with each other. Offloading is priced
+  // against resident plans only at measured prices (measure_prices): with this guess it put
+  // vgg-mini 8192² in 1 GiB on disk although a resident plan fit, and made planning VGG-16 on
+  // 200000² take 25 s instead of 0.4 s.
   double flops_per_byte_moved = 100;
   // The price of a tile beyond its FLOPs, in FLOPs: reading and cropping its inputs, oneDNN's
   // primitives for a new shape, a small tile's poorer use of the caches. Measured on vgg-mini
@@ -70,10 +70,12 @@ struct PlanOptions {
   // bytes with thousands of tiles (bench/NOTES.md, session 14).
   double flops_per_tile = 2e8;
   // Shared rows (Strategy::kRowsShared): the price of a byte their concatenations copy, in
-  // FLOPs (a copy reads and writes it at memory speed, ~10 GB/s, against ~100 GFLOP/s).
+  // FLOPs (a copy reads and writes it at memory speed, ~10 GB/s, against ~100 GFLOP/s; measured
+  // on 2 EPYC cores: 7.5–19 GB/s, 5–13 FLOPs a byte, bench/NOTES.md session 30).
   double flops_per_byte_copied = 10;
-  // The machine's measured prices (core/offload_prices.h), asked for once, only when no plan
-  // with every checkpoint resident fits: they replace the guess above, and each checkpoint the
+  // The machine's measured prices (core/offload_prices.h), asked for once, only when offloading
+  // is priced (no plan with every checkpoint resident fits, or the resident one recomputes
+  // much; see make_plan): they replace the guess above, and each checkpoint the
   // plan would offload is kept in the tier or dropped and recomputed, whichever costs less
   // (DELTA). Empty: the guess, as 100 GFLOP/s against flops_per_byte_moved.
   std::function<OffloadPrices()> measure_prices;

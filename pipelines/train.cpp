@@ -456,8 +456,9 @@ class Trainer {
                  core::format_bytes(budget_bytes_));
     plan_options_.strategy = core::parse_strategy(config_.strategy);
     plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
-    // Asked for by the planner only when no plan with every checkpoint resident fits; measured
-    // once per process and scratch directory (core/offload_prices.h).
+    // Asked for by the planner only when it prices offloading plans (no plan with every
+    // checkpoint resident fits, or the resident one recomputes much); measured once per process
+    // and scratch directory (core/offload_prices.h).
     plan_options_.measure_prices = [this] {
       const core::OffloadPrices p =
           core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_, device_);
