@@ -88,6 +88,7 @@ class TiledStep {
         kept_(plan.segments.size()),
         shared_kept_(plan.segments.size()),
         shared_ids_(plan.segments.size()),
+        shared_rows_(plan.segments.size()),
         leaves_(static_cast<size_t>(graph.size())) {
     // Each segment's leaves once: inner_checkpoints walks the segment for its forks, and the
     // sub-segments ask for them at every tile.
@@ -142,8 +143,25 @@ class TiledStep {
   // What each node of `s` holds for output tile `tile`: its share of the shared rows' held rows
   // (Segment::shared_rows), else the tile's needs.
   std::vector<Region> needs(const Segment& s, const Region& tile) const {
-    if (s.shared_rows) return shared_row(graph_, plan_.shapes, s.input, s.output, tile.y).held;
+    if (s.shared_rows) return shared_row_of(s, tile.y).held;
     return segment_needs(graph_, plan_.shapes, s.input, s.output, tile);
+  }
+
+  // Segment `s`'s shared row over `rows` (core/plan.h shared_row), worked out once a step: the
+  // forward, the store's schedule and the backward each ask for it, and its cost grows with
+  // the segment's depth (bench/NOTES.md, session 30).
+  const SharedRow& shared_row_of(const Segment& s, Window rows) const {
+    const auto index = static_cast<size_t>(&s - plan_.segments.data());
+    if (index >= plan_.segments.size())
+      throw Error("internal: shared rows of a segment not in the plan");
+    auto& memo = shared_rows_[index];
+    auto it = memo.find({rows.begin, rows.end});
+    if (it == memo.end()) {
+      it = memo.emplace(std::pair{rows.begin, rows.end},
+                        shared_row(graph_, plan_.shapes, s.input, s.output, rows))
+               .first;
+    }
+    return it->second;
   }
 
   TileTensor read_input(const Segment& s, const Region& r) {
@@ -1021,7 +1039,7 @@ class TiledStep {
         // Rows chained through their kept rows (views, with autograd): the segment's graph,
         // row by row, for one backward over all of them (shared_kept_backward).
         at::AutoGradMode grad_mode(true);
-        const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+        const SharedRow& row = shared_row_of(s, tile.y);
         static const std::vector<at::Tensor> none;
         const auto before = t > 0 ? &shared[static_cast<size_t>(t) - 1] : &none;
         KeptTile& k = kept[static_cast<size_t>(t)];
@@ -1036,7 +1054,7 @@ class TiledStep {
         // The last row of the last segment keeps its graph: the backward starts with it. Its
         // inherited rows are leaves, as in the backward's recompute.
         at::AutoGradMode grad_mode(true);
-        const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+        const SharedRow& row = shared_row_of(s, tile.y);
         last_leaves_.clear();
         if (t > 0) {
           for (const at::Tensor& k : shared[static_cast<size_t>(t) - 1]) {
@@ -1049,7 +1067,7 @@ class TiledStep {
         k.output = run_shared_row(s, row, {k.input, in_region}, last_leaves_, nullptr);
         y = k.output.detach();
       } else if (s.shared_rows) {
-        const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+        const SharedRow& row = shared_row_of(s, tile.y);
         static const std::vector<at::Tensor> none;
         const auto before = t > 0 ? &shared[static_cast<size_t>(t) - 1] : &none;
         y = run_shared_row(s, row, read_input(s, in_region), *before,
@@ -1226,7 +1244,7 @@ class TiledStep {
               inherited.push_back(k.defined() ? k.detach().requires_grad_(true) : at::Tensor());
             }
           }
-          const SharedRow row = shared_row(graph_, plan_.shapes, s.input, s.output, tile.y);
+          const SharedRow& row = shared_row_of(s, tile.y);
           y = run_shared_row(s, row, {x, in_region}, inherited, &kept_views, &handed_back);
         } else if (!y.defined()) {
           y = run_tile(s.input, s.output, need, {x, in_region}, has_barriers ? &acts : nullptr);
@@ -1358,6 +1376,8 @@ class TiledStep {
   std::vector<std::vector<std::vector<at::Tensor>>> shared_kept_;
   // Their blocks in the tile store (Segment::shared_tier), by segment, row and node.
   std::vector<std::vector<std::vector<TileStore::BlockId>>> shared_ids_;
+  // Their rows' geometry, by segment and rows (shared_row_of).
+  mutable std::vector<std::map<std::pair<int64_t, int64_t>, SharedRow>> shared_rows_;
   std::vector<at::Tensor> last_leaves_;      // the inherited rows of a kept last shared row
   std::vector<std::vector<NodeId>> leaves_;  // by segment input: leaves()
 };
