@@ -47,6 +47,7 @@ std::multimap<int64_t, void*>& cache() {
 }
 int64_t g_cached = 0;
 int64_t g_high = 0;
+int64_t g_fresh = 0;  // bytes of large blocks from the system (MemoryTracker::fresh_bytes)
 
 void note_peak(int64_t live) {
   int64_t peak = g_peak.load(std::memory_order_relaxed);
@@ -127,6 +128,7 @@ class TrackingAllocator final : public c10::Allocator {
       {
         std::lock_guard<std::mutex> lock(g_mutex);
         sizes()[ptr] = bytes;
+        if (n >= kCacheMin) g_fresh += n;
         const int64_t live = note_live(bytes);
         // A new block beyond what the cache could serve: the cache gives back what would make
         // the process hold more than its highest.
@@ -181,6 +183,11 @@ void MemoryTracker::release_cache() {
     g_high = g_live.load(std::memory_order_relaxed);
   }
   for (void* p : freed) c10::free_cpu(p);
+}
+
+int64_t MemoryTracker::fresh_bytes() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_fresh;
 }
 
 }  // namespace tessel::core

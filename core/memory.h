@@ -24,6 +24,10 @@ class MemoryTracker {
   // cache would otherwise keep up to the run's peak).
   static int64_t cached_bytes();
   static void release_cache();
+  // Bytes of blocks of 1 MiB and more the cache did not serve, since install: fresh from the
+  // system, each page faults and is zeroed by the kernel at its first touch. Blocks under 1 MiB
+  // (the system allocator's, which reuses its own) are not counted.
+  static int64_t fresh_bytes();
 };
 
 }  // namespace tessel::core

@@ -220,6 +220,7 @@ BenchResult bench_step(const BenchPoint& p) {
       timeline = std::make_unique<TimelineRecorder>();
       step_options.observer = timeline.get();
     }
+    const int64_t fresh_before = core::MemoryTracker::fresh_bytes();
     const auto t0 = std::chrono::steady_clock::now();
     optimizer.zero_grad();
     const core::StepResult s = core::train_step(graph, plan, source, target, loss, step_options);
@@ -230,6 +231,7 @@ BenchResult bench_step(const BenchPoint& p) {
     if (record) timeline->write(p.timeline, p, plan.budget_bytes);
     if (i < p.warmup) continue;
     r.step_ms.push_back(ms);
+    r.fresh_bytes.push_back(core::MemoryTracker::fresh_bytes() - fresh_before);
     r.forward_ms.push_back(s.forward_ms);
     r.backward_ms.push_back(s.backward_ms);
     r.measured_peak_bytes = std::max(r.measured_peak_bytes, s.measured_peak_bytes);
@@ -270,6 +272,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["plain_flops"] = r.plain_flops;
   j["tiled_flops"] = r.tiled_flops;
   j["max_rss_bytes"] = r.max_rss_bytes;
+  j["fresh_bytes"] = r.fresh_bytes;
   j["predicted_bytes"] = {{"parameters", r.predicted.parameters},
                           {"gradients", r.predicted.gradients},
                           {"optimizer", r.predicted.optimizer},

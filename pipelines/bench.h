@@ -59,6 +59,9 @@ struct BenchResult {
   // A training step is about 3× the plain forward's (forward, and a backward of twice that).
   int64_t plain_flops = 0, tiled_flops = 0;
   int64_t max_rss_bytes = 0;  // the process's, from getrusage
+  // Per timed step, the CPU's fresh memory: bytes of large blocks the tracking allocator's cache
+  // did not serve (each page faulted and was zeroed by the kernel; core/memory.h).
+  std::vector<int64_t> fresh_bytes;
   core::MemoryBreakdown predicted;
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
   std::vector<bool> kept_graphs;  // per segment: the plan keeps its autograd graph

@@ -28,8 +28,10 @@ TEST(Memory, FreedBlocksAreReusedButNeverHeldBeyondTheMostEverLive) {
   constexpr int64_t kMiB = int64_t{1} << 20;
   auto block = [](int64_t bytes) { return at::empty({bytes}, at::kByte); };
   const int64_t base = MemoryTracker::live_bytes();
+  const int64_t fresh = MemoryTracker::fresh_bytes();
   at::Tensor a = block(8 * kMiB);
   void* first = a.data_ptr();
+  EXPECT_EQ(MemoryTracker::fresh_bytes() - fresh, 8 * kMiB);
   a.reset();
   EXPECT_EQ(MemoryTracker::cached_bytes(), 8 * kMiB);
   EXPECT_EQ(MemoryTracker::live_bytes(), base);
@@ -42,6 +44,7 @@ TEST(Memory, FreedBlocksAreReusedButNeverHeldBeyondTheMostEverLive) {
   a = block(8 * kMiB - 256 * 1024);
   EXPECT_EQ(a.data_ptr(), first);
   EXPECT_EQ(MemoryTracker::live_bytes(), base + 8 * kMiB);
+  EXPECT_EQ(MemoryTracker::fresh_bytes() - fresh, 8 * kMiB);  // served: nothing fresh
   a.reset();
   // Half the size is a new block: the cached one would make the process hold more than it ever
   // did (8 MiB), so it goes back.
