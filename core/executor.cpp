@@ -353,10 +353,17 @@ class TiledStep {
       }
       if (g.defined() && read_here && acts[i].tensor.requires_grad() && !row.kept[i].empty()) {
         // A seed on a view of the kept rows would zero-fill a gradient of the whole held
-        // tensor and add it; the hook adds into a copy of the gradient instead (it may be
-        // shared: an add's backward hands one tensor to both inputs).
+        // tensor and add it; the hook adds into the gradient instead: in place where nothing
+        // else can see it, else into a copy (it may be shared: an add's backward hands one
+        // tensor to both inputs). LibTorch calls a tensor hook with a copy of the engine's
+        // handle (torch/csrc/autograd/cpp_hook.cpp): two references and a storage of its own
+        // are the engine's alone, the test its input buffers make before adding in place.
         const int64_t offset = row.kept[i].y.begin - held.y.begin;
         acts[i].tensor.register_hook([g, offset](const at::Tensor& grad) {
+          if (grad.use_count() <= 2 && grad.storage().use_count() == 1) {
+            grad.narrow(2, offset, g.size(2)).add_(g);
+            return grad;
+          }
           at::Tensor out = grad.clone();
           out.narrow(2, offset, g.size(2)).add_(g);
           return out;
