@@ -149,7 +149,7 @@ class TiledStep {
 
   // Segment `s`'s shared row over `rows` (core/plan.h shared_row), worked out once a step: the
   // forward, the store's schedule and the backward each ask for it, and its cost grows with
-  // the segment's depth (bench/NOTES.md, session 30).
+  // the segment's depth (bench/NOTES.md, sessions 30-31).
   const SharedRow& shared_row_of(const Segment& s, Window rows) const {
     const auto index = static_cast<size_t>(&s - plan_.segments.data());
     if (index >= plan_.segments.size())
