@@ -178,7 +178,10 @@ struct Plan {
   std::vector<Segment> segments;  // empty for kNone
   NodeId tail_input = 0;          // the last checkpoint or reduction: the head starts here
   std::vector<NodeId> checkpoints;
-  MemoryBreakdown predicted;
+  MemoryBreakdown predicted;  // at the peak: the largest of `passes`
+  // Each pass at its peak, as predicted: segment i's forward at 2i, its backward at 2i + 1
+  // (empty for kNone). The bench harness reports them beside the timeline's measured ones.
+  std::vector<MemoryBreakdown> passes;
   int64_t budget_bytes = 0;  // 0: unlimited
   int64_t plain_flops = 0;   // forward FLOPs of the whole network on the whole image
   int64_t tiled_flops = 0;   // the same with halo recompute (forward pass), for cost comparisons

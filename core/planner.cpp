@@ -2039,6 +2039,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     }
   }
   Plan plan = std::move(best.plan);
+  plan.passes = best.passes;
   plan.prices = prices;
   plan.decisions = std::move(drops);
   plan.decisions.insert(plan.decisions.end(), decisions.begin(), decisions.end());

@@ -191,6 +191,7 @@ BenchResult bench_step(const BenchPoint& p) {
   r.plain_flops = plan.plain_flops;
   r.tiled_flops = plan.tiled_flops;
   r.predicted = plan.predicted;
+  for (const core::MemoryBreakdown& m : plan.passes) r.predicted_passes.push_back(m.total());
   r.segments = static_cast<int64_t>(plan.segments.size());
   r.window_bytes = plan.window_bytes;
   for (const core::Segment& s : plan.segments) r.kept_graphs.push_back(s.keep_graph);
@@ -280,6 +281,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
                           {"working_set", r.predicted.working_set},
                           {"head", r.predicted.tail},
                           {"total", r.predicted.total()}};
+  j["predicted_passes"] = r.predicted_passes;
   j["segments"] = r.segments;
   j["offload"] = p.keep_resident ? "resident" : p.offload;
   j["cold_disk"] = p.cold_disk;

@@ -63,6 +63,7 @@ struct BenchResult {
   // did not serve (each page faulted and was zeroed by the kernel; core/memory.h).
   std::vector<int64_t> fresh_bytes;
   core::MemoryBreakdown predicted;
+  std::vector<int64_t> predicted_passes;  // the plan's, totals (core::Plan::passes)
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
   std::vector<bool> kept_graphs;  // per segment: the plan keeps its autograd graph
   int64_t window_bytes = 0;       // the plan's offload window

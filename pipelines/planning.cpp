@@ -54,6 +54,17 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                           {"working_set", m.working_set},
                           {"head", m.tail},
                           {"total", m.total()}};
+  // Each pass at its peak (segment i's forward, then its backward), to set beside a measured
+  // timeline (`tessel bench step --timeline`).
+  nlohmann::json passes = nlohmann::json::array();
+  for (size_t i = 0; i < plan.passes.size(); ++i) {
+    passes.push_back({{"segment", i / 2},
+                      {"pass", i % 2 ? "backward" : "forward"},
+                      {"checkpoints", plan.passes[i].checkpoints},
+                      {"working_set", plan.passes[i].working_set},
+                      {"total", plan.passes[i].total()}});
+  }
+  j["predicted_passes"] = passes;
   j["forward_flops"] = {{"plain", plan.plain_flops}, {"tiled", plan.tiled_flops}};
   // The search's price of the plan, what `auto` compares: FLOPs plus tiles, copies and moved
   // bytes at the plan's prices (a model, not a measurement).

@@ -137,6 +137,7 @@ TEST(Cli, PlanOverTheBudgetShowsEachCheckpointsTierAndBytesMoved) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("\"tier\": \"disk\""), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("moved_bytes_per_step"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("predicted_passes"), std::string::npos) << run.output;
 }
 
 TEST(Cli, BenchTrainRunsEachPointInItsOwnProcessAndWritesJsonLinesAndCsv) {
