@@ -1127,8 +1127,17 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     // An offloaded input's gradient also holds the blocks open while tiles add into it: that
     // depends on the backward partition, so it is added per partition below.
     const int64_t in_bwd = in_off ? 0 : in_grad;
-    int64_t store_fwd = off.in_use(in_off || out_off, in_off || out_off, cap);
-    int64_t store_bwd = off.in_use(in_off || out_off || before_in_off, in_off || out_off, cap);
+    // The store's share of each pass (keep_partly_resident takes resident blocks out of it).
+    std::vector<size_t> around;  // the segments whose offloaded outputs bound it
+    if (in_off) around.push_back(i - 1);
+    if (out_off) around.push_back(i);
+    if (before_in_off) around.push_back(i - 2);
+    const bool reads = in_off || out_off, writes = in_off || out_off;
+    const int64_t written = off.in_use(false, writes, kUnfit);
+    const StoreShare fwd_share{off.in_use(reads, writes, kUnfit), written, cap, around};
+    const StoreShare bwd_share{off.in_use(reads || before_in_off, writes, kUnfit), written, cap,
+                               around};
+    int64_t store_fwd = fwd_share.held(), store_bwd = bwd_share.held();
     // Barriers' inner checkpoints: held whole in the forward, and in the backward as
     // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
     // input's goes to the store at the end, so it holds no open blocks while tiles add into it).
@@ -1422,16 +1431,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     passes[2 * i + 1] = bwd_at;
     if (s.shared_tier == Tier::kResident &&
         (!s.inner_checkpoints || s.inner_tier == Tier::kResident)) {
-      // Bounded by `cap` (with kept rows or inner checkpoints in the store, left unbounded).
-      std::vector<size_t> around;
-      if (in_off) around.push_back(i - 1);
-      if (out_off) around.push_back(i);
-      if (before_in_off) around.push_back(i - 2);
-      const bool reads = in_off || out_off, writes = reads;
-      const int64_t written = off.in_use(false, writes, kUnfit);
-      shares[2 * i] = {off.in_use(reads, writes, kUnfit), written, cap, around};
-      shares[2 * i + 1] = {off.in_use(reads || before_in_off, writes, kUnfit), written, cap,
-                           around};
+      // Kept rows or inner checkpoints in the store add to it unbounded: left as they are.
+      shares[2 * i] = fwd_share;
+      shares[2 * i + 1] = bwd_share;
     }
     if (std::max(fwd_peak, bwd_peak) > peak) {
       peak = std::max(fwd_peak, bwd_peak);
