@@ -38,15 +38,18 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One step's memory over time: a poller reads the tracking allocator's live and peak bytes (so
-// plain steps, which emit no tile events, have a timeline too), and the executor's samples
-// after each tile add the tile store's categories and which pass and segment ran.
+// One step's memory over time: a poller reads the step device's live and peak bytes (the
+// tracking allocator's on the CPU, the caching allocator's on a GPU; so plain steps, which emit
+// no tile events, have a timeline too), and the executor's samples after each tile add the tile
+// store's categories and which pass and segment ran.
 class TimelineRecorder : public core::Observer {
  public:
-  TimelineRecorder() : start_(std::chrono::steady_clock::now()), start_live_(live()) {
+  explicit TimelineRecorder(c10::Device device)
+      : device_(device), start_(std::chrono::steady_clock::now()), start_live_(reading().live) {
     poller_ = std::jthread([this](const std::stop_token& stop) {
       while (!stop.stop_requested()) {
-        add({{"type", "poll"}, {"live", live()}, {"peak", core::MemoryTracker::peak_bytes()}});
+        const core::MemoryReading r = reading();
+        add({{"type", "poll"}, {"live", r.live}, {"peak", r.peak}});
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     });
@@ -93,7 +96,7 @@ class TimelineRecorder : public core::Observer {
   }
 
  private:
-  static int64_t live() { return core::MemoryTracker::live_bytes(); }
+  core::MemoryReading reading() const { return core::memory_reading(device_); }
 
   void add(nlohmann::json j) {
     j["t_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
@@ -102,6 +105,7 @@ class TimelineRecorder : public core::Observer {
     samples_.push_back(std::move(j));
   }
 
+  c10::Device device_;
   std::chrono::steady_clock::time_point start_;
   int64_t start_live_;
   std::mutex mutex_;
@@ -218,7 +222,7 @@ BenchResult bench_step(const BenchPoint& p) {
     step_options.bypass_page_cache = p.cold_disk;
     step_options.precision = p.precision;
     if (record) {
-      timeline = std::make_unique<TimelineRecorder>();
+      timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
     }
     const int64_t fresh_before = core::MemoryTracker::fresh_bytes();
