@@ -12,7 +12,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
                 memory_limit = "20GiB", timeline, offload = "auto", scratch,
                 checkpoints_under = "0", offload_window = "0", device = "cpu",
-                precision = "float32", norm = "frozen", pool = "avg";
+                precision = "float32", norm = "frozen", pool = "avg", tile_format = "auto";
     int repeat = 3, warmup = 1;
     bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false;
   };
@@ -75,6 +75,11 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--precision", args->precision, "float32, tf32 or bf16 (core/precision.h)")
       ->check(CLI::IsMember({"float32", "tf32", "bf16"}))
       ->capture_default_str();
+  cmd->add_option("--tile-format", args->tile_format,
+                  "The tiles' memory format: auto (the device's choice for the precision), cpu "
+                  "(channels-last forward, recompute as read), contiguous or channels-last")
+      ->check(CLI::IsMember({"auto", "cpu", "contiguous", "channels-last"}))
+      ->capture_default_str();
   cmd->add_flag("--print-plan", args->print_plan,
                 "Print the plan the point ran (tessel plan's table) to standard error");
   cmd->callback([args, &registry] {
@@ -99,6 +104,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.checkpoints_under_bytes = core::parse_bytes(args->checkpoints_under);
       p.device = args->device;
       p.precision = core::parse_precision(args->precision);
+      p.tile_format = args->tile_format;
       const pipelines::BenchResult r = pipelines::bench_step(p);
       if (args->print_plan) std::cerr << r.plan << "\n";
       std::cout << pipelines::to_json(p, r) << "\n";

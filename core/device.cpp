@@ -248,6 +248,25 @@ DeviceMemory device_memory(c10::Device device) {
   }
 }
 
+TileFormats tile_formats(c10::Device device, Precision precision) {
+  if (!device.is_cuda()) return {c10::MemoryFormat::ChannelsLast, std::nullopt};
+  const c10::MemoryFormat f = precision == Precision::kBf16 ? c10::MemoryFormat::ChannelsLast
+                                                            : c10::MemoryFormat::Contiguous;
+  return {f, f};
+}
+
+std::optional<TileFormats> parse_tile_formats(const std::string& name) {
+  if (name == "auto") return std::nullopt;
+  if (name == "cpu") return TileFormats{c10::MemoryFormat::ChannelsLast, std::nullopt};
+  if (name == "contiguous") {
+    return TileFormats{c10::MemoryFormat::Contiguous, c10::MemoryFormat::Contiguous};
+  }
+  if (name == "channels-last") {
+    return TileFormats{c10::MemoryFormat::ChannelsLast, c10::MemoryFormat::ChannelsLast};
+  }
+  throw Error("unknown tile format '" + name + "': use auto, cpu, contiguous or channels-last");
+}
+
 void synchronize(c10::Device device) {
   if (device.is_cpu()) return;
   c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());

@@ -6,10 +6,14 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/MemoryFormat.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/precision.h"
 
 namespace tessel::core {
 
@@ -73,6 +77,22 @@ struct DeviceMemory {
   int64_t free_bytes = -1, total_bytes = -1;
 };
 DeviceMemory device_memory(c10::Device device);
+
+// The memory formats a tile's convolutions run in. A convolution in the format its kernels do
+// not use copies its input and output into the other (in + out bytes more, and the time):
+// - CPU: oneDNN's convolutions are faster channels-last in the no-grad forward; autograd's
+//   recompute takes its input as it comes (channels-last slowed the backward; DESIGN.md).
+// - CUDA, bf16: cuDNN's bf16 kernels are NHWC: channels-last in both passes.
+// - CUDA, float32 and tf32 (and float64): its float32 kernels are NCHW: contiguous in both.
+// Measured by bench/conv_workspace.py on an H200 (bench/NOTES.md, session 33).
+struct TileFormats {
+  c10::MemoryFormat forward = c10::MemoryFormat::ChannelsLast;  // the no-grad forward
+  std::optional<c10::MemoryFormat> recompute;  // the backward's recompute; none: as read
+};
+TileFormats tile_formats(c10::Device device, Precision precision);
+// "auto" (tile_formats), "cpu" (the CPU's choice on any device), "contiguous" or
+// "channels-last" (both passes); throws tessel::Error naming the choices otherwise. None: auto.
+std::optional<TileFormats> parse_tile_formats(const std::string& name);
 
 // Waits for the device's queued work (a GPU runs asynchronously: a step's wall time is known only
 // after this); nothing on the CPU.

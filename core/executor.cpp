@@ -81,6 +81,8 @@ class TiledStep {
         source_(source),
         options_(options),
         tensor_options_(compute_options(graph, source)),
+        formats_(options.tile_formats.value_or(
+            tile_formats(tensor_options_.device(), options.precision))),
         checkpoints_(static_cast<size_t>(graph.size())),
         stored_(static_cast<size_t>(graph.size())),
         stored_grads_(static_cast<size_t>(graph.size())),
@@ -172,10 +174,7 @@ class TiledStep {
       return {to_compute(source_.read(r), tensor_options_), r};
     }
     if (const auto& stored = stored_[static_cast<size_t>(s.input)]) {
-      // Channels-last for the no-grad forward's convs (run_tile).
-      return {stored->read(r, at::GradMode::is_enabled() ? at::MemoryFormat::Contiguous
-                                                         : at::MemoryFormat::ChannelsLast),
-              r};
+      return {stored->read(r, read_format(at::GradMode::is_enabled())), r};  // as run_tile's
     }
     const at::Tensor& ckpt = checkpoints_[static_cast<size_t>(s.input)];
     return {crop({ckpt, whole(shape(s.input))}, r), r};
@@ -203,14 +202,24 @@ class TiledStep {
     return uses;
   }
 
-  // The no-grad forward runs channels-last: oneDNN's convs are faster in it (DESIGN.md);
-  // autograd's recompute stays contiguous, where channels-last slowed the backward.
-  static TileTensor no_grad_channels_last(TileTensor input) {
-    if (!at::GradMode::is_enabled() && input.tensor.numel() > 0 &&
-        !input.tensor.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-      at::Tensor last = at::empty_like(input.tensor, at::MemoryFormat::ChannelsLast);
-      copy_tile(last, input.tensor);
-      input.tensor = std::move(last);
+  // The format a tile read from the store, or allocated for one, takes in a pass (with a
+  // gradient: the recompute's, contiguous where it takes its input as it comes).
+  at::MemoryFormat read_format(bool grad) const {
+    return grad ? formats_.recompute.value_or(at::MemoryFormat::Contiguous) : formats_.forward;
+  }
+
+  // A segment's input tile in the format its pass's convs run in (formats_, core/device.h).
+  // The recompute's copy is autograd's (the gradient reaches the tile as it was).
+  TileTensor in_tile_format(TileTensor input) const {
+    if (input.tensor.numel() == 0) return input;
+    if (!at::GradMode::is_enabled()) {
+      if (!input.tensor.is_contiguous(formats_.forward)) {
+        at::Tensor t = at::empty_like(input.tensor, formats_.forward);
+        copy_tile(t, input.tensor);
+        input.tensor = std::move(t);
+      }
+    } else if (formats_.recompute) {
+      input.tensor = input.tensor.contiguous(*formats_.recompute);
     }
     return input;
   }
@@ -236,7 +245,7 @@ class TiledStep {
                       const std::map<NodeId, TileTensor>* leaves = nullptr, bool hooks = false) {
     std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
     std::vector<int> uses = reader_counts(first, output);
-    acts[static_cast<size_t>(first)] = no_grad_channels_last(std::move(input));
+    acts[static_cast<size_t>(first)] = in_tile_format(std::move(input));
     const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
     for (NodeId v = first + 1; v <= output; ++v) {
       const Node& node = graph_.node(v);
@@ -312,7 +321,7 @@ class TiledStep {
     const bool grad = at::GradMode::is_enabled();
     std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
     std::vector<int> uses = reader_counts(first, output);
-    acts[static_cast<size_t>(first)] = no_grad_channels_last(std::move(input));
+    acts[static_cast<size_t>(first)] = in_tile_format(std::move(input));
     const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
     if (kept != nullptr) kept->assign(static_cast<size_t>(output) + 1, at::Tensor());
     for (NodeId v = first + 1; v <= output; ++v) {
@@ -639,12 +648,11 @@ class TiledStep {
   }
 
   // Region `r` of inner checkpoint `l`: a view of a resident one, a copy of an offloaded one
-  // (channels-last for the no-grad forward's convs, as run_tile's input tile).
+  // (in its pass's format, as run_tile's input tile).
   at::Tensor read_leaf(NodeId l, const Region& r, bool grad) {
     const Inner& in = inner_.at(l);
     if (!in.stored_value) return crop({in.value, whole(shape(l))}, r);
-    return in.stored_value->read(
-        r, grad ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast);
+    return in.stored_value->read(r, read_format(grad));
   }
 
   // The inner checkpoints' tiles a sub-segment reads (those before `target`), requiring a
@@ -728,12 +736,10 @@ class TiledStep {
         in.stored_value = std::make_unique<StoredActivation>(*store_, vs, s.inner_blocks.at(k),
                                                              s.inner_tier, tensor_options_);
       } else {
-        // Channels-last for the forward's convs (as run_tile's input tiles); rebuilt for the
-        // backward's recompute, contiguous (kept ones stay channels-last).
-        in.value = at::empty(
-            {1, vs.channels, vs.height, vs.width},
-            tensor_options_.memory_format(with_statistics ? at::MemoryFormat::ChannelsLast
-                                                          : at::MemoryFormat::Contiguous));
+        // In the forward's format (as run_tile's input tiles); rebuilt for the backward's
+        // recompute in its format (kept ones stay in the forward's).
+        in.value = at::empty({1, vs.channels, vs.height, vs.width},
+                             tensor_options_.memory_format(read_format(!with_statistics)));
       }
       for (const auto& [r, need] : tiles) {
         const TileTensor x_in = read_input(s, need[static_cast<size_t>(s.input)]);
@@ -1358,6 +1364,7 @@ class TiledStep {
   TileSource& source_;
   const StepOptions& options_;
   at::TensorOptions tensor_options_;     // the dtype and device the step computes in
+  TileFormats formats_;                  // the tiles' memory formats in each pass
   std::unique_ptr<TileStore> store_;     // when the plan offloads; outlives what it stores
   std::vector<at::Tensor> checkpoints_;  // whole activations, by node
   // Offloaded checkpoints and their gradients, by node.

@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 
+#include "core/device.h"
 #include "core/graph.h"
 #include "core/observer.h"
 #include "core/plan.h"
@@ -33,6 +35,9 @@ struct StepOptions {
   // The seed of spatial dropout's masks in a training step (core/dropout.h): the same seed
   // gives the same masks, tiled or plain, in the forward and in every recompute.
   uint64_t dropout_seed = 0;
+  // The memory formats the tiles' convolutions run in; none: the device's choice for the
+  // precision (core/device.h tile_formats). Benchmarks compare them; results do not change.
+  std::optional<TileFormats> tile_formats;
 };
 
 struct StepResult {

@@ -221,6 +221,7 @@ BenchResult bench_step(const BenchPoint& p) {
     step_options.scratch_dir = p.scratch_dir;
     step_options.bypass_page_cache = p.cold_disk;
     step_options.precision = p.precision;
+    step_options.tile_formats = core::parse_tile_formats(p.tile_format);
     if (record) {
       timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
@@ -274,6 +275,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["measured_peak_reserved_bytes"] = r.measured_peak_reserved_bytes;
   j["device"] = r.device;
   j["precision"] = core::to_string(p.precision);
+  j["tile_format"] = p.tile_format;
   j["plain_flops"] = r.plain_flops;
   j["tiled_flops"] = r.tiled_flops;
   j["max_rss_bytes"] = r.max_rss_bytes;

@@ -44,6 +44,7 @@ struct BenchPoint {
   int64_t offload_window_bytes = 0;  // the tile store's read-ahead window; 0: the planner's
   std::string device = "cpu";        // core::resolve_device: cpu, cuda, cuda:N, auto
   core::Precision precision = core::Precision::kFloat32;
+  std::string tile_format = "auto";  // core::parse_tile_formats: auto, cpu, contiguous, ...
 };
 
 struct BenchResult {

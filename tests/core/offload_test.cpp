@@ -375,6 +375,49 @@ TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutogra
   }
 }
 
+// The tiles' memory formats (core/device.h TileFormats: the CPU's choice, contiguous in both
+// passes as on a GPU in float32, channels-last in both as in bf16) change no gradient, through
+// checkpoints read back from the store in each format, residual joins, shared rows and batch
+// norm's inner checkpoints.
+TEST(Offload, EveryTileFormatMatchesPlainAutograd) {
+  ScratchDir dir;
+  const std::pair<std::string, models::Norm> nets[] = {{"tiny", models::Norm::kFrozen},
+                                                       {"resnet18", models::Norm::kFrozen},
+                                                       {"resnet18", models::Norm::kBatch}};
+  for (const std::string format : {"cpu", "contiguous", "channels-last"}) {
+    StepOptions so;
+    so.scratch_dir = dir.path();
+    so.tile_formats = parse_tile_formats(format);
+    ASSERT_TRUE(so.tile_formats.has_value());
+    for (const auto& [name, norm] : nets) {
+      models::ModelOptions mo;
+      mo.in_channels = 3;
+      mo.norm = norm;
+      Graph g = models::build_model(name, mo);
+      g.module().to(test_device(), at::kDouble);
+      randomise(g, 8);
+      for (Strategy s : {Strategy::kGrid, Strategy::kRowsShared}) {
+        for (auto tier : {PlanOptions::Offload::kNever, PlanOptions::Offload::kHost}) {
+          PlanOptions o = forced_disk(s, 3, s == Strategy::kGrid ? 2 : 1, 8192, 2048);
+          o.offload = tier;
+          o.checkpoints = every_checkpoint(g, {3, 67, 53});
+          const Plan plan = make_plan(g, {3, 67, 53}, 0, o);
+          ASSERT_GT(std::count_if(plan.segments.begin(), plan.segments.end(),
+                                  [](const Segment& seg) { return seg.forward.tiles() > 1; }),
+                    0)
+              << "no tiled segment\n"
+              << to_string(plan, g);
+          const auto c = compare_with_plain(g, plan, random_image(3, 67, 53, 8), 8, so);
+          EXPECT_LT(c.worst(), kTolerance)
+              << format << " " << name << " " << models::to_string(norm) << " " << to_string(s)
+              << " offload " << (tier == PlanOptions::Offload::kHost) << "\n"
+              << to_string(plan, g) << c.to_string();
+        }
+      }
+    }
+  }
+}
+
 // One training step of `plan` on a random image, offloading into `dir`; expects the measured
 // peak within the plan's prediction plus 10% (the planner's headroom covers allocator effects).
 StepResult step_within_prediction(Graph& g, const Plan& plan, const Shape& in,

@@ -52,6 +52,28 @@ TEST(Precision, ParsesTheThreeNamesAndRefusesOthers) {
   EXPECT_THROW(parse_precision("fp16"), Error);
 }
 
+// The tiles' formats follow the kernels (core/device.h): cuDNN's bf16 ones are NHWC, its
+// float32 ones NCHW, oneDNN's no-grad forward channels-last. Pure choices: no GPU needed.
+TEST(Precision, TileFormatsFollowTheDevicesKernels) {
+  using F = c10::MemoryFormat;
+  const c10::Device gpu(c10::kCUDA, 0), cpu(c10::kCPU);
+  for (Precision p : {Precision::kFloat32, Precision::kTf32, Precision::kBf16}) {
+    const TileFormats c = tile_formats(cpu, p);
+    EXPECT_EQ(c.forward, F::ChannelsLast);
+    EXPECT_FALSE(c.recompute.has_value()) << "the CPU's recompute takes its input as it comes";
+    const TileFormats g = tile_formats(gpu, p);
+    const F want = p == Precision::kBf16 ? F::ChannelsLast : F::Contiguous;
+    EXPECT_EQ(g.forward, want) << to_string(p);
+    ASSERT_TRUE(g.recompute.has_value()) << to_string(p);
+    EXPECT_EQ(*g.recompute, want) << to_string(p);
+  }
+  EXPECT_FALSE(parse_tile_formats("auto").has_value());
+  EXPECT_FALSE(parse_tile_formats("cpu")->recompute.has_value());
+  EXPECT_EQ(*parse_tile_formats("channels-last")->recompute, F::ChannelsLast);
+  EXPECT_EQ(parse_tile_formats("contiguous")->forward, F::Contiguous);
+  EXPECT_THROW(parse_tile_formats("nhwc"), Error);
+}
+
 TEST(Precision, ScopePutsBackAutocastAndTheGpusFloat32Settings) {
   auto& context = at::globalContext();
   const c10::Device gpu(c10::kCUDA, 0);  // only switches: no GPU is touched
