@@ -10,7 +10,7 @@ namespace tessel::app {
 void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
-                memory_limit = "20GiB", timeline, offload = "auto", scratch,
+                memory_limit = "20GiB", timeline, profile, offload = "auto", scratch,
                 checkpoints_under = "0", offload_window = "0", device = "cpu",
                 precision = "float32", norm = "frozen", pool = "avg", tile_format = "auto";
     int repeat = 3, warmup = 1;
@@ -44,6 +44,10 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option(
       "--timeline", args->timeline,
       "Write the last step's memory timeline here (JSON lines; bench/plot.py draws it)");
+  cmd->add_option("--profile", args->profile,
+                  "Profile one more step after the timed ones (LibTorch's profiler: operators, and "
+                  "on a GPU kernels) and write its Chrome trace here; the longest go in the JSON "
+                  "line");
   cmd->add_option("--offload", args->offload,
                   "Where checkpoints beyond the budget go: auto (disk, when no resident plan "
                   "fits or offloading costs less), never, host or disk (every checkpoint)")
@@ -95,6 +99,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.repeat = args->repeat;
       p.warmup = args->warmup;
       p.timeline = args->timeline;
+      p.profile = args->profile;
       p.offload = args->offload;
       p.keep_resident = args->keep_resident;
       p.scratch_dir = args->scratch;

@@ -5,8 +5,9 @@
 
 For the convolutions of Tessel's zoo (vgg-mini, VGG-16, ResNet-50's 1×1, 3×3, strided and stem
 convolutions) and train-mode batch norm, at tile-like shapes (squares and full-width rows), in
-float32 and bf16, contiguous and channels-last, with cuDNN set as Tessel sets it (deterministic,
-no benchmark search, TF32 off): the caching allocator's peak during the no-grad forward, the
+float32 and bf16, contiguous and channels-last, with cuDNN as Tessel's training and bench steps
+leave it (no benchmark search, TF32 off; --deterministic: deterministic algorithms too, as
+`tessel gradcheck` and the tests set them): the caching allocator's peak during the no-grad forward, the
 forward with grad and the backward, less the tensors that pass must hold (input, output, weight,
 gradients). One JSON line per case; a summary of the largest workspace as a share of the output
 at the end. Python's torch from the same wheel as Tessel's LibTorch, so the same cuDNN.
@@ -81,14 +82,16 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default="conv-workspace.jsonl")
     ap.add_argument("--seconds", type=float, default=150)
+    ap.add_argument("--deterministic", action="store_true",
+                    help="deterministic algorithms (core::use_exact_algorithms: checks, tests)")
     a = ap.parse_args()
     dev = torch.device(a.device)
-    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.deterministic = a.deterministic
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"{torch.cuda.get_device_name(dev)}", flush=True)
+          f"{torch.cuda.get_device_name(dev)}, deterministic {a.deterministic}", flush=True)
     deadline = time.monotonic() + a.seconds
     rows = []
     with open(a.out, "w") as f:
@@ -107,6 +110,7 @@ def main():
                             m = {"error": str(e)[:200]}
                         torch.cuda.empty_cache()
                         row = {"net": net, "layer": name, "height": h, "width": w,
+                               "deterministic": a.deterministic,
                                "dtype": str(dtype).replace("torch.", ""),
                                "channels_last": channels_last, **m}
                         rows.append(row)

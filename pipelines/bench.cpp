@@ -198,6 +198,7 @@ BenchResult bench_step(const BenchPoint& p) {
   for (const core::MemoryBreakdown& m : plan.passes) r.predicted_passes.push_back(m.total());
   r.segments = static_cast<int64_t>(plan.segments.size());
   r.window_bytes = plan.window_bytes;
+  r.prices = plan.prices;
   for (const core::Segment& s : plan.segments) r.kept_graphs.push_back(s.keep_graph);
   if (p.memory_limit_bytes > 0 && plan.predicted.total() > p.memory_limit_bytes) {
     r.status = "out_of_memory";
@@ -214,7 +215,10 @@ BenchResult bench_step(const BenchPoint& p) {
   const core::LossFn loss = [](const at::Tensor& logits, const at::Tensor& t) {
     return at::cross_entropy_loss(logits, t);
   };
-  for (int i = 0; i < p.warmup + p.repeat; ++i) {
+  // --profile adds one step after the timed ones: the profiler's overhead stays out of them.
+  const int steps = p.warmup + p.repeat + (p.profile.empty() ? 0 : 1);
+  for (int i = 0; i < steps; ++i) {
+    const bool profiled = !p.profile.empty() && i == p.warmup + p.repeat;
     const bool record = !p.timeline.empty() && i == p.warmup + p.repeat - 1;
     std::unique_ptr<TimelineRecorder> timeline;
     core::StepOptions step_options;
@@ -226,6 +230,8 @@ BenchResult bench_step(const BenchPoint& p) {
       timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
     }
+    std::unique_ptr<StepProfile> profile;
+    if (profiled) profile = std::make_unique<StepProfile>(device);
     const int64_t fresh_before = core::MemoryTracker::fresh_bytes();
     const auto t0 = std::chrono::steady_clock::now();
     optimizer.zero_grad();
@@ -235,7 +241,8 @@ BenchResult bench_step(const BenchPoint& p) {
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (record) timeline->write(p.timeline, p, plan.budget_bytes);
-    if (i < p.warmup) continue;
+    if (profile) r.profile_top = profile->finish(p.profile);
+    if (i < p.warmup || profiled) continue;
     r.step_ms.push_back(ms);
     r.fresh_bytes.push_back(core::MemoryTracker::fresh_bytes() - fresh_before);
     r.forward_ms.push_back(s.forward_ms);
@@ -300,6 +307,16 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["checkpoint_bytes"] = r.checkpoint_bytes;
   j["offloaded_bytes"] = r.offloaded_bytes;
   j["moved_bytes_predicted"] = r.predicted_moved_bytes;
+  if (!r.profile_top.empty()) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const ProfileEntry& e : r.profile_top) {
+      top.push_back({{"name", e.name}, {"device", e.device}, {"calls", e.calls}, {"ms", e.ms}});
+    }
+    j["profile_top"] = top;
+  }
+  j["prices"] = {{"measured", r.prices.measured},
+                 {"seconds_per_byte_moved", r.prices.seconds_per_byte_moved},
+                 {"seconds_per_flop", r.prices.seconds_per_flop}};
   j["disk_peak_bytes"] = r.disk_peak_bytes;
   j["disk_bytes_bound"] = r.disk_bytes_bound;
   j["moved_bytes"] = r.moved_bytes.empty() ? 0 : r.moved_bytes.back();

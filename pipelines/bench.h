@@ -10,6 +10,7 @@
 
 #include "core/plan.h"
 #include "core/precision.h"
+#include "pipelines/step_profile.h"
 
 namespace tessel::pipelines {
 
@@ -28,6 +29,10 @@ struct BenchPoint {
   // peak bytes polled every millisecond or two, and the executor's per-tile samples (with the
   // tile store's categories) — bench/plot.py draws it.
   std::filesystem::path timeline;
+  // When set, one more step after the timed ones runs under LibTorch's profiler and its trace
+  // is written here (pipelines/step_profile.h); the longest kernels or operators go in the JSON
+  // line.
+  std::filesystem::path profile;
   // Offload (bench/run --only offload): where the planner may move checkpoints, and the
   // comparison point: the plan made under the budget, run with every checkpoint kept resident
   // (the same tiles, so only the transfers differ; its peak exceeds the budget).
@@ -68,6 +73,10 @@ struct BenchResult {
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
   std::vector<bool> kept_graphs;  // per segment: the plan keeps its autograd graph
   int64_t window_bytes = 0;       // the plan's offload window
+  // The prices the planner used (measured on the step's device when it priced offloading; else
+  // its guess): what a plan on another machine, a GPU's, was chosen at.
+  core::OffloadPrices prices;
+  std::vector<ProfileEntry> profile_top;  // --profile: the longest entries of the last step
   int threads = 0;
   std::string plan;
   // Offload, per timed step: the checkpoints (all, and those in the host or disk tier), the bytes

@@ -1,5 +1,5 @@
 // Runs `tessel bench step --timeline` as bench/run does for its memory-timeline plot, on the tiny
-// network (no timing claims): the file bench/plot.py reads.
+// network (no timing claims): the file bench/plot.py reads; and --profile's trace and summary.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,52 @@ TEST(BenchStepCli, RecordsATimelineForAPlainStepToo) {
   EXPECT_GT(count_type(lines, "poll"), 0);
   EXPECT_EQ(count_type(lines, "tile"), 0) << "a plain step has no tiles";
   fs::remove(timeline);
+}
+
+// The JSON line of a `bench step` run's output (its last line that is a JSON object).
+nlohmann::json result_line(const std::string& output) {
+  std::istringstream in(output);
+  nlohmann::json last;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.front() == '{') last = nlohmann::json::parse(line);
+  }
+  return last;
+}
+
+TEST(BenchStepCli, ProfilesOneMoreStepAndNamesItsLongestOperators) {
+  const fs::path trace = temporary_file("profile.json");
+  const auto run = run_cli(
+      "bench step --model tiny --size 128x128 --strategy grid --budget 1MiB --repeat 2 "
+      "--warmup 0 --log-level warn --tile-format channels-last --profile " +
+      trace.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json r = result_line(run.output);
+  ASSERT_TRUE(r.is_object()) << run.output;
+  EXPECT_EQ(r["step_ms"].size(), 2u) << "the profiled step is not a timed one";
+  EXPECT_EQ(r["tile_format"], "channels-last");
+  EXPECT_TRUE(r.contains("prices"));
+  ASSERT_TRUE(r.contains("profile_top")) << r.dump();
+  ASSERT_FALSE(r["profile_top"].empty());
+  bool conv = false;
+  double longest = 1e30;
+  for (const nlohmann::json& e : r["profile_top"]) {
+    EXPECT_EQ(e["device"], "cpu");
+    EXPECT_GT(e["calls"].get<int64_t>(), 0);
+    EXPECT_LE(e["ms"].get<double>(), longest) << "longest first";
+    longest = e["ms"].get<double>();
+    conv = conv || e["name"].get<std::string>().find("conv") != std::string::npos;
+  }
+  EXPECT_TRUE(conv) << "a tiny network's step spends its time in convolutions: " << r.dump();
+  std::ifstream in(trace);
+  const nlohmann::json chrome = nlohmann::json::parse(in);
+  EXPECT_FALSE(chrome["traceEvents"].empty()) << "a Chrome trace";
+  fs::remove(trace);
+}
+
+TEST(BenchStepCli, RefusesAnUnknownTileFormat) {
+  const auto run = run_cli("bench step --model tiny --size 64x64 --tile-format nhwc");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.output.find("tile-format"), std::string::npos) << run.output;
 }
 
 }  // namespace
