@@ -106,7 +106,11 @@ PlanReport plan_model(const PlanRequest& r) {
   mo.in_channels = graph.node(graph.input()).channels;
   core::PlanOptions o;
   o.strategy = r.strategy;
-  o.measure_prices = [&] { return core::measure_offload_prices(o.auto_tier); };
+  if (r.prices) {
+    o.measure_prices = [prices = *r.prices] { return prices; };
+  } else {
+    o.measure_prices = [&] { return core::measure_offload_prices(o.auto_tier); };
+  }
   PlanReport report;
   report.plan = core::make_plan(graph, {mo.in_channels, r.height, r.width}, r.budget_bytes, o);
   report.table = core::to_string(report.plan, graph);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/gradcheck.h"
@@ -24,6 +25,9 @@ struct PlanRequest {
   core::Strategy strategy = core::Strategy::kAuto;
   int64_t classes = 2;
   std::string norm = "frozen";  // the zoo's batch norms: frozen, batch or group
+  // Offload and recompute prices to plan at instead of this machine's measured ones (another
+  // machine's: a GPU's, from its bench step JSON line; or fixed, to compare two planners).
+  std::optional<core::OffloadPrices> prices;
 };
 
 struct PlanReport {

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -138,6 +139,33 @@ TEST(Cli, PlanOverTheBudgetShowsEachCheckpointsTierAndBytesMoved) {
   EXPECT_NE(run.output.find("\"tier\": \"disk\""), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("moved_bytes_per_step"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("predicted_passes"), std::string::npos) << run.output;
+}
+
+// --prices: the plan another machine's prices make (a GPU's recompute is ~100 times cheaper
+// against moving a byte than this CPU's), the same every time; bad prices are refused.
+TEST(Cli, PlanAtGivenPricesUsesThemAndRefusesMalformedOnes) {
+  const std::string cmd = "plan --model vgg-mini --size 2048x2048 --budget 25MiB --json --prices ";
+  const CliRun cpu = run_cli(cmd + "1.1,270");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  const auto prices = [](const std::string& json) {
+    return nlohmann::json::parse(json.substr(json.find('{')))["offload"]["prices"];
+  };
+  EXPECT_NEAR(prices(cpu.output)["seconds_per_byte_moved"].get<double>(), 1.1e-9, 1e-18);
+  EXPECT_NEAR(prices(cpu.output)["seconds_per_flop"].get<double>(), 1 / 270e9, 1e-20);
+  EXPECT_EQ(run_cli(cmd + "1.1,270").output, cpu.output) << "fixed prices, one plan";
+  const CliRun gpu = run_cli(cmd + "1.1,40000");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  // Recompute 150 times cheaper: maxpool4 is dropped and recomputed, not offloaded.
+  const auto segments = [](const std::string& json) {
+    return nlohmann::json::parse(json.substr(json.find('{')))["segments"].size();
+  };
+  EXPECT_EQ(segments(cpu.output), 3u) << cpu.output;
+  EXPECT_EQ(segments(gpu.output), 2u) << gpu.output;
+  for (const std::string bad : {"1.1", "fast,270", "1.1,270x", "0,270", "-1,5"}) {
+    const CliRun run = run_cli(cmd + bad);
+    EXPECT_NE(run.exit_code, 0) << bad;
+    EXPECT_NE(run.output.find("--prices"), std::string::npos) << bad << ": " << run.output;
+  }
 }
 
 TEST(Cli, BenchTrainRunsEachPointInItsOwnProcessAndWritesJsonLinesAndCsv) {
