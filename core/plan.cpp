@@ -288,7 +288,9 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
       const Region r =
           output ? tile : barrier_share(tile, out, shapes[static_cast<size_t>(target)]);
       if (r.empty()) continue;
-      const Region& add =
+      // A copy: the needs are a temporary (a reference into it dangled, and valgrind found the
+      // plan's moved bytes read from freed memory, different from run to run).
+      const Region add =
           sub_segment_needs(graph, shapes, s.input, leaves, target, r)[static_cast<size_t>(v)];
       if (!add.empty()) adds.push_back(add);
     }
