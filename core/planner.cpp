@@ -1876,17 +1876,9 @@ Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
   return best;
 }
 
-}  // namespace
-
-Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
-  if (budget < 0) throw Error("the memory budget must be positive");
-  if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
-  // Plans aim below the budget by the headroom: allocator effects the model does not capture.
-  const int64_t target =
-      budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
-  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}};
-
-  // The last spatial node; everything after it is the head and must not reach back past it.
+// The last spatial node (everything after it is the head, which must not reach back past it)
+// and the global pool that closes the last segment as a streaming reduction, if any (-1).
+std::pair<NodeId, NodeId> head_of(const Graph& graph, const PlanOptions& options) {
   NodeId last = 0;
   for (NodeId v = 0; v < graph.size(); ++v) {
     if (graph.node(v).spatial()) last = v;
@@ -1908,12 +1900,13 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       reduction = last_consumers[0];
     }
   }
-  if (reduction >= 0 && graph.node(reduction).kind == OpKind::kAttentionPool) {
-    a.reduction_input = last;
-    a.reduction_bytes_per_position =
-        (graph.node(last).channels + 4 * graph.node(reduction).branches) * 8;
-  }
+  return {last, reduction};
+}
 
+// What every pass holds whatever the tiling: parameters, their gradients, the optimizer's
+// state, and the head's activations and gradients.
+MemoryBreakdown model_state_bytes(const Analysis& a, NodeId last, NodeId reduction) {
+  const Graph& graph = a.graph;
   MemoryBreakdown fixed;
   int64_t params = 0;
   for (const Node& n : graph.nodes()) {
@@ -1922,8 +1915,8 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   }
   fixed.parameters = params * a.eb;
   fixed.gradients = params * a.eb;
-  fixed.optimizer =
-      static_cast<int64_t>(options.optimizer_state_per_param * static_cast<double>(params * a.eb));
+  fixed.optimizer = static_cast<int64_t>(a.options.optimizer_state_per_param *
+                                         static_cast<double>(params * a.eb));
   for (NodeId v = last + 1; v < graph.size(); ++v) {
     fixed.tail += 3 * a.bytes(v);
     // An attention pool run whole in the head (not streamed): its input flattened, and its
@@ -1934,53 +1927,41 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       fixed.tail += (in.channels + 4 * n.branches) * in.height * in.width * a.eb;
     }
   }
+  return fixed;
+}
 
-  int64_t plain_flops = 0;
-  for (NodeId v = 1; v <= last; ++v) {
-    const Shape& s = a.shapes[static_cast<size_t>(v)];
-    plain_flops += flops(graph.node(v), Region{{0, s.height}, {0, s.width}});
+// Strategy::kNone: plain autograd keeps every activation (and max pool indices) of the whole
+// image; refused over the budget.
+Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t target, NodeId last,
+                const MemoryBreakdown& fixed, int64_t plain_flops) {
+  Plan plan;
+  plan.strategy = Strategy::kNone;
+  plan.input = input;
+  plan.shapes = a.shapes;
+  plan.element_bytes = a.eb;
+  plan.budget_bytes = budget;
+  plan.tail_input = last;
+  plan.plain_flops = plan.tiled_flops = plain_flops;
+  const Shape& out = a.shapes[static_cast<size_t>(last)];
+  const auto whole = a.tile_cost(0, last, Region{{0, out.height}, {0, out.width}});
+  plan.predicted = fixed;
+  plan.predicted.working_set = whole.backward_bytes;
+  if (target > 0 && plan.predicted.total() > target) {
+    throw Error("plain training needs " + format_bytes(plan.predicted.total()) + " for a " +
+                to_string(input) + " image, over the budget of " + format_bytes(budget) +
+                "; use --strategy auto (tiled) or a larger budget");
   }
+  return plan;
+}
 
-  if (options.strategy == Strategy::kNone) {
-    Plan plan;
-    plan.strategy = Strategy::kNone;
-    plan.input = input;
-    plan.shapes = a.shapes;
-    plan.element_bytes = a.eb;
-    plan.budget_bytes = budget;
-    plan.tail_input = last;
-    plan.plain_flops = plan.tiled_flops = plain_flops;
-    // Autograd keeps every activation (and max pool indices) of the whole image.
-    const auto whole = a.tile_cost(0, last,
-                                   Region{{0, a.shapes[static_cast<size_t>(last)].height},
-                                          {0, a.shapes[static_cast<size_t>(last)].width}});
-    plan.predicted = fixed;
-    plan.predicted.working_set = whole.backward_bytes;
-    if (target > 0 && plan.predicted.total() > target) {
-      throw Error("plain training needs " + format_bytes(plan.predicted.total()) + " for a " +
-                  to_string(input) + " image, over the budget of " + format_bytes(budget) +
-                  "; use --strategy auto (tiled) or a larger budget");
-    }
-    return plan;
-  }
-
-  // Auto prices the three tiled strategies against each other: grid, LR-CNN's overlapping rows
-  // (OverL) and its two-phase sharing (2PS, shared rows).
-  std::vector<Strategy> strategies;
-  if (options.strategy == Strategy::kAuto) {
-    strategies = {Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared};
-  } else {
-    strategies = {options.strategy};
-  }
-
-  // Checkpoint sets to try: all candidates under a size threshold, for every threshold.
-  std::vector<NodeId> candidates;
-  for (NodeId v : checkpoint_candidates(graph)) {
-    if (v < last) candidates.push_back(v);
-  }
+// Checkpoint sets to try: the caller's, else all candidates under a size threshold, for every
+// threshold.
+std::vector<std::vector<NodeId>> checkpoint_sets(const Analysis& a,
+                                                 const std::vector<NodeId>& candidates) {
+  const Graph& graph = a.graph;
   std::vector<std::vector<NodeId>> sets;
-  if (options.checkpoints) {
-    for (NodeId v : *options.checkpoints) {
+  if (a.options.checkpoints) {
+    for (NodeId v : *a.options.checkpoints) {
       if (std::find(candidates.begin(), candidates.end(), v) == candidates.end()) {
         throw Error("node " + std::to_string(v) + " (" +
                     (v >= 0 && v < graph.size() ? graph.node(v).name : std::string("?")) +
@@ -1988,51 +1969,183 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                     "skips over, before the last tiled layer");
       }
     }
-    std::vector<NodeId> sorted = *options.checkpoints;
+    std::vector<NodeId> sorted = *a.options.checkpoints;
     std::sort(sorted.begin(), sorted.end());
     sets.push_back(sorted);
-  } else {
-    std::set<int64_t> thresholds{0};
-    for (NodeId v : candidates) thresholds.insert(a.bytes(v));
-    for (int64_t t : thresholds) {
-      std::vector<NodeId> set;
-      for (NodeId v : candidates) {
-        if (a.bytes(v) <= t) set.push_back(v);
-      }
-      sets.push_back(set);
+    return sets;
+  }
+  std::set<int64_t> thresholds{0};
+  for (NodeId v : candidates) thresholds.insert(a.bytes(v));
+  for (int64_t t : thresholds) {
+    std::vector<NodeId> set;
+    for (NodeId v : candidates) {
+      if (a.bytes(v) <= t) set.push_back(v);
+    }
+    sets.push_back(set);
+  }
+  return sets;
+}
+
+// The store's windows to try. A larger one reads further ahead into the passes whose transfers
+// outlast their compute (pools, forward passes) and leaves less room for tiles, which the cost
+// sees; the waits it saves it does not (a model of them from FLOPs mispredicted them: the early
+// convs are memory-bound, ~10× slower than their FLOPs say). Measured on vgg-mini 4096² in
+// 1 GiB on a cold disk (bench/NOTES.md, session 14): a window of 1/16 of the budget 27.5 s a
+// step, 53% of the transfers hidden; 1/8 24.4 s, 68%; 1/4 21.3–23.9 s, 82–84%, for a plan whose
+// cost was 1.5% above 1/16's. So the largest of 1/4, 1/8 and 1/16 whose plan costs at most 5%
+// more than the cheapest (kLargerWindowWorth); small budgets, where a large window forces much
+// finer tiles, keep a small one.
+constexpr double kLargerWindowWorth = 1.05;
+std::vector<int64_t> store_windows(const PlanOptions& options, int64_t target) {
+  if (options.offload_window_bytes > 0) return {options.offload_window_bytes};
+  if (target <= 0) return {int64_t{64} << 20};
+  std::vector<int64_t> windows;
+  for (int64_t share : {4, 8, 16}) windows.push_back(std::max<int64_t>(target / share, 4096));
+  return windows;
+}
+
+// The tile store's settings for a search at `window`; `offloading`: a plan that offloads
+// checkpoints may offload inner checkpoints too.
+Offloading offloading_with(const PlanOptions& options, int64_t window, bool offloading) {
+  Offloading o;
+  o.inner_tier = options.inner_tier.value_or(offloading ? options.auto_tier : Tier::kResident);
+  o.force_inner = options.inner_tier.has_value() && *options.inner_tier != Tier::kResident;
+  o.window_bytes = window;
+  o.block_bytes =
+      options.offload_block_bytes > 0 ? options.offload_block_bytes : default_block_bytes(window);
+  o.partly_resident = options.offload == PlanOptions::Offload::kAuto;
+  return o;
+}
+
+// One search (resident or offloading) at each of `windows`, with the caller's `options` (not
+// a.options, whose prices the offloading search sets): its cheapest plan at the largest
+// window within kLargerWindowWorth of the cheapest, with that window's store settings. An
+// offloading plan that is only cheaper (`bounded`) must fit the scratch directory: the step
+// would refuse to start where a resident plan runs (VGG-16 on a 200000² slide in 8 GiB:
+// 2.6 TiB).
+std::pair<Candidate, Offloading> search_windows(const Analysis& a, const PlanOptions& options,
+                                                const std::vector<Strategy>& strategies,
+                                                const std::vector<std::vector<NodeId>>& sets,
+                                                const std::vector<NodeId>& candidates,
+                                                bool offloading, bool bounded, NodeId last,
+                                                NodeId reduction, const MemoryBreakdown& fixed,
+                                                int64_t target, const std::vector<int64_t>& windows,
+                                                const OffloadPrices& prices, Candidate& smallest) {
+  std::vector<Candidate> by_window(windows.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const Offloading o = offloading_with(options, windows[w], offloading);
+    by_window[w] = search(a, strategies, sets, candidates, offloading, bounded, options, last,
+                          reduction, fixed, target, o, smallest);
+  }
+  for (Candidate& c : by_window) {
+    if (!bounded || c.cost == kNever || prices.disk_free_bytes < 0) continue;
+    Plan p = c.plan;
+    p.shapes = a.shapes;
+    p.element_bytes = a.eb;
+    const int64_t on_disk = stored_bytes(a.graph, p, Tier::kDisk);
+    if (on_disk > prices.disk_free_bytes) {
+      spdlog::debug("plan: an offloading plan needs {} on disk, {} free: not taken",
+                    format_bytes(on_disk), format_bytes(prices.disk_free_bytes));
+      c.cost = kNever;
     }
   }
-
-  // The store's window. A larger one reads further ahead into the passes whose transfers
-  // outlast their compute (pools, forward passes) and leaves less room for tiles, which the cost
-  // below sees; the waits it saves it does not (a model of them from FLOPs mispredicted them:
-  // the early convs are memory-bound, ~10× slower than their FLOPs say). Measured on vgg-mini
-  // 4096² in 1 GiB on a cold disk (bench/NOTES.md, session 14): a window of 1/16 of the budget
-  // 27.5 s a step, 53% of the transfers hidden; 1/8 24.4 s, 68%; 1/4 21.3–23.9 s, 82–84%, for
-  // a plan whose cost was 1.5% above 1/16's. So the largest of 1/4, 1/8 and 1/16 whose plan
-  // costs at most 5% more than the cheapest; small budgets, where a large window forces much
-  // finer tiles, keep a small one.
-  std::vector<int64_t> windows;
-  if (options.offload_window_bytes > 0) {
-    windows = {options.offload_window_bytes};
-  } else if (target > 0) {
-    for (int64_t share : {4, 8, 16}) windows.push_back(std::max<int64_t>(target / share, 4096));
-  } else {
-    windows = {int64_t{64} << 20};
+  double cheapest = kNever;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const Candidate& c = by_window[w];
+    cheapest = std::min(cheapest, c.cost);
+    if (c.cost != kNever) {
+      spdlog::debug("plan: {} search, window {}: {:.4g} s a step at the prices, {} segments",
+                    offloading ? "offloading" : "resident", format_bytes(windows[w]),
+                    c.cost * prices.seconds_per_flop, c.plan.segments.size());
+    }
   }
-  constexpr double kLargerWindowWorth = 1.05;
-  // `offloading`: a plan that offloads checkpoints may offload inner checkpoints too.
-  auto offloading_with = [&](int64_t window, bool offloading) {
-    Offloading o;
-    o.inner_tier = options.inner_tier.value_or(offloading ? options.auto_tier : Tier::kResident);
-    o.force_inner = options.inner_tier.has_value() && *options.inner_tier != Tier::kResident;
-    o.window_bytes = window;
-    o.block_bytes =
-        options.offload_block_bytes > 0 ? options.offload_block_bytes : default_block_bytes(window);
-    o.partly_resident = options.offload == PlanOptions::Offload::kAuto;
-    return o;
-  };
-  Offloading off = offloading_with(windows.back(), false);
+  for (size_t w = 0; w < windows.size(); ++w) {
+    if (cheapest != kNever && by_window[w].cost <= kLargerWindowWorth * cheapest) {
+      return {std::move(by_window[w]), offloading_with(options, windows[w], offloading)};
+    }
+  }
+  return {Candidate{}, offloading_with(options, windows.back(), offloading)};
+}
+
+// DELTA: each checkpoint the chosen plan offloads stays in the tier only if moving it costs
+// no more than dropping it, so that the next segment recomputes it from the previous one.
+// Dropping one changes the others' halos: decide again after each drop. Returns the decisions,
+// the drops first.
+std::vector<OffloadDecision> offload_or_recompute(const Analysis& a, Candidate& best, NodeId last,
+                                                  NodeId reduction, const MemoryBreakdown& fixed,
+                                                  int64_t target, const Offloading& off,
+                                                  const OffloadPrices& prices) {
+  std::vector<OffloadDecision> decisions, drops;
+  count_moved_bytes(a, best.plan);
+  for (bool dropped = best.plan.offloads() && a.options.offload == PlanOptions::Offload::kAuto &&
+                      !a.options.checkpoints;
+       dropped;) {
+    dropped = false;
+    decisions.clear();
+    for (size_t i = 0; i < best.set.size() && !dropped; ++i) {
+      if (i >= best.plan.segments.size() || best.plan.segments[i].tier == Tier::kResident) {
+        continue;
+      }
+      std::vector<NodeId> set = best.set;
+      std::vector<Tier> tiers = best.tiers;
+      set.erase(set.begin() + static_cast<ptrdiff_t>(i));
+      tiers.erase(tiers.begin() + static_cast<ptrdiff_t>(i));
+      Candidate without = build(a, best.strategy, set, last, reduction, fixed, target, tiers, off);
+      const int64_t extra = without.flops == kNever
+                                ? -1
+                                : static_cast<int64_t>(std::max(0.0, without.flops - best.flops));
+      decisions.push_back(
+          decide_offload(best.set[i], best.plan.segments[i].moved_bytes, extra, prices));
+      if (!decisions.back().offload) {
+        drops.push_back(decisions.back());
+        best = std::move(without);
+        count_moved_bytes(a, best.plan);
+        dropped = true;
+      }
+    }
+  }
+  drops.insert(drops.end(), decisions.begin(), decisions.end());
+  return drops;
+}
+
+}  // namespace
+
+Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
+  if (budget < 0) throw Error("the memory budget must be positive");
+  if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
+  // Plans aim below the budget by the headroom: allocator effects the model does not capture.
+  const int64_t target =
+      budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
+  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}};
+  const auto [last, reduction] = head_of(graph, options);
+  if (reduction >= 0 && graph.node(reduction).kind == OpKind::kAttentionPool) {
+    a.reduction_input = last;
+    a.reduction_bytes_per_position =
+        (graph.node(last).channels + 4 * graph.node(reduction).branches) * 8;
+  }
+  const MemoryBreakdown fixed = model_state_bytes(a, last, reduction);
+  int64_t plain_flops = 0;
+  for (NodeId v = 1; v <= last; ++v) {
+    const Shape& s = a.shapes[static_cast<size_t>(v)];
+    plain_flops += flops(graph.node(v), Region{{0, s.height}, {0, s.width}});
+  }
+  if (options.strategy == Strategy::kNone) {
+    return plain_plan(a, input, budget, target, last, fixed, plain_flops);
+  }
+
+  // Auto prices the three tiled strategies against each other: grid, LR-CNN's overlapping rows
+  // (OverL) and its two-phase sharing (2PS, shared rows).
+  const std::vector<Strategy> strategies =
+      options.strategy == Strategy::kAuto
+          ? std::vector<Strategy>{Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared}
+          : std::vector<Strategy>{options.strategy};
+  std::vector<NodeId> candidates;
+  for (NodeId v : checkpoint_candidates(graph)) {
+    if (v < last) candidates.push_back(v);
+  }
+  const std::vector<std::vector<NodeId>> sets = checkpoint_sets(a, candidates);
+  const std::vector<int64_t> windows = store_windows(options, target);
+  Offloading off = offloading_with(options, windows.back(), false);
   using Offload = PlanOptions::Offload;
   // The guess until the offloading search asks for measured prices.
   constexpr double kGuessedSecondsPerFlop = 1e-11;  // 100 GFLOP/s
@@ -2079,55 +2192,21 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
         }
       }
     }
-    // Every window where the plan offloads (a resident search has no use for one).
+    // Every window where the plan offloads (a resident search has no use for one); the
+    // bounded search keeps the resident best's strategy (the rows strategies' row balancing is
+    // most of a build's time on large slides).
     const bool forced = options.offload == Offload::kHost || options.offload == Offload::kDisk;
     const std::vector<int64_t> tried = bounded ? std::vector<int64_t>{windows.front()}
                                        : offloading || forced
                                            ? windows
                                            : std::vector<int64_t>{windows.back()};
-    // The bounded search keeps the resident best's strategy (the rows strategies' row balancing
-    // is most of a build's time on large slides).
-    const std::vector<Strategy> searched =
-        bounded ? std::vector<Strategy>{best.strategy} : strategies;
-    std::vector<Candidate> by_window(tried.size());
-    for (size_t w = 0; w < tried.size(); ++w) {
-      const Offloading o = offloading_with(tried[w], offloading);
-      by_window[w] =
-          search(a, searched, sets, options.checkpoints ? std::vector<NodeId>{} : candidates,
-                 offloading, bounded, options, last, reduction, fixed, target, o, smallest);
-    }
-    // An offloading plan that is only cheaper must fit the scratch directory: the step would
-    // refuse to start where a resident plan runs (VGG-16 on a 200000² slide in 8 GiB: 2.6 TiB).
-    for (Candidate& c : by_window) {
-      if (!bounded || c.cost == kNever || prices.disk_free_bytes < 0) continue;
-      Plan p = c.plan;
-      p.shapes = a.shapes;
-      p.element_bytes = a.eb;
-      const int64_t on_disk = stored_bytes(graph, p, Tier::kDisk);
-      if (on_disk > prices.disk_free_bytes) {
-        spdlog::debug("plan: an offloading plan needs {} on disk, {} free: not taken",
-                      format_bytes(on_disk), format_bytes(prices.disk_free_bytes));
-        c.cost = kNever;
-      }
-    }
-    double cheapest = kNever;
-    for (size_t w = 0; w < tried.size(); ++w) {
-      const Candidate& c = by_window[w];
-      cheapest = std::min(cheapest, c.cost);
-      if (c.cost != kNever) {
-        spdlog::debug("plan: {} search, window {}: {:.4g} s a step at the prices, {} segments",
-                      offloading ? "offloading" : "resident", format_bytes(tried[w]),
-                      c.cost * prices.seconds_per_flop, c.plan.segments.size());
-      }
-    }
-    for (size_t w = 0; w < tried.size(); ++w) {
-      if (cheapest != kNever && by_window[w].cost <= kLargerWindowWorth * cheapest) {
-        if (by_window[w].cost < best.cost) {
-          best = std::move(by_window[w]);
-          off = offloading_with(tried[w], offloading);
-        }
-        break;
-      }
+    auto [found, found_off] =
+        search_windows(a, options, bounded ? std::vector<Strategy>{best.strategy} : strategies,
+                       sets, options.checkpoints ? std::vector<NodeId>{} : candidates, offloading,
+                       bounded, last, reduction, fixed, target, tried, prices, smallest);
+    if (found.cost != kNever && found.cost < best.cost) {
+      best = std::move(found);
+      off = found_off;
     }
   }
   if (best.cost == kNever) {
@@ -2137,38 +2216,8 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                                                   (1.0 - options.headroom))) +
                 ", dominated by " + smallest.dominant);
   }
-  // DELTA: each checkpoint the chosen plan offloads stays in the tier only if moving it costs
-  // no more than dropping it, so that the next segment recomputes it from the previous one.
-  // Dropping one changes the others' halos: decide again after each drop.
-  std::vector<OffloadDecision> decisions, drops;
-  count_moved_bytes(a, best.plan);
-  for (bool dropped =
-           best.plan.offloads() && options.offload == Offload::kAuto && !options.checkpoints;
-       dropped;) {
-    dropped = false;
-    decisions.clear();
-    for (size_t i = 0; i < best.set.size() && !dropped; ++i) {
-      if (i >= best.plan.segments.size() || best.plan.segments[i].tier == Tier::kResident) {
-        continue;
-      }
-      std::vector<NodeId> set = best.set;
-      std::vector<Tier> tiers = best.tiers;
-      set.erase(set.begin() + static_cast<ptrdiff_t>(i));
-      tiers.erase(tiers.begin() + static_cast<ptrdiff_t>(i));
-      Candidate without = build(a, best.strategy, set, last, reduction, fixed, target, tiers, off);
-      const int64_t extra = without.flops == kNever
-                                ? -1
-                                : static_cast<int64_t>(std::max(0.0, without.flops - best.flops));
-      decisions.push_back(
-          decide_offload(best.set[i], best.plan.segments[i].moved_bytes, extra, prices));
-      if (!decisions.back().offload) {
-        drops.push_back(decisions.back());
-        best = std::move(without);
-        count_moved_bytes(a, best.plan);
-        dropped = true;
-      }
-    }
-  }
+  std::vector<OffloadDecision> decisions =
+      offload_or_recompute(a, best, last, reduction, fixed, target, off, prices);
   if (spdlog::should_log(spdlog::level::debug)) {
     for (size_t i = 0; i < best.passes.size(); ++i) {
       const MemoryBreakdown& m = best.passes[i];
@@ -2180,8 +2229,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   Plan plan = std::move(best.plan);
   plan.passes = best.passes;
   plan.prices = prices;
-  plan.decisions = std::move(drops);
-  plan.decisions.insert(plan.decisions.end(), decisions.begin(), decisions.end());
+  plan.decisions = std::move(decisions);
   plan.input = input;
   plan.shapes = a.shapes;
   plan.element_bytes = a.eb;
