@@ -1168,10 +1168,9 @@ class SegmentBuild {
   // balanced where that holds no more.
   void set_partitions();
 
-  // Adds the segment's cost to `cost` and its FLOPs to `plan`; returns its forward's and
-  // backward's bytes at their peaks (as build's passes) and fills the store's blocks.
-  std::pair<MemoryBreakdown, MemoryBreakdown> account(PlanCost& cost, Plan& tiled,
-                                                      const MemoryBreakdown& fixed);
+  // Adds the segment's cost to `cost`; returns its forward's and backward's bytes at their
+  // peaks (as build's passes) and fills the segment's FLOPs and the store's blocks.
+  std::pair<MemoryBreakdown, MemoryBreakdown> account(PlanCost& cost, const MemoryBreakdown& fixed);
 
   Segment s;
   int64_t out_bytes = 0;  // the output checkpoint's (0 for a reduction's)
@@ -1441,7 +1440,7 @@ void SegmentBuild::set_partitions() {
   }
 }
 
-std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost, Plan& tiled,
+std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost,
                                                                   const MemoryBreakdown& fixed) {
   const auto fc = worst_tile(a, s, s.forward);
   const auto bc = worst_tile(a, s, s.backward);
@@ -1463,7 +1462,6 @@ std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost
     }
     cost.copies += 2.0 * a.options.flops_per_byte_copied * joined_bytes(a, s);
   }
-  tiled.tiled_flops += s.halo_flops;
   const int64_t in_open = open_bytes(s.backward, true);
   if (i > 0 && in_tier != Tier::kResident && s.inner_checkpoints) {
     s.input_grad_blocks = off.inner_grad_blocks(a, s, s.input, a.additions(s, s.input),
@@ -1550,8 +1548,9 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     finest_peak = std::max(finest_peak, b.finest_bytes());
     if (!b.fits_budget()) unfit = true;
     b.set_partitions();
-    const auto [fwd_at, bwd_at] = b.account(cost, plan, fixed);
+    const auto [fwd_at, bwd_at] = b.account(cost, fixed);
     Segment& s = b.s;
+    plan.tiled_flops += s.halo_flops;
     passes[2 * i] = fwd_at;
     passes[2 * i + 1] = bwd_at;
     if (s.shared_tier == Tier::kResident &&

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -215,6 +216,7 @@ BenchResult bench_step(const BenchPoint& p) {
   const core::LossFn loss = [](const at::Tensor& logits, const at::Tensor& t) {
     return at::cross_entropy_loss(logits, t);
   };
+  const std::optional<core::TileFormats> tile_formats = core::parse_tile_formats(p.tile_format);
   // --profile adds one step after the timed ones: the profiler's overhead stays out of them.
   const int steps = p.warmup + p.repeat + (p.profile.empty() ? 0 : 1);
   for (int i = 0; i < steps; ++i) {
@@ -225,7 +227,7 @@ BenchResult bench_step(const BenchPoint& p) {
     step_options.scratch_dir = p.scratch_dir;
     step_options.bypass_page_cache = p.cold_disk;
     step_options.precision = p.precision;
-    step_options.tile_formats = core::parse_tile_formats(p.tile_format);
+    step_options.tile_formats = tile_formats;
     if (record) {
       timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
