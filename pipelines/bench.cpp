@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
