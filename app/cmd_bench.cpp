@@ -14,7 +14,8 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                 checkpoints_under = "0", offload_window = "0", device = "cpu",
                 precision = "float32", norm = "frozen", pool = "avg", tile_format = "auto";
     int repeat = 3, warmup = 1;
-    bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false;
+    bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false,
+         keep_inner = false;
   };
   auto args = std::make_shared<Args>();
   auto* bench = app.add_subcommand("bench", "Benchmarks (see bench/README.md)");
@@ -72,6 +73,10 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_flag("--recompute-all", args->recompute_all,
                 "Keep no segment's autograd graph: every segment recomputes its forward in the "
                 "backward (the planner otherwise keeps graphs where the budget leaves room)");
+  cmd->add_flag("--keep-inner-checkpoints", args->keep_inner,
+                "Keep every inner checkpoint of a segment with barriers (the comparison point); by "
+                "default the planner recomputes those that cost less to recompute than to move "
+                "(DELTA per inner checkpoint)");
   cmd->add_option("--device", args->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one); the CPU unless "
                   "asked, so that bench/run's tables stay the CPU's")
@@ -105,6 +110,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.scratch_dir = args->scratch;
       p.cold_disk = args->cold_disk;
       p.keep_graphs = !args->recompute_all;
+      p.recompute_inner = !args->keep_inner;
       p.offload_window_bytes = core::parse_bytes(args->offload_window);
       p.checkpoints_under_bytes = core::parse_bytes(args->checkpoints_under);
       p.device = args->device;

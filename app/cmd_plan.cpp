@@ -59,6 +59,7 @@ core::OffloadPrices parse_prices(const std::string& text) {
 void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
     std::string model = "vgg16", size, budget = "8GiB", strategy = "auto", norm = "frozen", prices;
+    bool keep_inner = false;
     int64_t classes = 2;
     bool json = false;
   };
@@ -84,6 +85,10 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->check(CLI::IsMember({"frozen", "batch", "group"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
+  cmd->add_flag("--keep-inner-checkpoints", args->keep_inner,
+                "Keep every inner checkpoint of a segment with barriers (the comparison point); by "
+                "default the planner recomputes those that cost less to recompute than to move "
+                "(DELTA per inner checkpoint)");
   cmd->add_option("--prices", args->prices,
                   "NS_PER_BYTE,GFLOPS: plan at these offload prices (nanoseconds to move a byte "
                   "out and back, GFLOP/s of recompute) instead of this machine's measured ones: "
@@ -99,6 +104,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       r.classes = args->classes;
       r.norm = args->norm;
       if (!args->prices.empty()) r.prices = parse_prices(args->prices);
+      r.keep_inner = args->keep_inner;
       const auto report = pipelines::plan_model(r);
       std::cout << (args->json ? report.json + "\n" : report.table);
       return 0;

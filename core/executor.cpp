@@ -91,13 +91,31 @@ class TiledStep {
         shared_kept_(plan.segments.size()),
         shared_ids_(plan.segments.size()),
         shared_rows_(plan.segments.size()),
-        leaves_(static_cast<size_t>(graph.size())) {
+        leaves_(static_cast<size_t>(graph.size())),
+        interior_(static_cast<size_t>(graph.size())) {
     // Each segment's leaves once: inner_checkpoints walks the segment for its forks, and the
-    // sub-segments ask for them at every tile.
+    // sub-segments ask for them at every tile. And the barriers each sub-segment recomputes the
+    // input of (Segment::dropped_inner), by the node it computes.
     for (const Segment& s : plan.segments) {
       auto& l = leaves_[static_cast<size_t>(s.input)];
       l = {s.input};
-      for (NodeId v : inner_checkpoints(graph, s.input, s.output)) l.push_back(v);
+      for (NodeId v : kept_inner(graph, s)) l.push_back(v);
+      const std::vector<NodeId> owners = dropped_owners(graph, plan.shapes, s);
+      for (size_t k = 0; k < owners.size(); ++k) {
+        if (owners[k] < 0) {
+          throw Error("internal: dropped inner checkpoint " + graph.node(s.dropped_inner[k]).name +
+                      " is read by more than one sub-segment");
+        }
+        for (NodeId b = s.dropped_inner[k] + 1; b <= s.output; ++b) {
+          const Node& n = graph.node(b);
+          if (n.is_barrier() && n.inputs[0] == s.dropped_inner[k]) {
+            interior_[static_cast<size_t>(s.input)][owners[k]].push_back(b);
+          }
+        }
+      }
+      for (auto& [owner, list] : interior_[static_cast<size_t>(s.input)]) {
+        std::sort(list.begin(), list.end());
+      }
     }
     if (plan.offloads()) {
       TileStoreOptions o;
@@ -277,7 +295,7 @@ class TiledStep {
         const TileTensor& in = acts[static_cast<size_t>(node.inputs[0])];
         const at::Tensor x = crop(in, r);
         at::Tensor y = state ? state->forward(x) : batch_norm_eval(node, x);
-        if (hooks && state != nullptr && y.requires_grad()) {
+        if (hooks && state != nullptr && !state->sums_done() && y.requires_grad()) {
           y.register_hook(
               [state, x = x.detach()](const at::Tensor& grad) { state->add_output_grad(x, grad); });
         }
@@ -474,9 +492,11 @@ class TiledStep {
 
   // Adds to `root` the corrections of the barriers whose sums are done, each over the tile's
   // share of its input.
+  // `only`, when given: those barriers alone (a sub-segment's, whose inputs it recomputes).
   at::Tensor add_corrections(const Segment& s, const Region& tile, at::Tensor root,
-                             const std::map<NodeId, TileTensor>& acts) {
-    for (NodeId b : barriers(s)) {
+                             const std::map<NodeId, TileTensor>& acts,
+                             const std::vector<NodeId>* only = nullptr) {
+    for (NodeId b : only != nullptr ? *only : barriers(s)) {
       const BarrierState& state = *barrier_states_[static_cast<size_t>(b)];
       if (!state.sums_done()) continue;
       const Region r = share(s, b, tile);
@@ -621,8 +641,20 @@ class TiledStep {
     return {l.begin() + 1, l.end()};
   }
 
-  std::vector<Region> sub_needs(const Segment& s, NodeId target, const Region& r) const {
-    return sub_segment_needs(graph_, plan_.shapes, s.input, leaves(s), target, r);
+  // What sub-segment `target` holds over `r` (its share of output tile `tile`), the dropped inner
+  // checkpoints it recomputes over their shares at least (their barriers' corrections).
+  std::vector<Region> sub_needs(const Segment& s, NodeId target, const Region& r,
+                                const Region& tile) const {
+    return sub_segment_needs(graph_, plan_.shapes, s.input, leaves(s), target, r, s.dropped_inner,
+                             tile, shape(s.output));
+  }
+
+  // The barriers sub-segment `target` of `s` recomputes the input of (Segment::dropped_inner).
+  const std::vector<NodeId>& interior(const Segment& s, NodeId target) const {
+    static const std::vector<NodeId> none;
+    const auto& by = interior_[static_cast<size_t>(s.input)];
+    const auto it = by.find(target);
+    return it == by.end() ? none : it->second;
   }
 
   // The store's reads a sub-segment's tile over `need` makes, in the order it makes them:
@@ -714,9 +746,18 @@ class TiledStep {
       for (const Region& r : shares) add(s.input, read_input(s, r).tensor);
       finish(s.input);
     }
+    // The kept inner checkpoints and, in order among them, the dropped ones: a dropped one is
+    // computed over its shares for its barriers' statistics only (the forward has none to
+    // rebuild), and recomputed by the sub-segment that reads it.
     const std::vector<NodeId> inner = inner_nodes(s);
-    for (size_t k = 0; k < inner.size(); ++k) {
-      const NodeId v = inner[k];
+    std::vector<NodeId> order = inner;
+    if (with_statistics) {
+      order.insert(order.end(), s.dropped_inner.begin(), s.dropped_inner.end());
+      std::sort(order.begin(), order.end());
+    }
+    size_t k = 0;  // kept ones so far (their blocks' index)
+    for (const NodeId v : order) {
+      const bool dropped = std::find(inner.begin(), inner.end(), v) == inner.end();
       start(v);
       const Shape& vs = shape(v);
       // Its tiles, their reads scheduled in order (the store reads ahead).
@@ -725,11 +766,20 @@ class TiledStep {
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
         const Region r = barrier_share(s.forward.tile(t), shape(s.output), vs);
         if (r.empty()) continue;
-        tiles.emplace_back(r, sub_needs(s, v, r));
+        tiles.emplace_back(r, sub_needs(s, v, r, s.forward.tile(t)));
         const auto ids = tile_reads(s, v, tiles.back().second);
         reads.insert(reads.end(), ids.begin(), ids.end());
       }
       if (!reads.empty()) store_->schedule(reads);
+      if (dropped) {
+        for (const auto& [r, need] : tiles) {
+          const TileTensor x_in = read_input(s, need[static_cast<size_t>(s.input)]);
+          const auto given = leaf_tiles(s, need, v, false);
+          add(v, run_tile(s.input, v, need, x_in, nullptr, &given, false));
+        }
+        finish(v);
+        continue;
+      }
       Inner& in = inner_[v];
       in = Inner{};
       if (inner_offloaded(s)) {
@@ -753,7 +803,24 @@ class TiledStep {
         add(v, x);
       }
       finish(v);
+      ++k;
     }
+  }
+
+  // The root a sub-segment's backward tile starts from: the output's (output_root), or the
+  // gradient at inner checkpoint `target`'s share `r` (`grad_at`, its barriers' corrections
+  // included) as the seed of `y`. Consumes `y`.
+  template <typename GradAt>
+  at::Tensor sub_segment_root(const Segment& s, NodeId target, bool output, const Region& tile,
+                              const Region& r, at::Tensor& y, const at::Tensor& grad_out,
+                              StoredActivation* stored_grad_out, GradAt& grad_at) {
+    if (output) return output_root(s, tile, y, grad_out, stored_grad_out);
+    at::Tensor root;
+    if (y.requires_grad()) {
+      root = Seeded::apply(y, grad_at(target, r, y.detach().to(tensor_options_.dtype())));
+    }
+    y.reset();
+    return root;
   }
 
   // The backward of a segment run as sub-segments: the output's tiles (gradients into the
@@ -833,7 +900,7 @@ class TiledStep {
         const Region tile = s.backward.tile(t);
         const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
         if (r.empty()) continue;
-        tiles.emplace_back(t, r, sub_needs(s, target, r));
+        tiles.emplace_back(t, r, sub_needs(s, target, r, tile));
         if (store_ == nullptr) continue;
         const std::vector<Region>& need = std::get<2>(tiles.back());
         if (stored_grad_in != nullptr && !need[static_cast<size_t>(s.input)].empty()) {
@@ -853,6 +920,42 @@ class TiledStep {
         }
         reads.insert(reads.end(), ids.begin(), ids.end());
       }
+      // Rounds of sums for the barriers this sub-segment recomputes the inputs of (dropped inner
+      // checkpoints), latest first: each recomputes the tiles and takes the gradient back to
+      // its barrier's output, the later ones' corrections added (their sums are done). Each
+      // reads what the pass reads (scheduled round by round, then for the pass).
+      const std::vector<NodeId>& mine = interior(s, target);
+      for (auto b = mine.rbegin(); b != mine.rend(); ++b) {
+        if (!reads.empty()) store_->schedule(reads);
+        BarrierState& state = *barrier_states_[static_cast<size_t>(*b)];
+        for (const auto& [t, r, need] : tiles) {
+          const Region tile = s.backward.tile(t);
+          const Region& in_region = need[static_cast<size_t>(s.input)];
+          // The input requires a gradient so that the barrier's output does (as sums_passes).
+          at::Tensor x = read_input(s, in_region).tensor.detach().requires_grad_(true);
+          const auto given = leaf_tiles(s, need, target, true);
+          at::AutoGradMode grad_mode(true);
+          std::map<NodeId, TileTensor> acts;
+          at::Tensor y = run_tile(s.input, target, need, {x, in_region}, &acts, &given, false);
+          at::Tensor root =
+              sub_segment_root(s, target, output, tile, r, y, grad_out, stored_grad_out, grad_at);
+          root = add_corrections(s, tile, root, acts, &mine);
+          // Only the barrier's output and input are held on (the rest is autograd's to free).
+          const TileTensor out = acts[*b];
+          const at::Tensor x_b = out.tensor.defined() && !out.region.empty()
+                                     ? crop(acts[graph_.node(*b).inputs[0]], out.region).detach()
+                                     : at::Tensor();
+          acts.clear();
+          if (!root.defined() || !root.requires_grad() || !out.tensor.defined() ||
+              !out.tensor.requires_grad() || out.region.empty()) {
+            continue;
+          }
+          const auto g = torch::autograd::grad({root}, {out.tensor}, {}, /*retain_graph=*/false,
+                                               /*create_graph=*/false, /*allow_unused=*/true);
+          if (g[0].defined()) state.add_output_grad(x_b, g[0]);
+        }
+        state.finish_sums();
+      }
       if (!reads.empty()) store_->schedule(reads);
       for (const auto& [g, regions] : adds) g->expect_additions(regions);
       for (const auto& [t, r, need] : tiles) {
@@ -864,14 +967,13 @@ class TiledStep {
         const auto given = leaf_tiles(s, need, target, true);
         {
           at::AutoGradMode grad_mode(true);
-          at::Tensor y = run_tile(s.input, target, need, {x, in_region}, nullptr, &given, true);
-          at::Tensor root;
-          if (output) {
-            root = output_root(s, tile, y, grad_out, stored_grad_out);
-          } else if (y.requires_grad()) {
-            root = Seeded::apply(y, grad_at(target, r, y.detach().to(tensor_options_.dtype())));
-            y.reset();
-          }
+          std::map<NodeId, TileTensor> acts;
+          at::Tensor y = run_tile(s.input, target, need, {x, in_region},
+                                  mine.empty() ? nullptr : &acts, &given, true);
+          at::Tensor root =
+              sub_segment_root(s, target, output, tile, r, y, grad_out, stored_grad_out, grad_at);
+          if (!mine.empty()) root = add_corrections(s, tile, root, acts, &mine);
+          acts.clear();  // the corrections hold what they need; a barrier's output is not
           if (root.defined() && root.requires_grad()) root.backward();
         }
         if (want_input_grad && x.grad().defined() && !in_region.empty()) {
@@ -991,7 +1093,7 @@ class TiledStep {
     at::ScalarType tile_dtype = options.dtype().toScalarType();
     std::vector<Region> schedule;
     auto tile_needs = [&](const Region& tile) {
-      return inner ? sub_needs(s, s.output, tile) : needs(s, tile);
+      return inner ? sub_needs(s, s.output, tile, tile) : needs(s, tile);
     };
     if (s.input == 0) {
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
@@ -1045,7 +1147,7 @@ class TiledStep {
       }
       emit(index, s.forward, t, TileEvent::kForward, false);
       const Region tile = s.forward.tile(t);
-      const std::vector<Region> need = inner ? sub_needs(s, s.output, tile) : needs(s, tile);
+      const std::vector<Region> need = inner ? sub_needs(s, s.output, tile, tile) : needs(s, tile);
       const Region& in_region = need[static_cast<size_t>(s.input)];
       at::Tensor y;
       if (shared_graphs) {
@@ -1394,6 +1496,9 @@ class TiledStep {
   mutable std::vector<std::map<std::pair<int64_t, int64_t>, SharedRow>> shared_rows_;
   std::vector<at::Tensor> last_leaves_;      // the inherited rows of a kept last shared row
   std::vector<std::vector<NodeId>> leaves_;  // by segment input: leaves()
+  // By segment input: the barriers whose inputs (dropped inner checkpoints) each sub-segment
+  // recomputes, by the node it computes (the output or a kept inner checkpoint), in order.
+  std::vector<std::map<NodeId, std::vector<NodeId>>> interior_;
 };
 
 // Runs the nodes after `first` on whole activations with `value` as node `first`'s output (the

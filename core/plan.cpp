@@ -148,9 +148,12 @@ namespace {
 // node's consumers up to `target` of the windows they read, clipped (DESIGN.md rules 1-2),
 // except consumers `read` says are given rather than computed; with `shares`, a barrier's input
 // also holds the tile's share of it, where the backward adds the barrier's correction.
+// `extra`, when given: a region a node the tile reads also holds (a dropped inner checkpoint's
+// share).
 std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
                                NodeId target, const Region& tile, bool shares,
-                               const std::function<bool(NodeId)>& read) {
+                               const std::function<bool(NodeId)>& read,
+                               const std::function<Region(NodeId)>& extra = nullptr) {
   std::vector<Region> need(static_cast<size_t>(target) + 1);
   need[static_cast<size_t>(target)] = tile;
   const Shape& target_shape = shapes[static_cast<size_t>(target)];
@@ -167,6 +170,10 @@ std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& sha
       const Region window{input_window(node.axis_op(0), out.y),
                           input_window(node.axis_op(1), out.x)};
       r = hull(r, intersect(window, bounds));
+    }
+    if (extra && !r.empty()) {  // only where the sub-segment reads v
+      const Region e = extra(v);
+      if (!e.empty()) r = hull(r, e);
     }
     need[static_cast<size_t>(v)] = r;
   }
@@ -246,6 +253,64 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
                     [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; });
 }
 
+std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
+                                      NodeId input, const std::vector<NodeId>& leaves,
+                                      NodeId target, const Region& tile,
+                                      const std::vector<NodeId>& dropped, const Region& out_tile,
+                                      const Shape& out) {
+  if (dropped.empty()) return sub_segment_needs(graph, shapes, input, leaves, target, tile);
+  std::vector<char> leaf(static_cast<size_t>(target) + 1, 0);
+  for (NodeId l : leaves) {
+    if (l <= target) leaf[static_cast<size_t>(l)] = 1;
+  }
+  std::vector<Region> extra(static_cast<size_t>(target) + 1);
+  for (NodeId d : dropped) {
+    if (d < target)
+      extra[static_cast<size_t>(d)] = barrier_share(out_tile, out, shapes[static_cast<size_t>(d)]);
+  }
+  return needs_back(
+      graph, shapes, input, target, tile, /*shares=*/false,
+      [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; },
+      [&](NodeId v) { return extra[static_cast<size_t>(v)]; });
+}
+
+std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s) {
+  std::vector<NodeId> out = inner_checkpoints(graph, s.input, s.output);
+  if (s.dropped_inner.empty()) return out;
+  std::erase_if(out, [&](NodeId v) {
+    return std::find(s.dropped_inner.begin(), s.dropped_inner.end(), v) != s.dropped_inner.end();
+  });
+  return out;
+}
+
+std::vector<NodeId> dropped_owners(const Graph& graph, const std::vector<Shape>& shapes,
+                                   const Segment& s) {
+  std::vector<NodeId> owners(s.dropped_inner.size(), -1);
+  if (s.dropped_inner.empty()) return owners;
+  std::vector<NodeId> leaves{s.input};
+  const std::vector<NodeId> kept = kept_inner(graph, s);
+  leaves.insert(leaves.end(), kept.begin(), kept.end());
+  std::vector<NodeId> targets = kept;
+  targets.push_back(s.output);
+  std::vector<int> readers(s.dropped_inner.size(), 0);
+  for (NodeId t : targets) {
+    const Shape& ts = shapes[static_cast<size_t>(t)];
+    const auto need =
+        sub_segment_needs(graph, shapes, s.input, leaves, t, Region{{0, ts.height}, {0, ts.width}});
+    for (size_t k = 0; k < s.dropped_inner.size(); ++k) {
+      const NodeId d = s.dropped_inner[k];
+      if (d < t && !need[static_cast<size_t>(d)].empty()) {
+        owners[k] = t;
+        ++readers[k];
+      }
+    }
+  }
+  for (size_t k = 0; k < owners.size(); ++k) {
+    if (readers[k] != 1) owners[k] = -1;
+  }
+  return owners;
+}
+
 namespace {
 // A tile edge `e` on an axis of size `from` scaled to one of size `to` (the far edge exactly).
 int64_t scale_edge(int64_t e, int64_t from, int64_t to) { return e == from ? to : e * to / from; }
@@ -277,7 +342,7 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
                                                 const std::vector<Shape>& shapes, const Segment& s,
                                                 NodeId v, std::vector<NodeId>* readers) {
   std::vector<NodeId> leaves{s.input};
-  const std::vector<NodeId> inner = inner_checkpoints(graph, s.input, s.output);
+  const std::vector<NodeId> inner = kept_inner(graph, s);
   leaves.insert(leaves.end(), inner.begin(), inner.end());
   const Shape& out = shapes[static_cast<size_t>(s.output)];
   std::vector<std::vector<Region>> passes;
@@ -290,8 +355,8 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
       if (r.empty()) continue;
       // A copy: the needs are a temporary (a reference into it dangled, and valgrind found the
       // plan's moved bytes read from freed memory, different from run to run).
-      const Region add =
-          sub_segment_needs(graph, shapes, s.input, leaves, target, r)[static_cast<size_t>(v)];
+      const Region add = sub_segment_needs(graph, shapes, s.input, leaves, target, r,
+                                           s.dropped_inner, tile, out)[static_cast<size_t>(v)];
       if (!add.empty()) adds.push_back(add);
     }
     if (adds.empty()) return;
@@ -470,8 +535,11 @@ std::string barrier_mode(const Graph& graph, const Segment& s) {
   const size_t rounds = barrier_rounds(graph, s.input, s.output).size();
   if (rounds == 0) return "";
   if (s.whole_barriers) return "whole";
-  if (s.inner_checkpoints && s.inner_tier != Tier::kResident)
-    return "inner " + to_string(s.inner_tier);
+  if (s.inner_checkpoints && s.inner_tier != Tier::kResident) {
+    const size_t n = s.dropped_inner.size();
+    return "inner " + to_string(s.inner_tier) +
+           (n == 0 ? "" : ", " + std::to_string(n) + " recomputed");
+  }
   if (s.inner_checkpoints) return s.keep_inner ? "inner kept" : "inner";
   return std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
 }
@@ -513,7 +581,7 @@ int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier) {
     return s.channels * s.height * s.width * plan.element_bytes;
   };
   auto stored_inner = [&](const Segment& s) {
-    return s.inner_checkpoints && s.inner_tier == tier ? inner_checkpoints(graph, s.input, s.output)
+    return s.inner_checkpoints && s.inner_tier == tier ? kept_inner(graph, s)
                                                        : std::vector<NodeId>{};
   };
   // Held at the end of the forward: the offloaded checkpoints and inner checkpoints.

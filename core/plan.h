@@ -104,6 +104,13 @@ struct Segment {
   // only strips where tiles overlap stay open across tiles). Offloaded ones always stay from
   // the forward to the backward. inner_moved_bytes: predicted bytes they move per step.
   Tier inner_tier = Tier::kResident;
+  // Inner checkpoints (of inner_checkpoints) the plan does not keep (DELTA per inner
+  // checkpoint: recomputing one is cheaper than moving it). Each is read by one sub-segment
+  // only (that of the next kept inner checkpoint or the output, which computes it from the
+  // leaves): its barriers' statistics come from a pass over its shares of the forward tiles,
+  // and their sums from a round over that sub-segment's backward tiles before its backward.
+  // inner_blocks and inner_grad_blocks are those of the kept ones (kept_inner).
+  std::vector<NodeId> dropped_inner;
   std::vector<Partition> inner_blocks, inner_grad_blocks;
   int64_t inner_moved_bytes = 0;
   // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
@@ -233,6 +240,8 @@ SharedRow shared_row(const Graph& graph, const std::vector<Shape>& shapes, NodeI
 // compute, whose consumers are computed by different ones (a ResNet block's output, read by the
 // next block's first conv and by its skip connection), so each op runs in one sub-segment.
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output);
+// The inner checkpoints segment `s` keeps: inner_checkpoints less Segment::dropped_inner.
+std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s);
 
 // The most bytes a training step under `plan` keeps in the tile store's `tier` at once, an upper
 // bound: every offloaded checkpoint (less its resident blocks) and every offloaded inner
@@ -268,6 +277,19 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                       NodeId input, const std::vector<NodeId>& leaves,
                                       NodeId target, const Region& tile);
+// The same where the sub-segment recomputes dropped inner checkpoints (Segment::dropped_inner):
+// at each it computes, also the share of the segment's output tile `out_tile` (of `out`), where
+// its barriers' corrections are added. Without `dropped`, the plain sub_segment_needs.
+std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
+                                      NodeId input, const std::vector<NodeId>& leaves,
+                                      NodeId target, const Region& tile,
+                                      const std::vector<NodeId>& dropped, const Region& out_tile,
+                                      const Shape& out);
+// Where each of segment `s`'s dropped inner checkpoints is recomputed: the kept inner checkpoint
+// (or the output) whose sub-segment reads it, in dropped_inner's order; -1 where more than one
+// reads it (a plan the planner never makes: the barriers' sums would be split between them).
+std::vector<NodeId> dropped_owners(const Graph& graph, const std::vector<Shape>& shapes,
+                                   const Segment& s);
 
 // The input window that window `out` of node `node` reads along `axis` (0 rows, 1 columns), over
 // every path back to the input and unclipped (padding included): its receptive field. Where an

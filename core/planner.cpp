@@ -73,7 +73,8 @@ struct Analysis {
   mutable std::map<PartitionKey, TileCost> worst_tiles;
   // Segments run as sub-segments: grad_additions and the search's estimate of the bytes they
   // leave open (Offloading::grad_strip_bytes), by segment, backward partition and node.
-  using GradKey = std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>, NodeId>;
+  using GradKey = std::tuple<NodeId, NodeId, std::vector<int64_t>, std::vector<int64_t>, NodeId,
+                             std::vector<NodeId> /*dropped_inner*/>;
   struct Additions {
     std::vector<std::vector<Region>> passes;
     std::vector<NodeId> readers;  // each pass's sub-segment (grad_additions)
@@ -86,7 +87,7 @@ struct Analysis {
   NodeId reduction_input = -1;
   int64_t reduction_bytes_per_position = 0;
   static GradKey grad_key(const Segment& s, NodeId v) {
-    return {s.input, s.output, s.backward.y_edges, s.backward.x_edges, v};
+    return {s.input, s.output, s.backward.y_edges, s.backward.x_edges, v, s.dropped_inner};
   }
   const Additions& additions_by_pass(const Segment& s, NodeId v) const {
     const GradKey key = grad_key(s, v);
@@ -467,6 +468,94 @@ struct Candidate {
   std::string dominant;
 };
 
+// The FLOPs of the nodes (after, target] that the sub-segment computing all of `target` from
+// `leaves` runs (a leaf is read, not computed), and the bytes of the inner checkpoints among
+// its leaves that it reads (`leaves` less the segment's input).
+struct SubSegmentWork {
+  double flops = 0, leaf_bytes = 0;
+};
+SubSegmentWork sub_segment_work(const Analysis& a, const Segment& s,
+                                const std::vector<NodeId>& leaves, NodeId target, NodeId after) {
+  const Shape& ts = a.shapes[static_cast<size_t>(target)];
+  const auto need = sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
+                                      Region{{0, ts.height}, {0, ts.width}});
+  SubSegmentWork w;
+  for (NodeId v = std::max(after, s.input) + 1; v <= target; ++v) {
+    const bool leaf = std::find(leaves.begin(), leaves.end(), v) != leaves.end() && v != target;
+    const Region& r = need[static_cast<size_t>(v)];
+    if (!leaf) w.flops += static_cast<double>(flops(a.graph.node(v), r));
+  }
+  for (NodeId l : leaves) {
+    if (l != s.input && l < target) {
+      w.leaf_bytes +=
+          static_cast<double>(elements(a.graph.node(l), need[static_cast<size_t>(l)]) * a.eb);
+    }
+  }
+  return w;
+}
+
+// The barriers of segment `s` that read its dropped inner checkpoints (Segment::dropped_inner),
+// by the sub-segment that recomputes them (dropped_owners): the rounds of sums it runs before
+// its backward. -1 keys dropped checkpoints with no single owner (not a plan to run).
+std::map<NodeId, int> sums_rounds(const Analysis& a, const Segment& s) {
+  std::map<NodeId, int> rounds;
+  if (s.dropped_inner.empty()) return rounds;
+  const std::vector<NodeId> owners = dropped_owners(a.graph, a.shapes, s);
+  for (size_t k = 0; k < owners.size(); ++k) {
+    for (NodeId b = s.input + 1; b <= s.output; ++b) {
+      const Node& n = a.graph.node(b);
+      if (n.is_barrier() && n.inputs[0] == s.dropped_inner[k]) ++rounds[owners[k]];
+    }
+  }
+  return rounds;
+}
+
+// What recomputing segment `s`'s dropped inner checkpoints adds: each one's statistic pass in the
+// forward (its sub-segment from the leaves, once more), and for each of its barriers a round of
+// sums before its owner's backward (the owner's sub-segment recomputed, and its backward from
+// the owner down to the barrier, priced as that part's forward). `compute` in FLOPs; `moved`:
+// the bytes those passes read of offloaded inner checkpoints (each round reads the owner's
+// leaves and its gradient again), priced at PlanOptions::flops_per_byte_moved when `offloaded`.
+// Rounds in a chain of dropped ones reread the same leaves: resnet50's layer1 with every barrier
+// input dropped read each 1 GiB block output 8 times a step.
+PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded) {
+  PlanCost c;
+  if (s.dropped_inner.empty()) return c;
+  std::vector<NodeId> leaves{s.input};
+  const std::vector<NodeId> kept = kept_inner(a.graph, s);
+  leaves.insert(leaves.end(), kept.begin(), kept.end());
+  const std::vector<NodeId> owners = dropped_owners(a.graph, a.shapes, s);
+  double f = 0, bytes = 0;
+  for (size_t k = 0; k < owners.size(); ++k) {
+    const NodeId d = s.dropped_inner[k], owner = owners[k];
+    if (owner < 0) {
+      c.compute = kNever;
+      return c;
+    }
+    // Its barriers' corrections ride on the owner's tiles: every output tile must have a share
+    // of the owner (an owner smaller than the output has empty shares).
+    const Shape& os = a.shapes[static_cast<size_t>(owner)];
+    const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+    if (os.height < out.height || os.width < out.width) {
+      c.compute = kNever;
+      return c;
+    }
+    const SubSegmentWork stats = sub_segment_work(a, s, leaves, d, s.input);
+    f += stats.flops;
+    bytes += stats.leaf_bytes;
+    for (NodeId b = d + 1; b <= s.output; ++b) {
+      const Node& n = a.graph.node(b);
+      if (!n.is_barrier() || n.inputs[0] != d) continue;
+      const SubSegmentWork round = sub_segment_work(a, s, leaves, owner, s.input);
+      f += round.flops + sub_segment_work(a, s, leaves, owner, b).flops;
+      bytes += round.leaf_bytes + (owner == s.output ? 0 : static_cast<double>(a.bytes(owner)));
+    }
+  }
+  c.compute = f;
+  c.moved = offloaded ? a.options.flops_per_byte_moved * bytes : 0;
+  return c;
+}
+
 // What a segment's barriers add (core/barrier.h): in the forward, each barrier's statistic
 // pass recomputes its input over the shares of the forward tiles; in the backward, each round
 // of sums recomputes the segment's tiles and takes the gradient back to its barriers. Steers the
@@ -476,9 +565,11 @@ PlanCost barrier_cost(const Analysis& a, const Segment& s) {
   const auto rounds = barrier_rounds(a.graph, s.input, s.output);
   if (rounds.empty() || s.whole_barriers) return c;
   if (s.inner_checkpoints) {
-    // Sub-segments: the backward rebuilds the inner checkpoints (about one more forward).
+    // Sub-segments: the backward rebuilds the inner checkpoints (about one more forward), and
+    // the dropped ones' passes.
     c.compute = static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
                 static_cast<double>(s.forward.tiles());
+    c += dropped_cost(a, s, s.inner_tier != Tier::kResident);
     return c;
   }
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
@@ -513,7 +604,7 @@ PlanCost barrier_cost(const Analysis& a, const Segment& s) {
 // sub-segment has run; an inner checkpoint goes once its correction is added, before its
 // sub-segment (which reads only those before it).
 int64_t inner_backward_bytes(const Analysis& a, const Segment& s) {
-  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+  const std::vector<NodeId> inner = kept_inner(a.graph, s);
   std::vector<NodeId> leaves{s.input};
   leaves.insert(leaves.end(), inner.begin(), inner.end());
   std::set<NodeId> grads;  // inner checkpoints whose gradient exists
@@ -654,7 +745,7 @@ struct Offloading {
   // holding 40 gradients open at once, and the search found only 85×85-tile plans.)
   static int64_t grad_strip_bytes(const Analysis& a, const Segment& s, const Partition& part,
                                   bool input, bool inner) {
-    const std::vector<NodeId> inner_nodes = inner_checkpoints(a.graph, s.input, s.output);
+    const std::vector<NodeId> inner_nodes = kept_inner(a.graph, s);
     std::vector<NodeId> leaves{s.input};
     leaves.insert(leaves.end(), inner_nodes.begin(), inner_nodes.end());
     std::vector<NodeId> counted;
@@ -671,7 +762,8 @@ struct Offloading {
                              ? tile
                              : barrier_share(tile, out, a.shapes[static_cast<size_t>(reader)]);
         if (r.empty()) return std::vector<Region>{};
-        return sub_segment_needs(a.graph, a.shapes, s.input, leaves, reader, r);
+        return sub_segment_needs(a.graph, a.shapes, s.input, leaves, reader, r, s.dropped_inner,
+                                 tile, out);
       };
       std::vector<std::vector<Region>> by_row, by_col;
       for (int64_t d = -1; d <= 1; ++d) {
@@ -931,7 +1023,7 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
       // this forward to this backward, which already count them.
       if (!s.inner_checkpoints || s.inner_tier != Tier::kResident) continue;
       int64_t inner_bytes = 0;
-      for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) inner_bytes += a.bytes(v);
+      for (NodeId v : kept_inner(a.graph, s)) inner_bytes += a.bytes(v);
       std::vector<MemoryBreakdown> after = passes;
       bool fits = true;
       for (size_t p = 2 * i + 2; p < passes.size() && fits; ++p) {
@@ -1157,6 +1249,7 @@ class SegmentBuild {
       nb = choose(true);
     }
     place_barriers();
+    drop_inner();
   }
 
   bool fits_budget() const { return nf >= 0 && nb >= 0; }
@@ -1195,6 +1288,7 @@ class SegmentBuild {
     return tc.backward_bytes + open_bytes(p, false) + kept <= avail;
   }
   int64_t choose(bool backward) const;
+  void drop_inner();
   Partition fixed_partition() const {
     if (a.options.tiles_y) {
       return Partition::even(
@@ -1374,6 +1468,51 @@ void SegmentBuild::place_barriers() {
   }
 }
 
+// DELTA per inner checkpoint (PlanOptions::drop_inner): an offloaded barrier input is dropped
+// where recomputing it in the one sub-segment that reads it (its statistic pass, a round of sums
+// for each of its barriers: dropped_flops) costs less than moving it (written, read by the
+// forward and the backward, its gradient written and read: five passes, as finish_candidate
+// prices it). In order, each against the set dropped before it. resnet50 train-mode BN at
+// 4096² in 2 GiB moved 116 GiB a step through inner checkpoints on disk with every one kept.
+void SegmentBuild::drop_inner() {
+  using Drop = PlanOptions::DropInner;
+  const Drop mode = a.options.drop_inner;
+  if (!s.inner_checkpoints || mode == Drop::kNever) return;
+  if (mode == Drop::kPriced && s.inner_tier == Tier::kResident) return;
+  const double per_byte = 5.0 * a.options.flops_per_byte_moved;
+  const bool offloaded = s.inner_tier != Tier::kResident;
+  double extra = 0;
+  for (NodeId v : inner) {
+    bool read_by_barrier = false;
+    for (NodeId b = v + 1; b <= s.output && !read_by_barrier; ++b) {
+      read_by_barrier = a.graph.node(b).is_barrier() && a.graph.node(b).inputs[0] == v;
+    }
+    if (!read_by_barrier) continue;
+    s.dropped_inner.push_back(v);
+    const double more = dropped_cost(a, s, offloaded).total();
+    const bool worth = mode == Drop::kAlways
+                           ? more < kNever
+                           : more - extra < per_byte * static_cast<double>(a.bytes(v));
+    if (worth) {
+      extra = more;
+    } else {
+      s.dropped_inner.pop_back();
+    }
+  }
+  if (s.dropped_inner.empty()) return;
+  // Fewer inner checkpoints held: the fixed bytes and the counts again.
+  fwd_fixed -= inner_fwd;
+  bwd_fixed -= inner_bwd;
+  inner = kept_inner(a.graph, s);
+  inner_bytes = 0;
+  for (NodeId v : inner) inner_bytes += a.bytes(v);
+  std::tie(inner_fwd, inner_bwd) = inner_extra(s.inner_tier);
+  fwd_fixed += inner_fwd;
+  bwd_fixed += inner_bwd;
+  const int64_t f = choose(false), b = choose(true);
+  if (f >= 0 && b >= 0) std::tie(nf, nb) = std::pair{f, b};
+}
+
 int64_t SegmentBuild::finest_bytes() const {
   const Partition finest_partition = partition_for(strategy, out, max_count(strategy, out));
   const auto finest = a.tile_cost(s.input, s.output, middle_tile(finest_partition));
@@ -1505,7 +1644,7 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
   // sub-segments, the backward's), its gradient written and read once.
   for (const Segment& s : plan.segments) {
     if (s.inner_tier == Tier::kResident) continue;
-    for (NodeId v : inner_checkpoints(a.graph, s.input, s.output)) {
+    for (NodeId v : kept_inner(a.graph, s)) {
       cost.moved += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(v));
     }
   }
@@ -1617,7 +1756,7 @@ int64_t reopened_bytes(const Partition& blocks, const std::vector<std::vector<Re
 // input, each later inner checkpoint's sub-segment over its shares of the forward tiles, then
 // the output's tiles. (The backward reads what grad_additions lists.)
 std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v) {
-  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+  const std::vector<NodeId> inner = kept_inner(a.graph, s);
   std::vector<NodeId> leaves{s.input};
   leaves.insert(leaves.end(), inner.begin(), inner.end());
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
@@ -1629,19 +1768,26 @@ std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v)
   for (int64_t t = 0; t < s.forward.tiles() && on_input; ++t) {
     reads.push_back(barrier_share(s.forward.tile(t), out, a.shapes[static_cast<size_t>(v)]));
   }
+  // The sub-segments after v: the kept inner checkpoints' and the dropped ones' statistic
+  // passes, in order, then the output's.
   std::vector<NodeId> targets;
   for (NodeId u : inner) {
     if (u > v) targets.push_back(u);
   }
+  for (NodeId u : s.dropped_inner) {
+    if (u > v) targets.push_back(u);
+  }
+  std::sort(targets.begin(), targets.end());
   targets.push_back(s.output);
   for (NodeId target : targets) {
     for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-      const Region r = target == s.output ? s.forward.tile(t)
-                                          : barrier_share(s.forward.tile(t), out,
-                                                          a.shapes[static_cast<size_t>(target)]);
+      const Region tile = s.forward.tile(t);
+      const Region r = target == s.output
+                           ? tile
+                           : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
       if (r.empty()) continue;
-      reads.push_back(
-          sub_segment_needs(a.graph, a.shapes, s.input, leaves, target, r)[static_cast<size_t>(v)]);
+      reads.push_back(sub_segment_needs(a.graph, a.shapes, s.input, leaves, target, r,
+                                        s.dropped_inner, tile, out)[static_cast<size_t>(v)]);
     }
   }
   return reads;
@@ -1660,19 +1806,32 @@ std::vector<Region> flatten(const std::vector<std::vector<Region>>& passes) {
 // read by its own sub-segment's shares, and read and written again where a later pass reopens
 // a block.
 int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
-  const std::vector<NodeId> inner = inner_checkpoints(a.graph, s.input, s.output);
+  const std::vector<NodeId> inner = kept_inner(a.graph, s);
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
+  // A sub-segment that recomputes dropped inner checkpoints runs a round of sums for each of
+  // their barriers first: it reads its leaves and its own gradient once more per round.
+  const std::map<NodeId, int> rounds = sums_rounds(a, s);
+  auto rounds_of = [&](NodeId target) {
+    const auto it = rounds.find(target);
+    return it == rounds.end() ? 0 : it->second;
+  };
   int64_t n = 0;
   for (size_t k = 0; k < inner.size(); ++k) {
     const NodeId v = inner[k];
     const Shape& vs = a.shapes[static_cast<size_t>(v)];
     const int64_t per_pixel = vs.channels * a.eb;
     std::vector<Region> reads = forward_reads(a, s, v), own;
-    const auto later = flatten(a.additions(s, v));
-    reads.insert(reads.end(), later.begin(), later.end());
-    for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
-      const Region r = barrier_share(s.backward.tile(t), out, vs);
-      if (!r.empty()) own.push_back(r);
+    const Analysis::Additions& adds = a.additions_by_pass(s, v);
+    for (size_t p = 0; p < adds.passes.size(); ++p) {
+      for (int r = 0; r <= rounds_of(adds.readers[p]); ++r) {
+        reads.insert(reads.end(), adds.passes[p].begin(), adds.passes[p].end());
+      }
+    }
+    for (int round = 0; round <= rounds_of(v); ++round) {
+      for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+        const Region r = barrier_share(s.backward.tile(t), out, vs);
+        if (!r.empty()) own.push_back(r);
+      }
     }
     n += 2 * a.bytes(v) + read_bytes(reads, s.inner_blocks.at(k), per_pixel, window) +
          read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window) +

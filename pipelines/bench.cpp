@@ -144,6 +144,7 @@ BenchResult bench_step(const BenchPoint& p) {
   options.strategy = p.strategy;
   options.offload = parse_offload(p.offload);
   options.keep_graphs = p.keep_graphs;
+  if (!p.recompute_inner) options.drop_inner = core::PlanOptions::DropInner::kNever;
   options.offload_window_bytes = p.offload_window_bytes;
   options.measure_prices = [&] {
     return core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
@@ -285,6 +286,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["device"] = r.device;
   j["precision"] = core::to_string(p.precision);
   j["tile_format"] = p.tile_format;
+  j["recompute_inner"] = p.recompute_inner;
   j["plain_flops"] = r.plain_flops;
   j["tiled_flops"] = r.tiled_flops;
   j["max_rss_bytes"] = r.max_rss_bytes;

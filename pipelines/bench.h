@@ -46,6 +46,9 @@ struct BenchPoint {
   // Segments keep their autograd graphs where the budget leaves room (core::PlanOptions);
   // false: every segment recomputes its forward in the backward (the comparison point).
   bool keep_graphs = true;
+  // Inner checkpoints that cost less to recompute than to move are dropped (core::PlanOptions::
+  // drop_inner); false: every one kept (the comparison point).
+  bool recompute_inner = true;
   int64_t offload_window_bytes = 0;  // the tile store's read-ahead window; 0: the planner's
   std::string device = "cpu";        // core::resolve_device: cpu, cuda, cuda:N, auto
   core::Precision precision = core::Precision::kFloat32;

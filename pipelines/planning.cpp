@@ -28,6 +28,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
   nlohmann::json segments = nlohmann::json::array();
   for (const core::Segment& s : plan.segments) {
     const core::Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+    nlohmann::json recomputed = nlohmann::json::array();
+    for (core::NodeId v : s.dropped_inner) recomputed.push_back(graph.node(v).name);
     segments.push_back({
         {"first_op", graph.node(s.input + 1).name},
         {"last_op", graph.node(s.output).name},
@@ -43,6 +45,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"tier", s.reduction >= 0 ? "" : core::to_string(s.tier)},
         {"resident_bytes", s.tier == core::Tier::kResident ? 0 : s.resident_bytes},
         {"moved_bytes_per_step", s.moved_bytes},
+        {"inner_moved_bytes_per_step", s.inner_moved_bytes},
+        {"recomputed_inner_checkpoints", recomputed},
     });
   }
   j["segments"] = segments;
@@ -106,6 +110,7 @@ PlanReport plan_model(const PlanRequest& r) {
   mo.in_channels = graph.node(graph.input()).channels;
   core::PlanOptions o;
   o.strategy = r.strategy;
+  if (r.keep_inner) o.drop_inner = core::PlanOptions::DropInner::kNever;
   if (r.prices) {
     o.measure_prices = [prices = *r.prices] { return prices; };
   } else {

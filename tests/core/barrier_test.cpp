@@ -45,6 +45,7 @@ int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const 
       o.streaming_reduction = base.streaming_reduction;
       o.inner_checkpoints = inner;
       o.inner_tier = base.inner_tier;
+      o.drop_inner = base.drop_inner;
       o.offload_window_bytes = base.offload_window_bytes;
       o.offload_block_bytes = base.offload_block_bytes;
       const Plan plan = make_plan(g, {g.node(0).channels, h, w}, 0, o);
@@ -137,6 +138,7 @@ TEST(Barriers, OffloadedInnerCheckpointsMatch) {
     for (const bool checkpoints : {false, true}) {
       PlanOptions o;
       o.inner_tier = tier;
+      o.drop_inner = PlanOptions::DropInner::kNever;  // every one in the store (see below)
       o.offload_window_bytes = 16 << 10;
       o.offload_block_bytes = 2 << 10;
       if (checkpoints) {
@@ -151,6 +153,7 @@ TEST(Barriers, OffloadedInnerCheckpointsMatch) {
       tiled.checkpoints = o.checkpoints;
       tiled.offload = o.offload;
       tiled.inner_tier = tier;
+      tiled.drop_inner = o.drop_inner;
       tiled.offload_window_bytes = o.offload_window_bytes;
       tiled.offload_block_bytes = o.offload_block_bytes;
       const Plan plan = make_plan(g, {2, h, w}, 0, tiled);
@@ -162,6 +165,73 @@ TEST(Barriers, OffloadedInnerCheckpointsMatch) {
       EXPECT_GT(offloaded, 0) << to_string(plan, g);
     }
   }
+}
+
+// DELTA per inner checkpoint (Segment::dropped_inner): every barrier input that one
+// sub-segment alone reads is dropped and recomputed there (its barriers' statistics from a pass
+// over its shares, their sums from a round before that sub-segment's backward), resident and in
+// the store, with checkpoints and a streaming reduction. Counts the dropped ones in segments of
+// several tiles, so the check cannot pass by dropping none.
+TEST(Barriers, RecomputedInnerCheckpointsMatch) {
+  Graph g = residual_network();
+  const NodeId gap = g.global_avg_pool(g.output());
+  g.linear(g.flatten(gap), 3, "fc");
+  const int64_t h = 26, w = 23;
+  for (const Tier tier : {Tier::kResident, Tier::kDisk}) {
+    for (const bool checkpoints : {false, true}) {
+      PlanOptions o;
+      o.inner_tier = tier;
+      o.drop_inner = PlanOptions::DropInner::kAlways;
+      o.offload_window_bytes = 16 << 10;
+      o.offload_block_bytes = 2 << 10;
+      if (checkpoints) {
+        o.checkpoints = checkpoint_candidates(g);
+        o.offload = PlanOptions::Offload::kDisk;
+      }
+      o.streaming_reduction = !checkpoints;
+      const std::string what =
+          "recomputed inner " + to_string(tier) + (checkpoints ? ", checkpoints" : "");
+      EXPECT_GT(expect_exact(g, what, h, w, random_image(2, h, w, 9), o), 0);
+      PlanOptions tiled = fixed_tiles(Strategy::kGrid, 3, 2);
+      tiled.checkpoints = o.checkpoints;
+      tiled.offload = o.offload;
+      tiled.inner_tier = tier;
+      tiled.drop_inner = o.drop_inner;
+      const Plan plan = make_plan(g, {2, h, w}, 0, tiled);
+      size_t dropped = 0;
+      for (const Segment& s : plan.segments) {
+        if (s.backward.tiles() > 1) dropped += s.dropped_inner.size();
+        for (NodeId owner : dropped_owners(g, plan.shapes, s)) EXPECT_GE(owner, 0);
+      }
+      EXPECT_GT(dropped, 0u) << what << "\n" << to_string(plan, g);
+    }
+  }
+}
+
+// At a CPU's prices (1.1 ns a byte moved, 270 GFLOP/s) resnet50 with train-mode batch norm at
+// 4096² in 2 GiB moved 116 GiB a step with every inner checkpoint on disk; recomputing the
+// barrier inputs that cost less to recompute than to move (a 1×1 conv's output, 4× its input)
+// moves less and holds less on disk, within the budget.
+TEST(Barriers, PlannerRecomputesInnerCheckpointsCheaperThanMovingThem) {
+  models::ModelOptions options;
+  options.norm = models::Norm::kBatch;
+  Graph g = models::build_model("resnet50", options);
+  PlanOptions o;
+  o.measure_prices = [] { return OffloadPrices{1.1e-9, 1.0 / 270e9, true}; };
+  const Plan plan = make_plan(g, {3, 4096, 4096}, int64_t{2} << 30, o);
+  o.drop_inner = PlanOptions::DropInner::kNever;
+  const Plan kept = make_plan(g, {3, 4096, 4096}, int64_t{2} << 30, o);
+  size_t dropped = 0;
+  for (const Segment& s : plan.segments) {
+    dropped += s.dropped_inner.size();
+    for (NodeId owner : dropped_owners(g, plan.shapes, s)) EXPECT_GE(owner, 0);
+  }
+  for (const Segment& s : kept.segments) EXPECT_TRUE(s.dropped_inner.empty());
+  EXPECT_GT(dropped, 10u) << to_string(plan, g);
+  EXPECT_LT(plan.moved_bytes(), kept.moved_bytes() * 9 / 10)
+      << to_string(plan, g) << to_string(kept, g);
+  EXPECT_LT(stored_bytes(g, plan, Tier::kDisk), stored_bytes(g, kept, Tier::kDisk));
+  EXPECT_LE(plan.predicted.total(), int64_t{2} << 30);
 }
 
 // The planner's choice for resnet50 with train-mode batch norm at 2048² in 2 GiB: every segment
@@ -428,7 +498,7 @@ TEST(Barriers, AtASegmentsInputMatch) {
 // sizes 17–45 a side. Counts the barriers that ran in a tiled segment, so the
 // check cannot pass by planning them away.
 TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
-  int64_t tiled_barriers = 0, offloaded_inner = 0;
+  int64_t tiled_barriers = 0, offloaded_inner = 0, dropped_inner = 0;
   std::set<std::string> kinds;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     std::mt19937_64 rng(seed * 31337);
@@ -459,6 +529,10 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
       o.offload_window_bytes = 16 << 10;
       o.offload_block_bytes = 2 << 10;
     }
+    // Some of the sub-segment cases recompute every barrier input they can (dropped_inner), the
+    // others keep every one (at these sizes the prices would drop most).
+    o.drop_inner = o.inner_checkpoints && seed % 5 < 2 ? PlanOptions::DropInner::kAlways
+                                                       : PlanOptions::DropInner::kNever;
     Plan plan;
     // A checkpoint after the last tiled layer is not a candidate: drop the last until it plans.
     for (;; checkpoints.pop_back()) {
@@ -473,6 +547,7 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
     for (const Segment& s : plan.segments) {
       if (s.backward.tiles() < 2) continue;
       offloaded_inner += s.inner_tier != Tier::kResident && !s.inner_blocks.empty();
+      dropped_inner += static_cast<int64_t>(s.dropped_inner.size());
       for (NodeId v = s.input + 1; v <= s.output; ++v) {
         if (!g.node(v).is_barrier()) continue;
         ++tiled_barriers;
@@ -485,6 +560,7 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
   }
   EXPECT_GT(tiled_barriers, 40);
   EXPECT_GT(offloaded_inner, 3);
+  EXPECT_GT(dropped_inner, 3);
   for (const char* kind : {"batch-norm", "group-norm", "squeeze-ex"}) {
     EXPECT_TRUE(kinds.count(kind)) << kind << " never ran tiled";
   }

@@ -527,38 +527,48 @@ TEST(Offload, OffloadedInnerCheckpointsRunWithinTheBudget) {
   g.linear(g.flatten(g.global_avg_pool(x)), 2, "fc");
   randomise(g, 4);
   const Shape in{3, 192, 176};
-  PlanOptions o;
-  o.inner_tier = Tier::kDisk;
-  // The largest budget whose plan keeps inner checkpoints in the store over at least 3×3
-  // backward tiles, searching down from one that holds every activation. (Much smaller ones
-  // only add tiles: 77×77 at the smallest, minutes a step.)
-  auto offloaded = [](const Plan& p) {
-    int n = 0;
-    for (const Segment& s : p.segments) {
-      n += s.inner_checkpoints && s.inner_tier == Tier::kDisk && s.backward.tiles() >= 9;
+  // Every inner checkpoint kept (in the store), then every barrier input recomputed in the
+  // sub-segment that reads it (Segment::dropped_inner: its rounds of sums hold their tiles'
+  // graphs as the main pass does).
+  for (const auto drop : {PlanOptions::DropInner::kNever, PlanOptions::DropInner::kAlways}) {
+    const bool dropping = drop == PlanOptions::DropInner::kAlways;
+    PlanOptions o;
+    o.inner_tier = Tier::kDisk;
+    o.drop_inner = drop;
+    // The largest budget whose plan keeps inner checkpoints in the store (or drops them) over
+    // at least 3×3 backward tiles, searching down from one that holds every activation. (Much
+    // smaller ones only add tiles: 77×77 at the smallest, minutes a step.)
+    auto offloaded = [&](const Plan& p) {
+      int n = 0;
+      for (const Segment& s : p.segments) {
+        n += s.inner_checkpoints && s.inner_tier == Tier::kDisk && s.backward.tiles() >= 9 &&
+             (s.dropped_inner.empty() != dropping);
+      }
+      return n;
+    };
+    int64_t budget = 0;
+    Plan plan;
+    for (int64_t b = int64_t{64} << 20; b > (int64_t{256} << 10) && budget == 0; b = b * 15 / 16) {
+      plan = make_plan(g, in, b, o);
+      if (offloaded(plan) > 0) budget = b;
     }
-    return n;
-  };
-  int64_t budget = 0;
-  Plan plan;
-  for (int64_t b = int64_t{64} << 20; b > (int64_t{256} << 10) && budget == 0; b = b * 15 / 16) {
-    plan = make_plan(g, in, b, o);
-    if (offloaded(plan) > 0) budget = b;
+    ASSERT_GT(budget, 0) << to_string(plan, g);
+    const StepResult r = step_within_prediction(g, plan, in, dir.path());
+    const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
+    // The disk never held more than the bound the step checked against the free space (the
+    // file takes more: whole pages per block, freed extents reused by size).
+    if (!dropping) {
+      EXPECT_GT(r.offload_disk_peak_bytes, 0);
+    }
+    EXPECT_LE(r.offload_disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
+    std::cout << (dropping ? "recomputed" : "kept") << ": budget " << format_bytes(budget)
+              << ", measured peak " << format_bytes(r.measured_peak_bytes + model_state)
+              << ", predicted " << format_bytes(plan.predicted.total()) << ", on disk at most "
+              << format_bytes(r.offload_disk_peak_bytes) << " (bound "
+              << format_bytes(stored_bytes(g, plan, Tier::kDisk)) << "), scratch file "
+              << format_bytes(r.offload_scratch_bytes) << "\n"
+              << to_string(plan, g);
   }
-  ASSERT_GT(budget, 0) << to_string(plan, g);
-  const StepResult r = step_within_prediction(g, plan, in, dir.path());
-  const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
-  // The disk never held more than the bound the step checked against the free space (the
-  // file takes more: whole pages per block, freed extents reused by size).
-  EXPECT_GT(r.offload_disk_peak_bytes, 0);
-  EXPECT_LE(r.offload_disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
-  std::cout << "budget " << format_bytes(budget) << ", measured peak "
-            << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
-            << format_bytes(plan.predicted.total()) << ", on disk at most "
-            << format_bytes(r.offload_disk_peak_bytes) << " (bound "
-            << format_bytes(stored_bytes(g, plan, Tier::kDisk)) << "), scratch file "
-            << format_bytes(r.offload_scratch_bytes) << "\n"
-            << to_string(plan, g);
 }
 
 // A step that needs more scratch space than the file system has free is refused before it
