@@ -100,16 +100,18 @@ class TiledStep {
       auto& l = leaves_[static_cast<size_t>(s.input)];
       l = {s.input};
       for (NodeId v : kept_inner(graph, s)) l.push_back(v);
-      const std::vector<NodeId> owners = dropped_owners(graph, plan.shapes, s);
-      for (size_t k = 0; k < owners.size(); ++k) {
-        if (owners[k] < 0) {
-          throw Error("internal: dropped inner checkpoint " + graph.node(s.dropped_inner[k]).name +
-                      " is read by more than one sub-segment");
+      const auto readers = dropped_readers(graph, plan.shapes, s);
+      for (size_t k = 0; k < readers.size(); ++k) {
+        const NodeId d = s.dropped_inner[k];
+        if (!barrier_input(graph, s, d)) continue;  // a fork: each reader recomputes it
+        if (readers[k].size() != 1) {
+          throw Error("internal: dropped inner checkpoint " + graph.node(d).name + " is read by " +
+                      std::to_string(readers[k].size()) + " sub-segments");
         }
-        for (NodeId b = s.dropped_inner[k] + 1; b <= s.output; ++b) {
+        for (NodeId b = d + 1; b <= s.output; ++b) {
           const Node& n = graph.node(b);
-          if (n.is_barrier() && n.inputs[0] == s.dropped_inner[k]) {
-            interior_[static_cast<size_t>(s.input)][owners[k]].push_back(b);
+          if (n.is_barrier() && n.inputs[0] == d) {
+            interior_[static_cast<size_t>(s.input)][readers[k][0]].push_back(b);
           }
         }
       }
@@ -758,6 +760,7 @@ class TiledStep {
     size_t k = 0;  // kept ones so far (their blocks' index)
     for (const NodeId v : order) {
       const bool dropped = std::find(inner.begin(), inner.end(), v) == inner.end();
+      if (dropped && readers(s, v).empty()) continue;  // a fork: no statistic to take
       start(v);
       const Shape& vs = shape(v);
       // Its tiles, their reads scheduled in order (the store reads ahead).

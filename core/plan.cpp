@@ -283,32 +283,45 @@ std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s) {
   return out;
 }
 
-std::vector<NodeId> dropped_owners(const Graph& graph, const std::vector<Shape>& shapes,
-                                   const Segment& s) {
-  std::vector<NodeId> owners(s.dropped_inner.size(), -1);
-  if (s.dropped_inner.empty()) return owners;
+std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,
+                                                 const std::vector<Shape>& shapes,
+                                                 const Segment& s) {
+  std::vector<std::vector<NodeId>> readers(s.dropped_inner.size());
+  if (s.dropped_inner.empty()) return readers;
   std::vector<NodeId> leaves{s.input};
   const std::vector<NodeId> kept = kept_inner(graph, s);
   leaves.insert(leaves.end(), kept.begin(), kept.end());
   std::vector<NodeId> targets = kept;
   targets.push_back(s.output);
-  std::vector<int> readers(s.dropped_inner.size(), 0);
   for (NodeId t : targets) {
     const Shape& ts = shapes[static_cast<size_t>(t)];
     const auto need =
         sub_segment_needs(graph, shapes, s.input, leaves, t, Region{{0, ts.height}, {0, ts.width}});
     for (size_t k = 0; k < s.dropped_inner.size(); ++k) {
       const NodeId d = s.dropped_inner[k];
-      if (d < t && !need[static_cast<size_t>(d)].empty()) {
-        owners[k] = t;
-        ++readers[k];
-      }
+      if (d < t && !need[static_cast<size_t>(d)].empty()) readers[k].push_back(t);
     }
   }
-  for (size_t k = 0; k < owners.size(); ++k) {
-    if (readers[k] != 1) owners[k] = -1;
+  return readers;
+}
+
+bool barrier_input(const Graph& graph, const Segment& s, NodeId v) {
+  for (NodeId b = std::max(v, s.input) + 1; b <= s.output; ++b) {
+    if (graph.node(b).is_barrier() && graph.node(b).inputs[0] == v) return true;
   }
-  return owners;
+  return false;
+}
+
+std::vector<NodeId> misplaced_drops(const Graph& graph, const std::vector<Shape>& shapes,
+                                    const Segment& s) {
+  std::vector<NodeId> out;
+  const auto readers = dropped_readers(graph, shapes, s);
+  for (size_t k = 0; k < readers.size(); ++k) {
+    if (barrier_input(graph, s, s.dropped_inner[k]) && readers[k].size() != 1) {
+      out.push_back(s.dropped_inner[k]);
+    }
+  }
+  return out;
 }
 
 namespace {

@@ -105,11 +105,11 @@ struct Segment {
   // the forward to the backward. inner_moved_bytes: predicted bytes they move per step.
   Tier inner_tier = Tier::kResident;
   // Inner checkpoints (of inner_checkpoints) the plan does not keep (DELTA per inner
-  // checkpoint: recomputing one is cheaper than moving it). Each is read by one sub-segment
-  // only (that of the next kept inner checkpoint or the output, which computes it from the
-  // leaves): its barriers' statistics come from a pass over its shares of the forward tiles,
-  // and their sums from a round over that sub-segment's backward tiles before its backward.
-  // inner_blocks and inner_grad_blocks are those of the kept ones (kept_inner).
+  // checkpoint: recomputing one is cheaper than moving it); the sub-segments that read one
+  // compute it from their leaves. A barrier's input is read by one sub-segment only: its
+  // barriers' statistics come from a pass over its shares of the forward tiles, their sums from
+  // a round over that sub-segment's backward tiles before its backward. A fork may be read by
+  // several (each recomputes it). inner_blocks and inner_grad_blocks are the kept ones'.
   std::vector<NodeId> dropped_inner;
   std::vector<Partition> inner_blocks, inner_grad_blocks;
   int64_t inner_moved_bytes = 0;
@@ -285,11 +285,18 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
                                       NodeId target, const Region& tile,
                                       const std::vector<NodeId>& dropped, const Region& out_tile,
                                       const Shape& out);
-// Where each of segment `s`'s dropped inner checkpoints is recomputed: the kept inner checkpoint
-// (or the output) whose sub-segment reads it, in dropped_inner's order; -1 where more than one
-// reads it (a plan the planner never makes: the barriers' sums would be split between them).
-std::vector<NodeId> dropped_owners(const Graph& graph, const std::vector<Shape>& shapes,
-                                   const Segment& s);
+// Where each of segment `s`'s dropped inner checkpoints is recomputed (in dropped_inner's
+// order): the kept inner checkpoints (or the output) whose sub-segments read it.
+std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,
+                                                 const std::vector<Shape>& shapes,
+                                                 const Segment& s);
+// Whether a barrier of segment `s` reads node `v`.
+bool barrier_input(const Graph& graph, const Segment& s, NodeId v);
+// The dropped inner checkpoints of `s` a plan may not drop: a barrier's input read by other than
+// exactly one sub-segment (its barriers' sums are taken in that one's rounds; split between two,
+// each would see part of them). A fork (no barrier reads it) may be recomputed by several.
+std::vector<NodeId> misplaced_drops(const Graph& graph, const std::vector<Shape>& shapes,
+                                    const Segment& s);
 
 // The input window that window `out` of node `node` reads along `axis` (0 rows, 1 columns), over
 // every path back to the input and unclipped (padding included): its receptive field. Where an

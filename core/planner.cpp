@@ -495,16 +495,17 @@ SubSegmentWork sub_segment_work(const Analysis& a, const Segment& s,
 }
 
 // The barriers of segment `s` that read its dropped inner checkpoints (Segment::dropped_inner),
-// by the sub-segment that recomputes them (dropped_owners): the rounds of sums it runs before
+// by the sub-segment that recomputes them (dropped_readers): the rounds of sums it runs before
 // its backward. -1 keys dropped checkpoints with no single owner (not a plan to run).
 std::map<NodeId, int> sums_rounds(const Analysis& a, const Segment& s) {
   std::map<NodeId, int> rounds;
   if (s.dropped_inner.empty()) return rounds;
-  const std::vector<NodeId> owners = dropped_owners(a.graph, a.shapes, s);
-  for (size_t k = 0; k < owners.size(); ++k) {
+  const auto readers = dropped_readers(a.graph, a.shapes, s);
+  for (size_t k = 0; k < readers.size(); ++k) {
+    if (readers[k].size() != 1) continue;  // a fork (or a plan never run)
     for (NodeId b = s.input + 1; b <= s.output; ++b) {
       const Node& n = a.graph.node(b);
-      if (n.is_barrier() && n.inputs[0] == s.dropped_inner[k]) ++rounds[owners[k]];
+      if (n.is_barrier() && n.inputs[0] == s.dropped_inner[k]) ++rounds[readers[k][0]];
     }
   }
   return rounds;
@@ -517,21 +518,31 @@ std::map<NodeId, int> sums_rounds(const Analysis& a, const Segment& s) {
 // the bytes those passes read of offloaded inner checkpoints (each round reads the owner's
 // leaves and its gradient again), priced at PlanOptions::flops_per_byte_moved when `offloaded`.
 // Rounds in a chain of dropped ones reread the same leaves: resnet50's layer1 with every barrier
-// input dropped read each 1 GiB block output 8 times a step.
+// input dropped read each 1 GiB block output 8 times a step. A dropped fork is computed by each
+// of its k readers instead of once: (k − 1) more forwards, recomputes and backwards (two
+// forwards' worth) of its sub-segment, and its leaves read (k − 1) more times each way.
 PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded) {
   PlanCost c;
   if (s.dropped_inner.empty()) return c;
   std::vector<NodeId> leaves{s.input};
   const std::vector<NodeId> kept = kept_inner(a.graph, s);
   leaves.insert(leaves.end(), kept.begin(), kept.end());
-  const std::vector<NodeId> owners = dropped_owners(a.graph, a.shapes, s);
+  const auto readers = dropped_readers(a.graph, a.shapes, s);
   double f = 0, bytes = 0;
-  for (size_t k = 0; k < owners.size(); ++k) {
-    const NodeId d = s.dropped_inner[k], owner = owners[k];
-    if (owner < 0) {
+  for (size_t k = 0; k < readers.size(); ++k) {
+    const NodeId d = s.dropped_inner[k];
+    if (!barrier_input(a.graph, s, d)) {
+      const double more = static_cast<double>(std::max<size_t>(readers[k].size(), 1) - 1);
+      const SubSegmentWork fork = sub_segment_work(a, s, leaves, d, s.input);
+      f += more * 4 * fork.flops;
+      bytes += more * 2 * fork.leaf_bytes;
+      continue;
+    }
+    if (readers[k].size() != 1) {
       c.compute = kNever;
       return c;
     }
+    const NodeId owner = readers[k][0];
     // Its barriers' corrections ride on the owner's tiles: every output tile must have a share
     // of the owner (an owner smaller than the output has empty shares).
     const Shape& os = a.shapes[static_cast<size_t>(owner)];
@@ -1468,12 +1479,13 @@ void SegmentBuild::place_barriers() {
   }
 }
 
-// DELTA per inner checkpoint (PlanOptions::drop_inner): an offloaded barrier input is dropped
-// where recomputing it in the one sub-segment that reads it (its statistic pass, a round of sums
-// for each of its barriers: dropped_flops) costs less than moving it (written, read by the
-// forward and the backward, its gradient written and read: five passes, as finish_candidate
-// prices it). In order, each against the set dropped before it. resnet50 train-mode BN at
-// 4096² in 2 GiB moved 116 GiB a step through inner checkpoints on disk with every one kept.
+// DELTA per inner checkpoint (PlanOptions::drop_inner): an offloaded inner checkpoint is dropped
+// where recomputing it costs less than moving it (written, read by the forward and the backward,
+// its gradient written and read: five passes, as finish_candidate prices it). A barrier's input
+// is recomputed in the one sub-segment that reads it (its statistic pass, a round of sums for
+// each of its barriers), a fork in each sub-segment that reads it (dropped_cost). In order,
+// each against the set dropped before it. resnet50 train-mode BN at 4096² in 2 GiB moved 116 GiB
+// a step through inner checkpoints on disk with every one kept.
 void SegmentBuild::drop_inner() {
   using Drop = PlanOptions::DropInner;
   const Drop mode = a.options.drop_inner;
@@ -1482,12 +1494,10 @@ void SegmentBuild::drop_inner() {
   const double per_byte = 5.0 * a.options.flops_per_byte_moved;
   const bool offloaded = s.inner_tier != Tier::kResident;
   double extra = 0;
-  for (NodeId v : inner) {
-    bool read_by_barrier = false;
-    for (NodeId b = v + 1; b <= s.output && !read_by_barrier; ++b) {
-      read_by_barrier = a.graph.node(b).is_barrier() && a.graph.node(b).inputs[0] == v;
-    }
-    if (!read_by_barrier) continue;
+  // In order. (Forks first, then barrier inputs, was priced worse at 4096², at a CPU's prices
+  // and at a GPU's: 158 against 147 s, 5.2 against 4.6 s; bench/NOTES.md session 34.)
+  const std::vector<NodeId> order = inner;
+  for (NodeId v : order) {
     s.dropped_inner.push_back(v);
     const double more = dropped_cost(a, s, offloaded).total();
     const bool worth = mode == Drop::kAlways
@@ -1775,7 +1785,7 @@ std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v)
     if (u > v) targets.push_back(u);
   }
   for (NodeId u : s.dropped_inner) {
-    if (u > v) targets.push_back(u);
+    if (u > v && barrier_input(a.graph, s, u)) targets.push_back(u);  // statistic passes
   }
   std::sort(targets.begin(), targets.end());
   targets.push_back(s.output);
@@ -1791,13 +1801,6 @@ std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v)
     }
   }
   return reads;
-}
-
-// The regions of all `passes` (grad_additions) in order.
-std::vector<Region> flatten(const std::vector<std::vector<Region>>& passes) {
-  std::vector<Region> out;
-  for (const auto& p : passes) out.insert(out.end(), p.begin(), p.end());
-  return out;
 }
 
 // Bytes moved per step by segment `s`'s offloaded inner checkpoints: each written once, read by
@@ -1860,11 +1863,20 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
     s.moved_bytes = 2 * a.bytes(s.output) - s.resident_bytes +
                     read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
     if (next.inner_checkpoints && !next.whole_barriers) {
-      // Each sub-segment reading it reads it again; its gradient adds up pass by pass.
+      // Each sub-segment reading it reads it again (once more in each round of sums it runs);
+      // its gradient adds up pass by pass.
+      const std::map<NodeId, int> rounds = sums_rounds(a, next);
+      const Analysis::Additions& adds = a.additions_by_pass(next, next.input);
+      std::vector<Region> backward_reads;
+      for (size_t p = 0; p < adds.passes.size(); ++p) {
+        const auto it = rounds.find(adds.readers[p]);
+        for (int r = 0; r <= (it == rounds.end() ? 0 : it->second); ++r) {
+          backward_reads.insert(backward_reads.end(), adds.passes[p].begin(), adds.passes[p].end());
+        }
+      }
       s.moved_bytes += read_bytes(forward_reads(a, next, next.input), s.blocks, per_pixel, w,
                                   s.resident_blocks) +
-                       read_bytes(flatten(a.additions(next, next.input)), s.blocks, per_pixel, w,
-                                  s.resident_blocks);
+                       read_bytes(backward_reads, s.blocks, per_pixel, w, s.resident_blocks);
       s.moved_bytes +=
           reopened_bytes(next.input_grad_blocks, a.additions(next, next.input), per_pixel);
     } else {

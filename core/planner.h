@@ -47,10 +47,10 @@ struct PlanOptions {
   // offloads (kAuto's offloading search), in auto_tier where it has not (else the segment
   // recomputes in rounds). Set: there always (tests; kResident: never offloaded).
   std::optional<Tier> inner_tier;
-  // DELTA per inner checkpoint (Segment::dropped_inner). kPriced: an offloaded barrier input is
-  // dropped, and recomputed in the one sub-segment that reads it, where that costs fewer FLOPs
-  // than moving it at the prices; kNever: every one kept; kAlways: every barrier input that
-  // one sub-segment alone reads is dropped, resident or offloaded (tests).
+  // DELTA per inner checkpoint (Segment::dropped_inner). kPriced: an offloaded inner checkpoint
+  // is dropped, and recomputed by the sub-segments that read it, where that costs less than
+  // moving it at the prices; kNever: every one kept; kAlways: every one a plan may drop
+  // (misplaced_drops), resident or offloaded (tests).
   enum class DropInner { kPriced, kNever, kAlways };
   DropInner drop_inner = DropInner::kPriced;
   // A segment with barriers that fits as one tile in both passes runs them whole, as plain
