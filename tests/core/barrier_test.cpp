@@ -25,6 +25,20 @@ using test::fixed_tiles;
 using test::kTolerance;
 using test::random_image;
 
+// `base`'s checkpoints, offload, reduction and inner checkpoints' options over fixed tiles.
+PlanOptions with_tiles(const PlanOptions& base, Strategy strategy, int64_t ty, int64_t tx) {
+  PlanOptions o = fixed_tiles(strategy, ty, tx);
+  o.checkpoints = base.checkpoints;
+  o.offload = base.offload;
+  o.streaming_reduction = base.streaming_reduction;
+  o.inner_checkpoints = base.inner_checkpoints;
+  o.inner_tier = base.inner_tier;
+  o.drop_inner = base.drop_inner;
+  o.offload_window_bytes = base.offload_window_bytes;
+  o.offload_block_bytes = base.offload_block_bytes;
+  return o;
+}
+
 // The tiled step against plain autograd for several partitions, with the barriers' inputs kept
 // (sub-segments) and recomputed; returns how many of the plans had a tiled segment holding a
 // barrier (a check without one proves nothing).
@@ -40,15 +54,8 @@ int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const 
                                                                        {Strategy::kGrid, 1, 1}};
   for (const bool inner : {true, false}) {
     for (const auto& [strategy, ty, tx] : partitions) {
-      PlanOptions o = fixed_tiles(strategy, ty, tx);
-      o.checkpoints = base.checkpoints;
-      o.offload = base.offload;
-      o.streaming_reduction = base.streaming_reduction;
+      PlanOptions o = with_tiles(base, strategy, ty, tx);
       o.inner_checkpoints = inner;
-      o.inner_tier = base.inner_tier;
-      o.drop_inner = base.drop_inner;
-      o.offload_window_bytes = base.offload_window_bytes;
-      o.offload_block_bytes = base.offload_block_bytes;
       const Plan plan = make_plan(g, {g.node(0).channels, h, w}, 0, o);
       for (const Segment& s : plan.segments) {
         for (NodeId v = s.input + 1; v <= s.output; ++v) with_barrier += g.node(v).is_barrier();
@@ -112,10 +119,7 @@ TEST(Barriers, MatchWithOffloadedCheckpoints) {
   EXPECT_GT(expect_exact(g, "residual offloaded", h, w, random_image(2, h, w, 6), o), 0);
   // Sub-segments read an offloaded input and send its gradient to the store: the plans above
   // must have such a segment, or this proves nothing about them.
-  PlanOptions tiled = fixed_tiles(Strategy::kGrid, 3, 2);
-  tiled.checkpoints = o.checkpoints;
-  tiled.offload = o.offload;
-  const Plan plan = make_plan(g, {2, h, w}, 0, tiled);
+  const Plan plan = make_plan(g, {2, h, w}, 0, with_tiles(o, Strategy::kGrid, 3, 2));
   int offloaded_inputs = 0;
   for (size_t i = 1; i < plan.segments.size(); ++i) {
     offloaded_inputs += plan.segments[i].inner_checkpoints &&
@@ -150,14 +154,7 @@ TEST(Barriers, OffloadedInnerCheckpointsMatch) {
       EXPECT_GT(expect_exact(g, what, h, w, random_image(2, h, w, 8), o), 0);
       // The plans above must offload inner checkpoints over several tiles, or this proves
       // nothing about them.
-      PlanOptions tiled = fixed_tiles(Strategy::kGrid, 3, 2);
-      tiled.checkpoints = o.checkpoints;
-      tiled.offload = o.offload;
-      tiled.inner_tier = tier;
-      tiled.drop_inner = o.drop_inner;
-      tiled.offload_window_bytes = o.offload_window_bytes;
-      tiled.offload_block_bytes = o.offload_block_bytes;
-      const Plan plan = make_plan(g, {2, h, w}, 0, tiled);
+      const Plan plan = make_plan(g, {2, h, w}, 0, with_tiles(o, Strategy::kGrid, 3, 2));
       int offloaded = 0;
       for (const Segment& s : plan.segments) {
         offloaded += s.inner_checkpoints && s.inner_tier == tier && s.backward.tiles() > 1 &&
@@ -195,12 +192,7 @@ TEST(Barriers, RecomputedInnerCheckpointsMatch) {
       const std::string what =
           "recomputed inner " + to_string(tier) + (checkpoints ? ", checkpoints" : "");
       EXPECT_GT(expect_exact(g, what, h, w, random_image(2, h, w, 9), o), 0);
-      PlanOptions tiled = fixed_tiles(Strategy::kGrid, 3, 2);
-      tiled.checkpoints = o.checkpoints;
-      tiled.offload = o.offload;
-      tiled.inner_tier = tier;
-      tiled.drop_inner = o.drop_inner;
-      const Plan plan = make_plan(g, {2, h, w}, 0, tiled);
+      const Plan plan = make_plan(g, {2, h, w}, 0, with_tiles(o, Strategy::kGrid, 3, 2));
       size_t dropped = 0;
       for (const Segment& s : plan.segments) {
         if (s.backward.tiles() > 1) dropped += s.dropped_inner.size();
