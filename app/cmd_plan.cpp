@@ -51,6 +51,7 @@ core::OffloadPrices parse_prices(const std::string& text) {
   p.seconds_per_byte_moved = ns * 1e-9;
   p.seconds_per_flop = 1.0 / (gflops * 1e9);
   p.measured = true;
+  p.given = true;
   return p;
 }
 

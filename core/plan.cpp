@@ -724,7 +724,9 @@ std::string to_string(const Plan& plan, const Graph& graph) {
     std::snprintf(buf, sizeof buf,
                   "offload or recompute (DELTA), %s prices: %.3g ns per byte moved, %.3g GFLOP/s "
                   "recompute\n",
-                  plan.prices.measured ? "measured" : "guessed",
+                  plan.prices.given      ? "given"
+                  : plan.prices.measured ? "measured"
+                                         : "guessed",
                   plan.prices.seconds_per_byte_moved * 1e9,
                   plan.prices.seconds_per_flop > 0 ? 1e-9 / plan.prices.seconds_per_flop : 0.0);
     os << buf;

@@ -139,6 +139,9 @@ struct OffloadPrices {
   // The disk tier's scratch directory's free bytes when the prices were asked for; -1: unknown.
   // A plan that offloads only to be cheaper than a resident one must fit there.
   int64_t disk_free_bytes = -1;
+  // Given by the caller (`tessel plan --prices`: another machine's, or fixed), not probed on this
+  // one; the planner uses them as measured ones (`measured` is set too), the reports say so.
+  bool given = false;
 };
 
 // DELTA's decision for one checkpoint beyond the budget: offload it (its bytes moved per step)

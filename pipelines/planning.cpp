@@ -93,7 +93,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
   j["offload"] = {{"window_bytes", plan.window_bytes},
                   {"moved_bytes_per_step", plan.moved_bytes()},
                   {"prices",
-                   {{"measured", plan.prices.measured},
+                   {{"measured", plan.prices.measured && !plan.prices.given},
+                    {"given", plan.prices.given},
                     {"seconds_per_byte_moved", plan.prices.seconds_per_byte_moved},
                     {"seconds_per_flop", plan.prices.seconds_per_flop}}},
                   {"decisions", decisions}};

@@ -152,6 +152,13 @@ TEST(Cli, PlanAtGivenPricesUsesThemAndRefusesMalformedOnes) {
   };
   EXPECT_NEAR(prices(cpu.output)["seconds_per_byte_moved"].get<double>(), 1.1e-9, 1e-18);
   EXPECT_NEAR(prices(cpu.output)["seconds_per_flop"].get<double>(), 1 / 270e9, 1e-20);
+  // Said to be given, not measured on this machine (the table says so too).
+  EXPECT_TRUE(prices(cpu.output)["given"].get<bool>()) << cpu.output;
+  EXPECT_FALSE(prices(cpu.output)["measured"].get<bool>()) << cpu.output;
+  const CliRun table =
+      run_cli("plan --model vgg-mini --size 2048x2048 --budget 25MiB --prices 1.1,270");
+  EXPECT_NE(table.output.find("given prices: 1.1 ns per byte moved"), std::string::npos)
+      << table.output;
   EXPECT_EQ(run_cli(cmd + "1.1,270").output, cpu.output) << "fixed prices, one plan";
   const CliRun gpu = run_cli(cmd + "1.1,40000");
   ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
