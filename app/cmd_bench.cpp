@@ -73,10 +73,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_flag("--recompute-all", args->recompute_all,
                 "Keep no segment's autograd graph: every segment recomputes its forward in the "
                 "backward (the planner otherwise keeps graphs where the budget leaves room)");
-  cmd->add_flag("--keep-inner-checkpoints", args->keep_inner,
-                "Keep every inner checkpoint of a segment with barriers (the comparison point); by "
-                "default the planner recomputes those that cost less to recompute than to move "
-                "(DELTA per inner checkpoint)");
+  cmd->add_flag("--keep-inner-checkpoints", args->keep_inner, kKeepInnerCheckpointsHelp);
   cmd->add_option("--device", args->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one); the CPU unless "
                   "asked, so that bench/run's tables stay the CPU's")

@@ -86,10 +86,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->check(CLI::IsMember({"frozen", "batch", "group"}))
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
-  cmd->add_flag("--keep-inner-checkpoints", args->keep_inner,
-                "Keep every inner checkpoint of a segment with barriers (the comparison point); by "
-                "default the planner recomputes those that cost less to recompute than to move "
-                "(DELTA per inner checkpoint)");
+  cmd->add_flag("--keep-inner-checkpoints", args->keep_inner, kKeepInnerCheckpointsHelp);
   cmd->add_option("--prices", args->prices,
                   "NS_PER_BYTE,GFLOPS: plan at these offload prices (nanoseconds to move a byte "
                   "out and back, GFLOP/s of recompute) instead of this machine's measured ones: "

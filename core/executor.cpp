@@ -108,12 +108,8 @@ class TiledStep {
           throw Error("internal: dropped inner checkpoint " + graph.node(d).name + " is read by " +
                       std::to_string(readers[k].size()) + " sub-segments");
         }
-        for (NodeId b = d + 1; b <= s.output; ++b) {
-          const Node& n = graph.node(b);
-          if (n.is_barrier() && n.inputs[0] == d) {
-            interior_[static_cast<size_t>(s.input)][readers[k][0]].push_back(b);
-          }
-        }
+        auto& list = interior_[static_cast<size_t>(s.input)][readers[k][0]];
+        for (NodeId b : barriers_reading(graph, s, d)) list.push_back(b);
       }
       for (auto& [owner, list] : interior_[static_cast<size_t>(s.input)]) {
         std::sort(list.begin(), list.end());

@@ -245,12 +245,7 @@ std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId o
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                       NodeId input, const std::vector<NodeId>& leaves,
                                       NodeId target, const Region& tile) {
-  std::vector<char> leaf(static_cast<size_t>(target) + 1, 0);
-  for (NodeId l : leaves) {
-    if (l <= target) leaf[static_cast<size_t>(l)] = 1;
-  }
-  return needs_back(graph, shapes, input, target, tile, /*shares=*/false,
-                    [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; });
+  return sub_segment_needs(graph, shapes, input, leaves, target, tile, {}, {}, {});
 }
 
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
@@ -258,7 +253,6 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
                                       NodeId target, const Region& tile,
                                       const std::vector<NodeId>& dropped, const Region& out_tile,
                                       const Shape& out) {
-  if (dropped.empty()) return sub_segment_needs(graph, shapes, input, leaves, target, tile);
   std::vector<char> leaf(static_cast<size_t>(target) + 1, 0);
   for (NodeId l : leaves) {
     if (l <= target) leaf[static_cast<size_t>(l)] = 1;
@@ -268,10 +262,10 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
     if (d < target)
       extra[static_cast<size_t>(d)] = barrier_share(out_tile, out, shapes[static_cast<size_t>(d)]);
   }
-  return needs_back(
-      graph, shapes, input, target, tile, /*shares=*/false,
-      [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; },
-      [&](NodeId v) { return extra[static_cast<size_t>(v)]; });
+  const auto read = [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; };
+  if (dropped.empty()) return needs_back(graph, shapes, input, target, tile, false, read);
+  return needs_back(graph, shapes, input, target, tile, /*shares=*/false, read,
+                    [&](NodeId v) { return extra[static_cast<size_t>(v)]; });
 }
 
 std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s) {
@@ -305,11 +299,16 @@ std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,
   return readers;
 }
 
-bool barrier_input(const Graph& graph, const Segment& s, NodeId v) {
+std::vector<NodeId> barriers_reading(const Graph& graph, const Segment& s, NodeId v) {
+  std::vector<NodeId> out;
   for (NodeId b = std::max(v, s.input) + 1; b <= s.output; ++b) {
-    if (graph.node(b).is_barrier() && graph.node(b).inputs[0] == v) return true;
+    if (graph.node(b).is_barrier() && graph.node(b).inputs[0] == v) out.push_back(b);
   }
-  return false;
+  return out;
+}
+
+bool barrier_input(const Graph& graph, const Segment& s, NodeId v) {
+  return !barriers_reading(graph, s, v).empty();
 }
 
 std::vector<NodeId> misplaced_drops(const Graph& graph, const std::vector<Shape>& shapes,
@@ -548,12 +547,12 @@ std::string barrier_mode(const Graph& graph, const Segment& s) {
   const size_t rounds = barrier_rounds(graph, s.input, s.output).size();
   if (rounds == 0) return "";
   if (s.whole_barriers) return "whole";
-  if (s.inner_checkpoints && s.inner_tier != Tier::kResident) {
+  if (s.inner_checkpoints) {
     const size_t n = s.dropped_inner.size();
-    return "inner " + to_string(s.inner_tier) +
-           (n == 0 ? "" : ", " + std::to_string(n) + " recomputed");
+    const std::string recomputed = n == 0 ? "" : ", " + std::to_string(n) + " recomputed";
+    if (s.inner_tier != Tier::kResident) return "inner " + to_string(s.inner_tier) + recomputed;
+    return (s.keep_inner ? "inner kept" : "inner") + recomputed;
   }
-  if (s.inner_checkpoints) return s.keep_inner ? "inner kept" : "inner";
   return std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
 }
 

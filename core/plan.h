@@ -293,7 +293,8 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
 std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,
                                                  const std::vector<Shape>& shapes,
                                                  const Segment& s);
-// Whether a barrier of segment `s` reads node `v`.
+// The barriers of segment `s` that read node `v`, in order; barrier_input: whether there is one.
+std::vector<NodeId> barriers_reading(const Graph& graph, const Segment& s, NodeId v);
 bool barrier_input(const Graph& graph, const Segment& s, NodeId v);
 // The dropped inner checkpoints of `s` a plan may not drop: a barrier's input read by other than
 // exactly one sub-segment (its barriers' sums are taken in that one's rounds; split between two,

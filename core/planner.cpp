@@ -495,20 +495,31 @@ SubSegmentWork sub_segment_work(const Analysis& a, const Segment& s,
 }
 
 // The barriers of segment `s` that read its dropped inner checkpoints (Segment::dropped_inner),
-// by the sub-segment that recomputes them (dropped_readers): the rounds of sums it runs before
-// its backward. -1 keys dropped checkpoints with no single owner (not a plan to run).
+// counted by the sub-segment that recomputes them (dropped_readers): the rounds of sums it runs
+// before its backward. (A fork has no barrier; a barrier input read by several is never run.)
 std::map<NodeId, int> sums_rounds(const Analysis& a, const Segment& s) {
   std::map<NodeId, int> rounds;
   if (s.dropped_inner.empty()) return rounds;
   const auto readers = dropped_readers(a.graph, a.shapes, s);
   for (size_t k = 0; k < readers.size(); ++k) {
-    if (readers[k].size() != 1) continue;  // a fork (or a plan never run)
-    for (NodeId b = s.input + 1; b <= s.output; ++b) {
-      const Node& n = a.graph.node(b);
-      if (n.is_barrier() && n.inputs[0] == s.dropped_inner[k]) ++rounds[readers[k][0]];
-    }
+    const auto n = barriers_reading(a.graph, s, s.dropped_inner[k]).size();
+    if (readers[k].size() == 1 && n > 0) rounds[readers[k][0]] += static_cast<int>(n);
   }
   return rounds;
+}
+
+// The regions of `adds` (grad_additions' passes), in order, each pass once more for each round
+// of sums its sub-segment runs first (sums_rounds): what those passes read.
+std::vector<Region> reads_with_rounds(const Analysis::Additions& adds,
+                                      const std::map<NodeId, int>& rounds) {
+  std::vector<Region> out;
+  for (size_t p = 0; p < adds.passes.size(); ++p) {
+    const auto it = rounds.find(adds.readers[p]);
+    for (int r = 0; r <= (it == rounds.end() ? 0 : it->second); ++r) {
+      out.insert(out.end(), adds.passes[p].begin(), adds.passes[p].end());
+    }
+  }
+  return out;
 }
 
 // What recomputing segment `s`'s dropped inner checkpoints adds: each one's statistic pass in the
@@ -554,9 +565,7 @@ PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded) {
     const SubSegmentWork stats = sub_segment_work(a, s, leaves, d, s.input);
     f += stats.flops;
     bytes += stats.leaf_bytes;
-    for (NodeId b = d + 1; b <= s.output; ++b) {
-      const Node& n = a.graph.node(b);
-      if (!n.is_barrier() || n.inputs[0] != d) continue;
+    for (NodeId b : barriers_reading(a.graph, s, d)) {
       const SubSegmentWork round = sub_segment_work(a, s, leaves, owner, s.input);
       f += round.flops + sub_segment_work(a, s, leaves, owner, b).flops;
       bytes += round.leaf_bytes + (owner == s.output ? 0 : static_cast<double>(a.bytes(owner)));
@@ -1496,8 +1505,7 @@ void SegmentBuild::drop_inner() {
   double extra = 0;
   // In order. (Forks first, then barrier inputs, was priced worse at 4096², at a CPU's prices
   // and at a GPU's: 158 against 147 s, 5.2 against 4.6 s; bench/NOTES.md session 34.)
-  const std::vector<NodeId> order = inner;
-  for (NodeId v : order) {
+  for (NodeId v : inner) {
     s.dropped_inner.push_back(v);
     const double more = dropped_cost(a, s, offloaded).total();
     const bool worth = mode == Drop::kAlways
@@ -1824,12 +1832,8 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
     const Shape& vs = a.shapes[static_cast<size_t>(v)];
     const int64_t per_pixel = vs.channels * a.eb;
     std::vector<Region> reads = forward_reads(a, s, v), own;
-    const Analysis::Additions& adds = a.additions_by_pass(s, v);
-    for (size_t p = 0; p < adds.passes.size(); ++p) {
-      for (int r = 0; r <= rounds_of(adds.readers[p]); ++r) {
-        reads.insert(reads.end(), adds.passes[p].begin(), adds.passes[p].end());
-      }
-    }
+    const std::vector<Region> later = reads_with_rounds(a.additions_by_pass(s, v), rounds);
+    reads.insert(reads.end(), later.begin(), later.end());
     for (int round = 0; round <= rounds_of(v); ++round) {
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region r = barrier_share(s.backward.tile(t), out, vs);
@@ -1865,15 +1869,8 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
     if (next.inner_checkpoints && !next.whole_barriers) {
       // Each sub-segment reading it reads it again (once more in each round of sums it runs);
       // its gradient adds up pass by pass.
-      const std::map<NodeId, int> rounds = sums_rounds(a, next);
-      const Analysis::Additions& adds = a.additions_by_pass(next, next.input);
-      std::vector<Region> backward_reads;
-      for (size_t p = 0; p < adds.passes.size(); ++p) {
-        const auto it = rounds.find(adds.readers[p]);
-        for (int r = 0; r <= (it == rounds.end() ? 0 : it->second); ++r) {
-          backward_reads.insert(backward_reads.end(), adds.passes[p].begin(), adds.passes[p].end());
-        }
-      }
+      const std::vector<Region> backward_reads =
+          reads_with_rounds(a.additions_by_pass(next, next.input), sums_rounds(a, next));
       s.moved_bytes += read_bytes(forward_reads(a, next, next.input), s.blocks, per_pixel, w,
                                   s.resident_blocks) +
                        read_bytes(backward_reads, s.blocks, per_pixel, w, s.resident_blocks);
