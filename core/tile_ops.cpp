@@ -1,7 +1,6 @@
 #include "core/tile_ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <array>
 #if defined(__SSE2__)
@@ -13,6 +12,7 @@
 #include "core/barrier.h"
 #include "core/dropout.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace tessel::core {
 
@@ -238,7 +238,7 @@ void transpose_copy(const at::Tensor& dst, const at::Tensor& src) {
   // Work items: a row and a band of 64 channels each, so a strip of few rows still splits.
   constexpr int64_t kBand = 64;
   const int64_t bands = (channels + kBand - 1) / kBand;
-  at::parallel_for(0, height * bands, 1, [&](int64_t begin, int64_t end) {
+  parallel_ranges(0, height * bands, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t y = k / bands, c0 = k % bands * kBand;
       const int64_t nc = std::min(kBand, channels - c0);

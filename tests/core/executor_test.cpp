@@ -4,13 +4,17 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <atomic>
+#include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "core/device.h"
 #include "core/error.h"
 #include "core/gradcheck.h"
 #include "core/memory.h"
+#include "core/parallel.h"
 #include "core/planner.h"
 #include "core/tile_ops.h"
 #include "models/zoo.h"
@@ -493,21 +497,52 @@ TEST(TiledStep, OnePixelTilesThroughResnetDownsamplingMatch) {
 }  // namespace
 }  // namespace tessel::core
 
+// The engine's parallel loops run on LibTorch's threads: every item once, on both threads
+// (at::parallel_for, used before, ran on one: core/parallel.h), and a part's exception reaches
+// the caller. ctest runs one thread per test; this asks for two.
+TEST(TileOps, ParallelRangesSplitOverLibTorchsThreads) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  std::vector<std::atomic<int>> hits(1001);
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  tessel::core::parallel_ranges(0, 1001, [&](int64_t b, int64_t e) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      threads.insert(std::this_thread::get_id());
+    }
+    for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+  });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+  EXPECT_EQ(threads.size(), 2u);
+  EXPECT_THROW(tessel::core::parallel_ranges(0, 10,
+                                             [](int64_t b, int64_t) {
+                                               if (b > 0) throw tessel::Error("second part");
+                                             }),
+               tessel::Error);
+  at::set_num_threads(before);
+}
+
 // copy_tile between channels-first and channels-last tensors and views of them (crops), float
-// and double, against ATen's own copy: the same elements, bit for bit.
+// and double, against ATen's own copy: the same elements, bit for bit; on one thread and on two.
 TEST(TileOps, CopyTileTransposesLayoutsExactly) {
-  for (const auto dtype : {at::kFloat, at::kDouble}) {
-    const at::Tensor whole = at::randn({1, 67, 41, 53}, at::TensorOptions().dtype(dtype));
-    const at::Tensor last = whole.contiguous(at::MemoryFormat::ChannelsLast);
-    for (const at::Tensor& src : {whole, last}) {
-      for (const auto format : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast}) {
-        const at::Tensor view = src.slice(2, 3, 40).slice(3, 5, 52);
-        at::Tensor dst = at::full({1, 67, 45, 60}, -1.0, whole.options().memory_format(format));
-        const at::Tensor target = dst.slice(2, 4, 41).slice(3, 2, 49);
-        tessel::core::copy_tile(target, view);
-        EXPECT_TRUE(at::equal(target, view));
-        EXPECT_EQ(dst.eq(-1.0).sum().item<int64_t>(), dst.numel() - view.numel());
+  const int before = at::get_num_threads();
+  for (const int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    for (const auto dtype : {at::kFloat, at::kDouble}) {
+      const at::Tensor whole = at::randn({1, 67, 41, 53}, at::TensorOptions().dtype(dtype));
+      const at::Tensor last = whole.contiguous(at::MemoryFormat::ChannelsLast);
+      for (const at::Tensor& src : {whole, last}) {
+        for (const auto format : {at::MemoryFormat::Contiguous, at::MemoryFormat::ChannelsLast}) {
+          const at::Tensor view = src.slice(2, 3, 40).slice(3, 5, 52);
+          at::Tensor dst = at::full({1, 67, 45, 60}, -1.0, whole.options().memory_format(format));
+          const at::Tensor target = dst.slice(2, 4, 41).slice(3, 2, 49);
+          tessel::core::copy_tile(target, view);
+          EXPECT_TRUE(at::equal(target, view));
+          EXPECT_EQ(dst.eq(-1.0).sum().item<int64_t>(), dst.numel() - view.numel());
+        }
       }
     }
   }
+  at::set_num_threads(before);
 }
