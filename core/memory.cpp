@@ -11,22 +11,33 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <new>
+#include <set>
 #include <unordered_map>
-#include <vector>
+#include <utility>
 
 namespace tessel::core {
 
 namespace {
 
-// Freed blocks of at least this size are kept for reuse. A block fresh from the system is
-// mapped anew (glibc maps blocks over 32 MiB, and smaller ones once the heap is trimmed) and
-// each of its pages faults and is zeroed by the kernel at the first touch; tiles allocate the
-// same sizes over and over. Measured (bench/NOTES.md, session 14): vgg-mini 2048² grid, 1 GiB,
-// a step spent more time in the kernel than computing.
+// Blocks of at least this size come from the arena below and go back to it when freed; smaller
+// ones are the system allocator's (which reuses its own).
 constexpr int64_t kCacheMin = int64_t{1} << 20;
-// A cached block serves a request up to this fraction smaller than itself (1/16: border tiles
-// differ a little from the others); the block's whole size counts as live.
-constexpr int64_t kSlackShift = 4;
+
+// The arena: one reserved range of address space, carved into pieces at page granularity, best
+// fit, split as asked and merged again as freed (as LibTorch's CUDA caching allocator splits its
+// segments). A fresh page faults and is zeroed by the kernel at its first touch, so the pages of
+// a freed piece are kept for reuse, and a piece serves a request of any smaller size: a cache of
+// whole blocks (session 14's, serving sizes within 1/16) missed on most requests, because a
+// step's tiles come in many sizes; at 4096² a resnet50 batch-norm step took 59 GB of fresh
+// pages, its kernel zeroing them 9% of its CPU time (bench/NOTES.md, session 35).
+// Kept pages never make the process hold more than it held at its highest: live + cached <=
+// g_high, the most bytes ever live; beyond it, cached pieces (smallest first) give their pages
+// back (MADV_DONTNEED) and fault afresh when reused. Where the reservation fails (strict
+// overcommit), and under AddressSanitizer, every block is the system's and nothing is cached.
+constexpr int64_t kPage = 4096;
+constexpr int64_t kHugePage = int64_t{2} << 20;
+constexpr int64_t kReserveBytes = int64_t{1} << 40;  // address space only, 1 TiB
 
 std::atomic<int64_t> g_live{0};
 std::atomic<int64_t> g_peak{0};
@@ -34,20 +45,117 @@ std::atomic<bool> g_installed{false};
 
 // Everything below under g_mutex.
 std::mutex g_mutex;
-// Sizes of live blocks: the deleter only receives the pointer.
-std::unordered_map<void*, int64_t>& sizes() {
-  static auto* map = new std::unordered_map<void*, int64_t>();  // never destroyed: used at exit
+char* g_arena = nullptr;  // 2 MiB-aligned, kReserveBytes long; nullptr where it failed
+int64_t g_cached = 0;     // bytes of cached pieces (freed, pages kept)
+int64_t g_high = 0;       // the most bytes ever live
+int64_t g_fresh = 0;      // bytes of large blocks on pages never touched (fresh_bytes)
+
+enum class State : uint8_t { kLive, kCached, kUnbacked };
+struct Piece {
+  int64_t bytes;
+  State state;
+};
+// By offset in the arena: every byte of it is in exactly one piece.
+std::map<int64_t, Piece>& pieces() {
+  static auto* map = new std::map<int64_t, Piece>();  // never destroyed: used at exit
   return *map;
 }
-// Freed blocks kept for reuse, by size. The cache never makes the process hold more than it
-// held at its highest: live + cached <= g_high, the most bytes ever live.
-std::multimap<int64_t, void*>& cache() {
-  static auto* map = new std::multimap<int64_t, void*>();
+// The free pieces of each state, by (size, offset): best fit is a lower_bound.
+std::set<std::pair<int64_t, int64_t>>& free_pieces(State state) {
+  static auto* cached = new std::set<std::pair<int64_t, int64_t>>();
+  static auto* unbacked = new std::set<std::pair<int64_t, int64_t>>();
+  return state == State::kCached ? *cached : *unbacked;
+}
+// Sizes of live blocks from the system (small ones, or all where the arena failed): the deleter
+// only receives the pointer.
+std::unordered_map<void*, int64_t>& system_blocks() {
+  static auto* map = new std::unordered_map<void*, int64_t>();
   return *map;
 }
-int64_t g_cached = 0;
-int64_t g_high = 0;
-int64_t g_fresh = 0;  // bytes of large blocks from the system (MemoryTracker::fresh_bytes)
+
+void reserve_arena() {
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer checks the system's blocks, not ours
+  const size_t length = static_cast<size_t>(kReserveBytes + kHugePage);
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return;
+  const auto raw = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (raw + kHugePage - 1) / kHugePage * kHugePage;
+  g_arena = reinterpret_cast<char*>(aligned);
+  // A first touch faults once per 2 MiB where the kernel has transparent huge pages on madvise
+  // (measured with session 14's cache, vgg-mini 2048² grid 1 GiB: 3.45 → 2.6 s a step).
+  ::madvise(g_arena, static_cast<size_t>(kReserveBytes), MADV_HUGEPAGE);  // a hint
+  pieces().emplace(0, Piece{kReserveBytes, State::kUnbacked});
+  free_pieces(State::kUnbacked).emplace(kReserveBytes, 0);
+#endif
+}
+
+void unlist(std::map<int64_t, Piece>::iterator it) {
+  if (it->second.state != State::kLive) {
+    free_pieces(it->second.state).erase({it->second.bytes, it->first});
+  }
+}
+void list(std::map<int64_t, Piece>::iterator it) {
+  if (it->second.state != State::kLive) {
+    free_pieces(it->second.state).emplace(it->second.bytes, it->first);
+  }
+}
+
+// Merges free piece `it` with its neighbours in the same state (pages kept and pages given back
+// never merge: the cached count must stay exact).
+void merge(std::map<int64_t, Piece>::iterator it) {
+  auto& all = pieces();
+  unlist(it);
+  for (auto next = std::next(it); next != all.end() && next->second.state == it->second.state;
+       next = std::next(it)) {
+    unlist(next);
+    it->second.bytes += next->second.bytes;
+    all.erase(next);
+  }
+  while (it != all.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second.state != it->second.state) break;
+    unlist(prev);
+    prev->second.bytes += it->second.bytes;
+    all.erase(it);
+    it = prev;
+  }
+  list(it);
+}
+
+// A piece of `bytes` (a multiple of kPage) from the best-fitting free piece in `state`, split;
+// -1 when none is large enough.
+int64_t carve(State state, int64_t bytes) {
+  auto& set = free_pieces(state);
+  const auto fit = set.lower_bound({bytes, 0});
+  if (fit == set.end()) return -1;
+  const int64_t offset = fit->second;
+  auto it = pieces().find(offset);
+  unlist(it);
+  if (it->second.bytes > bytes) {
+    auto rest = pieces().emplace_hint(std::next(it), offset + bytes,
+                                      Piece{it->second.bytes - bytes, state});
+    list(rest);
+  }
+  it->second = Piece{bytes, State::kLive};
+  return offset;
+}
+
+// Gives back the pages of cached pieces, smallest first (the larger serve more requests), until
+// live + cached <= limit.
+void trim(int64_t live, int64_t limit) {
+  auto& cached = free_pieces(State::kCached);
+  while (!cached.empty() && live + g_cached > limit) {
+    const auto [bytes, offset] = *cached.begin();
+    ::madvise(g_arena + offset, static_cast<size_t>(bytes), MADV_DONTNEED);
+    auto it = pieces().find(offset);
+    unlist(it);
+    it->second.state = State::kUnbacked;
+    list(it);
+    g_cached -= bytes;
+    merge(it);
+  }
+}
 
 void note_peak(int64_t live) {
   int64_t peak = g_peak.load(std::memory_order_relaxed);
@@ -55,52 +163,40 @@ void note_peak(int64_t live) {
   }
 }
 
-// Frees cached blocks, largest first, until live + cached <= limit. Returns what to free_cpu
-// (outside the lock).
-std::vector<void*> trim_locked(int64_t live, int64_t limit) {
-  std::vector<void*> out;
-  auto& c = cache();
-  while (!c.empty() && live + g_cached > limit) {
-    auto last = std::prev(c.end());
-    g_cached -= last->first;
-    out.push_back(last->second);
-    c.erase(last);
-  }
-  return out;
+// Under g_mutex. Returns the live bytes after.
+int64_t note_live(int64_t bytes) {
+  const int64_t live = g_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  note_peak(live);
+  g_high = std::max(g_high, live);
+  return live;
+}
+
+bool in_arena(const void* ptr) {
+  return g_arena != nullptr && ptr >= g_arena && ptr < g_arena + kReserveBytes;
 }
 
 void tracked_free(void* ptr) {
   if (ptr == nullptr) return;
-  bool keep = false;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = sizes().find(ptr);
-    if (it == sizes().end()) {
-      // Allocated before the tracker was installed.
-    } else {
-      const int64_t bytes = it->second;
-      sizes().erase(it);
-      const int64_t live = g_live.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
-      if (bytes >= kCacheMin && live + g_cached + bytes <= g_high) {
-        cache().emplace(bytes, ptr);
-        g_cached += bytes;
-        keep = true;
-      }
+    if (in_arena(ptr)) {
+      auto it = pieces().find(static_cast<char*>(ptr) - g_arena);
+      if (it == pieces().end() || it->second.state != State::kLive) std::abort();  // not ours
+      const int64_t bytes = it->second.bytes;
+      g_live.fetch_sub(bytes, std::memory_order_relaxed);
+      // live + cached is unchanged: the bound still holds.
+      it->second.state = State::kCached;
+      g_cached += bytes;
+      merge(it);
+      return;
+    }
+    auto it = system_blocks().find(ptr);
+    if (it != system_blocks().end()) {  // else allocated before the tracker was installed
+      g_live.fetch_sub(it->second, std::memory_order_relaxed);
+      system_blocks().erase(it);
     }
   }
-  if (!keep) c10::free_cpu(ptr);
-}
-
-// A large block aligned to the 2 MiB huge page and marked for transparent huge pages (where the
-// kernel has them on madvise, the usual default): its first touch faults once per 2 MiB instead
-// of once per 4 KiB. Measured with the cache above, vgg-mini 2048² grid 1 GiB: 3.45 → 2.6 s a
-// step, the kernel's time 6.5 → 2.9 s (bench/NOTES.md).
-constexpr int64_t kHugePage = int64_t{2} << 20;
-void* alloc_huge(size_t nbytes) {
-  void* p = nullptr;
-  if (::posix_memalign(&p, kHugePage, nbytes) != 0 || p == nullptr) return c10::alloc_cpu(nbytes);
-  ::madvise(p, nbytes & ~(static_cast<size_t>(kHugePage) - 1), MADV_HUGEPAGE);  // a hint
-  return p;
+  c10::free_cpu(ptr);
 }
 
 class TrackingAllocator final : public c10::Allocator {
@@ -108,33 +204,31 @@ class TrackingAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     const auto n = static_cast<int64_t>(nbytes);
     void* ptr = nullptr;
-    int64_t bytes = n;
     if (n >= kCacheMin) {
       std::lock_guard<std::mutex> lock(g_mutex);
-      auto& c = cache();
-      auto it = c.lower_bound(n);
-      if (it != c.end() && it->first - n <= (n >> kSlackShift)) {
-        ptr = it->second;
-        bytes = it->first;
-        g_cached -= bytes;
-        c.erase(it);
-        sizes()[ptr] = bytes;
-        note_live(bytes);
+      if (g_arena != nullptr) {
+        const int64_t bytes = (n + kPage - 1) / kPage * kPage;
+        int64_t offset = carve(State::kCached, bytes);
+        if (offset >= 0) {
+          g_cached -= bytes;
+          note_live(bytes);
+        } else {
+          offset = carve(State::kUnbacked, bytes);
+          if (offset < 0) throw std::bad_alloc();  // a terabyte live
+          g_fresh += bytes;
+          // A piece beyond what the cache could serve: the cache gives back what would make the
+          // process hold more than its highest.
+          trim(note_live(bytes), g_high);
+        }
+        ptr = g_arena + offset;
       }
     }
     if (ptr == nullptr && n > 0) {
-      ptr = n >= kHugePage ? alloc_huge(nbytes) : c10::alloc_cpu(nbytes);
-      std::vector<void*> freed;
-      {
-        std::lock_guard<std::mutex> lock(g_mutex);
-        sizes()[ptr] = bytes;
-        if (n >= kCacheMin) g_fresh += n;
-        const int64_t live = note_live(bytes);
-        // A new block beyond what the cache could serve: the cache gives back what would make
-        // the process hold more than its highest.
-        freed = trim_locked(live, g_high);
-      }
-      for (void* p : freed) c10::free_cpu(p);
+      ptr = c10::alloc_cpu(nbytes);
+      std::lock_guard<std::mutex> lock(g_mutex);
+      system_blocks()[ptr] = n;
+      if (n >= kCacheMin) g_fresh += n;
+      note_live(n);
     }
     // oneDNN requires the context to equal the data pointer.
     return {ptr, ptr, &tracked_free, c10::Device(c10::DeviceType::CPU)};
@@ -142,15 +236,6 @@ class TrackingAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &tracked_free; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
-  }
-
- private:
-  // Under g_mutex. Returns the live bytes after.
-  static int64_t note_live(int64_t bytes) {
-    const int64_t live = g_live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    note_peak(live);
-    g_high = std::max(g_high, live);
-    return live;
   }
 };
 
@@ -160,6 +245,10 @@ void MemoryTracker::install() {
   static std::once_flag once;
   std::call_once(once, [] {
     static TrackingAllocator allocator;
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      reserve_arena();
+    }
     c10::SetCPUAllocator(&allocator, /*priority=*/100);
     g_installed = true;
   });
@@ -176,13 +265,9 @@ int64_t MemoryTracker::cached_bytes() {
 }
 
 void MemoryTracker::release_cache() {
-  std::vector<void*> freed;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    freed = trim_locked(0, 0);
-    g_high = g_live.load(std::memory_order_relaxed);
-  }
-  for (void* p : freed) c10::free_cpu(p);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  trim(0, 0);
+  g_high = g_live.load(std::memory_order_relaxed);
 }
 
 int64_t MemoryTracker::fresh_bytes() {

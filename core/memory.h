@@ -1,9 +1,9 @@
 // Measured memory: a tracking CPU allocator installed through c10, counting live and peak bytes
-// of every tensor LibTorch allocates on the CPU (DESIGN.md "Memory"). It also keeps freed
-// blocks of 1 MiB and more for reuse (a fresh block's pages each fault on first touch), never
-// more than makes live + cached exceed the most bytes ever live: the process holds no more than
-// it held at its peak. A reused block's whole size counts as live (it may be up to 1/16 larger
-// than asked for).
+// of every tensor LibTorch allocates on the CPU (DESIGN.md "Memory"). Blocks of 1 MiB and more
+// are pieces of one arena, split and merged as asked (core/memory.cpp): freed pages are kept
+// for reuse by requests of any size (a fresh page faults and is zeroed at its first touch),
+// never more than makes live + cached exceed the most bytes ever live: the process holds no
+// more than it held at its peak. A block counts as live rounded up to the 4 KiB page.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,9 @@ class MemoryTracker {
   // cache would otherwise keep up to the run's peak).
   static int64_t cached_bytes();
   static void release_cache();
-  // Bytes of blocks of 1 MiB and more the cache did not serve, since install: fresh from the
-  // system, each page faults and is zeroed by the kernel at its first touch. Blocks under 1 MiB
-  // (the system allocator's, which reuses its own) are not counted.
+  // Bytes of blocks of 1 MiB and more the cache did not serve, since install: on pages never
+  // touched (or given back), each faults and is zeroed by the kernel at its first touch. Blocks
+  // under 1 MiB (the system allocator's, which reuses its own) are not counted.
   static int64_t fresh_bytes();
 };
 

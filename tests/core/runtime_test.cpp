@@ -4,6 +4,10 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <random>
+#include <utility>
+#include <vector>
+
 #include "core/device.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -30,35 +34,77 @@ TEST(Memory, FreedBlocksAreReusedButNeverHeldBeyondTheMostEverLive) {
   const int64_t base = MemoryTracker::live_bytes();
   const int64_t fresh = MemoryTracker::fresh_bytes();
   at::Tensor a = block(8 * kMiB);
-  void* first = a.data_ptr();
+  auto* const first = static_cast<char*>(a.data_ptr());
   EXPECT_EQ(MemoryTracker::fresh_bytes() - fresh, 8 * kMiB);
   a.reset();
   EXPECT_EQ(MemoryTracker::cached_bytes(), 8 * kMiB);
   EXPECT_EQ(MemoryTracker::live_bytes(), base);
-  // The same size, and one a little smaller (up to 1/16), get the freed block back; its whole
-  // size counts as live.
+  // The same size gets the freed block back; a smaller one its front, the size rounded up to
+  // the page counting as live, the rest still cached.
   a = block(8 * kMiB);
   EXPECT_EQ(a.data_ptr(), first);
   EXPECT_EQ(MemoryTracker::cached_bytes(), 0);
   a.reset();
-  a = block(8 * kMiB - 256 * 1024);
+  a = block(5 * kMiB + 100);
   EXPECT_EQ(a.data_ptr(), first);
-  EXPECT_EQ(MemoryTracker::live_bytes(), base + 8 * kMiB);
-  EXPECT_EQ(MemoryTracker::fresh_bytes() - fresh, 8 * kMiB);  // served: nothing fresh
+  EXPECT_EQ(MemoryTracker::live_bytes(), base + 5 * kMiB + 4096);
+  EXPECT_EQ(MemoryTracker::cached_bytes(), 3 * kMiB - 4096);
   a.reset();
-  // Half the size is a new block: the cached one would make the process hold more than it ever
-  // did (8 MiB), so it goes back.
-  at::Tensor small = block(4 * kMiB);
-  EXPECT_EQ(MemoryTracker::live_bytes(), base + 4 * kMiB);
-  EXPECT_LE(MemoryTracker::live_bytes() + MemoryTracker::cached_bytes(), base + 8 * kMiB);
+  // Split in two halves, and merged again when both are freed: an 8 MiB request finds it whole.
+  at::Tensor low = block(4 * kMiB), high = block(4 * kMiB);
+  EXPECT_EQ(low.data_ptr(), first);
+  EXPECT_EQ(high.data_ptr(), first + 4 * kMiB);
+  high.reset();
+  low.reset();
+  a = block(8 * kMiB);
+  EXPECT_EQ(a.data_ptr(), first);
+  EXPECT_EQ(MemoryTracker::fresh_bytes() - fresh, 8 * kMiB);  // all served: nothing fresh
+  a.reset();
+  // A larger block is fresh, and the cached one would make the process hold more than it ever
+  // did (12 MiB), so its pages go back.
+  at::Tensor large = block(12 * kMiB);
+  EXPECT_EQ(MemoryTracker::fresh_bytes() - fresh, 20 * kMiB);
+  EXPECT_EQ(MemoryTracker::live_bytes(), base + 12 * kMiB);
+  EXPECT_EQ(MemoryTracker::cached_bytes(), 0);
+  large.reset();
+  EXPECT_EQ(MemoryTracker::cached_bytes(), 12 * kMiB);
   // Blocks under 1 MiB are the system allocator's.
-  small.reset();
   at::Tensor tiny = block(512 * 1024);
+  EXPECT_EQ(MemoryTracker::live_bytes(), base + 512 * 1024);
   tiny.reset();
-  EXPECT_EQ(MemoryTracker::cached_bytes(), 4 * kMiB);
+  EXPECT_EQ(MemoryTracker::cached_bytes(), 12 * kMiB);
   MemoryTracker::release_cache();
   EXPECT_EQ(MemoryTracker::cached_bytes(), 0);
   EXPECT_EQ(MemoryTracker::live_bytes(), base);
+}
+
+// Pieces never overlap: blocks of many sizes, allocated and freed in a shuffled order, each
+// filled with its own value, keep it; and the process never holds more than was ever live.
+TEST(Memory, PiecesOfManySizesKeepTheirContents) {
+  MemoryTracker::install();
+  MemoryTracker::release_cache();
+  MemoryTracker::reset_peak();  // both from now: the most ever live is the peak
+  std::mt19937 rng(35);
+  std::vector<std::pair<at::Tensor, int64_t>> live;
+  for (int round = 0; round < 400; ++round) {
+    if (!live.empty() && rng() % 3 == 0) {
+      const size_t k = rng() % live.size();
+      const auto& [t, value] = live[k];
+      EXPECT_TRUE(t.eq(value).all().item<bool>()) << "round " << round;
+      live.erase(live.begin() + static_cast<ptrdiff_t>(k));
+      continue;
+    }
+    const int64_t elements = (int64_t{1} << 18) + static_cast<int64_t>(rng() % (3u << 20));
+    const auto value = static_cast<int64_t>(round);
+    live.emplace_back(at::full({elements}, static_cast<double>(value), at::kInt), value);
+    EXPECT_LE(MemoryTracker::live_bytes() + MemoryTracker::cached_bytes(),
+              MemoryTracker::peak_bytes());
+  }
+  for (const auto& [t, value] : live) EXPECT_TRUE(t.eq(value).all().item<bool>());
+  live.clear();
+  EXPECT_LE(MemoryTracker::live_bytes() + MemoryTracker::cached_bytes(),
+            MemoryTracker::peak_bytes());
+  MemoryTracker::release_cache();
 }
 
 TEST(Runtime, ReportsTheLibTorchItWasBuiltWith) {
