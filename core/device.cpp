@@ -267,6 +267,8 @@ std::optional<TileFormats> parse_tile_formats(const std::string& name) {
   throw Error("unknown tile format '" + name + "': use auto, cpu, contiguous or channels-last");
 }
 
+bool direct_disk_io(c10::Device compute) { return compute.is_cpu(); }
+
 void synchronize(c10::Device device) {
   if (device.is_cpu()) return;
   c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());

@@ -94,6 +94,13 @@ TileFormats tile_formats(c10::Device device, Precision precision);
 // "channels-last" (both passes); throws tessel::Error naming the choices otherwise. None: auto.
 std::optional<TileFormats> parse_tile_formats(const std::string& name);
 
+// Whether the tile store's disk tier writes and reads with direct I/O (core/tile_store.h) when
+// the step computes on `compute`. On the CPU, yes: the page cache's copies run on the cores the
+// step computes on (resnet50 with batch norm at 4096² in 2 GiB, 2 cores: 136–143 s a step direct
+// against 150–152 s through the page cache; bench/NOTES.md, session 35). On an accelerator, no:
+// the host's cores are free, and the page cache serves a block read again from memory.
+bool direct_disk_io(c10::Device compute);
+
 // Waits for the device's queued work (a GPU runs asynchronously: a step's wall time is known only
 // after this); nothing on the CPU.
 void synchronize(c10::Device device);

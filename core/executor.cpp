@@ -119,6 +119,7 @@ class TiledStep {
       TileStoreOptions o;
       o.scratch_dir = options.scratch_dir;
       o.bypass_page_cache = options.bypass_page_cache;
+      o.direct_io = options.direct_io.value_or(direct_disk_io(tensor_options_.device()));
       o.window_bytes = plan.window_bytes > 0 ? plan.window_bytes : o.window_bytes;
       o.write_behind_bytes = plan.write_behind_bytes;
       if (training)

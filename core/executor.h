@@ -29,6 +29,9 @@ struct StepOptions {
   std::filesystem::path scratch_dir;
   // The disk tier bypasses the page cache (TileStoreOptions::bypass_page_cache; benchmarks).
   bool bypass_page_cache = false;
+  // The disk tier's direct I/O (TileStoreOptions::direct_io); none: the device's choice
+  // (core/device.h direct_disk_io). Benchmarks set false for the page cache's comparison point.
+  std::optional<bool> direct_io;
   // float32 (exact: the parameters' dtype), tf32 or bf16 (core/precision.h). The forward,
   // the recompute and the loss run under it; the gradients land in the parameters' dtype.
   Precision precision = Precision::kFloat32;

@@ -421,14 +421,15 @@ class TileStore::Impl {
     ::fstat(fd, &st);
     inode = st.st_ino;
     device = st.st_dev;
-    if (options.bypass_page_cache) {
-      // The cold disk without the page cache's CPU work (a copy, allocating, charging and
-      // dropping pages: most of the I/O thread's time when it flushed and dropped each block).
-      // File systems without O_DIRECT (tmpfs on older kernels) keep the flush-and-drop path.
+    if (options.bypass_page_cache || options.direct_io) {
+      // The disk without the page cache's CPU work (a copy, allocating, charging and dropping
+      // pages: most of the I/O thread's time when it flushed and dropped each block). File
+      // systems without O_DIRECT (tmpfs on older kernels) keep the flush-and-drop path when
+      // bypassing, the page cache otherwise.
       direct_fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
       if (direct_fd < 0) {
-        spdlog::debug("no direct I/O on {} ({}): flushing and dropping pages instead",
-                      path.string(), errno_text(errno));
+        spdlog::debug("no direct I/O on {} ({}): {} instead", path.string(), errno_text(errno),
+                      options.bypass_page_cache ? "flushing and dropping pages" : "the page cache");
       }
     }
   }

@@ -27,8 +27,13 @@ struct TileStoreOptions {
   // The cold-disk case (benchmarks): reads come from the disk, not from RAM the budget does not
   // count. Direct I/O (O_DIRECT) where the file system has it, which also spares the I/O thread
   // the page cache's CPU work; else each write is flushed to the device and its pages dropped
-  // (sync_file_range + posix_fadvise DONTNEED). Off by default: the page cache only helps.
+  // (sync_file_range + posix_fadvise DONTNEED). Off by default: rereads from the page cache
+  // only help (and direct_io, below, already spares the CPU its copies).
   bool bypass_page_cache = false;
+  // Direct I/O where the file system has it, else the page cache (never the flush-and-drop
+  // path): the disk without the page cache's copies on the I/O thread. The executor asks for it
+  // where the step computes on the CPU (core/device.h direct_disk_io).
+  bool direct_io = false;
 };
 
 struct TileStoreStats {
