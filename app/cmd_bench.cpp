@@ -12,10 +12,10 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
     std::string model = "vgg-mini", size = "1024x1024", strategy = "auto", budget = "0",
                 memory_limit = "20GiB", timeline, profile, offload = "auto", scratch,
                 checkpoints_under = "0", offload_window = "0", device = "cpu",
-                precision = "float32", norm = "frozen", pool = "avg", tile_format = "auto";
+                precision = "float32", norm = "frozen", pool = "avg", tile_format = "auto", prices;
     int repeat = 3, warmup = 1;
-    bool keep_resident = false, cold_disk = false, print_plan = false, recompute_all = false,
-         keep_inner = false;
+    bool keep_resident = false, cold_disk = false, page_cache = false, print_plan = false,
+         recompute_all = false, keep_inner = false;
   };
   auto args = std::make_shared<Args>();
   auto* bench = app.add_subcommand("bench", "Benchmarks (see bench/README.md)");
@@ -66,6 +66,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_flag("--cold-disk", args->cold_disk,
                 "The disk tier bypasses the page cache (flush and drop each block after writing "
                 "and reading it), so reads come from the device");
+  cmd->add_flag("--page-cache", args->page_cache,
+                "The disk tier writes and reads through the page cache (the comparison point: on "
+                "the CPU it uses direct I/O, sparing the compute cores the kernel's copies)");
   cmd->add_option("--offload-window", args->offload_window,
                   "The tile store's read-ahead and write-behind window, counted in the budget "
                   "(0: the planner's choice of 1/4, 1/8 or 1/16 of the budget)")
@@ -74,6 +77,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                 "Keep no segment's autograd graph: every segment recomputes its forward in the "
                 "backward (the planner otherwise keeps graphs where the budget leaves room)");
   cmd->add_flag("--keep-inner-checkpoints", args->keep_inner, kKeepInnerCheckpointsHelp);
+  cmd->add_option("--prices", args->prices, kPricesHelp);
   cmd->add_option("--device", args->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one); the CPU unless "
                   "asked, so that bench/run's tables stay the CPU's")
@@ -106,8 +110,10 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.keep_resident = args->keep_resident;
       p.scratch_dir = args->scratch;
       p.cold_disk = args->cold_disk;
+      p.page_cache = args->page_cache;
       p.keep_graphs = !args->recompute_all;
       p.recompute_inner = !args->keep_inner;
+      if (!args->prices.empty()) p.prices = parse_prices(args->prices);
       p.offload_window_bytes = core::parse_bytes(args->offload_window);
       p.checkpoints_under_bytes = core::parse_bytes(args->checkpoints_under);
       p.device = args->device;

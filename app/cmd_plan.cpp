@@ -28,33 +28,6 @@ pipelines::NetworkBuilder checkpoint_network(const std::string& model) {
 #endif
 }
 
-// "NS_PER_BYTE,GFLOPS" (--prices) as the planner's prices.
-core::OffloadPrices parse_prices(const std::string& text) {
-  const auto comma = text.find(',');
-  double ns = 0, gflops = 0;
-  try {
-    if (comma == std::string::npos) throw std::invalid_argument("no comma");
-    size_t used = 0;
-    ns = std::stod(text.substr(0, comma), &used);
-    if (used != comma) throw std::invalid_argument("trailing characters");
-    const std::string rest = text.substr(comma + 1);
-    gflops = std::stod(rest, &used);
-    if (used != rest.size()) throw std::invalid_argument("trailing characters");
-  } catch (const std::exception&) {
-    throw Error("--prices '" + text +
-                "': expected NS_PER_BYTE,GFLOPS, two numbers such as 1.1,270");
-  }
-  if (!(ns > 0) || !(gflops > 0)) {
-    throw Error("--prices '" + text + "': both prices must be positive");
-  }
-  core::OffloadPrices p;
-  p.seconds_per_byte_moved = ns * 1e-9;
-  p.seconds_per_flop = 1.0 / (gflops * 1e9);
-  p.measured = true;
-  p.given = true;
-  return p;
-}
-
 }  // namespace
 
 void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
@@ -87,10 +60,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->add_flag("--keep-inner-checkpoints", args->keep_inner, kKeepInnerCheckpointsHelp);
-  cmd->add_option("--prices", args->prices,
-                  "NS_PER_BYTE,GFLOPS: plan at these offload prices (nanoseconds to move a byte "
-                  "out and back, GFLOP/s of recompute) instead of this machine's measured ones: "
-                  "another machine's, such as a GPU's from its bench step JSON");
+  cmd->add_option("--prices", args->prices, kPricesHelp);
   cmd->callback([args, &registry] {
     registry.selected = [args] {
       pipelines::PlanRequest r;

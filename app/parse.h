@@ -5,10 +5,24 @@
 #include <string>
 #include <utility>
 
+namespace tessel::core {
+struct OffloadPrices;
+}
+
 namespace tessel::app {
 
 // "20000x20000" (WIDTHxHEIGHT) → {height, width}; throws tessel::Error otherwise.
 std::pair<int64_t, int64_t> parse_size(const std::string& text);
+
+// "NS_PER_BYTE,GFLOPS" (--prices of tessel plan and bench step) as the planner's offload prices,
+// marked given. Throws tessel::Error naming the text when it is not two positive numbers.
+core::OffloadPrices parse_prices(const std::string& text);
+
+// --prices (tessel plan, bench step).
+inline constexpr const char* kPricesHelp =
+    "NS_PER_BYTE,GFLOPS: plan at these offload prices (nanoseconds to move a byte out and back, "
+    "GFLOP/s of recompute) instead of this machine's measured ones: the same plan every run, or "
+    "another machine's, such as a GPU's from its bench step JSON";
 
 // --keep-inner-checkpoints (tessel plan, bench step).
 inline constexpr const char* kKeepInnerCheckpointsHelp =

@@ -385,7 +385,7 @@ def run_offload_section(args):
     # Quick: the tiny budget needs every checkpoint forced out to show the machinery.
     mode = ["--offload", "disk"] if args.quick else ["--offload", "auto"]
     runs = [("disk, page cache bypassed", mode + ["--cold-disk"]),
-            ("disk, page cache allowed", mode),
+            ("disk, page cache allowed", mode + ["--page-cache"]),
             ("resident", mode + ["--keep-resident"])]
     points = []
     with open(out, "w") as f:

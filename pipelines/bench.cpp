@@ -147,7 +147,12 @@ BenchResult bench_step(const BenchPoint& p) {
   if (!p.recompute_inner) options.drop_inner = core::PlanOptions::DropInner::kNever;
   options.offload_window_bytes = p.offload_window_bytes;
   options.measure_prices = [&] {
-    return core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
+    const core::OffloadPrices measured =
+        core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
+    if (!p.prices) return measured;
+    core::OffloadPrices given = *p.prices;
+    given.disk_free_bytes = measured.disk_free_bytes;  // the scratch disk's room is this one's
+    return given;
   };
   if (p.checkpoints_under_bytes > 0) {
     std::vector<core::NodeId> set;
@@ -227,6 +232,7 @@ BenchResult bench_step(const BenchPoint& p) {
     core::StepOptions step_options;
     step_options.scratch_dir = p.scratch_dir;
     step_options.bypass_page_cache = p.cold_disk;
+    if (p.page_cache) step_options.direct_io = false;
     step_options.precision = p.precision;
     step_options.tile_formats = tile_formats;
     if (record) {
@@ -302,6 +308,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["segments"] = r.segments;
   j["offload"] = p.keep_resident ? "resident" : p.offload;
   j["cold_disk"] = p.cold_disk;
+  j["page_cache"] = p.page_cache;
   j["keep_graphs"] = p.keep_graphs;
   j["offload_window_bytes"] = r.window_bytes;
   int64_t kept = 0;
@@ -318,7 +325,8 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
     }
     j["profile_top"] = top;
   }
-  j["prices"] = {{"measured", r.prices.measured},
+  j["prices"] = {{"measured", r.prices.measured && !r.prices.given},
+                 {"given", r.prices.given},
                  {"seconds_per_byte_moved", r.prices.seconds_per_byte_moved},
                  {"seconds_per_flop", r.prices.seconds_per_flop}};
   j["disk_peak_bytes"] = r.disk_peak_bytes;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,18 @@ struct BenchPoint {
   int64_t checkpoints_under_bytes = 0;
   std::filesystem::path scratch_dir;  // empty: the system's temporary directory
   bool cold_disk = false;             // the disk tier bypasses the page cache
+  // The disk tier goes through the page cache even where the device's choice is direct I/O
+  // (core/device.h direct_disk_io: on the CPU); the comparison point.
+  bool page_cache = false;
   // Segments keep their autograd graphs where the budget leaves room (core::PlanOptions);
   // false: every segment recomputes its forward in the backward (the comparison point).
   bool keep_graphs = true;
   // Inner checkpoints that cost less to recompute than to move are dropped (core::PlanOptions::
   // drop_inner); false: every one kept (the comparison point).
   bool recompute_inner = true;
+  // The planner's offload prices (app/parse.h: parse_prices); empty: measured on the step's
+  // device. Given, a point plans the same every run (measured ones swing with load).
+  std::optional<core::OffloadPrices> prices;
   int64_t offload_window_bytes = 0;  // the tile store's read-ahead window; 0: the planner's
   std::string device = "cpu";        // core::resolve_device: cpu, cuda, cuda:N, auto
   core::Precision precision = core::Precision::kFloat32;
