@@ -173,6 +173,16 @@ TEST(Cli, PlanAtGivenPricesUsesThemAndRefusesMalformedOnes) {
     EXPECT_NE(run.exit_code, 0) << bad;
     EXPECT_NE(run.output.find("--prices"), std::string::npos) << bad << ": " << run.output;
   }
+  // bench step plans at them too (an A/B of code then runs one plan on both sides), where its
+  // planner prices offloading (this budget).
+  const CliRun step = run_cli(
+      "bench step --model vgg-mini --size 160x144 --budget 14MiB --repeat 1 --warmup 0 "
+      "--prices 2.5,100");
+  ASSERT_EQ(step.exit_code, 0) << step.output;
+  const auto line = nlohmann::json::parse(step.output.substr(step.output.find('{')));
+  EXPECT_TRUE(line["prices"]["given"].get<bool>()) << step.output;
+  EXPECT_NEAR(line["prices"]["seconds_per_byte_moved"].get<double>(), 2.5e-9, 1e-18);
+  EXPECT_NE(run_cli("bench step --model vgg-mini --size 96x80 --prices 0,1").exit_code, 0);
 }
 
 TEST(Cli, BenchTrainRunsEachPointInItsOwnProcessAndWritesJsonLinesAndCsv) {
