@@ -70,8 +70,9 @@ double seconds_per_flop(c10::Device device) {
   return best / flops;
 }
 
-// What the scratch directory has free now (the disk tier only; -1 when unknown).
-int64_t free_bytes(Tier tier, const std::filesystem::path& scratch_dir) {
+}  // namespace
+
+int64_t scratch_free_bytes(Tier tier, const std::filesystem::path& scratch_dir) {
   if (tier != Tier::kDisk) return -1;
   std::error_code ec;
   const std::filesystem::path where =
@@ -81,8 +82,6 @@ int64_t free_bytes(Tier tier, const std::filesystem::path& scratch_dir) {
   return ec ? -1 : static_cast<int64_t>(space.available);
 }
 
-}  // namespace
-
 OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir,
                                      c10::Device device) {
   static std::mutex mutex;
@@ -91,7 +90,7 @@ OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scr
   const auto key = std::make_tuple(tier, scratch_dir, device.str());
   if (auto it = measured.find(key); it != measured.end()) {
     OffloadPrices p = it->second;
-    p.disk_free_bytes = free_bytes(tier, scratch_dir);
+    p.disk_free_bytes = scratch_free_bytes(tier, scratch_dir);
     return p;
   }
   const auto t0 = Clock::now();
@@ -99,7 +98,7 @@ OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scr
   p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir, device);
   p.seconds_per_flop = seconds_per_flop(device);
   p.measured = true;
-  p.disk_free_bytes = free_bytes(tier, scratch_dir);
+  p.disk_free_bytes = scratch_free_bytes(tier, scratch_dir);
   spdlog::debug(
       "offload prices ({}, {}): {:.3g} ns per byte moved, {:.3g} GFLOP/s, measured in {:.2f} s",
       to_string(tier), device.str(), p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop,

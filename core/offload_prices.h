@@ -20,4 +20,8 @@ namespace tessel::core {
 OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scratch_dir = {},
                                      c10::Device device = c10::Device(c10::kCPU));
 
+// What the scratch directory (empty: the system's temporary one) has free now, for the disk tier
+// (OffloadPrices::disk_free_bytes); -1 for other tiers or when unknown. Given prices need it too.
+int64_t scratch_free_bytes(Tier tier, const std::filesystem::path& scratch_dir = {});
+
 }  // namespace tessel::core

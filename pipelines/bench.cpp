@@ -147,11 +147,9 @@ BenchResult bench_step(const BenchPoint& p) {
   if (!p.recompute_inner) options.drop_inner = core::PlanOptions::DropInner::kNever;
   options.offload_window_bytes = p.offload_window_bytes;
   options.measure_prices = [&] {
-    const core::OffloadPrices measured =
-        core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
-    if (!p.prices) return measured;
-    core::OffloadPrices given = *p.prices;
-    given.disk_free_bytes = measured.disk_free_bytes;  // the scratch disk's room is this one's
+    if (!p.prices) return core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
+    core::OffloadPrices given = *p.prices;  // not probed; the scratch disk's room is this one's
+    given.disk_free_bytes = core::scratch_free_bytes(options.auto_tier, p.scratch_dir);
     return given;
   };
   if (p.checkpoints_under_bytes > 0) {
