@@ -132,7 +132,10 @@ class TiledStep {
   // or the streaming reduction's result).
   at::Tensor forward() {
     at::NoGradGuard no_grad;
-    for (size_t i = 0; i < plan_.segments.size(); ++i) forward_segment(static_cast<int>(i));
+    for (size_t i = 0; i < plan_.segments.size(); ++i) {
+      const PassLog log(*this, static_cast<int>(i), "forward");
+      forward_segment(static_cast<int>(i));
+    }
     const Segment& last = plan_.segments.back();
     return last.reduction >= 0 ? reduced_ : checkpoints_[static_cast<size_t>(last.output)];
   }
@@ -145,6 +148,7 @@ class TiledStep {
       // An offloaded output is not read by its own segment's backward (its gradient is): its
       // resident blocks go now (the planner counts them until the next segment's backward).
       stored_[out].reset();
+      const PassLog log(*this, i, "backward");
       grad = backward_segment(i, grad);
       checkpoints_[out] = at::Tensor();
       stored_grads_[out].reset();
@@ -156,6 +160,44 @@ class TiledStep {
   TileStoreStats store_stats() const { return store_ ? store_->stats() : TileStoreStats{}; }
 
  private:
+  // At debug level, a line per segment and pass: its time, and the store's waits and bytes
+  // during it (where an offloading step's time goes, bench/NOTES.md).
+  class PassLog {
+   public:
+    PassLog(const TiledStep& step, int segment, std::string pass)
+        : step_(step),
+          segment_(segment),
+          pass_(std::move(pass)),
+          on_(spdlog::should_log(spdlog::level::debug)) {
+      if (on_) {
+        start_ = step_.store_stats();
+        t0_ = Clock::now();
+      }
+    }
+    ~PassLog() {
+      if (!on_) return;
+      const TileStoreStats end = step_.store_stats();
+      spdlog::debug(
+          "segment {} {}: {:.0f} ms; waited {:.0f} ms for reads, {:.0f} ms for writes; read {}, "
+          "wrote {}; the I/O thread busy {:.0f} ms",
+          segment_, pass_, ms_since(t0_), end.read_wait_ms - start_.read_wait_ms,
+          end.write_wait_ms - start_.write_wait_ms,
+          format_bytes(end.read_bytes - start_.read_bytes),
+          format_bytes(end.written_bytes - start_.written_bytes),
+          end.read_ms + end.write_ms - start_.read_ms - start_.write_ms);
+    }
+    PassLog(const PassLog&) = delete;
+    PassLog& operator=(const PassLog&) = delete;
+
+   private:
+    const TiledStep& step_;
+    int segment_;
+    std::string pass_;
+    bool on_;
+    TileStoreStats start_;
+    Clock::time_point t0_;
+  };
+
   const Shape& shape(NodeId v) const { return plan_.shapes[static_cast<size_t>(v)]; }
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
 
@@ -516,16 +558,25 @@ class TiledStep {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     StoredActivation* stored_in = stored_[static_cast<size_t>(s.input)].get();
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
-    for (const std::vector<NodeId>& round : barrier_rounds(graph_, s.input, s.output)) {
-      if (store_ != nullptr) {
-        for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
-          const Region tile = s.backward.tile(t);
-          if (stored_in != nullptr) {
-            store_->schedule(stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]));
-          }
-          if (stored_grad_out != nullptr) store_->schedule(stored_grad_out->reads(tile));
+    const auto rounds = barrier_rounds(graph_, s.input, s.output);
+    // Every round's reads scheduled now, so the store reads the next round's first blocks while
+    // this one's last tiles run.
+    if (store_ != nullptr) {
+      std::vector<TileStore::BlockId> reads;
+      for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
+        const Region tile = s.backward.tile(t);
+        if (stored_in != nullptr) {
+          const auto ids = stored_in->reads(needs(s, tile)[static_cast<size_t>(s.input)]);
+          reads.insert(reads.end(), ids.begin(), ids.end());
+        }
+        if (stored_grad_out != nullptr) {
+          const auto ids = stored_grad_out->reads(tile);
+          reads.insert(reads.end(), ids.begin(), ids.end());
         }
       }
+      for (size_t k = 0; k < rounds.size() && !reads.empty(); ++k) store_->schedule(reads);
+    }
+    for (const std::vector<NodeId>& round : rounds) {
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region tile = s.backward.tile(t);
         const std::vector<Region> need = needs(s, tile);
@@ -728,51 +779,78 @@ class TiledStep {
     };
     const StoredActivation* stored_in = stored_[static_cast<size_t>(s.input)].get();
     // Barriers on the segment's input read it over the shares.
-    if (with_statistics && !readers(s, s.input).empty()) {
-      std::vector<Region> shares;
-      std::vector<TileStore::BlockId> reads;
-      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-        const Region r = barrier_share(s.forward.tile(t), shape(s.output), shape(s.input));
-        if (r.empty()) continue;
-        shares.push_back(r);
-        if (stored_in != nullptr) {
-          const auto ids = stored_in->reads(r);
-          reads.insert(reads.end(), ids.begin(), ids.end());
-        }
+    const bool input_pass = with_statistics && !readers(s, s.input).empty();
+    std::vector<Region> shares;
+    std::vector<TileStore::BlockId> reads;
+    for (int64_t t = 0; input_pass && t < s.forward.tiles(); ++t) {
+      const Region r = barrier_share(s.forward.tile(t), shape(s.output), shape(s.input));
+      if (r.empty()) continue;
+      shares.push_back(r);
+      if (stored_in != nullptr) {
+        const auto ids = stored_in->reads(r);
+        reads.insert(reads.end(), ids.begin(), ids.end());
       }
-      if (!reads.empty()) store_->schedule(reads);
-      start(s.input);
-      for (const Region& r : shares) add(s.input, read_input(s, r).tensor);
-      finish(s.input);
     }
     // The kept inner checkpoints and, in order among them, the dropped ones: a dropped one is
     // computed over its shares for its barriers' statistics only (the forward has none to
-    // rebuild), and recomputed by the sub-segment that reads it.
+    // rebuild), and recomputed by the sub-segment that reads it. Each pass over its tiles.
     const std::vector<NodeId> inner = inner_nodes(s);
     std::vector<NodeId> order = inner;
     if (with_statistics) {
       order.insert(order.end(), s.dropped_inner.begin(), s.dropped_inner.end());
       std::sort(order.begin(), order.end());
     }
+    struct Pass {
+      NodeId v;
+      bool dropped;
+      std::vector<std::pair<Region, std::vector<Region>>> tiles;
+    };
+    std::vector<Pass> passes;
     size_t k = 0;  // kept ones so far (their blocks' index)
     for (const NodeId v : order) {
       const bool dropped = std::find(inner.begin(), inner.end(), v) == inner.end();
       if (dropped && readers(s, v).empty()) continue;  // a fork: no statistic to take
-      start(v);
-      const Shape& vs = shape(v);
-      // Its tiles, their reads scheduled in order (the store reads ahead).
-      std::vector<std::pair<Region, std::vector<Region>>> tiles;
-      std::vector<TileStore::BlockId> reads;
+      if (!dropped) {
+        // An offloaded one's blocks exist (reserved) from now: the passes' reads of them can be
+        // scheduled before they are written.
+        Inner& in = inner_[v];
+        in = Inner{};
+        if (inner_offloaded(s)) {
+          in.stored_value = std::make_unique<StoredActivation>(
+              *store_, shape(v), s.inner_blocks.at(k), s.inner_tier, tensor_options_);
+        }
+        ++k;
+      }
+      Pass& p = passes.emplace_back(Pass{v, dropped, {}});
       for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-        const Region r = barrier_share(s.forward.tile(t), shape(s.output), vs);
+        const Region r = barrier_share(s.forward.tile(t), shape(s.output), shape(v));
         if (r.empty()) continue;
-        tiles.emplace_back(r, sub_needs(s, v, r, s.forward.tile(t)));
-        const auto ids = tile_reads(s, v, tiles.back().second);
+        p.tiles.emplace_back(r, sub_needs(s, v, r, s.forward.tile(t)));
+        const auto ids = tile_reads(s, v, p.tiles.back().second);
         reads.insert(reads.end(), ids.begin(), ids.end());
       }
-      if (!reads.empty()) store_->schedule(reads);
-      if (dropped) {
-        for (const auto& [r, need] : tiles) {
+    }
+    // The step's forward then runs the output's tiles over the leaves (forward_segment).
+    for (int64_t t = 0; with_statistics && t < s.forward.tiles(); ++t) {
+      const Region tile = s.forward.tile(t);
+      const auto ids = tile_reads(s, s.output, sub_needs(s, s.output, tile, tile));
+      reads.insert(reads.end(), ids.begin(), ids.end());
+    }
+    // Every pass's reads scheduled at once, in order: the store reads the next pass's first
+    // blocks while this one's last tiles run (an empty schedule at each pass's start cost
+    // resnet50 4096² ~5 s of waiting a step, bench/NOTES.md, session 36).
+    if (!reads.empty()) store_->schedule(reads);
+    if (input_pass) {
+      start(s.input);
+      for (const Region& r : shares) add(s.input, read_input(s, r).tensor);
+      finish(s.input);
+    }
+    for (const Pass& p : passes) {
+      const NodeId v = p.v;
+      const PassLog log(*this, index, "forward to " + graph_.node(v).name);
+      start(v);
+      if (p.dropped) {
+        for (const auto& [r, need] : p.tiles) {
           const TileTensor x_in = read_input(s, need[static_cast<size_t>(s.input)]);
           const auto given = leaf_tiles(s, need, v, false);
           add(v, run_tile(s.input, v, need, x_in, nullptr, &given, false));
@@ -780,18 +858,15 @@ class TiledStep {
         finish(v);
         continue;
       }
-      Inner& in = inner_[v];
-      in = Inner{};
-      if (inner_offloaded(s)) {
-        in.stored_value = std::make_unique<StoredActivation>(*store_, vs, s.inner_blocks.at(k),
-                                                             s.inner_tier, tensor_options_);
-      } else {
+      Inner& in = inner_.at(v);
+      const Shape& vs = shape(v);
+      if (!in.stored_value) {
         // In the forward's format (as run_tile's input tiles); rebuilt for the backward's
         // recompute in its format (kept ones stay in the forward's).
         in.value = at::empty({1, vs.channels, vs.height, vs.width},
                              tensor_options_.memory_format(read_format(!with_statistics)));
       }
-      for (const auto& [r, need] : tiles) {
+      for (const auto& [r, need] : p.tiles) {
         const TileTensor x_in = read_input(s, need[static_cast<size_t>(s.input)]);
         const auto given = leaf_tiles(s, need, v, false);
         const at::Tensor x = run_tile(s.input, v, need, x_in, nullptr, &given, false);
@@ -803,7 +878,6 @@ class TiledStep {
         add(v, x);
       }
       finish(v);
-      ++k;
     }
   }
 
@@ -889,13 +963,34 @@ class TiledStep {
       return g;
     };
     // One sub-segment's backward over the backward tiles (shares of them for an inner
-    // checkpoint).
-    auto run = [&](NodeId target, bool output) {
+    // checkpoint): its tiles, the store's reads of each round and of the pass (which also reads
+    // back the stored gradient blocks it adds into, as accumulate reaches them), and its
+    // additions into stored gradients (grad_additions' pass for this sub-segment).
+    struct SubPass {
+      NodeId target;
+      bool output;
       // Backward tile index, region at target, and what it needs.
       std::vector<std::tuple<int64_t, Region, std::vector<Region>>> tiles;
-      std::vector<TileStore::BlockId> reads;
-      // The additions into stored gradients (grad_additions' pass for this sub-segment).
+      std::vector<TileStore::BlockId> reads, pass_reads;
       std::map<StoredActivation*, std::vector<Region>> adds;
+    };
+    // `before`: the sub-pass that runs first, not yet run (its additions store the blocks they
+    // touch, which this one then reads back).
+    auto sub_pass = [&](NodeId target, bool output, const SubPass* before) {
+      SubPass p{target, output, {}, {}, {}, {}};
+      auto& tiles = p.tiles;
+      auto& reads = p.reads;
+      auto& pass_reads = p.pass_reads;
+      auto& adds = p.adds;
+      std::map<const StoredActivation*, std::vector<char>> listed, stored;
+      if (before != nullptr) {
+        for (const auto& [g, regions] : before->adds) stored[g] = g->stored_after(regions);
+      }
+      auto reopens = [&](const StoredActivation* g, const Region& r) {
+        const auto it = stored.find(g);
+        const auto ids = g->reopen_reads(r, listed[g], it == stored.end() ? nullptr : &it->second);
+        pass_reads.insert(pass_reads.end(), ids.begin(), ids.end());
+      };
       for (int64_t t = s.backward.tiles() - 1; t >= 0; --t) {
         const Region tile = s.backward.tile(t);
         const Region r = output ? tile : barrier_share(tile, shape(s.output), shape(target));
@@ -903,15 +998,6 @@ class TiledStep {
         tiles.emplace_back(t, r, sub_needs(s, target, r, tile));
         if (store_ == nullptr) continue;
         const std::vector<Region>& need = std::get<2>(tiles.back());
-        if (stored_grad_in != nullptr && !need[static_cast<size_t>(s.input)].empty()) {
-          adds[stored_grad_in].push_back(need[static_cast<size_t>(s.input)]);
-        }
-        for (NodeId l : inner) {
-          if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
-          if (StoredActivation* g = inner_.at(l).stored_grad.get()) {
-            adds[g].push_back(need[static_cast<size_t>(l)]);
-          }
-        }
         auto ids = tile_reads(s, target, need);
         if (const StoredActivation* g =
                 output ? stored_grad_out : inner_.at(target).stored_grad.get()) {
@@ -919,14 +1005,39 @@ class TiledStep {
           ids.insert(ids.end(), more.begin(), more.end());
         }
         reads.insert(reads.end(), ids.begin(), ids.end());
+        pass_reads.insert(pass_reads.end(), ids.begin(), ids.end());
+        // The pass adds into the input's gradient, then into the leaves' (leaf_tiles' order).
+        if (stored_grad_in != nullptr && !need[static_cast<size_t>(s.input)].empty()) {
+          adds[stored_grad_in].push_back(need[static_cast<size_t>(s.input)]);
+          reopens(stored_grad_in, need[static_cast<size_t>(s.input)]);
+        }
+        for (NodeId l : inner) {
+          if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
+          if (StoredActivation* g = inner_.at(l).stored_grad.get()) {
+            adds[g].push_back(need[static_cast<size_t>(l)]);
+            reopens(g, need[static_cast<size_t>(l)]);
+          }
+        }
       }
+      return p;
+    };
+    // Its reads, in the order it makes them: each round's, then the pass's.
+    auto schedule = [&](const SubPass& p) {
+      const size_t rounds = interior(s, p.target).size();
+      for (size_t k = 0; k < rounds && !p.reads.empty(); ++k) store_->schedule(p.reads);
+      if (!p.pass_reads.empty()) store_->schedule(p.pass_reads);
+    };
+    auto run = [&](const SubPass& p) {
+      const NodeId target = p.target;
+      const bool output = p.output;
+      const auto& tiles = p.tiles;
+      const auto& adds = p.adds;
+      const PassLog log(*this, index, "backward to " + graph_.node(target).name);
       // Rounds of sums for the barriers this sub-segment recomputes the inputs of (dropped inner
       // checkpoints), latest first: each recomputes the tiles and takes the gradient back to
-      // its barrier's output, the later ones' corrections added (their sums are done). Each
-      // reads what the pass reads (scheduled round by round, then for the pass).
+      // its barrier's output, the later ones' corrections added (their sums are done).
       const std::vector<NodeId>& mine = interior(s, target);
       for (auto b = mine.rbegin(); b != mine.rend(); ++b) {
-        if (!reads.empty()) store_->schedule(reads);
         BarrierState& state = *barrier_states_[static_cast<size_t>(*b)];
         for (const auto& [t, r, need] : tiles) {
           const Region tile = s.backward.tile(t);
@@ -956,7 +1067,6 @@ class TiledStep {
         }
         state.finish_sums();
       }
-      if (!reads.empty()) store_->schedule(reads);
       for (const auto& [g, regions] : adds) g->expect_additions(regions);
       for (const auto& [t, r, need] : tiles) {
         const Region tile = s.backward.tile(t);
@@ -988,7 +1098,22 @@ class TiledStep {
         }
       }
     };
-    run(s.output, true);
+    // The output's sub-segment, then each inner checkpoint's, latest first. Each one's reads
+    // are scheduled before the one before it runs, so the store reads its first blocks while
+    // that one's last tiles run (and keeps a block read again within its window): an empty
+    // schedule at each sub-segment's start cost resnet50 4096² ~5 s of waiting a step
+    // (bench/NOTES.md, session 36).
+    SubPass next = sub_pass(s.output, true, nullptr);
+    if (store_ != nullptr) schedule(next);
+    auto run_next = [&](size_t k) {
+      const SubPass current = std::move(next);
+      if (k < inner.size()) {
+        next = sub_pass(inner[inner.size() - 1 - k], false, &current);
+        if (store_ != nullptr) schedule(next);
+      }
+      run(current);
+    };
+    run_next(0);
     for (auto it = inner.rbegin(); it != inner.rend(); ++it) {
       const NodeId v = *it;
       Inner& in = inner_.at(v);
@@ -1011,7 +1136,7 @@ class TiledStep {
         // Its sub-segment reads the inner checkpoints before it, not this one.
         in.value.reset();
       }
-      run(v, false);
+      run_next(static_cast<size_t>(it - inner.rbegin()) + 1);
       inner_.erase(v);
     }
     // Barriers on the segment's input: their corrections go straight to its gradient, over
@@ -1101,16 +1226,12 @@ class TiledStep {
       }
       source_.will_read(schedule);
     }
-    if (inner && store_ != nullptr) {
-      std::vector<TileStore::BlockId> reads;
-      for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-        const auto ids = tile_reads(s, s.output, tile_needs(s.forward.tile(t)));
-        reads.insert(reads.end(), ids.begin(), ids.end());
-      }
-      if (!reads.empty()) store_->schedule(reads);
-    } else if (const auto& stored = stored_[static_cast<size_t>(s.input)]; stored && s.input != 0) {
+    // (A segment with inner checkpoints: inner_forward scheduled its output tiles' reads.)
+    const auto& stored_in = stored_[static_cast<size_t>(s.input)];
+    if (!inner && stored_in && s.input != 0) {
       for (int64_t t = prescheduled_forward_ == index ? 1 : 0; t < s.forward.tiles(); ++t) {
-        store_->schedule(stored->reads(needs(s, s.forward.tile(t))[static_cast<size_t>(s.input)]));
+        store_->schedule(
+            stored_in->reads(needs(s, s.forward.tile(t))[static_cast<size_t>(s.input)]));
       }
     }
     // A segment the plan keeps runs every tile with autograd and keeps its graph for the
@@ -1437,8 +1558,9 @@ class TiledStep {
   }
 
   // Cross-segment prefetch: while a segment runs its last tile, the store already reads what
-  // the next segment's first tile reads from an offloaded checkpoint (blocks written so far),
-  // so the next segment does not start by waiting. That segment then leaves those reads out of
+  // the next segment's first tile reads from an offloaded checkpoint (those the last tile is
+  // still to write included: the store keeps them when they come), so the next segment does
+  // not start by waiting. That segment then leaves those reads out of
   // its own schedule, which keeps the schedule in the order the reads happen.
   void preschedule(int next, bool backward) {
     if (next < 0 || next >= static_cast<int>(plan_.segments.size())) return;
@@ -1449,12 +1571,7 @@ class TiledStep {
     const Partition& part = backward ? n.backward : n.forward;
     const int64_t first = backward ? part.tiles() - 1 : 0;
     if (backward && n.keep_graph) return;
-    const std::vector<TileStore::BlockId> ids =
-        stored->reads(needs(n, part.tile(first))[static_cast<size_t>(n.input)]);
-    for (TileStore::BlockId id : ids) {
-      if (id < 0) return;  // not written yet: the segment schedules it itself
-    }
-    store_->schedule(ids);
+    store_->schedule(stored->reads(needs(n, part.tile(first))[static_cast<size_t>(n.input)]));
     (backward ? prescheduled_backward_ : prescheduled_forward_) = next;
   }
 
@@ -1585,6 +1702,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
       if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     }
     const at::Tensor head_in = step.forward().detach().requires_grad_(true);
+    result.offload_forward_wait_ms = step.store_stats().wait_ms;
     const at::Tensor logits = run_from(graph, plan.tail_input, head_in, /*training=*/true);
     const at::Tensor loss = loss_fn(logits, target);
     result.forward_ms = ms_since(t0);
@@ -1605,6 +1723,9 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.offload_scratch_bytes = st.scratch_file_bytes;
     result.offload_read_bytes = st.read_bytes;
     result.offload_wait_ms = st.wait_ms;
+    result.offload_read_wait_ms = st.read_wait_ms;
+    result.offload_unscheduled_reads = st.unscheduled_reads;
+    result.offload_write_wait_ms = st.write_wait_ms;
     result.offload_write_ms = st.write_ms;
     result.offload_read_ms = st.read_ms;
   }

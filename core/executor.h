@@ -62,6 +62,9 @@ struct StepResult {
   // The most bytes held on disk at once (stored_bytes bounds it), and the scratch file's size.
   int64_t offload_disk_peak_bytes = 0, offload_scratch_bytes = 0;
   double offload_write_ms = 0, offload_read_ms = 0, offload_wait_ms = 0;
+  // Of offload_wait_ms: waiting for reads and for writes, and the part of both in the forward.
+  double offload_read_wait_ms = 0, offload_write_wait_ms = 0, offload_forward_wait_ms = 0;
+  int64_t offload_unscheduled_reads = 0;  // reads the store was not told of ahead
 };
 
 // Runs forward, loss and backward of `graph` on the image `source` serves, as `plan` says

@@ -23,14 +23,19 @@ StoredActivation::StoredActivation(TileStore& store, const Shape& shape, const P
                 " checkpoint");
   }
   block_.resize(static_cast<size_t>(blocks_.tiles()));
-  for (int64_t i = 0; i < blocks_.tiles(); ++i)
-    block_[static_cast<size_t>(i)].region = blocks_.tile(i);
+  const int64_t element = static_cast<int64_t>(options_.dtype().itemsize());
+  for (int64_t i = 0; i < blocks_.tiles(); ++i) {
+    Block& b = block_[static_cast<size_t>(i)];
+    b.region = blocks_.tile(i);
+    // Ids from the start, kept for the activation's life: its reads can be scheduled before
+    // its blocks are written (or while they are reopened for additions).
+    b.id = store_.reserve(shape.channels * b.region.area() * element,
+                          i < resident_blocks_ ? Tier::kResident : tier_);
+  }
 }
 
 StoredActivation::~StoredActivation() {
-  for (const Block& b : block_) {
-    if (b.id >= 0) store_.erase(b.id);
-  }
+  for (const Block& b : block_) store_.erase(b.id);
 }
 
 std::vector<size_t> StoredActivation::overlapping(const Region& r) const {
@@ -40,8 +45,8 @@ std::vector<size_t> StoredActivation::overlapping(const Region& r) const {
 }
 
 void StoredActivation::store(Block& b) {
-  const bool resident = &b - block_.data() < resident_blocks_;
-  b.id = store_.put(b.open, resident ? Tier::kResident : tier_);
+  store_.put(b.id, b.open);
+  b.stored = true;
   b.open = at::Tensor();
 }
 
@@ -71,12 +76,11 @@ void StoredActivation::expect_additions(const std::vector<Region>& regions) {
 void StoredActivation::accumulate(const Region& r, const at::Tensor& tile) {
   for (size_t i : overlapping(r)) {
     Block& b = block_[i];
-    if (!b.open.defined() && b.id >= 0) {
-      // Stored after an earlier pass of additions: back, to add this pass's. A copy: the
-      // store's I/O thread may still be writing the block it holds.
-      b.open = store_.get(b.id).clone();
-      store_.erase(b.id);
-      b.id = -1;
+    if (!b.open.defined() && b.stored) {
+      // Stored after an earlier pass of additions: back, to add this pass's (taken out of the
+      // store, its id kept for the next put).
+      b.open = store_.take(b.id);
+      b.stored = false;
     } else if (!b.open.defined()) {
       b.open = at::zeros({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
     }
@@ -88,7 +92,7 @@ void StoredActivation::accumulate(const Region& r, const at::Tensor& tile) {
 
 void StoredActivation::finish_additions() {
   for (Block& b : block_) {
-    if (b.id >= 0) continue;
+    if (b.stored) continue;
     if (!b.open.defined()) {
       b.open = at::zeros({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
     }
@@ -102,12 +106,37 @@ std::vector<TileStore::BlockId> StoredActivation::reads(const Region& r) const {
   return ids;
 }
 
+std::vector<TileStore::BlockId> StoredActivation::reopen_reads(
+    const Region& r, std::vector<char>& listed, const std::vector<char>* stored) const {
+  listed.resize(block_.size(), 0);
+  std::vector<TileStore::BlockId> ids;
+  for (size_t i : overlapping(r)) {
+    const Block& b = block_[i];
+    const bool in_store = stored != nullptr ? (*stored)[i] != 0 : b.stored && !b.open.defined();
+    if (listed[i] || !in_store) continue;
+    listed[i] = 1;
+    ids.push_back(b.id);
+  }
+  return ids;
+}
+
+std::vector<char> StoredActivation::stored_after(const std::vector<Region>& regions) const {
+  std::vector<char> stored(block_.size(), 0);
+  for (size_t i = 0; i < block_.size(); ++i) {
+    stored[i] = block_[i].stored && !block_[i].open.defined() ? 1 : 0;
+  }
+  for (const Region& r : regions) {
+    for (size_t i : overlapping(r)) stored[i] = 1;
+  }
+  return stored;
+}
+
 at::Tensor StoredActivation::read(const Region& r, at::MemoryFormat format) {
   at::Tensor out =
       at::empty({1, shape_.channels, r.y.size(), r.x.size()}, options_.memory_format(format));
   for (size_t i : overlapping(r)) {
     Block& b = block_[i];
-    if (b.id < 0) throw Error("internal: an offloaded checkpoint block was read before written");
+    if (!b.stored) throw Error("internal: an offloaded checkpoint block was read before written");
     const Region part = intersect(r, b.region);
     copy_tile(crop({out, r}, part), crop({store_.get(b.id), b.region}, part));
   }

@@ -36,13 +36,24 @@ class StoredActivation {
 
   // The store's block reads `read(r)` makes, in its order: for TileStore::schedule.
   std::vector<TileStore::BlockId> reads(const Region& r) const;
+  // The same for `accumulate(r)` in a pass of additions that has not started: the blocks an
+  // earlier pass stored, which it reads back. `listed` (one flag a block; empty at the pass's
+  // first call) marks those an earlier call listed: a block comes back once a pass.
+  // `stored`, when given: which blocks will be in the store when the pass starts (stored_after),
+  // instead of which are now.
+  std::vector<TileStore::BlockId> reopen_reads(const Region& r, std::vector<char>& listed,
+                                               const std::vector<char>* stored = nullptr) const;
+  // Which blocks (one flag each) are in the store after a pass of additions over `regions`
+  // that has not run yet: every block it touches is stored again at its end.
+  std::vector<char> stored_after(const std::vector<Region>& regions) const;
   // A new tensor holding region `r`, in memory format `format`.
   at::Tensor read(const Region& r, at::MemoryFormat format = at::MemoryFormat::Contiguous);
 
  private:
   struct Block {
     Region region;
-    TileStore::BlockId id = -1;  // -1: not stored yet
+    TileStore::BlockId id = -1;  // reserved in the store at construction
+    bool stored = false;         // in the store (else not written yet, or open)
     at::Tensor open;             // being written or accumulated
     int64_t filled = 0;          // elements written so far
     int64_t additions_left = 0;

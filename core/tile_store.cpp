@@ -121,6 +121,9 @@ class TileStore::Impl {
     int64_t bytes = 0, offset = -1;
     uint64_t sum = 0;
     bool writing = false, loading = false;
+    // Reserved: an id with no contents yet (reserve, or take); `bytes` is the expected size.
+    // Taking: take() waits for it, and nothing may read it back or drop it meanwhile.
+    bool reserved = false, taking = false;
   };
   struct Job {
     bool write;
@@ -151,12 +154,32 @@ class TileStore::Impl {
 
   // Caller side ------------------------------------------------------------------------------
 
-  BlockId put(const at::Tensor& tensor, Tier tier) {
-    std::unique_lock<std::mutex> lock(m);
-    check();
+  BlockId reserve(int64_t bytes, Tier tier) {
+    std::lock_guard<std::mutex> lock(m);
     const BlockId id = next_id++;
     Block& b = blocks[id];
     b.tier = tier;
+    b.bytes = bytes;
+    b.reserved = true;
+    return id;
+  }
+
+  BlockId put(const at::Tensor& tensor, Tier tier) {
+    const BlockId id = reserve(0, tier);
+    put(id, tensor);
+    return id;
+  }
+
+  void put(BlockId id, const at::Tensor& tensor) {
+    std::unique_lock<std::mutex> lock(m);
+    check();
+    auto found = blocks.find(id);
+    if (found == blocks.end() || !found->second.reserved) {
+      throw Error("internal: tile store block " + std::to_string(id) + " written twice");
+    }
+    Block& b = found->second;
+    b.reserved = false;
+    const Tier tier = b.tier;
     const bool channels_last = tensor.dim() == 4 && !tensor.is_contiguous() &&
                                tensor.is_contiguous(at::MemoryFormat::ChannelsLast);
     b.format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
@@ -188,11 +211,10 @@ class TileStore::Impl {
           options.write_behind_bytes > 0 ? options.write_behind_bytes : options.window_bytes;
       const auto t0 = Clock::now();
       cv.wait(lock, [&] { return in_flight <= behind || error; });
-      wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      write_wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       check();
     }
     refill();
-    return id;
   }
 
   void schedule(const std::vector<BlockId>& reads) {
@@ -203,9 +225,42 @@ class TileStore::Impl {
 
   at::Tensor get(BlockId id) {
     std::unique_lock<std::mutex> lock(m);
+    Block& b = wait_for(lock, id);
+    at::Tensor t = on_compute_stream(b);
+    drop_unless_wanted(id);
+    refill();
+    return t;
+  }
+
+  at::Tensor take(BlockId id) {
+    std::unique_lock<std::mutex> lock(m);
+    Block& b = wait_for(lock, id, /*taking=*/true);
+    at::Tensor t = on_compute_stream(b);
+    // Out of the store; the id stays, reserved for the block's next put.
+    if (b.tier == Tier::kHost) host_bytes -= b.bytes;
+    if (b.tier == Tier::kDisk) {
+      disk_bytes -= b.bytes;
+      if (b.offset >= 0) free_extents.emplace(extent(b), b.offset);
+    }
+    b.offset = -1;
+    b.resident = at::Tensor();
+    b.host = at::Tensor();
+    b.copied.reset();
+    b.taking = false;
+    b.reserved = true;
+    refill();
+    return t;
+  }
+
+  // Waits until block `id` is in memory (reading it back if needed) and, when `taking`, until
+  // no write of it is in flight; the lock is held again on return.
+  Block& wait_for(std::unique_lock<std::mutex>& lock, BlockId id, bool taking = false) {
     check();
     auto it = blocks.find(id);
     if (it == blocks.end()) throw Error("internal: tile store block " + std::to_string(id));
+    if (it->second.reserved) {
+      throw Error("internal: tile store block " + std::to_string(id) + " read before written");
+    }
     // Reads normally follow the schedule; one that skips ahead drops what it skipped, so the
     // window keeps tracking the reads (an unscheduled read leaves the schedule as it is).
     const auto end = reads_ahead.begin() +
@@ -214,9 +269,11 @@ class TileStore::Impl {
     if (pos != end) {
       reads_ahead.erase(reads_ahead.begin(), pos + 1);
     } else {
+      ++unscheduled;
       spdlog::debug("tile store: block {} read out of schedule", id);
     }
     Block& b = it->second;
+    b.taking = taking;
     if (!b.resident.defined() && b.tier == Tier::kHost) {
       b.resident = copy_async(b.host, b.options, b.copied);
     }
@@ -226,9 +283,14 @@ class TileStore::Impl {
       cv.notify_all();
     }
     const auto t0 = Clock::now();
-    cv.wait(lock, [&] { return b.resident.defined() || error; });
-    wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    cv.wait(lock, [&] { return (b.resident.defined() && !(taking && b.writing)) || error; });
+    read_wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     check();
+    return b;
+  }
+
+  // Block `b`'s tensor, ready for the compute stream.
+  at::Tensor on_compute_stream(Block& b) {
     at::Tensor t = b.resident;
     if (b.copied && !t.is_cpu()) {
       // Made on the store's stream: the compute stream waits for the copy, and the caching
@@ -238,8 +300,6 @@ class TileStore::Impl {
       b.copied->block(compute);
       impl.recordDataPtrOnStream(t.storage().data_ptr(), compute);
     }
-    drop_unless_wanted(id);
-    refill();
     return t;
   }
 
@@ -259,7 +319,7 @@ class TileStore::Impl {
     std::unique_lock<std::mutex> lock(m);
     const auto t0 = Clock::now();
     cv.wait(lock, [&] { return in_flight == 0 || error; });
-    wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    write_wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     check();
   }
 
@@ -273,7 +333,10 @@ class TileStore::Impl {
     s.scratch_file_bytes = file_end;
     s.disk_peak_bytes = disk_peak;
     s.in_flight_bytes = in_flight;
-    s.wait_ms = wait_ms;
+    s.unscheduled_reads = unscheduled;
+    s.read_wait_ms = read_wait_ms;
+    s.write_wait_ms = write_wait_ms;
+    s.wait_ms = read_wait_ms + write_wait_ms;
     s.write_ms = write_ms;
     s.read_ms = read_ms;
     for (const auto& [id, b] : blocks) {
@@ -337,6 +400,10 @@ class TileStore::Impl {
   }
 
   void forget(std::unordered_map<BlockId, Block>::iterator it) {
+    if (it->second.reserved) {
+      blocks.erase(it);
+      return;
+    }
     if (it->second.tier == Tier::kHost) host_bytes -= it->second.bytes;
     if (it->second.tier == Tier::kDisk) disk_bytes -= it->second.bytes;
     if (it->second.tier == Tier::kDisk && it->second.offset >= 0) {
@@ -382,7 +449,7 @@ class TileStore::Impl {
   // A block leaves memory once its next read is beyond the window (and no write needs it).
   void drop_unless_wanted(BlockId id) {
     Block& b = blocks[id];
-    if (b.tier == Tier::kResident || b.writing || b.loading) return;
+    if (b.tier == Tier::kResident || b.writing || b.loading || b.reserved || b.taking) return;
     if (!window().count(id)) b.resident = at::Tensor();
   }
 
@@ -390,7 +457,7 @@ class TileStore::Impl {
   void refill() {
     for (BlockId id : window()) {
       Block& b = blocks[id];
-      if (b.resident.defined() || b.loading) continue;
+      if (b.resident.defined() || b.loading || b.reserved) continue;
       if (b.tier == Tier::kHost) {
         b.resident = copy_async(b.host, b.options, b.copied);
       } else if (b.tier == Tier::kDisk) {
@@ -666,7 +733,8 @@ class TileStore::Impl {
   // it holds at once (inner checkpoints, gradients stored pass after pass), and an append-only
   // scratch file filled the disk (resnet50 4096² with offloaded inner checkpoints, 46 GB free).
   std::multimap<int64_t, int64_t> free_extents;
-  double wait_ms = 0, write_ms = 0, read_ms = 0;
+  double read_wait_ms = 0, write_wait_ms = 0, write_ms = 0, read_ms = 0;
+  int64_t unscheduled = 0;
   std::thread io;  // last: started after every member it uses
 };
 
@@ -674,6 +742,11 @@ TileStore::TileStore(TileStoreOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
 TileStore::~TileStore() = default;
 
+TileStore::BlockId TileStore::reserve(int64_t bytes, Tier tier) {
+  return impl_->reserve(bytes, tier);
+}
+void TileStore::put(BlockId id, const at::Tensor& block) { impl_->put(id, block); }
+at::Tensor TileStore::take(BlockId id) { return impl_->take(id); }
 TileStore::BlockId TileStore::put(const at::Tensor& block, Tier tier) {
   return impl_->put(block, tier);
 }

@@ -43,7 +43,12 @@ struct TileStoreStats {
   int64_t disk_peak_bytes = 0;                // the most held on disk at once
   int64_t scratch_file_bytes = 0;  // the scratch file's size (pages, freed extents' reuse)
   int64_t in_flight_bytes = 0;     // writes not yet done
-  double wait_ms = 0;              // time the caller waited for a read or a write
+  // Reads of blocks not in the schedule: each waits for its block (the executor schedules
+  // every read it makes, so this stays 0; a test checks it).
+  int64_t unscheduled_reads = 0;
+  double wait_ms = 0;        // time the caller waited for a read or a write
+  double read_wait_ms = 0;   // of it, waiting in get() for a block to be read back
+  double write_wait_ms = 0;  // of it, waiting in put() or flush() for writes in flight
   // Time the I/O thread spent moving blocks (checksums and, when bypassing the page cache, the
   // flush included): what wait_ms hides when it is smaller.
   double write_ms = 0, read_ms = 0;
@@ -63,11 +68,21 @@ class TileStore {
   // Stores `block` (any shape) in `tier`; a disk block is written behind by the I/O thread (the
   // caller waits only when the writes in flight exceed write_behind_bytes).
   BlockId put(const at::Tensor& block, Tier tier);
+  // An id for a block of about `bytes` in `tier` that put(id, ...) writes later: its reads can
+  // be scheduled before it exists (the window counts it, and keeps it when it is written
+  // within the window), so the store reads ahead across passes whose blocks are yet to come.
+  BlockId reserve(int64_t bytes, Tier tier);
+  void put(BlockId id, const at::Tensor& block);
+  // The block, read back if needed, and taken out of the store: its id stays reserved for the
+  // next put (a gradient block reopened for another pass of additions keeps its id, so reads
+  // of it scheduled for a later pass stay valid).
+  at::Tensor take(BlockId id);
   // The upcoming gets, in order (appended to what is already scheduled): blocks within the
   // window ahead are read back in the background.
   void schedule(const std::vector<BlockId>& reads);
   // The block, read back if it is not resident (waiting for it if needed). Throws tessel::Error
-  // when the scratch file is gone, short or corrupt: never a silently wrong block.
+  // when the scratch file is gone, short or corrupt: never a silently wrong block; and for a
+  // reserved block not written yet.
   at::Tensor get(BlockId id);
   void erase(BlockId id);
   // Waits for every write; rethrows an I/O error.

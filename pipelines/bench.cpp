@@ -263,6 +263,10 @@ BenchResult bench_step(const BenchPoint& p) {
     r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload_disk_peak_bytes);
     r.transfer_ms.push_back(s.offload_write_ms + s.offload_read_ms);
     r.wait_ms.push_back(s.offload_wait_ms);
+    r.read_wait_ms.push_back(s.offload_read_wait_ms);
+    r.write_wait_ms.push_back(s.offload_write_wait_ms);
+    r.forward_wait_ms.push_back(s.offload_forward_wait_ms);
+    r.unscheduled_reads = s.offload_unscheduled_reads;
   }
   r.max_rss_bytes = max_rss_bytes();
   return r;
@@ -332,6 +336,11 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["moved_bytes"] = r.moved_bytes.empty() ? 0 : r.moved_bytes.back();
   j["transfer_s"] = median(r.transfer_ms) / 1000;
   j["wait_s"] = median(r.wait_ms) / 1000;
+  // Its parts: waiting for reads, for writes, and (of both) in the forward.
+  j["wait_read_s"] = median(r.read_wait_ms) / 1000;
+  j["wait_write_s"] = median(r.write_wait_ms) / 1000;
+  j["wait_forward_s"] = median(r.forward_wait_ms) / 1000;
+  j["unscheduled_reads"] = r.unscheduled_reads;
   // The share of the I/O thread's transfer time the step did not wait for, over the timed
   // steps.
   double transfer = 0, wait = 0;

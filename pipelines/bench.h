@@ -97,6 +97,8 @@ struct BenchResult {
   int64_t disk_bytes_bound = 0, disk_peak_bytes = 0;
   std::vector<int64_t> moved_bytes;
   std::vector<double> transfer_ms, wait_ms;
+  std::vector<double> read_wait_ms, write_wait_ms, forward_wait_ms;  // wait_ms's parts
+  int64_t unscheduled_reads = 0;  // the last timed step's (the store reads those on demand)
 };
 
 BenchResult bench_step(const BenchPoint& point);
