@@ -17,6 +17,7 @@
 #include "core/dropout.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/shared_rows.h"
 #include "core/stored_activation.h"
 #include "core/tile_ops.h"
 #include "core/tile_store.h"
@@ -128,12 +129,19 @@ class TiledStep {
     }
   }
 
+  // The store's write-behind for the pass about to run: the plan's for it (make_plan sizes it
+  // from the pass's slack), else the plan's one.
+  void write_behind(int64_t bytes) {
+    if (store_) store_->set_write_behind(bytes > 0 ? bytes : plan_.write_behind_bytes);
+  }
+
   // Forward of every segment without autograd; returns the head's input (the last checkpoint
   // or the streaming reduction's result).
   at::Tensor forward() {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < plan_.segments.size(); ++i) {
       const PassLog log(*this, static_cast<int>(i), "forward");
+      write_behind(plan_.segments[i].forward_write_behind);
       forward_segment(static_cast<int>(i));
     }
     const Segment& last = plan_.segments.back();
@@ -149,6 +157,7 @@ class TiledStep {
       // resident blocks go now (the planner counts them until the next segment's backward).
       stored_[out].reset();
       const PassLog log(*this, i, "backward");
+      write_behind(plan_.segments[static_cast<size_t>(i)].backward_write_behind);
       grad = backward_segment(i, grad);
       checkpoints_[out] = at::Tensor();
       stored_grads_[out].reset();
@@ -363,88 +372,12 @@ class TiledStep {
     return acts[static_cast<size_t>(output)].tensor;
   }
 
-  // One row of a shared-rows segment (Segment::shared_rows, core/plan.h shared_row): each node
-  // computes its new rows from its producers' held rows and holds them after the rows the
-  // previous row kept of it (`inherited`, by node). `kept`, when given, receives the rows this
-  // row keeps for the next one: copies in the forward (the previous row's held tensors are
-  // freed), views of the held rows with autograd on (the backward seeds them with the
-  // gradient the next row handed back). Returns the output's rows, those of `row.computed`.
-  // `handed` (the backward, by node): the gradient the row below handed back for the rows this
-  // one keeps. Where the row's own consumers read a node, it is added to the node's gradient
-  // as autograd passes it (a hook: one copy of the gradient); elsewhere the node's kept rows
-  // come back in `kept` for the caller to seed.
+  // One row of a shared-rows segment (core/shared_rows.h) from its input's held rows.
   at::Tensor run_shared_row(const Segment& s, const SharedRow& row, TileTensor input,
                             const std::vector<at::Tensor>& inherited, std::vector<at::Tensor>* kept,
                             const std::vector<at::Tensor>* handed = nullptr) {
-    const NodeId first = s.input, output = s.output;
-    const bool grad = at::GradMode::is_enabled();
-    std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
-    std::vector<int> uses = reader_counts(first, output);
-    acts[static_cast<size_t>(first)] = in_tile_format(std::move(input));
-    const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
-    if (kept != nullptr) kept->assign(static_cast<size_t>(output) + 1, at::Tensor());
-    for (NodeId v = first + 1; v <= output; ++v) {
-      const auto i = static_cast<size_t>(v);
-      const Node& node = graph_.node(v);
-      const Region& held = row.held[i];
-      const Region& computed = row.computed[i];
-      at::Tensor fresh;
-      if (!computed.empty()) {
-        // In place as run_tile does, where the producer's held rows are a tensor of this row's
-        // own (its kept rows were copied when it was held; never the inherited rows alone).
-        const Node& producer = graph_.node(node.inputs[0]);
-        const auto pi = static_cast<size_t>(producer.id);
-        const bool overwrite = !grad && producer.id != first && allocates_output(producer) &&
-                               graph_.consumers()[pi].size() == 1 && !row.computed[pi].empty();
-        fresh = forward_node(node, computed, acts, overwrite);
-      }
-      const at::Tensor& before = i < inherited.size() ? inherited[i] : at::Tensor();
-      const bool has_before = before.defined() && before.numel() > 0;
-      if (held.empty()) {
-        acts[i] = {at::empty({1, node.channels, 0, 0}, options), held};
-      } else if (has_before && fresh.defined()) {
-        acts[i] = {at::cat({before, fresh}, 2), held};
-      } else if (has_before) {
-        acts[i] = {before, held};
-      } else {
-        acts[i] = {fresh, held};
-      }
-      if (!held.empty() && acts[i].tensor.size(2) != held.y.size()) {
-        throw Error("internal: shared rows of " + node.name + " hold " +
-                    std::to_string(acts[i].tensor.size(2)) + " rows, the plan " +
-                    std::to_string(held.y.size()));
-      }
-      const at::Tensor& g = handed != nullptr && i < handed->size() ? (*handed)[i] : at::Tensor();
-      bool read_here = false;
-      for (NodeId c : graph_.consumers()[i]) {
-        read_here = read_here || (c <= output && !row.computed[static_cast<size_t>(c)].empty());
-      }
-      if (g.defined() && read_here && acts[i].tensor.requires_grad() && !row.kept[i].empty()) {
-        // A seed on a view of the kept rows would zero-fill a gradient of the whole held
-        // tensor and add it; the hook adds into the gradient instead: in place where nothing
-        // else can see it, else into a copy (it may be shared: an add's backward hands one
-        // tensor to both inputs). LibTorch calls a tensor hook with a copy of the engine's
-        // handle (torch/csrc/autograd/cpp_hook.cpp): two references and a storage of its own
-        // are the engine's alone, the test its input buffers make before adding in place.
-        const int64_t offset = row.kept[i].y.begin - held.y.begin;
-        acts[i].tensor.register_hook([g, offset](const at::Tensor& grad) {
-          if (grad.use_count() <= 2 && grad.storage().use_count() == 1) {
-            grad.narrow(2, offset, g.size(2)).add_(g);
-            return grad;
-          }
-          at::Tensor out = grad.clone();
-          out.narrow(2, offset, g.size(2)).add_(g);
-          return out;
-        });
-      } else if (kept != nullptr && !row.kept[i].empty()) {
-        const at::Tensor part = crop(acts[i], row.kept[i]);
-        (*kept)[i] = grad ? part : part.clone();
-      }
-      for (NodeId p : node.inputs) {
-        if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
-      }
-    }
-    return acts[static_cast<size_t>(output)].tensor;
+    return core::run_shared_row(graph_, plan_.shapes, s.input, s.output, row,
+                                in_tile_format(std::move(input)), inherited, kept, handed);
   }
 
   // Segment `s`'s kept rows live in the tile store (Segment::shared_tier).

@@ -712,8 +712,18 @@ std::string to_string(const Plan& plan, const Graph& graph) {
      << "\n";
   if (plan.offloads()) {
     os << "offload: checkpoints beyond the budget move out and back, "
-       << format_bytes(plan.window_bytes) << " window ahead of use, "
-       << format_bytes(plan.moved_bytes()) << " moved per step";
+       << format_bytes(plan.window_bytes) << " window ahead of use, ";
+    int64_t least = plan.write_behind_bytes, most = plan.write_behind_bytes;
+    for (const Segment& s : plan.segments) {
+      for (const int64_t b : {s.forward_write_behind, s.backward_write_behind}) {
+        if (b <= 0) continue;
+        least = std::min(least, b);
+        most = std::max(most, b);
+      }
+    }
+    os << format_bytes(least);
+    if (most > least) os << "–" << format_bytes(most);
+    os << " written behind, " << format_bytes(plan.moved_bytes()) << " moved per step";
     const int64_t on_disk = stored_bytes(graph, plan, Tier::kDisk);
     if (on_disk > 0) os << ", at most " << format_bytes(on_disk) << " on disk";
     os << "\n";

@@ -127,6 +127,12 @@ struct Segment {
   // cells between all of them, each stored after its last addition in each pass.
   Partition input_grad_blocks;
   int64_t moved_bytes = 0;  // predicted bytes to and from the tier per step (it and its gradient)
+  // Offload: the tile store's write-behind in this segment's forward and backward (writes in
+  // flight before the caller waits): Plan::write_behind_bytes, or half what the budget leaves
+  // free in that pass where that is more (size_write_behind), so a tile's burst of blocks
+  // queues for the disk instead of stalling compute. The passes' predictions leave it out: the
+  // bytes are the budget's slack, not the plan's.
+  int64_t forward_write_behind = 0, backward_write_behind = 0;
 };
 
 // The machine's prices of the two ways to keep a checkpoint the budget cannot hold (DELTA):

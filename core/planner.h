@@ -92,6 +92,12 @@ struct PlanOptions {
 OffloadDecision decide_offload(NodeId checkpoint, int64_t moved_bytes, int64_t recompute_flops,
                                const OffloadPrices& prices);
 
+// The tile store's write-behind in each pass of an offloading plan (Segment::forward_write_behind):
+// half the bytes `target` leaves free in the pass, at least Plan::write_behind_bytes (the
+// executor drains the writes beyond the next pass's before it starts: TileStore::
+// set_write_behind). make_plan calls it with the budget less the headroom.
+void size_write_behind(Plan& plan, int64_t target);
+
 // Makes a plan for `graph` on an input of `input` (C×H×W) within `budget_bytes` (0: no limit).
 // Throws tessel::Error naming the node for an invalid graph or input, and, when no plan fits,
 // one that states the smallest budget that would fit and what dominates it.

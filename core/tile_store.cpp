@@ -201,6 +201,7 @@ class TileStore::Impl {
       b.offset = take_extent(extent(b));
       b.writing = true;
       in_flight += b.bytes;
+      in_flight_peak = std::max(in_flight_peak, in_flight);
       disk_bytes += b.bytes;
       disk_peak = std::max(disk_peak, disk_bytes);
       written += b.bytes;
@@ -209,12 +210,19 @@ class TileStore::Impl {
       // Write-behind: wait when the writes in flight exceed its bytes.
       const int64_t behind =
           options.write_behind_bytes > 0 ? options.write_behind_bytes : options.window_bytes;
-      const auto t0 = Clock::now();
-      cv.wait(lock, [&] { return in_flight <= behind || error; });
-      write_wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      wait_for_writes(lock, [&] { return in_flight <= behind || error; });
       check();
     }
     refill();
+  }
+
+  void set_write_behind(int64_t bytes) {
+    std::unique_lock<std::mutex> lock(m);
+    options.write_behind_bytes = bytes;
+    const int64_t behind = bytes > 0 ? bytes : options.window_bytes;
+    if (in_flight <= behind) return;
+    wait_for_writes(lock, [&] { return in_flight <= behind || error; });
+    check();
   }
 
   void schedule(const std::vector<BlockId>& reads) {
@@ -317,10 +325,17 @@ class TileStore::Impl {
 
   void flush() {
     std::unique_lock<std::mutex> lock(m);
-    const auto t0 = Clock::now();
-    cv.wait(lock, [&] { return in_flight == 0 || error; });
-    write_wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    wait_for_writes(lock, [&] { return in_flight == 0 || error; });
     check();
+  }
+
+  // The caller waits for writes until `done`; the wait counts as a write wait.
+  template <typename Done>
+  void wait_for_writes(std::unique_lock<std::mutex>& lock, Done done) {
+    if (done()) return;
+    const auto t0 = Clock::now();
+    cv.wait(lock, done);
+    write_wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
 
   TileStoreStats stats() const {
@@ -333,6 +348,7 @@ class TileStore::Impl {
     s.scratch_file_bytes = file_end;
     s.disk_peak_bytes = disk_peak;
     s.in_flight_bytes = in_flight;
+    s.in_flight_peak_bytes = in_flight_peak;
     s.unscheduled_reads = unscheduled;
     s.read_wait_ms = read_wait_ms;
     s.write_wait_ms = write_wait_ms;
@@ -508,6 +524,8 @@ class TileStore::Impl {
     for (;;) {
       cv.wait(lock, [&] { return stop || (!jobs.empty() && !error); });
       if (stop) return;
+      // In order. Reads taken before queued writes (session 37) moved the waits from reads to
+      // writes and ran no faster (resnet50 8192²: 479.5 s against 472.1): the disk is busy.
       const Job job = jobs.front();
       jobs.pop_front();
       auto it = blocks.find(job.id);
@@ -727,7 +745,8 @@ class TileStore::Impl {
   fs::path file;
   ino_t inode = 0;
   dev_t device = 0;
-  int64_t file_end = 0, in_flight = 0, written = 0, read = 0, host_bytes = 0, disk_bytes = 0;
+  int64_t file_end = 0, in_flight = 0, in_flight_peak = 0, written = 0, read = 0, host_bytes = 0,
+          disk_bytes = 0;
   int64_t disk_peak = 0;
   // Extents of erased disk blocks (length → offset), reused: a step writes many times the bytes
   // it holds at once (inner checkpoints, gradients stored pass after pass), and an append-only
@@ -754,6 +773,7 @@ void TileStore::schedule(const std::vector<BlockId>& reads) { impl_->schedule(re
 at::Tensor TileStore::get(BlockId id) { return impl_->get(id); }
 void TileStore::erase(BlockId id) { impl_->erase(id); }
 void TileStore::flush() { impl_->flush(); }
+void TileStore::set_write_behind(int64_t bytes) { impl_->set_write_behind(bytes); }
 TileStoreStats TileStore::stats() const { return impl_->stats(); }
 std::filesystem::path TileStore::scratch_file() const {
   std::lock_guard<std::mutex> lock(impl_->m);

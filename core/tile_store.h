@@ -41,8 +41,9 @@ struct TileStoreStats {
   int64_t resident_bytes = 0;                 // held by the store in the compute device's memory
   int64_t host_bytes = 0, disk_bytes = 0;     // held in the other tiers
   int64_t disk_peak_bytes = 0;                // the most held on disk at once
-  int64_t scratch_file_bytes = 0;  // the scratch file's size (pages, freed extents' reuse)
-  int64_t in_flight_bytes = 0;     // writes not yet done
+  int64_t scratch_file_bytes = 0;    // the scratch file's size (pages, freed extents' reuse)
+  int64_t in_flight_bytes = 0;       // writes not yet done
+  int64_t in_flight_peak_bytes = 0;  // the most at once (at most the write-behind and one block)
   // Reads of blocks not in the schedule: each waits for its block (the executor schedules
   // every read it makes, so this stays 0; a test checks it).
   int64_t unscheduled_reads = 0;
@@ -87,6 +88,10 @@ class TileStore {
   void erase(BlockId id);
   // Waits for every write; rethrows an I/O error.
   void flush();
+  // The write-behind from now on (TileStoreOptions::write_behind_bytes): the executor sets each
+  // pass's (Segment::forward_write_behind) before the pass. Waits for the writes in flight
+  // beyond it, so a pass never starts with more than its own (rethrows an I/O error).
+  void set_write_behind(int64_t bytes);
 
   TileStoreStats stats() const;
   std::filesystem::path scratch_file() const;  // empty until the first disk block

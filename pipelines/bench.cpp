@@ -203,6 +203,10 @@ BenchResult bench_step(const BenchPoint& p) {
   for (const core::MemoryBreakdown& m : plan.passes) r.predicted_passes.push_back(m.total());
   r.segments = static_cast<int64_t>(plan.segments.size());
   r.window_bytes = plan.window_bytes;
+  for (const core::Segment& s : plan.segments) {
+    r.write_behind.push_back(s.forward_write_behind);
+    r.write_behind.push_back(s.backward_write_behind);
+  }
   r.prices = plan.prices;
   for (const core::Segment& s : plan.segments) r.kept_graphs.push_back(s.keep_graph);
   if (p.memory_limit_bytes > 0 && plan.predicted.total() > p.memory_limit_bytes) {
@@ -313,6 +317,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["page_cache"] = p.page_cache;
   j["keep_graphs"] = p.keep_graphs;
   j["offload_window_bytes"] = r.window_bytes;
+  j["write_behind_bytes"] = r.write_behind;
   int64_t kept = 0;
   for (bool k : r.kept_graphs) kept += k ? 1 : 0;
   j["segments_kept"] = kept;

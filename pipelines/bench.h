@@ -81,8 +81,9 @@ struct BenchResult {
   core::MemoryBreakdown predicted;
   std::vector<int64_t> predicted_passes;  // the plan's, totals (core::Plan::passes)
   int64_t forward_tiles = 0, backward_tiles = 0, segments = 0;
-  std::vector<bool> kept_graphs;  // per segment: the plan keeps its autograd graph
-  int64_t window_bytes = 0;       // the plan's offload window
+  std::vector<bool> kept_graphs;      // per segment: the plan keeps its autograd graph
+  int64_t window_bytes = 0;           // the plan's offload window
+  std::vector<int64_t> write_behind;  // the store's write-behind, by pass as predicted_passes
   // The prices the planner used (measured on the step's device when it priced offloading; else
   // its guess): what a plan on another machine, a GPU's, was chosen at.
   core::OffloadPrices prices;

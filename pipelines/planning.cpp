@@ -62,11 +62,13 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
   // timeline (`tessel bench step --timeline`).
   nlohmann::json passes = nlohmann::json::array();
   for (size_t i = 0; i < plan.passes.size(); ++i) {
+    const core::Segment& s = plan.segments.at(i / 2);
     passes.push_back({{"segment", i / 2},
                       {"pass", i % 2 ? "backward" : "forward"},
                       {"checkpoints", plan.passes[i].checkpoints},
                       {"working_set", plan.passes[i].working_set},
-                      {"total", plan.passes[i].total()}});
+                      {"total", plan.passes[i].total()},
+                      {"write_behind", i % 2 ? s.backward_write_behind : s.forward_write_behind}});
   }
   j["predicted_passes"] = passes;
   j["forward_flops"] = {{"plain", plan.plain_flops}, {"tiled", plan.tiled_flops}};

@@ -285,20 +285,27 @@ TEST(TileStore, BypassingThePageCacheLeavesNoBlockInItAndTimesTheTransfers) {
 // Write-behind is bounded by its own bytes, not the read window: every byte queued is memory the
 // budget counts, and the planner counts one block queued behind the one being written. Puts in a
 // tight loop outrun the disk (direct I/O), so an unbounded queue would hold many blocks.
+// The executor sets each pass's write-behind (set_write_behind): a smaller one drains the
+// writes beyond it at once (the option here is 64 blocks, so a store that ignored it could
+// queue many).
 TEST(TileStore, WritesInFlightStayWithinTheWriteBehind) {
   ScratchDir dir;
   constexpr int64_t kBlock = 1 << 20;
   TileStoreOptions o{dir.path(), 64 * kBlock};
   o.bypass_page_cache = true;
-  o.write_behind_bytes = kBlock;
+  o.write_behind_bytes = 64 * kBlock;
   TileStore store(o);
   std::vector<at::Tensor> blocks;
   std::vector<TileStore::BlockId> ids;
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < 48; ++i) {
+    const int64_t behind = (i / 8) % 2 == 0 ? kBlock : 4 * kBlock;
+    store.set_write_behind(behind);
+    EXPECT_LE(store.stats().in_flight_bytes, behind) << "a smaller write-behind drains";
     blocks.push_back(random_image(8, 128, 128, static_cast<uint64_t>(i)));  // 1 MiB
     ids.push_back(store.put(blocks.back(), Tier::kDisk));
-    EXPECT_LE(store.stats().in_flight_bytes, kBlock) << "after block " << i;
+    EXPECT_LE(store.stats().in_flight_bytes, behind) << "after block " << i;
   }
+  EXPECT_LE(store.stats().in_flight_peak_bytes, 5 * kBlock);
   store.flush();
   EXPECT_EQ(store.stats().in_flight_bytes, 0);
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_TRUE(at::equal(store.get(ids[i]), blocks[i]));
@@ -474,7 +481,14 @@ StepResult step_within_prediction(Graph& g, const Plan& plan, const Shape& in,
   const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
   const StepResult r = train_step(g, plan, source, at::Tensor(), loss, so);
   const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
-  EXPECT_LE(r.measured_peak_bytes + model_state, plan.predicted.total() * 11 / 10)
+  // The passes' predictions leave out the write-behind beyond the plan's own (the budget's
+  // slack, Segment::forward_write_behind).
+  int64_t behind = 0;
+  for (const Segment& s : plan.segments) {
+    behind = std::max({behind, s.forward_write_behind - plan.write_behind_bytes,
+                       s.backward_write_behind - plan.write_behind_bytes});
+  }
+  EXPECT_LE(r.measured_peak_bytes + model_state, plan.predicted.total() * 11 / 10 + behind)
       << "budget " << format_bytes(plan.budget_bytes) << ", measured "
       << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
       << format_bytes(plan.predicted.total()) << "\n"
@@ -1080,6 +1094,55 @@ TEST(OffloadPlan, OnlyTheResidentTierCountsAgainstTheBudget) {
   EXPECT_THROW(make_plan(g, in, budget, o), Error);
   // With room for everything, nothing moves.
   EXPECT_FALSE(make_plan(g, in, int64_t{4} << 30, PlanOptions{}).offloads());
+}
+
+// Each pass's write-behind is the plan's, or half what the budget (less the headroom) leaves
+// free in that pass: the pass plus its writes in flight stays within the budget (the executor
+// drains a pass's writes down to the next one's before that starts).
+TEST(OffloadPlan, EachPassWritesBehindIntoWhatTheBudgetLeavesFree) {
+  models::ModelOptions mo;
+  mo.in_channels = 3;
+  const Graph g = models::build_model("vgg-mini", mo);
+  const Shape in{3, 2048, 2048};
+  const int64_t budget = int64_t{25} << 20;
+  PlanOptions o;
+  Plan plan = make_plan(g, in, budget, o);
+  ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
+  EXPECT_NE(to_string(plan, g).find("written behind"), std::string::npos);
+  const size_t n = plan.segments.size();
+  ASSERT_EQ(plan.passes.size(), 2 * n);
+  auto behind = [&plan](size_t p) {
+    const Segment& s = plan.segments[p / 2];
+    return p % 2 == 0 ? s.forward_write_behind : s.backward_write_behind;
+  };
+  ASSERT_GT(plan.write_behind_bytes, 0);
+  for (size_t p = 0; p < 2 * n; ++p) {
+    EXPECT_GE(behind(p), plan.write_behind_bytes) << "make_plan sized it";
+  }
+  // make_plan's tiles fill this budget: each pass has the plan's. A target with room to spare
+  // (as bigger tiles and other networks leave) gives each pass half its room.
+  const auto target = static_cast<int64_t>(static_cast<double>(budget) * (1.0 - o.headroom));
+  for (const int64_t t : {target, target + (int64_t{12} << 20)}) {
+    size_write_behind(plan, t);
+    int64_t larger = 0;
+    for (size_t p = 0; p < 2 * n; ++p) {
+      const int64_t room = t - plan.passes[p].total();
+      EXPECT_EQ(behind(p), std::max(plan.write_behind_bytes, room / 2)) << "pass " << p;
+      EXPECT_LE(plan.passes[p].total() + behind(p),
+                std::max(t, plan.passes[p].total() + plan.write_behind_bytes));
+      larger += behind(p) > plan.write_behind_bytes;
+    }
+    if (t > target) {
+      EXPECT_EQ(larger, static_cast<int64_t>(2 * n));
+    }
+  }
+  // Without offloading nothing is written.
+  const Plan resident = make_plan(g, in, int64_t{80} << 20, PlanOptions{});
+  ASSERT_FALSE(resident.offloads());
+  for (const Segment& s : resident.segments) {
+    EXPECT_EQ(s.forward_write_behind, 0);
+    EXPECT_EQ(s.backward_write_behind, 0);
+  }
 }
 
 }  // namespace

@@ -214,6 +214,33 @@ TEST(SharedRows, ZooModelsMatchPlainAutograd) {
   }
 }
 
+// A residual join whose inputs a row holds in two pieces (the rows that follow from earlier
+// rows, and its own): its first rows read copies of the seams (core/shared_rows.cpp RowsTap,
+// whose backward adds their gradient into the rest's), the others each input where it lies,
+// misaligned by a row between the two inputs. At 2 to 14 rows a step.
+TEST(SharedRows, JoinsOfRowsThatFollowFromEarlierRowsMatchPlainAutograd) {
+  Graph g(2);
+  const NodeId p = g.relu(g.conv(g.input(), ConvSpec(2, 3, 3).padding(1)));
+  const NodeId q = g.relu(g.conv(p, ConvSpec(3, 3, 3).padding(1)));
+  const NodeId joined = g.add(p, q);
+  models::ModelOptions mo;
+  mo.classes = 3;
+  models::add_head(g, g.conv(joined, ConvSpec(3, 2, 3).padding(1)), mo);
+  g.module().to(at::kDouble);
+  randomise(g, 11);
+  for (int64_t rows : {2, 3, 5, 7, 9, 12, 14}) {
+    const Shape in{2, 29, 23};
+    PlanOptions o = fixed_tiles(Strategy::kRowsShared, rows, 1);
+    o.input_gradient = true;
+    const Plan plan = make_plan(g, in, 0, o);
+    ASSERT_GT(shared_segments(plan), 0) << to_string(plan, g);
+    StepOptions so;
+    so.input_gradient = true;
+    const auto r = compare_with_plain(g, plan, random_image(2, in.height, in.width, 11), 11, so);
+    EXPECT_LT(r.worst(), kTolerance) << rows << " rows\n" << to_string(plan, g) << r.to_string();
+  }
+}
+
 // Each position is computed once: the plan's forward FLOPs are plain's (OverL's rows are not).
 TEST(SharedRows, ForwardFlopsArePlains) {
   models::ModelOptions mo;
