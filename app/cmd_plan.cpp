@@ -1,7 +1,10 @@
 // `tessel plan` and `tessel gradcheck`: the engine's plan for a model, and its first law checked.
+#include <cmath>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "app/command.h"
 #include "app/parse.h"
@@ -26,6 +29,117 @@ pipelines::NetworkBuilder checkpoint_network(const std::string& model) {
     return pipelines::build_network(model, options).graph;
   };
 #endif
+}
+
+// The worst quantity whose name starts with `prefix` ("gradient of ", "buffer "), or null.
+const core::Quantity* worst_of(const core::Comparison& c, const std::string& prefix) {
+  const core::Quantity* worst = nullptr;
+  for (const core::Quantity& q : c.quantities) {
+    if (q.name.rfind(prefix, 0) != 0) continue;
+    if (!q.ok() || std::isnan(q.max_error)) return &q;
+    if (worst == nullptr || q.max_error > worst->max_error) worst = &q;
+  }
+  return worst;
+}
+
+std::string error_of(const core::Quantity* q, bool norm_wise = false) {
+  if (q == nullptr) return "none";
+  if (!q->ok()) return q->fault;
+  std::ostringstream os;
+  os << (norm_wise ? q->norm_error : q->max_error);
+  return os.str();
+}
+
+// One line: the worst error of each kind of quantity, and where it was (max-abs relative, or
+// norm-wise).
+std::string errors_line(const core::Comparison& c, bool norm_wise) {
+  std::ostringstream os;
+  os << "output " << error_of(c.find("output"), norm_wise) << ", loss "
+     << error_of(c.find("loss"), norm_wise);
+  if (const core::Quantity* q = c.find("input gradient"); q != nullptr) {
+    os << ", input gradient " << error_of(q, norm_wise);
+  }
+  const core::Quantity* param = worst_of(c, "gradient of ");
+  os << ", parameter gradients " << error_of(param, norm_wise);
+  if (param != nullptr) os << " (" << param->name.substr(12) << ")";
+  if (const core::Quantity* b = worst_of(c, "buffer "); b != nullptr) {
+    os << ", running statistics " << error_of(b, norm_wise) << " (" << b->name.substr(7) << ")";
+  }
+  return os.str();
+}
+
+// The quantities judged against the step's scale because their own reference is (near) zero.
+void print_floored(const core::Comparison& c) {
+  std::vector<std::string> names;
+  double floor = 0;
+  for (const core::Quantity& q : c.quantities) {
+    if (!q.floored) continue;
+    names.push_back(q.name);
+    floor = q.floor;
+  }
+  if (names.empty()) return;
+  std::cout << names.size() << " quantit" << (names.size() == 1 ? "y" : "ies")
+            << " with a (near) zero reference judged against " << core::kZeroScale
+            << " of the step's scale (" << floor << " for the last): " << names.front()
+            << (names.size() > 1 ? ", ..." : "") << "\n";
+}
+
+void print_report(const pipelines::GradcheckReport& report, const std::string& precision,
+                  const std::string& offload) {
+  const auto& c = report.comparison;
+  std::cout << report.plan_table << "schemes checked: ";
+  for (size_t i = 0; i < report.schemes.size(); ++i) {
+    std::cout << (i ? ", " : "") << report.schemes[i];
+  }
+  std::cout << "\nbarriers in tiled segments: " << report.tiled_barriers << "\n";
+  if (!report.step_error.empty()) {
+    std::cout << "the tiled step failed: " << report.step_error << "\nFAIL\n";
+    return;
+  }
+  std::cout << "max relative error (" << precision << ", " << report.device
+            << "): " << errors_line(c, false) << "\n";
+  print_floored(c);
+  if (offload != "none") {
+    std::cout << "offload (" << offload << "): " << core::format_bytes(c.offload_bytes)
+              << " moved\n";
+  }
+  std::cout << c.faults();
+  const char* verdict = report.passed() ? "PASS" : "FAIL";
+  if (report.float64) {
+    const core::Quantity* w = c.worst_quantity();
+    std::cout << verdict << ": worst " << c.worst() << (report.passed() ? " <= " : " > ")
+              << pipelines::GradcheckReport::kFloat64Bar << " (" << (w ? w->name : "none") << ")\n";
+    return;
+  }
+  const bool norm_wise = report.precision != core::Precision::kFloat32;
+  const double least = core::least_tolerance(report.precision);
+  if (norm_wise) std::cout << "norm-wise (" << precision << "): " << errors_line(c, true) << "\n";
+  const core::Quantity* e = report.exact.worst_quantity();
+  std::cout << "the same plan in float64 against plain float64 (the first law): worst "
+            << report.exact.worst() << " (" << (e ? e->name : "none") << "), bar "
+            << pipelines::GradcheckReport::kFloat64Bar << "\n"
+            << report.exact.faults() << "floors, each step " << precision
+            << " against itself in float64" << (norm_wise ? ", norm-wise" : "")
+            << ":\n  plain: " << errors_line(report.floor, norm_wise)
+            << "\n  tiled: " << errors_line(report.tiled_floor, norm_wise)
+            << "\nbar: each quantity's " << (norm_wise ? "norm-wise" : "max relative")
+            << " error within max(" << least
+            << ", 2 × the larger of its two floors), the tiled floor at most "
+            << core::kTiledRounding << " × plain's\n";
+  if (!(report.exact.worst() <= pipelines::GradcheckReport::kFloat64Bar)) {
+    std::cout << "FAIL: the first law in float64: worst " << report.exact.worst() << " > "
+              << pipelines::GradcheckReport::kFloat64Bar << " (" << (e ? e->name : "none") << ")\n";
+    return;
+  }
+  const core::Quantity* t = core::tightest(c, report.floor, report.precision, report.tiled_floor);
+  if (t == nullptr) {
+    std::cout << verdict << "\n";
+    return;
+  }
+  const double bar = core::bar_for(*t, report.floor, report.precision, report.tiled_floor);
+  const double error = core::bar_error(*t, report.precision);
+  std::cout << verdict << ": tightest " << t->name << " " << error
+            << (report.passed() ? " <= " : " > ") << bar << "\n";
 }
 
 }  // namespace
@@ -88,11 +202,16 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     bool float32 = false;
     std::string precision = "float64";
     std::string offload = "none", scratch, device = "auto";
-    std::string norm = "frozen";
+    std::string norm = "frozen", pool = "avg", budget = "0", prices, inject = "none";
+    bool ungated = false, input_gradient = false, every_quantity = false;
+    int64_t branches = 1;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
-      "gradcheck", "Compare one tiled training step with plain autograd on random data");
+      "gradcheck",
+      "Compare one tiled training step with plain autograd on random data. Exit status: 0 "
+      "pass, 1 a mismatch, 2 a check that could not be made (bad arguments, a plan that does "
+      "not tile)");
   cmd->add_option("--model", args->model,
                   "A model name, 'random' (drawn from --seed), 'random-barriers' (the same with "
                   "batch norms, group norms and SE blocks), or a checkpoint that holds a network "
@@ -103,9 +222,23 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       ->check(CLI::IsMember({"grid", "rows", "rows-shared"}))
       ->capture_default_str();
   cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)");
+  cmd->add_option("--budget", args->budget,
+                  "Check the plan training makes under this memory budget (e.g. 4MiB), with "
+                  "every scheme its search picks, instead of fixed tiles; 0: fixed tiles")
+      ->capture_default_str();
+  cmd->add_option("--prices", args->prices, kPricesHelp);
   cmd->add_option("--norm", args->norm,
                   "The zoo's batch norms: frozen, batch (training mode) or group")
       ->check(CLI::IsMember({"frozen", "batch", "group"}))
+      ->capture_default_str();
+  cmd->add_option("--pool", args->pool,
+                  "The zoo's head: avg or max (a streaming global pool) or attention (a model "
+                  "name only; random networks draw their own head)")
+      ->check(CLI::IsMember({"avg", "max", "attention"}))
+      ->capture_default_str();
+  cmd->add_flag("--ungated", args->ungated, "Attention without its gate (tanh only)");
+  cmd->add_option("--branches", args->branches,
+                  "Attention branches: 1, or 2 (one per class, CLAM-MB)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of weights, image and random network")
       ->capture_default_str();
@@ -116,6 +249,17 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       ->check(CLI::IsMember({"float64", "float32", "tf32", "bf16"}))
       ->capture_default_str();
   cmd->add_flag("--float32", args->float32, "The same as --precision float32");
+  cmd->add_flag("--input-gradient", args->input_gradient,
+                "Check the step that also returns the image's gradient (saliency); by default "
+                "the step training runs, without it");
+  cmd->add_option("--inject", args->inject,
+                  "A deliberate fault in the tiled step, which must FAIL: nan-grad (a NaN in one "
+                  "parameter's gradient), nan-stat (a NaN in one running statistic; models with "
+                  "--norm batch), halo (one tile's input window one pixel short)")
+      ->check(CLI::IsMember({"none", "nan-grad", "nan-stat", "halo"}))
+      ->capture_default_str();
+  cmd->add_flag("--every-quantity", args->every_quantity,
+                "Print every compared quantity's errors (and the floor's), not only the worst");
   cmd->add_option("--offload", args->offload,
                   "Move every checkpoint to this tier (host or disk) and back: none, host, disk")
       ->check(CLI::IsMember({"none", "host", "disk"}))
@@ -127,61 +271,49 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       ->capture_default_str();
   cmd->callback([args, &registry] {
     registry.selected = [args] {
-      pipelines::GradcheckRequest r;
-      r.device = args->device;
-      r.model = args->model;
-      r.network = checkpoint_network(args->model);
-      r.norm = args->norm;
-      std::tie(r.height, r.width) = parse_size(args->size);
-      r.strategy = core::parse_strategy(args->strategy);
-      r.tile = args->tile;
-      r.seed = args->seed;
       const std::string precision = args->float32 ? "float32" : args->precision;
-      r.float64 = precision == "float64";
-      if (!r.float64) r.precision = core::parse_precision(precision);
-      r.offload = args->offload == "disk"   ? core::PlanOptions::Offload::kDisk
-                  : args->offload == "host" ? core::PlanOptions::Offload::kHost
-                                            : core::PlanOptions::Offload::kNever;
-      r.scratch_dir = args->scratch;
-      const auto report = pipelines::gradcheck(r);
-      const auto& c = report.comparison;
-      std::cout << report.plan_table << "max relative error (" << precision << ", " << report.device
-                << "): output " << c.logits << ", loss " << c.loss << ", input gradient "
-                << c.input_grad << ", parameter gradients " << c.worst_param << " ("
-                << c.worst_param_name << ")";
-      if (!c.worst_buffer_name.empty()) {
-        std::cout << ", running statistics " << c.worst_buffer << " (" << c.worst_buffer_name
-                  << ")";
+      pipelines::GradcheckReport report;
+      try {
+        pipelines::GradcheckRequest r;
+        r.device = args->device;
+        r.model = args->model;
+        r.network = checkpoint_network(args->model);
+        r.norm = args->norm;
+        r.pool = args->pool;
+        r.gated = !args->ungated;
+        r.branches = args->branches;
+        std::tie(r.height, r.width) = parse_size(args->size);
+        r.strategy = core::parse_strategy(args->strategy);
+        r.tile = args->tile;
+        r.budget_bytes = core::parse_bytes(args->budget);
+        if (!args->prices.empty()) r.prices = parse_prices(args->prices);
+        r.seed = args->seed;
+        r.float64 = precision == "float64";
+        if (!r.float64) r.precision = core::parse_precision(precision);
+        r.offload = args->offload == "disk"   ? core::PlanOptions::Offload::kDisk
+                    : args->offload == "host" ? core::PlanOptions::Offload::kHost
+                                              : core::PlanOptions::Offload::kNever;
+        r.scratch_dir = args->scratch;
+        r.input_gradient = args->input_gradient;
+        r.inject = core::parse_fault(args->inject);
+        report = pipelines::gradcheck(r);
+      } catch (const Error& e) {
+        std::cerr << "tessel: error: " << e.what() << "\n";
+        return 2;  // the check could not be made
       }
-      std::cout << "\n";
-      if (r.offload != core::PlanOptions::Offload::kNever) {
-        std::cout << "offload (" << args->offload << "): " << core::format_bytes(c.offload_bytes)
-                  << " moved\n";
+      if (args->inject != "none") {
+        std::cout << "injected fault: " << args->inject << " (the check must FAIL)\n";
       }
-      const double least = core::least_tolerance(r.precision);
-      const auto& f = report.floor;
-      double worst = c.worst();
-      std::string bar = "1e-10";  // one bar for float64 and float32; per quantity otherwise
-      if (r.precision == core::Precision::kFloat32 && !report.float64) {
-        std::cout << "plain float32 against plain float64 (the floor): output " << f.logits
-                  << ", loss " << f.loss << ", input gradient " << f.input_grad
-                  << ", parameter gradients " << f.worst_param << " (" << f.worst_param_name
-                  << ")\nbar: max(" << least << ", 2 × the floor's worst)\n";
-        bar = std::to_string(std::max(least, 2 * f.worst()));
-      } else if (!report.float64) {
-        std::cout << "norm-wise relative error (" << precision << "): output " << c.output_norm
-                  << ", input gradient " << c.input_grad_norm << ", parameter gradients "
-                  << c.params_norm << "\nplain " << precision
-                  << " against plain float64 (the floor), norm-wise: output " << f.output_norm
-                  << ", input gradient " << f.input_grad_norm << ", parameter gradients "
-                  << f.params_norm << "\nbar: each norm-wise error within max(" << least
-                  << ", 2 × its floor)\n";
-        worst = std::max({c.output_norm, c.input_grad_norm, c.params_norm});
-        bar.clear();
+      if (args->every_quantity) {
+        std::cout << "tiled against plain, every quantity:\n" << report.comparison.to_string();
+        if (!report.float64) {
+          std::cout << "plain " << precision << " against plain float64:\n"
+                    << report.floor.to_string() << "tiled " << precision
+                    << " against tiled float64:\n"
+                    << report.tiled_floor.to_string();
+        }
       }
-      std::cout << (report.passed() ? "PASS" : "FAIL") << ": worst " << worst;
-      if (!bar.empty()) std::cout << (report.passed() ? " <= " : " > ") << bar;
-      std::cout << "\n";
+      print_report(report, precision, args->offload);
       return report.passed() ? 0 : 1;
     };
   });

@@ -116,6 +116,11 @@ class TiledStep {
         std::sort(list.begin(), list.end());
       }
     }
+    if (options.inject == Fault::kHalo) {
+      const int halo = halo_fault_segment(graph, plan);
+      if (halo < 0) throw Error("cannot inject halo: every tile reads its whole input");
+      halo_segment_ = &plan.segments[static_cast<size_t>(halo)];
+    }
     if (plan.offloads()) {
       TileStoreOptions o;
       o.scratch_dir = options.scratch_dir;
@@ -235,6 +240,10 @@ class TiledStep {
   }
 
   TileTensor read_input(const Segment& s, const Region& r) {
+    return short_halo(s, read_input_exactly(s, r));
+  }
+
+  TileTensor read_input_exactly(const Segment& s, const Region& r) {
     if (s.input == 0) {
       if (r.empty()) {
         return {at::empty({1, source_.channels(), 0, 0}, tensor_options_), r};
@@ -246,6 +255,31 @@ class TiledStep {
     }
     const at::Tensor& ckpt = checkpoints_[static_cast<size_t>(s.input)];
     return {crop({ckpt, whole(shape(s.input))}, r), r};
+  }
+
+  // Fault::kHalo: the first window read in halo_fault_segment's segment that ends inside the
+  // activation on some side comes one row (or column) short on that side, and the rows that
+  // remain stand where the window's should (a zero row fills the other end), in every pass that
+  // reads that window again. Zeroing the lost row alone can be invisible: a max pool after
+  // resnet18's first convolution never picked it, and the step came out bit-identical.
+  TileTensor short_halo(const Segment& s, TileTensor t) {
+    if (options_.inject != Fault::kHalo || &s != halo_segment_ || t.region.empty()) return t;
+    const Shape& in = shape(s.input);
+    const Region& r = t.region;
+    const int dim = r.y.begin > 0 || r.y.end < in.height ? 2 : 3;
+    const bool at_start = dim == 2 ? r.y.begin > 0 : r.x.begin > 0;
+    if (!at_start && (dim == 2 ? r.y.end == in.height : r.x.end == in.width)) return t;
+    const int64_t n = t.tensor.size(dim);
+    if (n < 2) return t;
+    if (!halo_region_) halo_region_ = r;
+    if (!(*halo_region_ == r)) return t;
+    at::Tensor shorted = at::zeros_like(t.tensor);
+    if (at_start) {
+      shorted.narrow(dim, 0, n - 1).copy_(t.tensor.narrow(dim, 1, n - 1));
+    } else {
+      shorted.narrow(dim, 1, n - 1).copy_(t.tensor.narrow(dim, 0, n - 1));
+    }
+    return {shorted, t.region};
   }
 
   // Segment `index`'s output lives in the tile store (never the last's: the head reads it).
@@ -1514,6 +1548,8 @@ class TiledStep {
   Graph& graph_;
   const Plan& plan_;
   TileSource& source_;
+  const Segment* halo_segment_ = nullptr;  // Fault::kHalo's segment and window
+  std::optional<Region> halo_region_;
   const StepOptions& options_;
   at::TensorOptions tensor_options_;     // the dtype and device the step computes in
   TileFormats formats_;                  // the tiles' memory formats in each pass
@@ -1578,6 +1614,34 @@ at::Tensor run_from(Graph& graph, NodeId first, const at::Tensor& value, bool tr
     }
   }
   return values.back();
+}
+
+// One element of `t` (any strides) set to NaN.
+void set_nan(at::Tensor t) {
+  at::NoGradGuard no_grad;
+  while (t.dim() > 0) t = t.select(0, 0);
+  t.fill_(std::numeric_limits<double>::quiet_NaN());
+}
+
+// Fault::kNanGrad and kNanStat, after a tiled step's backward.
+void inject_nan(Graph& graph, Fault fault) {
+  if (fault == Fault::kNanGrad) {
+    for (auto& p : graph.module().parameters()) {
+      if (p.grad().defined() && p.grad().numel() > 0) return set_nan(p.grad());
+    }
+    throw Error("cannot inject nan-grad: the network has no parameter gradient");
+  }
+  if (fault == Fault::kNanStat) {
+    for (auto& b : graph.module().named_buffers()) {
+      if (b.key().find("running_") != std::string::npos && b.value().is_floating_point() &&
+          b.value().numel() > 0) {
+        return set_nan(b.value());
+      }
+    }
+    throw Error(
+        "cannot inject nan-stat: the network has no running statistics (batch norm in "
+        "training mode has them: --norm batch)");
+  }
 }
 
 at::Tensor read_whole(TileSource& source, const at::TensorOptions& options) {
@@ -1645,6 +1709,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     if (!grad.defined()) grad = at::zeros_like(head_in);
     result.input_grad = step.backward(grad);
     if (!options.input_gradient) result.input_grad = at::Tensor();
+    inject_nan(graph, options.inject);
     result.backward_ms = ms_since(t1);
     result.loss = loss.detach();
     result.logits = logits.detach();

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/device.h"
+#include "core/fault.h"
 #include "core/graph.h"
 #include "core/observer.h"
 #include "core/plan.h"
@@ -41,6 +42,7 @@ struct StepOptions {
   // The memory formats the tiles' convolutions run in; none: the device's choice for the
   // precision (core/device.h tile_formats). Benchmarks compare them; results do not change.
   std::optional<TileFormats> tile_formats;
+  Fault inject = Fault::kNone;  // tiled steps only
 };
 
 struct StepResult {

@@ -775,4 +775,35 @@ std::string to_string(const Plan& plan, const Graph& graph) {
   return os.str();
 }
 
+std::vector<std::string> schemes_of(const Graph& graph, const Plan& plan) {
+  std::vector<std::string> out;
+  const auto add = [&out](const std::string& name) {
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  };
+  const auto where = [](Tier t) { return t == Tier::kHost ? "in host memory" : "on disk"; };
+  for (const Segment& s : plan.segments) {
+    const bool barriers = !barrier_rounds(graph, s.input, s.output).empty();
+    if (s.shared_rows) {
+      add(s.shared_tier == Tier::kResident
+              ? "shared rows (2PS)"
+              : std::string("shared rows (2PS), kept rows ") + where(s.shared_tier));
+    } else if (s.whole_barriers) {
+      add("whole barriers");
+    } else if (barriers && s.inner_checkpoints) {
+      add("sub-segments over inner checkpoints (" + to_string(s.inner_tier) +
+          (s.keep_inner || s.inner_tier != Tier::kResident ? ", kept" : ", rebuilt") + ")");
+      if (!s.dropped_inner.empty()) add("inner checkpoints recomputed");
+    } else if (barriers) {
+      add("recompute rounds");
+    } else if (!s.keep_graph) {
+      add("plain tiles");
+    }
+    if (s.keep_graph) add("kept graph");
+    if (s.reduction >= 0) add("streaming reduction");
+    if (s.tier != Tier::kResident) add(std::string("checkpoints ") + where(s.tier));
+    if (s.resident_blocks > 0) add("partly resident checkpoints");
+  }
+  return out;
+}
+
 }  // namespace tessel::core

@@ -189,6 +189,9 @@ struct PlanCost {
 struct Plan {
   Strategy strategy = Strategy::kNone;
   Shape input;
+  // Made for a step that also returns the image's gradient (PlanOptions::input_gradient): the
+  // step's StepOptions::input_gradient must say the same (training runs without it).
+  bool input_gradient = false;
   int64_t element_bytes = 4;
   std::vector<Shape> shapes;      // per node
   std::vector<Segment> segments;  // empty for kNone
@@ -315,6 +318,13 @@ Window receptive_field(const Graph& graph, NodeId node, int axis, Window out);
 
 // A readable table: segments, ops, output shapes, tiles, bytes.
 std::string to_string(const Plan& plan, const Graph& graph);
+
+// The execution schemes `plan`'s segments use, each named once in plan order: "plain tiles",
+// "kept graph", "shared rows (2PS)", "whole barriers", "sub-segments over inner checkpoints",
+// "inner checkpoints recomputed", "recompute rounds", "streaming reduction", and where
+// checkpoints live when not resident ("checkpoints on disk", "partly resident checkpoints").
+// `tessel gradcheck` reports them: what a check checked.
+std::vector<std::string> schemes_of(const Graph& graph, const Plan& plan);
 std::string format_bytes(int64_t bytes);
 // "2GiB", "512MiB", "1.5G", "3000000" → bytes; throws tessel::Error on anything else.
 int64_t parse_bytes(const std::string& text);

@@ -2105,6 +2105,7 @@ Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t t
   Plan plan;
   plan.strategy = Strategy::kNone;
   plan.input = input;
+  plan.input_gradient = a.options.input_gradient;
   plan.shapes = a.shapes;
   plan.element_bytes = a.eb;
   plan.budget_bytes = budget;
@@ -2414,6 +2415,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   plan.prices = prices;
   plan.decisions = std::move(decisions);
   plan.input = input;
+  plan.input_gradient = options.input_gradient;
   plan.shapes = a.shapes;
   plan.element_bytes = a.eb;
   plan.budget_bytes = budget;

@@ -126,81 +126,156 @@ PlanReport plan_model(const PlanRequest& r) {
   return report;
 }
 
-GradcheckReport gradcheck(const GradcheckRequest& r) {
+namespace {
+
+core::Graph gradcheck_network(const GradcheckRequest& r) {
   const bool random = r.model == "random" || r.model == "random-barriers";
-  core::Graph graph = r.network ? r.network(2)
-                      : random  ? models::random_network(r.seed, 16, 3, r.model != "random")
-                                : models::build_model(r.model, [&] {
-                                   models::ModelOptions mo;
-                                   mo.norm = models::parse_norm(r.norm);
-                                   return mo;
-                                 }());
-  const int64_t channels = graph.node(graph.input()).channels;
+  if (random && r.pool != "avg") {
+    throw Error("--pool " + r.pool + ": a random network draws its own head; name a model");
+  }
+  if (r.network) return r.network(2);
+  if (random) return models::random_network(r.seed, 16, 3, r.model != "random");
+  models::ModelOptions mo;
+  mo.norm = models::parse_norm(r.norm);
+  if (r.pool == "max") {
+    mo.global_max_pool = true;
+  } else if (r.pool == "attention") {
+    models::AttentionHead head;
+    head.gated = r.gated;
+    head.branches = r.branches;
+    mo.attention = head;
+  } else if (r.pool != "avg") {
+    throw Error("unknown pool '" + r.pool + "': avg, max or attention");
+  }
+  if (r.pool == "attention" && r.branches != 1 && r.branches != mo.classes) {
+    throw Error("--branches " + std::to_string(r.branches) + ": 1, or one per class (" +
+                std::to_string(mo.classes) + ")");
+  }
+  return models::build_model(r.model, mo);
+}
+
+// Every checkpoint candidate a checkpoint, so there is as much to offload as the network
+// allows (the last candidates may lie past the last tiled layer: drop those).
+void offload_everything(const core::Graph& graph, const core::Shape& input, core::PlanOptions& o) {
+  o.offload_window_bytes = 16 << 10;
+  o.offload_block_bytes = 2 << 10;
+  std::vector<core::NodeId> checkpoints = core::checkpoint_candidates(graph);
+  for (; !checkpoints.empty(); checkpoints.pop_back()) {
+    o.checkpoints = checkpoints;
+    try {
+      (void)core::make_plan(graph, input, 0, o);
+      break;
+    } catch (const Error&) {
+    }
+  }
+  o.checkpoints = checkpoints;
+}
+
+core::Plan gradcheck_plan(const core::Graph& graph, const core::Shape& input,
+                          const GradcheckRequest& r) {
+  core::PlanOptions o;
+  o.strategy = r.strategy;
+  o.element_bytes = r.float64 ? 8 : 4;
+  o.input_gradient = r.input_gradient;
+  if (r.prices) {
+    o.measure_prices = [prices = *r.prices] { return prices; };
+  } else if (r.budget_bytes > 0) {
+    o.measure_prices = [&] { return core::measure_offload_prices(o.auto_tier, r.scratch_dir); };
+  }
+  if (r.budget_bytes == 0) {
+    if (r.tile > 0) {
+      o.tile_size = r.tile;
+    } else {
+      o.tiles_y = 3;
+      o.tiles_x = 3;
+    }
+  } else if (r.tile > 0) {
+    throw Error("--tile and --budget: the budget's plan picks its own tiles; give one of them");
+  }
+  if (r.offload != core::PlanOptions::Offload::kNever) {
+    o.offload = r.offload;
+    offload_everything(graph, input, o);
+  }
+  return core::make_plan(graph, input, r.budget_bytes, o);
+}
+
+// A check that cannot fail is not a check: one tile per segment compares plain with plain.
+void require_tiles(const core::Graph& graph, const core::Plan& plan, const GradcheckRequest& r) {
+  if (core::tiles(plan)) return;
+  const std::string size = std::to_string(r.width) + "×" + std::to_string(r.height);
+  throw Error("not tiled: every segment of the plan for " + size + " runs as one tile" +
+              (r.tile > 0 ? " (--tile " + std::to_string(r.tile) +
+                                " is not smaller than the segments' outputs)"
+               : r.budget_bytes > 0 ? " (the budget holds it whole)"
+                                    : std::string()) +
+              ", so the check would compare plain with plain; use a smaller --tile or --budget, "
+              "or a larger --size\n" +
+              core::to_string(plan, graph));
+}
+
+bool has_running_statistics(core::Graph& graph) {
+  for (auto& b : graph.module().named_buffers()) {
+    if (b.key().find("running_") != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+GradcheckReport gradcheck(const GradcheckRequest& r) {
+  core::Graph graph = gradcheck_network(r);
+  const core::Shape input{graph.node(graph.input()).channels, r.height, r.width};
   const c10::Device device = core::resolve_device(r.device);
   core::use_exact_algorithms();
   const at::ScalarType dtype = r.float64 ? at::kDouble : at::kFloat;
   graph.module().to(device, dtype);
   core::randomise(graph, r.seed);  // the same weights on every device
-  core::PlanOptions o;
-  o.strategy = r.strategy;
-  o.element_bytes = r.float64 ? 8 : 4;
-  if (r.tile > 0) {
-    o.tile_size = r.tile;
-  } else {
-    o.tiles_y = 3;
-    o.tiles_x = 3;
+  if (r.inject == core::Fault::kNanStat && !has_running_statistics(graph)) {
+    throw Error("--inject nan-stat: " + (r.network ? std::string("this network") : r.model) +
+                " has no running statistics (batch norm has them: --norm batch)");
   }
-  if (r.offload != core::PlanOptions::Offload::kNever) {
-    o.offload = r.offload;
-    o.offload_window_bytes = 16 << 10;
-    o.offload_block_bytes = 2 << 10;
-    // Every candidate a checkpoint, so there is as much to offload as the network allows (the
-    // last candidates may lie past the last tiled layer: drop those).
-    std::vector<core::NodeId> checkpoints = core::checkpoint_candidates(graph);
-    for (; !checkpoints.empty(); checkpoints.pop_back()) {
-      o.checkpoints = checkpoints;
-      try {
-        (void)core::make_plan(graph, {channels, r.height, r.width}, 0, o);
-        break;
-      } catch (const Error&) {
-      }
-    }
-    o.checkpoints = checkpoints;
-  }
-  const core::Plan plan = core::make_plan(graph, {channels, r.height, r.width}, 0, o);
-  // A check that cannot fail is not a check: one tile per segment compares plain with plain.
-  bool tiled = false;
-  for (const core::Segment& s : plan.segments) {
-    tiled = tiled || s.forward.tiles() > 1 || s.backward.tiles() > 1;
-  }
-  if (!tiled) {
-    throw Error("not tiled: every segment of the plan for " + std::to_string(r.width) + "×" +
-                std::to_string(r.height) + " runs as one tile" +
-                (r.tile > 0 ? " (--tile " + std::to_string(r.tile) +
-                                  " is not smaller than the "
-                                  "segments' outputs)"
-                            : std::string()) +
-                ", so the check would compare plain with plain; use a smaller --tile or a "
-                "larger --size\n" +
-                core::to_string(plan, graph));
+  const core::Plan plan = gradcheck_plan(graph, input, r);
+  require_tiles(graph, plan, r);
+  if (r.inject == core::Fault::kHalo && core::halo_fault_segment(graph, plan) < 0) {
+    throw Error(
+        "--inject halo: every tile of this plan reads the whole of its segment's input "
+        "(the receptive field covers the image), so no halo can be shortened; use a "
+        "larger --size");
   }
   auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
-  const at::Tensor image = at::randn({1, channels, r.height, r.width}, gen, dtype);
+  const at::Tensor image = at::randn({1, input.channels, r.height, r.width}, gen, dtype);
   GradcheckReport report;
-  core::StepOptions so;
-  so.scratch_dir = r.scratch_dir;
-  if (!r.float64) so.precision = r.precision;
-  report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so);
   report.float64 = r.float64;
   report.precision = r.precision;
-  if (!r.float64) {
-    // Float32 rounds, and bf16 far more; by how much depends on the network, the loss and the
-    // quantity. A tiled step that rounds no worse than the plain one is within twice plain's own
-    // error against float64.
-    report.floor = core::rounding_of_plain(graph, plan, image, r.seed, so);
-  }
   report.plan_table = core::to_string(plan, graph);
+  report.schemes = core::schemes_of(graph, plan);
+  for (const core::Segment& s : plan.segments) {
+    if (s.forward.tiles() < 2 && s.backward.tiles() < 2) continue;
+    for (core::NodeId v = s.input + 1; v <= s.output; ++v) {
+      report.tiled_barriers += graph.node(v).is_barrier() ? 1 : 0;
+    }
+  }
   report.device = device.str();
+  core::StepOptions so;
+  so.scratch_dir = r.scratch_dir;
+  so.input_gradient = r.input_gradient;
+  so.inject = r.inject;
+  if (!r.float64) so.precision = r.precision;
+  try {
+    if (r.float64) {
+      report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so);
+    } else {
+      // Float32 rounds, and bf16 far more; by how much depends on the network, the loss and
+      // the quantity: each side's own rounding against float64, and the first law in float64.
+      core::PrecisionCheck check = core::check_in_precision(graph, plan, image, r.seed, so);
+      report.comparison = std::move(check.tiled_vs_plain);
+      report.floor = std::move(check.plain_floor);
+      report.tiled_floor = std::move(check.tiled_floor);
+      report.exact = std::move(check.exact);
+    }
+  } catch (const Error& e) {
+    report.step_error = e.what();
+  }
   return report;
 }
 

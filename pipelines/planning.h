@@ -43,9 +43,19 @@ struct GradcheckRequest {
   std::string model = "random";  // a models/zoo.h name, or "random"
   NetworkBuilder network;        // when set, instead of `model`
   std::string norm = "frozen";   // the zoo's batch norms: frozen, batch or group
+  // The zoo's head: "avg" or "max" (global pool) or "attention" (gated or not, one branch or
+  // one per class). Random networks draw their own.
+  std::string pool = "avg";
+  bool gated = true;
+  int64_t branches = 1;
   int64_t height = 0, width = 0;
   core::Strategy strategy = core::Strategy::kGrid;
   int64_t tile = 0;  // output pixels per tile of each segment; 0: 3 tiles per axis
+  // The plan training makes under this budget (0: the fixed tiles above): its search picks
+  // the schemes (kept graphs, barrier rounds, inner checkpoints recomputed or offloaded, partly
+  // resident checkpoints), at `prices` where given, else this machine's.
+  int64_t budget_bytes = 0;
+  std::optional<core::OffloadPrices> prices;
   uint64_t seed = 1;
   bool float64 = true;
   // With float64 false: float32 (exact), tf32 or bf16 (core/precision.h), both steps alike.
@@ -55,6 +65,9 @@ struct GradcheckRequest {
   core::PlanOptions::Offload offload = core::PlanOptions::Offload::kNever;
   std::string scratch_dir;      // empty: the system's temporary directory
   std::string device = "auto";  // core::resolve_device: cpu, cuda, cuda:N, auto
+  // Training's step has no image gradient; true checks the step that also returns it.
+  bool input_gradient = false;
+  core::Fault inject = core::Fault::kNone;  // a deliberate fault in the tiled step
 };
 
 struct GradcheckReport {
@@ -63,15 +76,26 @@ struct GradcheckReport {
   // against plain float64 (`floor`, core::rounding_of_plain), as core::within_rounding says.
   bool float64 = true;
   core::Precision precision = core::Precision::kFloat32;
-  core::Comparison floor;  // not in float64
+  // Not in float64: the two steps' own rounding against float64 (core::PrecisionCheck), and the
+  // float64 first law on the same plan, weights and image.
+  core::Comparison floor, tiled_floor, exact;
   std::string plan_table;
-  std::string device;  // where both steps ran: "cpu", "cuda:0"
+  std::vector<std::string> schemes;  // core::schemes_of the plan checked
+  int64_t tiled_barriers = 0;        // barrier nodes in segments of more than one tile
+  std::string device;                // where both steps ran: "cpu", "cuda:0"
+  // The tiled step threw (an engine error during the check): a failure, with its message.
+  std::string step_error;
   bool passed() const {
-    return float64 ? comparison.worst() <= 1e-10
-                   : core::within_rounding(comparison, floor, precision);
+    if (!step_error.empty()) return false;
+    if (float64) return comparison.worst() <= kFloat64Bar;
+    return exact.worst() <= kFloat64Bar &&
+           core::within_rounding(comparison, floor, precision, tiled_floor);
   }
+  static constexpr double kFloat64Bar = 1e-10;
 };
 
+// Throws tessel::Error where the check cannot be made: a bad model or size, a plan that does
+// not tile (it would compare plain with plain), a fault the network cannot take.
 GradcheckReport gradcheck(const GradcheckRequest& request);
 
 }  // namespace tessel::pipelines

@@ -798,6 +798,7 @@ class Trainer {
     options.observer = &step_observer_;
     options.scratch_dir = scratch_dir_;
     options.precision = precision_;
+    options.inject = request_.inject;
     return options;
   }
 

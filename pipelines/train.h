@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fault.h"
 #include "core/observer.h"
 #include "pipelines/metrics.h"
 #include "pipelines/train_config.h"
@@ -90,6 +91,9 @@ struct TrainRequest {
   // Where the disk tier's scratch file goes when a plan offloads checkpoints (`--scratch`);
   // empty: the run folder, so a crashed run's leftover is removed by the next run there.
   std::filesystem::path scratch_dir{};
+  // Tests only: a deliberate fault in every tiled step (core::Fault), to show that a test's
+  // tolerance rejects a one-tile error.
+  core::Fault inject = core::Fault::kNone;
 };
 
 // Throws tessel::Error for a manifest that cannot be used, a run folder or scratch directory that

@@ -67,21 +67,22 @@ TEST(Cli, GradcheckOnAGpuThatIsNotThereIsOneLineSayingWhatWasFound) {
   for (const std::string& device : r.gpus.empty() ? std::vector<std::string>{"cuda", "cuda:1"}
                                                   : std::vector<std::string>{beyond}) {
     const CliRun run = run_cli("gradcheck --model tiny --size 20x20 --device " + device);
-    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_EQ(run.exit_code, 2) << run.output;  // a check that could not be made
     EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
     EXPECT_NE(run.output.find(r.gpus.empty() ? r.problem : "there is no " + beyond),
               std::string::npos)
         << run.output;
   }
   const CliRun bad = run_cli("gradcheck --device gpu0");
-  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("unknown device 'gpu0'"), std::string::npos) << bad.output;
   const CliRun cpu = run_cli("gradcheck --model tiny --size 23x19 --device cpu");
   EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
   EXPECT_NE(cpu.output.find("(float64, cpu)"), std::string::npos) << cpu.output;
   const CliRun f32 = run_cli("gradcheck --model tiny --size 23x19 --device cpu --float32");
   EXPECT_EQ(f32.exit_code, 0) << f32.output;
-  EXPECT_NE(f32.output.find("plain float32 against plain float64 (the floor): "), std::string::npos)
+  EXPECT_NE(f32.output.find("the same plan in float64 against plain float64 (the first law)"),
+            std::string::npos)
       << f32.output;
   const CliRun bf16 = run_cli("gradcheck --model tiny --size 23x19 --device cpu --precision bf16");
   EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
@@ -91,9 +92,58 @@ TEST(Cli, GradcheckOnAGpuThatIsNotThereIsOneLineSayingWhatWasFound) {
 TEST(Cli, GradcheckRefusesAPlanWithoutATiledSegment) {
   // tiny's output is 2×2 at 20×20: tiles of 64 output pixels are one tile per segment.
   const CliRun run = run_cli("gradcheck --model tiny --size 20x20 --tile 64 --device cpu");
-  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_NE(run.output.find("not tiled"), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("PASS"), std::string::npos) << run.output;
+  const CliRun budget = run_cli("gradcheck --model tiny --size 20x20 --budget 1GiB --device cpu");
+  EXPECT_EQ(budget.exit_code, 2) << budget.output;
+  EXPECT_NE(budget.output.find("the budget holds it whole"), std::string::npos) << budget.output;
+}
+
+// Exit 0 without a fault, 1 with each (the check refuses it, naming the quantity), 2 where the
+// fault cannot be made: in float64 and float32, for a network with running statistics.
+TEST(Cli, GradcheckFailsEveryInjectedFault) {
+  for (const std::string precision : {"float64", "float32"}) {
+    const std::string base =
+        "gradcheck --model resnet18 --norm batch --size 97x83 --device cpu --precision " +
+        precision;
+    const CliRun clean = run_cli(base);
+    EXPECT_EQ(clean.exit_code, 0) << clean.output;
+    EXPECT_NE(clean.output.find("schemes checked: "), std::string::npos) << clean.output;
+    const std::pair<std::string, std::string> faults[] = {
+        {"nan-grad", "NaN in the tiled step"}, {"nan-stat", "running_"}, {"halo", "FAIL"}};
+    for (const auto& [fault, says] : faults) {
+      const CliRun run = run_cli(base + " --inject " + fault);
+      EXPECT_EQ(run.exit_code, 1) << fault << " " << precision << "\n" << run.output;
+      EXPECT_NE(run.output.find(says), std::string::npos) << fault << "\n" << run.output;
+      EXPECT_NE(run.output.find("FAIL"), std::string::npos) << fault << "\n" << run.output;
+    }
+  }
+  const CliRun frozen = run_cli("gradcheck --model tiny --size 40x36 --inject nan-stat");
+  EXPECT_EQ(frozen.exit_code, 2) << frozen.output;
+  EXPECT_NE(frozen.output.find("no running statistics"), std::string::npos) << frozen.output;
+  const CliRun whole = run_cli("gradcheck --model vgg-mini --size 97x83 --inject halo");
+  EXPECT_EQ(whole.exit_code, 2) << whole.output;
+  EXPECT_NE(whole.output.find("no halo can be shortened"), std::string::npos) << whole.output;
+}
+
+// The attention head and budgeted plans from the command line: the schemes a budget picks are
+// reported, and the image's gradient is compared only when asked for.
+TEST(Cli, GradcheckChecksAttentionHeadsAndBudgetedPlans) {
+  const CliRun attention = run_cli(
+      "gradcheck --model vgg-mini --pool attention --branches 2 --ungated --size 97x83 "
+      "--input-gradient");
+  EXPECT_EQ(attention.exit_code, 0) << attention.output;
+  EXPECT_NE(attention.output.find("input gradient"), std::string::npos) << attention.output;
+  const CliRun budget = run_cli(
+      "gradcheck --model random-barriers --seed 3 --size 150x130 --budget 400KiB "
+      "--prices 0.5,190");
+  EXPECT_EQ(budget.exit_code, 0) << budget.output;
+  EXPECT_NE(budget.output.find("sub-segments over inner checkpoints"), std::string::npos)
+      << budget.output;
+  EXPECT_EQ(budget.output.find("input gradient"), std::string::npos) << budget.output;
+  const CliRun random_pool = run_cli("gradcheck --model random --pool max");
+  EXPECT_EQ(random_pool.exit_code, 2) << random_pool.output;
 }
 
 TEST(Cli, UnknownFlagIsAOneLineErrorWithExitCodeTwo) {

@@ -77,6 +77,8 @@ TEST(AttentionPool, StreamedOverTilesEqualsPlainAutograd) {
       // Streamed: the last segment closes with the pool, its tiles never held together.
       ASSERT_EQ(plan.segments.back().reduction, attention_node(g)) << to_string(plan, g);
       EXPECT_EQ(plan.segments.back().forward.tiles(), ty * tx) << to_string(plan, g);
+      // 1×1: the pool over one tile, which must equal plain as LibTorch's own.
+      EXPECT_EQ(tiles(plan), ty * tx > 1) << "the check must tile\n" << to_string(plan, g);
       const auto c = compare_with_plain(g, plan, random_image(2, h, w, 3), 4);
       EXPECT_LT(c.worst(), kTolerance)
           << head.name() << " " << to_string(strategy) << " " << ty << "×" << tx << "\n"
@@ -94,6 +96,7 @@ TEST(AttentionPool, RunInTheHeadEqualsPlainAutograd) {
     o.streaming_reduction = false;
     const Plan plan = make_plan(g, {2, h, w}, 0, o);
     ASSERT_LT(plan.segments.back().reduction, 0) << to_string(plan, g);
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
     const auto c = compare_with_plain(g, plan, random_image(2, h, w, 5), 6);
     EXPECT_LT(c.worst(), kTolerance) << head.name() << "\n" << to_string(plan, g) << c.to_string();
   }
@@ -116,6 +119,7 @@ TEST(AttentionPool, MatchesWithOffloadedCheckpointsAndABarrier) {
         EXPECT_GT(plan.moved_bytes(), 0) << to_string(plan, g);
       }
       for (uint64_t step = 1; step <= 2; ++step) {
+        ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
         const auto c = compare_with_plain(g, plan, random_image(2, h, w, 7 + step), step);
         EXPECT_LT(c.worst(), kTolerance) << head.name() << (offload ? " offloaded" : "") << "\n"
                                          << to_string(plan, g) << c.to_string();
@@ -135,6 +139,9 @@ TEST(AttentionPool, MatchesUnderABudget) {
     o.element_bytes = 8;
     const Plan plan = make_plan(g, {2, h, w}, budget_kib << 10, o);
     for (const Segment& s : plan.segments) kept += s.keep_graph;
+    // 400 KiB and 4 MiB hold the step whole: one tile with its graph kept, which must equal
+    // plain; the smaller budgets tile.
+    EXPECT_EQ(tiles(plan), budget_kib < 400) << "the check must tile\n" << to_string(plan, g);
     const auto c = compare_with_plain(g, plan, random_image(2, h, w, 11), 12);
     EXPECT_LT(c.worst(), kTolerance) << budget_kib << " KiB\n"
                                      << to_string(plan, g) << c.to_string();

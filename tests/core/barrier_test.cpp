@@ -60,6 +60,8 @@ int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const 
       for (const Segment& s : plan.segments) {
         for (NodeId v = s.input + 1; v <= s.output; ++v) with_barrier += g.node(v).is_barrier();
       }
+      // 1×1: the one-tile scheme (whole barriers), which must equal plain as LibTorch's own.
+      EXPECT_EQ(tiles(plan), ty * tx > 1) << what << "\n" << to_string(plan, g);
       const auto c = compare_with_plain(g, plan, image, 5);
       EXPECT_LT(c.worst(), kTolerance)
           << what << " " << to_string(strategy) << " " << ty << "×" << tx
@@ -329,10 +331,13 @@ TEST(Barriers, KeptInnerCheckpointsMatch) {
   o.element_bytes = 8;
   o.strategy = Strategy::kGrid;
   o.whole_barriers = false;  // the plan's one-tile segments would run their barriers whole
+  o.tiles_y = 2;             // tiled: a check of one tile compares plain with plain
+  o.tiles_x = 2;
   const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
   int kept = 0;
   for (const Segment& s : plan.segments) kept += s.keep_inner ? 1 : 0;
   EXPECT_GT(kept, 0) << to_string(plan, g);
+  ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
   const auto c = compare_with_plain(g, plan, random_image(2, h, w, 9), 9);
   EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
 }
@@ -484,6 +489,7 @@ TEST(Barriers, AtASegmentsInputMatch) {
     if (variant & 2) o.checkpoints = std::vector<NodeId>{2};
     o.inner_checkpoints = variant < 2;
     const Plan plan = make_plan(g, {2, 13, 11}, 0, o);
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
     const auto c = compare_with_plain(g, plan, random_image(2, 13, 11, 3), 5);
     EXPECT_LT(c.worst(), kTolerance) << variant << to_string(plan, g) << c.to_string();
   }
@@ -506,8 +512,12 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
     g.module().to(test_device(), at::kDouble);
     randomise(g, seed);
     const Shape in{2, pick(17, 45), pick(17, 45)};
-    PlanOptions o =
-        fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, 4), pick(1, 3));
+    // At least two tiles: a check of one compares plain with plain.
+    const Strategy strategy = pick(0, 1) ? Strategy::kGrid : Strategy::kRows;
+    const int64_t ty = pick(strategy == Strategy::kRows ? 2 : 1, 4);
+    const int64_t tx = pick(ty == 1 ? 2 : 1, 3);
+    PlanOptions o = fixed_tiles(strategy, ty, tx);
+    o.input_gradient = seed % 3 == 0;  // training's step, and a third with the image's gradient
     o.streaming_reduction = pick(0, 3) != 0;
     // Half of the offloading cases run sub-segments (reading an offloaded input), half recompute.
     o.inner_checkpoints = seed % 4 == 0 ? seed % 8 == 4 : seed % 2 == 1;
@@ -552,6 +562,7 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
         kinds.insert(describe(g.node(v)).substr(0, 10));
       }
     }
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
     const auto c = compare_with_plain(g, plan, random_image(2, in.height, in.width, seed), seed);
     EXPECT_LT(c.worst(), kTolerance) << "seed " << seed << " input " << to_string(in) << "\n"
                                      << to_string(plan, g) << c.to_string();

@@ -26,6 +26,7 @@ namespace {
 using test::fixed_tiles;
 using test::kTolerance;
 using test::random_image;
+using test::tiling_budget_plan;
 
 // A random case: a random network in float64 with random weights, an input of 17–45 pixels a
 // side (rarely a multiple of the tiles), grid or rows with up to `max_ty` × `max_tx` fixed
@@ -45,8 +46,13 @@ RandomCase random_case(uint64_t seed, std::mt19937_64& rng, int64_t max_ty, int6
   c.graph.module().to(test_device(), at::kDouble);
   randomise(c.graph, seed);
   c.input = {2, pick(17, 45), pick(17, 45)};
-  c.options =
-      fixed_tiles(pick(0, 1) ? Strategy::kGrid : Strategy::kRows, pick(1, max_ty), pick(1, max_tx));
+  // At least two tiles: a check of one compares plain with plain.
+  const Strategy strategy = pick(0, 1) ? Strategy::kGrid : Strategy::kRows;
+  const int64_t ty = pick(strategy == Strategy::kRows ? 2 : 1, max_ty);
+  const int64_t tx = pick(ty == 1 ? 2 : 1, max_tx);
+  c.options = fixed_tiles(strategy, ty, tx);
+  // Training's step (no image gradient), and every other case the step with it.
+  c.options.input_gradient = seed % 2 == 0 || !test::has_parameters(c.graph);
   c.options.streaming_reduction = pick(0, 3) != 0;
   std::vector<NodeId> ckpts;
   for (NodeId v : checkpoint_candidates(c.graph)) {
@@ -57,6 +63,7 @@ RandomCase random_case(uint64_t seed, std::mt19937_64& rng, int64_t max_ty, int6
 }
 
 TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
+  int budgeted = 0;
   for (uint64_t seed = 1; seed <= 80; ++seed) {
     std::mt19937_64 rng(seed * 7919);
     RandomCase rc = random_case(seed, rng, 5, 4, 3);
@@ -71,10 +78,20 @@ TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
       o.checkpoints.reset();
       plan = make_plan(g, in, 0, o);
     }
+    // Every fourth case the plan training makes under a budget (its search picks the tiles,
+    // segments and schemes) instead of fixed tiles.
+    if (seed % 4 == 3) {
+      if (std::optional<Plan> b = tiling_budget_plan(g, in, o)) {
+        plan = *b;
+        ++budgeted;
+      }
+    }
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
     const auto c = compare_with_plain(g, plan, random_image(2, in.height, in.width, seed), seed);
     EXPECT_LT(c.worst(), kTolerance) << "seed " << seed << " input " << to_string(in) << "\n"
                                      << to_string(plan, g) << c.to_string();
   }
+  EXPECT_GE(budgeted, 12) << "cases planned under a budget";
 }
 
 // The check above can only fail for an op the random networks draw: seeds 1–80 draw every
@@ -442,8 +459,9 @@ TEST(TiledStep, NetworksWithoutParametersComputeInTheImagesDtype) {
     EXPECT_EQ(infer(g, make_plan(g, {2, 13, 11}, 0, o), source).scalar_type(), at::kDouble)
         << to_string(s);
   }
-  const auto c = compare_with_plain(
-      g, make_plan(g, {2, 13, 11}, 0, fixed_tiles(Strategy::kGrid, 3, 2)), image, 2);
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 3, 2);
+  o.input_gradient = true;  // the only gradient a step without parameters has
+  const auto c = compare_with_plain(g, make_plan(g, {2, 13, 11}, 0, o), image, 2);
   EXPECT_LT(c.worst(), kTolerance) << c.to_string();
 }
 

@@ -4,7 +4,11 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <optional>
+
 #include "core/device.h"
+#include "core/error.h"
+#include "core/gradcheck.h"
 #include "core/planner.h"
 
 namespace tessel::core::test {
@@ -26,6 +30,31 @@ inline PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
   o.tiles_y = ty;
   o.tiles_x = tx;
   return o;
+}
+
+// Whether `g` has parameters: a check of a network without any must ask for the image's
+// gradient (PlanOptions::input_gradient), the only gradient such a step has.
+inline bool has_parameters(Graph& g) { return !g.module().parameters().empty(); }
+
+// The plan training makes for `in` under the largest budget (of a few, each 2/3 of the last,
+// from the unbudgeted plan's peak) at which it tiles: the budget search's own schemes (kept
+// graphs, rounds, inner checkpoints, offload). None when no budget tiles before one is refused.
+inline std::optional<Plan> tiling_budget_plan(const Graph& g, const Shape& in, PlanOptions o) {
+  o.tiles_y.reset();
+  o.tiles_x.reset();
+  o.tile_size.reset();
+  o.checkpoints.reset();
+  int64_t budget = make_plan(g, in, 0, o).predicted.total();
+  for (int i = 0; i < 12; ++i) {
+    budget = budget * 2 / 3;
+    try {
+      Plan plan = make_plan(g, in, budget, o);
+      if (tiles(plan)) return plan;
+    } catch (const tessel::Error&) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace tessel::core::test

@@ -386,12 +386,18 @@ TEST(Offload, RandomNetworksWithEveryCheckpointOnDiskMatchPlainAutograd) {
     randomise(g, seed);
     const Shape in{2, pick(17, 41), pick(17, 41)};
     const Strategy s = seed % 2 ? Strategy::kGrid : Strategy::kRows;
-    PlanOptions o = forced_disk(s, pick(1, 4), pick(1, 3), 1024 * pick(1, 8), 256 * pick(1, 8));
+    const int64_t ty = pick(s == Strategy::kRows ? 2 : 1, 4);
+    const int64_t tx = pick(ty == 1 ? 2 : 1, 3);
+    PlanOptions o = forced_disk(s, ty, tx, 1024 * pick(1, 8), 256 * pick(1, 8));
+    // Training's step, and a third with the image's gradient (the only one a network without
+    // parameters has).
+    o.input_gradient = seed % 3 == 0 || g.module().parameters().empty();
     o.streaming_reduction = pick(0, 3) != 0;
     // Every candidate a checkpoint: as many offloaded activations as the network allows.
     o.checkpoints = every_checkpoint(g, in);
     const Plan plan = make_plan(g, in, 0, o);
     if (plan.offloads()) ++offloaded;
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
     const auto c =
         compare_with_plain(g, plan, random_image(2, in.height, in.width, seed), seed, so);
     EXPECT_LT(c.worst(), kTolerance) << "seed " << seed << " input " << to_string(in) << "\n"

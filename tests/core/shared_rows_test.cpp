@@ -99,12 +99,12 @@ Case random_case(uint64_t seed) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   Case c{models::random_network(seed, 17, 2), {}, {}};
-  c.graph.module().to(at::kDouble);
+  c.graph.module().to(test_device(), at::kDouble);
   randomise(c.graph, seed);
   c.input = {2, pick(17, 45), pick(17, 45)};
   c.options = fixed_tiles(Strategy::kRowsShared, pick(2, 6), 1);
   c.options.streaming_reduction = pick(0, 3) != 0;
-  c.options.input_gradient = pick(0, 1) == 1;
+  c.options.input_gradient = pick(0, 1) == 1 || !test::has_parameters(c.graph);
   std::vector<NodeId> ckpts;
   for (NodeId v : checkpoint_candidates(c.graph)) {
     if (pick(0, 2) == 0) ckpts.push_back(v);
@@ -125,6 +125,7 @@ Plan plan_for(Case& c, int64_t budget = 0) {
 // One step of `plan` against plain autograd on a random image drawn from `image_seed`; fails
 // naming the seed, the input and the plan. Returns the comparison.
 Comparison expect_plain(Case& c, const Plan& plan, uint64_t seed, uint64_t image_seed) {
+  EXPECT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, c.graph);
   StepOptions so;
   so.input_gradient = c.options.input_gradient;
   const auto r = compare_with_plain(
@@ -200,7 +201,7 @@ TEST(SharedRows, ZooModelsMatchPlainAutograd) {
     mo.in_channels = 3;
     mo.classes = 3;
     Graph g = models::build_model(name, mo);
-    g.module().to(at::kDouble);
+    g.module().to(test_device(), at::kDouble);
     randomise(g, 7);
     const Shape in{3, 77, 69};
     PlanOptions o = fixed_tiles(Strategy::kRowsShared, 4, 1);
@@ -226,7 +227,7 @@ TEST(SharedRows, JoinsOfRowsThatFollowFromEarlierRowsMatchPlainAutograd) {
   models::ModelOptions mo;
   mo.classes = 3;
   models::add_head(g, g.conv(joined, ConvSpec(3, 2, 3).padding(1)), mo);
-  g.module().to(at::kDouble);
+  g.module().to(test_device(), at::kDouble);
   randomise(g, 11);
   for (int64_t rows : {2, 3, 5, 7, 9, 12, 14}) {
     const Shape in{2, 29, 23};

@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/gradcheck.h"
@@ -299,29 +301,49 @@ TEST_F(TrainTest, StoppingAtATileInASlideOrInValidationAndResumingIsExact) {
             columns(runs_.path() / "whole" / "metrics.csv"));
 }
 
-TEST_F(TrainTest, TiledTrainingEndsWhereUntiledTrainingEnds) {
-  const auto configure = [&](const std::string& run, const std::string& strategy) {
+// The updates (w − w0) of four SGD steps, tiled against plain, at a tolerance that a halo one
+// pixel short in one tile (core::Fault::kHalo) breaks: final weights are mostly the
+// initialisation, and would hide it.
+TEST_F(TrainTest, TiledTrainingUpdatesTheWeightsAsUntiledTrainingDoes) {
+  const auto configure = [&](const std::string& run, const std::string& strategy, double lr) {
     TrainConfig c = config(run);
     c.optimizer = "sgd";
-    c.lr = 0.01;
+    c.lr = lr;
     c.epochs = 1;
     c.strategy = strategy;
     c.budget = strategy == "none" ? "1GiB" : "6MiB";  // 6 MiB forces several tiles at 256²
     return c;
   };
-  train(TrainRequest{configure("plain", "none")});
-  train(TrainRequest{configure("tiled", "grid")});
-  const auto plain = weights(runs_.path() / "plain");
-  const auto tiled = weights(runs_.path() / "tiled");
-  ASSERT_EQ(plain.size(), tiled.size());
-  for (size_t i = 0; i < plain.size(); ++i) {
-    // float32, four SGD steps: a bias's gradient is a sum over every pixel with heavy
-    // cancellation, so summing in another order moves it by ~1e-4 of its (small) value; the
-    // engine's exactness itself is checked in float64 by the core tests. A tiling bug moves
-    // weights by O(1).
-    EXPECT_LT(core::relative_error(tiled[i].tensor, plain[i].tensor), 1e-3)
-        << plain[i].name << " max " << plain[i].tensor.abs().max().item<double>();
-  }
+  train(TrainRequest{configure("start", "none", 0)});  // lr 0: the initial weights
+  train(TrainRequest{configure("plain", "none", 0.01)});
+  train(TrainRequest{configure("tiled", "grid", 0.01)});
+  TrainRequest faulty{configure("halo", "grid", 0.01)};
+  faulty.inject = core::Fault::kHalo;
+  train(faulty);
+  const auto start = weights(runs_.path() / "start");
+  const auto updates = [&](const std::string& run) {
+    const auto w = weights(runs_.path() / run);
+    EXPECT_EQ(w.size(), start.size()) << run;
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < w.size() && i < start.size(); ++i) {
+      out.push_back(w[i].tensor - start[i].tensor);
+    }
+    return out;
+  };
+  const auto plain = updates("plain"), tiled = updates("tiled"), halo = updates("halo");
+  // float32, four steps: summing in another order moves the updates by ~1e-6 of their norm (a
+  // bias's by up to ~1e-4 of its small value, where its gradient cancels: hence the updates as
+  // one vector). The engine's exactness itself is checked in float64 by the core tests.
+  constexpr double kTolerance = 1e-4;
+  const double tiled_error = core::norm_relative_error(tiled, plain);
+  const double halo_error = core::norm_relative_error(halo, plain);
+  EXPECT_LT(tiled_error, kTolerance);
+  EXPECT_GT(halo_error, kTolerance) << "a one-tile error must fail this test's bar";
+  double moved = 0;
+  for (const at::Tensor& u : plain) moved += u.abs().sum().item<double>();
+  EXPECT_GT(moved, 0) << "the steps moved no weight";
+  std::cout << "updates, norm-wise against plain: tiled " << tiled_error
+            << ", halo one pixel short " << halo_error << "\n";
   // The tiled run really ran several tiles per slide.
   std::ifstream events(runs_.path() / "tiled" / "events.jsonl");
   std::string line;
