@@ -68,7 +68,7 @@ demo: build sample-data
 	for slide in $$(awk -F, '$$3 == "test" {print $$1}' sample_data/manifest.csv); do \
 	  $(TESSEL) heatmap --checkpoint $(DEMO_RUN)/checkpoints/best.h5 \
 	    --slide sample_data/$$slide --out $(DEMO_RUN)/heatmaps || exit 1; done
-	scripts/check-heatmaps sample_data/lesions.json $(DEMO_RUN)/heatmaps
+	scripts/check-heatmaps --split test sample_data/lesions.json $(DEMO_RUN)/heatmaps
 
 # The same with the attention-MIL head (pool: attention, docs/models.md): the attention map's
 # maximum must lie on a lesion for every tumour test slide.
@@ -81,7 +81,8 @@ demo-attention: build sample-data
 	for slide in $$(awk -F, '$$3 == "test" {print $$1}' sample_data/manifest.csv); do \
 	  $(TESSEL) heatmap --checkpoint $(DEMO_ATTENTION_RUN)/checkpoints/best.h5 \
 	    --slide sample_data/$$slide --out $(DEMO_ATTENTION_RUN)/heatmaps || exit 1; done
-	scripts/check-heatmaps --all sample_data/lesions.json $(DEMO_ATTENTION_RUN)/heatmaps
+	scripts/check-heatmaps --all --split test sample_data/lesions.json \
+	  $(DEMO_ATTENTION_RUN)/heatmaps
 
 format-check: setup
 	@scripts/format-check

@@ -92,21 +92,19 @@ class SampleSlides : public ::testing::Test {
     options.workers = 2;
     const auto start = std::chrono::steady_clock::now();
     slides_ = tessel::io::write_sample_data(folder_, options);
-    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "4 slides of " << kSize << "² px, seed " << kSeed << ", in " << seconds_ << " s\n";
+    // Logged, never asserted: a time is bench/'s to measure, not a unit test's to pass or fail.
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "4 slides of " << kSize << "² px, seed " << kSeed << ", in " << seconds << " s\n";
   }
   static void TearDownTestSuite() { fs::remove_all(folder_); }
 
   static fs::path folder_;
   static std::vector<SampleSlide> slides_;
-  static double seconds_;
 };
 
 fs::path SampleSlides::folder_;
 std::vector<SampleSlide> SampleSlides::slides_;
-double SampleSlides::seconds_ = 0;
-
-TEST_F(SampleSlides, AreWrittenInWellUnderTenSeconds) { EXPECT_LT(seconds_, 10.0); }
 
 TEST_F(SampleSlides, OpenInOpenSlideAsAperioPyramidsWithTheirMpp) {
   ASSERT_EQ(slides_.size(), 4u);
