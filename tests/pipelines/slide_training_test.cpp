@@ -64,6 +64,27 @@ class Dithered : public core::TileSource {
   core::TileSource& inner_;
 };
 
+// tiny in float64 (seed 7) and its plans for `source`'s image: 3×4 tiles, and plain.
+struct TinyPlans {
+  core::Graph graph;
+  core::Plan tiled, plain;
+};
+TinyPlans tiny_in_float64(const core::TileSource& source) {
+  TinyPlans t{models::build_model("tiny"), {}, {}};
+  t.graph.module().to(at::kDouble);
+  core::randomise(t.graph, 7);
+  core::PlanOptions o;
+  o.strategy = core::Strategy::kGrid;
+  o.element_bytes = 8;
+  o.tiles_y = 3;
+  o.tiles_x = 4;
+  const core::Shape in{3, source.height(), source.width()};
+  t.tiled = core::make_plan(t.graph, in, 0, o);
+  o.strategy = core::Strategy::kNone;
+  t.plain = core::make_plan(t.graph, in, 0, o);
+  return t;
+}
+
 TEST(SlideTraining, TiledStepOverASlideMatchesPlainAutogradOnTheWholeImage) {
   for (const auto& [name, level] : {std::pair<std::string, int>{"boxes.tiff", 0},
                                     {"boxes.tiff", 1},
@@ -89,18 +110,7 @@ TEST(SlideTraining, TiledStepOverASlideMatchesPlainAutogradOnTheWholeImage) {
       EXPECT_LT(core::relative_error(a, b), 1e-5) << name << " (float32)";
       continue;
     }
-    core::Graph g = models::build_model("tiny");
-    g.module().to(at::kDouble);
-    core::randomise(g, 7);
-    core::PlanOptions o;
-    o.strategy = core::Strategy::kGrid;
-    o.element_bytes = 8;
-    o.tiles_y = 3;
-    o.tiles_x = 4;
-    const core::Shape in{3, slide.height(), slide.width()};
-    const core::Plan tiled = core::make_plan(g, in, 0, o);
-    o.strategy = core::Strategy::kNone;
-    const core::Plan plain = core::make_plan(g, in, 0, o);
+    auto [g, tiled, plain] = tiny_in_float64(slide);
     Dithered dithered(slide);
     core::TensorTileSource whole(dithered.read({{0, slide.height()}, {0, slide.width()}}));
     const Grads a = step(g, tiled, dithered);
@@ -123,19 +133,8 @@ TEST(SlideTraining, MaxPoolTiesMoveOnlyTheImagesGradient) {
   io::SlideTileSourceOptions so;
   so.tile_size = 64;
   io::SlideTileSource slide(shared_slide("boxes.tiff"), 0, so);
-  core::Graph g = models::build_model("tiny");
-  g.module().to(at::kDouble);
-  core::randomise(g, 7);
-  core::PlanOptions o;
-  o.strategy = core::Strategy::kGrid;
-  o.element_bytes = 8;
-  o.tiles_y = 3;
-  o.tiles_x = 4;
-  const core::Shape in{3, slide.height(), slide.width()};
-  const core::Plan tiled = core::make_plan(g, in, 0, o);
+  auto [g, tiled, plain] = tiny_in_float64(slide);
   ASSERT_TRUE(core::tiles(tiled));
-  o.strategy = core::Strategy::kNone;
-  const core::Plan plain = core::make_plan(g, in, 0, o);
   core::TensorTileSource whole(
       slide.read({{0, slide.height()}, {0, slide.width()}}).to(at::kDouble));
   const Grads a = step(g, tiled, slide);
