@@ -490,6 +490,37 @@ TEST(Gradcheck, Float32RoundingFloorIsPlainFloat32AgainstFloat64) {
   EXPECT_EQ(rounding_of_plain(g, plan, image.to(at::kDouble), 4).worst(), 0);
 }
 
+// The check refuses a halo one pixel short in one tile (core/fault.h) in float64, for a network
+// of each family the zoo ships, with each strategy (scripts/check-injections runs every shipped
+// model: a few minutes, too long here). Each size is the smallest tried at which some tile has
+// a halo to shorten (at 97×83 vgg-mini's every tile reads the whole image).
+TEST(Faults, ShippedModelsRefuseAHaloOnePixelShort) {
+  const std::vector<std::pair<std::string, Strategy>> cases = {{"tiny", Strategy::kGrid},
+                                                               {"vgg-mini", Strategy::kGrid},
+                                                               {"resnet18", Strategy::kGrid},
+                                                               {"vgg-mini", Strategy::kRowsShared},
+                                                               {"resnet18", Strategy::kRows}};
+  for (const auto& [model, strategy] : cases) {
+    Graph g = models::build_model(model);
+    g.module().to(test_device(), at::kDouble);
+    randomise(g, 3);
+    Plan plan;
+    int64_t size = 0;
+    for (const int64_t s : {97, 160, 224}) {
+      plan = make_plan(g, {3, s, s - 14}, 0, fixed_tiles(strategy, 3, 3));
+      size = s;
+      if (halo_fault_segment(g, plan) >= 0) break;
+    }
+    ASSERT_GE(halo_fault_segment(g, plan), 0) << model << "\n" << to_string(plan, g);
+    const at::Tensor image = random_image(3, size, size - 14, 3);
+    StepOptions o;
+    o.inject = Fault::kHalo;
+    const Comparison c = compare_with_plain(g, plan, image, 3, o);
+    EXPECT_GT(c.worst(), 1e-3) << model << " " << to_string(strategy) << " " << size << "\n"
+                               << c.to_string();
+  }
+}
+
 // One-pixel tiles through ResNet's downsampling block with a checkpoint after it (found by
 // `tessel gradcheck --model resnet18 --tile 1`: the downsample batch norm's bias gradient was
 // off by up to 100%, as AccumulateGrad adopted an aliased gradient).
