@@ -1715,17 +1715,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.logits = logits.detach();
     result.forward_tiles = step.forward_tiles;
     result.backward_tiles = step.backward_tiles;
-    const TileStoreStats st = step.store_stats();
-    result.offload_written_bytes = st.written_bytes;
-    result.offload_disk_peak_bytes = st.disk_peak_bytes;
-    result.offload_scratch_bytes = st.scratch_file_bytes;
-    result.offload_read_bytes = st.read_bytes;
-    result.offload_wait_ms = st.wait_ms;
-    result.offload_read_wait_ms = st.read_wait_ms;
-    result.offload_unscheduled_reads = st.unscheduled_reads;
-    result.offload_write_wait_ms = st.write_wait_ms;
-    result.offload_write_ms = st.write_ms;
-    result.offload_read_ms = st.read_ms;
+    result.offload = step.store_stats();
   }
   const MemoryReading at_end = memory_reading(device);
   if (at_end.peak >= 0) result.measured_peak_bytes = at_end.peak - at_start.live;

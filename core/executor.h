@@ -16,6 +16,7 @@
 #include "core/plan.h"
 #include "core/precision.h"
 #include "core/tile_source.h"
+#include "core/tile_store.h"
 
 namespace tessel::core {
 
@@ -57,16 +58,11 @@ struct StepResult {
   int64_t measured_peak_reserved_bytes = -1;
   double forward_ms = 0, backward_ms = 0;
   int64_t forward_tiles = 0, backward_tiles = 0;
-  // Offload: bytes written to and read from the host or disk tier, the time the store's I/O
-  // thread spent moving them, and the time the step waited for them (transfers not hidden
-  // behind compute).
-  int64_t offload_written_bytes = 0, offload_read_bytes = 0;
-  // The most bytes held on disk at once (stored_bytes bounds it), and the scratch file's size.
-  int64_t offload_disk_peak_bytes = 0, offload_scratch_bytes = 0;
-  double offload_write_ms = 0, offload_read_ms = 0, offload_wait_ms = 0;
-  // Of offload_wait_ms: waiting for reads and for writes, and the part of both in the forward.
-  double offload_read_wait_ms = 0, offload_write_wait_ms = 0, offload_forward_wait_ms = 0;
-  int64_t offload_unscheduled_reads = 0;  // reads the store was not told of ahead
+  // Offload: the tile store's bytes moved to and from the host or disk tier, the most held on
+  // disk at once and the scratch file's size, the time its I/O thread spent moving them and the
+  // time the step waited for them (transfers not hidden behind compute), by reads and writes.
+  TileStoreStats offload;
+  double offload_forward_wait_ms = 0;  // of offload.wait_ms, the part in the forward
 };
 
 // Runs forward, loss and backward of `graph` on the image `source` serves, as `plan` says

@@ -365,7 +365,7 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
   const Outcome reference =
       run(graph, plain_of(plan), image, loss.fn(), check_options(plan, options, false));
   Comparison c = compare(tiled, reference, loss.scale(reference.step.logits));
-  c.offload_bytes = tiled.step.offload_written_bytes + tiled.step.offload_read_bytes;
+  c.offload_bytes = tiled.step.offload.written_bytes + tiled.step.offload.read_bytes;
   return c;
 }
 
@@ -421,7 +421,7 @@ PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tens
   PrecisionCheck check;
   check.tiled_vs_plain = compare(tiled_low, plain_low, loss.scale(plain_exact.step.logits));
   check.tiled_vs_plain.offload_bytes =
-      tiled_low.step.offload_written_bytes + tiled_low.step.offload_read_bytes;
+      tiled_low.step.offload.written_bytes + tiled_low.step.offload.read_bytes;
   check.plain_floor = compare(plain_low, plain_exact, loss.scale(plain_exact.step.logits));
   check.tiled_floor = compare(tiled_low, tiled_exact, loss.scale(tiled_exact.step.logits));
   check.exact = compare(tiled_exact, plain_exact, loss.scale(plain_exact.step.logits));

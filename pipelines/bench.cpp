@@ -263,14 +263,14 @@ BenchResult bench_step(const BenchPoint& p) {
         std::max(r.measured_peak_reserved_bytes, s.measured_peak_reserved_bytes);
     r.forward_tiles = s.forward_tiles;
     r.backward_tiles = s.backward_tiles;
-    r.moved_bytes.push_back(s.offload_written_bytes + s.offload_read_bytes);
-    r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload_disk_peak_bytes);
-    r.transfer_ms.push_back(s.offload_write_ms + s.offload_read_ms);
-    r.wait_ms.push_back(s.offload_wait_ms);
-    r.read_wait_ms.push_back(s.offload_read_wait_ms);
-    r.write_wait_ms.push_back(s.offload_write_wait_ms);
+    r.moved_bytes.push_back(s.offload.written_bytes + s.offload.read_bytes);
+    r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload.disk_peak_bytes);
+    r.transfer_ms.push_back(s.offload.write_ms + s.offload.read_ms);
+    r.wait_ms.push_back(s.offload.wait_ms);
+    r.read_wait_ms.push_back(s.offload.read_wait_ms);
+    r.write_wait_ms.push_back(s.offload.write_wait_ms);
     r.forward_wait_ms.push_back(s.offload_forward_wait_ms);
-    r.unscheduled_reads = s.offload_unscheduled_reads;
+    r.unscheduled_reads = s.offload.unscheduled_reads;
   }
   r.max_rss_bytes = max_rss_bytes();
   return r;

@@ -546,21 +546,21 @@ TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
 
   const StepResult r = step_within_prediction(g, plan, in, dir.path());
   const int64_t model_state = plan.predicted.parameters + plan.predicted.gradients;
-  EXPECT_GT(r.offload_written_bytes, checkpoint_bytes);
-  EXPECT_GT(r.offload_read_bytes, checkpoint_bytes);
-  EXPECT_LE(r.offload_disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
+  EXPECT_GT(r.offload.written_bytes, checkpoint_bytes);
+  EXPECT_GT(r.offload.read_bytes, checkpoint_bytes);
+  EXPECT_LE(r.offload.disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
   // The planner's bytes moved (halos, block rounding and the window's reuse of blocks modelled)
   // agree with what the store moved.
-  const double moved = static_cast<double>(r.offload_written_bytes + r.offload_read_bytes);
+  const double moved = static_cast<double>(r.offload.written_bytes + r.offload.read_bytes);
   EXPECT_NEAR(static_cast<double>(plan.moved_bytes()) / moved, 1.0, 0.15)
       << format_bytes(plan.moved_bytes()) << " predicted";
   std::cout << "budget " << format_bytes(budget) << ", checkpoints "
             << format_bytes(checkpoint_bytes) << ", measured peak "
             << format_bytes(r.measured_peak_bytes + model_state) << ", predicted "
             << format_bytes(plan.predicted.total()) << ", written "
-            << format_bytes(r.offload_written_bytes) << ", read "
-            << format_bytes(r.offload_read_bytes) << " (predicted moved "
-            << format_bytes(plan.moved_bytes()) << "), waited " << r.offload_wait_ms << " ms\n";
+            << format_bytes(r.offload.written_bytes) << ", read "
+            << format_bytes(r.offload.read_bytes) << " (predicted moved "
+            << format_bytes(plan.moved_bytes()) << "), waited " << r.offload.wait_ms << " ms\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Offload, PeakUnderBudget,
@@ -624,18 +624,18 @@ TEST(Offload, OffloadedInnerCheckpointsRunWithinTheBudget) {
     // The disk never held more than the bound the step checked against the free space (the
     // file takes more: whole pages per block, freed extents reused by size).
     if (!dropping) {
-      EXPECT_GT(r.offload_disk_peak_bytes, 0);
+      EXPECT_GT(r.offload.disk_peak_bytes, 0);
     }
-    EXPECT_LE(r.offload_disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
+    EXPECT_LE(r.offload.disk_peak_bytes, stored_bytes(g, plan, Tier::kDisk));
     // Every read was scheduled before it was made, reopened gradient blocks included (each
     // unscheduled one waits for the disk: 534 a step at resnet50 4096², session 36).
-    EXPECT_EQ(r.offload_unscheduled_reads, 0);
+    EXPECT_EQ(r.offload.unscheduled_reads, 0);
     std::cout << (dropping ? "recomputed" : "kept") << ": budget " << format_bytes(budget)
               << ", measured peak " << format_bytes(r.measured_peak_bytes + model_state)
               << ", predicted " << format_bytes(plan.predicted.total()) << ", on disk at most "
-              << format_bytes(r.offload_disk_peak_bytes) << " (bound "
+              << format_bytes(r.offload.disk_peak_bytes) << " (bound "
               << format_bytes(stored_bytes(g, plan, Tier::kDisk)) << "), scratch file "
-              << format_bytes(r.offload_scratch_bytes) << "\n"
+              << format_bytes(r.offload.scratch_file_bytes) << "\n"
               << to_string(plan, g);
   }
 }
