@@ -369,30 +369,6 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
   return c;
 }
 
-Comparison rounding_of_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
-                             uint64_t seed, const StepOptions& options) {
-  const c10::Device device = device_of(graph, image_anywhere);
-  const at::Tensor image = image_anywhere.to(device);
-  const at::ScalarType dtype = image.scalar_type();
-  const Plan plain = plain_of(plan);
-  const StepOptions low_options = check_options(plan, options, false);
-  const Named before = buffers_of(graph);
-  const Outcome low =
-      run(graph, plain, image, CheckLoss(graph, plan, seed, device, dtype).fn(), low_options);
-  // The same weights and running statistics in float64 (each float32 value is exact in
-  // float64), then back.
-  restore_buffers(graph, before);
-  graph.module().to(at::kDouble);
-  StepOptions exact_options = low_options;
-  exact_options.precision = Precision::kFloat32;
-  const CheckLoss exact_loss(graph, plan, seed, device, at::kDouble);
-  const Outcome exact = run(graph, plain, image.to(at::kDouble), exact_loss.fn(), exact_options);
-  graph.module().to(dtype);
-  restore_buffers(graph, before);
-  for (auto& p : graph.module().parameters()) p.mutable_grad() = at::Tensor();  // float64 grads
-  return compare(low, exact, exact_loss.scale(exact.step.logits));
-}
-
 PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
                                   uint64_t seed, const StepOptions& options) {
   const c10::Device device = device_of(graph, image_anywhere);

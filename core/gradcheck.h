@@ -55,8 +55,8 @@ constexpr double kZeroScale = 1e-3;
 
 // Whether a tiled step in `precision` (float32 weights) rounds like the plain one, from `c`
 // (tiled against plain) and the two steps' own rounding, quantity by quantity: `floor` (plain
-// against plain float64, rounding_of_plain) and, where given, `tiled_floor` (tiled against the
-// same plan in float64). |tiled − plain| ≤ |tiled − tiled64| + |tiled64 − plain64| +
+// against plain float64, PrecisionCheck::plain_floor) and, where given, `tiled_floor` (tiled
+// against the same plan in float64). |tiled − plain| ≤ |tiled − tiled64| + |tiled64 − plain64| +
 // |plain64 − plain|, the middle term the float64 first law's (checked on its own:
 // PrecisionCheck), so each quantity's error must lie within max(least, 2 × the larger floor):
 // float32 its max_error, with least 1e-4; tf32 and bf16 its norm_error, with least 4 unit
@@ -96,17 +96,13 @@ void randomise(Graph& graph, uint64_t seed);
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
                               uint64_t seed, const StepOptions& options = {});
 
-// The plain step's own rounding in the graph's dtype and `options.precision`, against plain in
-// float64 on the same weights, image, running statistics and loss: the floor of a float32, tf32
-// or bf16 check (within_rounding). Leaves the graph's buffers as it found them.
-Comparison rounding_of_plain(Graph& graph, const Plan& plan, const at::Tensor& image, uint64_t seed,
-                             const StepOptions& options = {});
-
 // A check in a reduced precision (float32, tf32, bf16: the graph's dtype and options.precision):
 // four steps from the same weights and running statistics, tiled and plain, each also in
 // float64. `exact` is the float64 first law on the same plan (within 1e-10 whatever the
-// precision: the reduced precision's rounding hides no tiling error behind its own noise);
-// `tiled_vs_plain` judged by within_rounding against the two floors.
+// precision: the reduced precision's rounding hides no tiling error behind its own noise); the
+// floors are each step's own rounding against its float64 run, and `tiled_vs_plain` is judged
+// by within_rounding against them. The graph comes back in its dtype with its weights and
+// running statistics as it found them.
 struct PrecisionCheck {
   Comparison tiled_vs_plain, plain_floor, tiled_floor, exact;
   bool passed(Precision precision, double exact_bar) const {

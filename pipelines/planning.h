@@ -72,8 +72,8 @@ struct GradcheckRequest {
 
 struct GradcheckReport {
   core::Comparison comparison;
-  // Float64: every quantity within 1e-10. Otherwise within twice the plain step's own error
-  // against plain float64 (`floor`, core::rounding_of_plain), as core::within_rounding says.
+  // Float64: every quantity within 1e-10. Otherwise the float64 pair within 1e-10 and every
+  // quantity within its rounding bar (core::PrecisionCheck, core::within_rounding).
   bool float64 = true;
   core::Precision precision = core::Precision::kFloat32;
   // Not in float64: the two steps' own rounding against float64 (core::PrecisionCheck), and the

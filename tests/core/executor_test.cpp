@@ -480,14 +480,14 @@ TEST(Gradcheck, Float32RoundingFloorIsPlainFloat32AgainstFloat64) {
   const at::Tensor before = g.module().parameters()[0].clone();
   const Plan plan = make_plan(g, {3, 29, 23}, 0, fixed_tiles(Strategy::kGrid, 2, 2));
   const at::Tensor image = random_image(3, 29, 23, 4).to(at::kFloat);
-  const Comparison floor = rounding_of_plain(g, plan, image, 4);
+  const Comparison floor = check_in_precision(g, plan, image, 4).plain_floor;
   EXPECT_GT(floor.worst(), 1e-9) << floor.to_string();
   EXPECT_LT(floor.worst(), 1e-4) << floor.to_string();
   EXPECT_EQ(g.module().parameters()[0].scalar_type(), at::kFloat);
   EXPECT_TRUE(at::equal(g.module().parameters()[0], before));
   // A float64 graph has no rounding to speak of against itself.
   g.module().to(at::kDouble);
-  EXPECT_EQ(rounding_of_plain(g, plan, image.to(at::kDouble), 4).worst(), 0);
+  EXPECT_EQ(check_in_precision(g, plan, image.to(at::kDouble), 4).plain_floor.worst(), 0);
 }
 
 // The check refuses a halo one pixel short in one tile (core/fault.h) in float64, for a network
