@@ -20,6 +20,47 @@ nlohmann::json partition_json(const core::Partition& p) {
   return {{"rows", p.rows()}, {"cols", p.cols()}, {"y_edges", p.y_edges}, {"x_edges", p.x_edges}};
 }
 
+nlohmann::json partitions_json(const std::vector<core::Partition>& parts) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const core::Partition& p : parts) j.push_back(partition_json(p));
+  return j;
+}
+
+// How segment `s` runs, in one name: "shared rows" (LR-CNN 2PS), "whole barriers" (one tile,
+// barriers as LibTorch runs them), "sub-segments" (barriers over inner checkpoints), "recompute
+// rounds" (barriers' inputs recomputed in every pass), "kept graph" or "plain tiles".
+std::string scheme_name(const core::Graph& graph, const core::Segment& s) {
+  const bool barriers = !core::barrier_rounds(graph, s.input, s.output).empty();
+  if (s.shared_rows) return "shared rows";
+  if (s.whole_barriers) return "whole barriers";
+  if (barriers && s.inner_checkpoints) return "sub-segments";
+  if (barriers) return "recompute rounds";
+  return s.keep_graph ? "kept graph" : "plain tiles";
+}
+
+// How the segment runs (scheme_name) and the fields that belong to that scheme alone.
+nlohmann::json scheme_json(const core::Graph& graph, const core::Segment& s) {
+  const std::string name = scheme_name(graph, s);
+  nlohmann::json j = {{"name", name}};
+  if (name == "shared rows") {
+    j["keep_graph"] = s.keep_graph;
+    j["kept_bytes"] = s.shared_bytes;
+    j["kept_tier"] = core::to_string(s.shared_tier);
+  } else if (name == "whole barriers") {
+    j["keep_graph"] = s.keep_graph;
+  } else if (name == "sub-segments") {
+    nlohmann::json dropped = nlohmann::json::array();
+    for (core::NodeId v : s.dropped_inner) dropped.push_back(graph.node(v).name);
+    j["keep_inner"] = s.keep_inner;
+    j["inner_tier"] = core::to_string(s.inner_tier);
+    j["dropped_inner"] = dropped;
+    j["inner_blocks"] = partitions_json(s.inner_blocks);
+    j["inner_grad_blocks"] = partitions_json(s.inner_grad_blocks);
+    j["inner_moved_bytes"] = s.inner_moved_bytes;
+  }
+  return j;
+}
+
 std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
   nlohmann::json j;
   j["strategy"] = core::to_string(plan.strategy);
@@ -47,6 +88,12 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"moved_bytes_per_step", s.moved_bytes},
         {"inner_moved_bytes_per_step", s.inner_moved_bytes},
         {"recomputed_inner_checkpoints", recomputed},
+        {"scheme", scheme_json(graph, s)},
+        {"halo_flops", s.halo_flops},
+        {"blocks", s.tier == core::Tier::kResident ? nlohmann::json(nullptr)
+                                                   : partition_json(s.blocks)},
+        {"resident_blocks", s.tier == core::Tier::kResident ? 0 : s.resident_blocks},
+        {"input_grad_blocks", partition_json(s.input_grad_blocks)},
     });
   }
   j["segments"] = segments;
@@ -71,6 +118,11 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                       {"write_behind", i % 2 ? s.backward_write_behind : s.forward_write_behind}});
   }
   j["predicted_passes"] = passes;
+  nlohmann::json checkpoints = nlohmann::json::array();
+  for (core::NodeId v : plan.checkpoints) checkpoints.push_back(graph.node(v).name);
+  j["checkpoints"] = checkpoints;
+  j["head_input"] = graph.node(plan.tail_input).name;
+  j["input_gradient"] = plan.input_gradient;
   j["forward_flops"] = {{"plain", plan.plain_flops}, {"tiled", plan.tiled_flops}};
   // The search's price of the plan, what `auto` compares: FLOPs plus tiles, copies and moved
   // bytes at the plan's prices (a model, not a measurement).
@@ -93,6 +145,7 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
           d.recompute_flops < 0 ? nlohmann::json(nullptr) : nlohmann::json(d.recompute_s)}});
   }
   j["offload"] = {{"window_bytes", plan.window_bytes},
+                  {"write_behind_bytes", plan.write_behind_bytes},
                   {"moved_bytes_per_step", plan.moved_bytes()},
                   {"prices",
                    {{"measured", plan.prices.measured && !plan.prices.given},
