@@ -90,8 +90,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"recomputed_inner_checkpoints", recomputed},
         {"scheme", scheme_json(graph, s)},
         {"halo_flops", s.halo_flops},
-        {"blocks", s.tier == core::Tier::kResident ? nlohmann::json(nullptr)
-                                                   : partition_json(s.blocks)},
+        {"blocks",
+         s.tier == core::Tier::kResident ? nlohmann::json(nullptr) : partition_json(s.blocks)},
         {"resident_blocks", s.tier == core::Tier::kResident ? 0 : s.resident_blocks},
         {"input_grad_blocks", partition_json(s.input_grad_blocks)},
     });
