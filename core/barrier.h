@@ -18,7 +18,7 @@ namespace tessel::core {
 // Node `barrier` on a whole activation with autograd through its statistic, as LibTorch runs it:
 // batch norm in training (`training`, updating the running statistics) or evaluation, group
 // norm, squeeze-and-excitation. The plain reference, the tile form's definition, and how a
-// one-tile segment runs it (Segment::whole_barriers). `update_running` false: batch norm in
+// one-tile segment runs it (WholeBarriers). `update_running` false: batch norm in
 // training leaves its running statistics (a recompute of a forward that updated them).
 at::Tensor barrier_plain(const Node& barrier, const at::Tensor& x, bool training,
                          bool update_running = true);

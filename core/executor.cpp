@@ -96,14 +96,14 @@ class TiledStep {
         interior_(static_cast<size_t>(graph.size())) {
     // Each segment's leaves once: inner_checkpoints walks the segment for its forks, and the
     // sub-segments ask for them at every tile. And the barriers each sub-segment recomputes the
-    // input of (Segment::dropped_inner), by the node it computes.
+    // input of (SubSegments::dropped), by the node it computes.
     for (const Segment& s : plan.segments) {
       auto& l = leaves_[static_cast<size_t>(s.input)];
       l = {s.input};
       for (NodeId v : kept_inner(graph, s)) l.push_back(v);
       const auto readers = dropped_readers(graph, plan.shapes, s);
       for (size_t k = 0; k < readers.size(); ++k) {
-        const NodeId d = s.dropped_inner[k];
+        const NodeId d = s.dropped_inner()[k];
         if (!barrier_input(graph, s, d)) continue;  // a fork: each reader recomputes it
         if (readers[k].size() != 1) {
           throw Error("internal: dropped inner checkpoint " + graph.node(d).name + " is read by " +
@@ -216,9 +216,9 @@ class TiledStep {
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
 
   // What each node of `s` holds for output tile `tile`: its share of the shared rows' held rows
-  // (Segment::shared_rows), else the tile's needs.
+  // (SharedRows), else the tile's needs.
   std::vector<Region> needs(const Segment& s, const Region& tile) const {
-    if (s.shared_rows) return shared_row_of(s, tile.y).held;
+    if (s.is<SharedRows>()) return shared_row_of(s, tile.y).held;
     return segment_needs(graph_, plan_.shapes, s.input, s.output, tile);
   }
 
@@ -363,7 +363,7 @@ class TiledStep {
             leaf.tensor.defined() ? leaf
                                   : TileTensor{read_leaf(v, leaf.region, false), leaf.region};
       } else if (node.is_barrier() && state == nullptr && needs_statistics(node, training_)) {
-        // A one-tile segment (Segment::whole_barriers): the barrier over its whole input, as
+        // A one-tile segment (WholeBarriers): the barrier over its whole input, as
         // plain LibTorch runs it (its statistic counts every position, also those no consumer
         // reads), then the part the segment needs.
         const TileTensor& in = acts[static_cast<size_t>(node.inputs[0])];
@@ -414,15 +414,16 @@ class TiledStep {
                                 in_tile_format(std::move(input)), inherited, kept, handed);
   }
 
-  // Segment `s`'s kept rows live in the tile store (Segment::shared_tier).
+  // Segment `s`'s kept rows live in the tile store (SharedRows::kept_tier).
   bool shared_stored(const Segment& s) const {
-    return s.shared_rows && training_ && store_ != nullptr && s.shared_tier != Tier::kResident;
+    return s.is<SharedRows>() && training_ && store_ != nullptr &&
+           s.shared_tier() != Tier::kResident;
   }
   // The barriers of segment `s` that need whole-image statistics in this step (core/barrier.h).
   // None in a one-tile segment: its tile is the whole activation, so its barriers run whole.
   std::vector<NodeId> barriers(const Segment& s) const {
     std::vector<NodeId> out;
-    if (s.whole_barriers) return out;
+    if (s.is<WholeBarriers>()) return out;
     for (NodeId v = s.input + 1; v <= s.output; ++v) {
       if (needs_statistics(graph_.node(v), training_)) out.push_back(v);
     }
@@ -630,13 +631,13 @@ class TiledStep {
     crop({whole_grad, whole(s)}, r).add_(g);
   }
 
-  // ---- Barriers as sub-segments (Segment::inner_checkpoints) ----
+  // ---- Barriers as sub-segments (SubSegments) ----
 
-  bool inner_mode(const Segment& s) const { return s.inner_checkpoints && !barriers(s).empty(); }
+  bool inner_mode(const Segment& s) const { return s.is<SubSegments>() && !barriers(s).empty(); }
 
-  // Segment `s`'s inner checkpoints live in the tile store (Segment::inner_tier).
+  // Segment `s`'s inner checkpoints live in the tile store (SubSegments::tier).
   bool inner_offloaded(const Segment& s) const {
-    return store_ != nullptr && s.inner_tier != Tier::kResident;
+    return store_ != nullptr && s.inner_tier() != Tier::kResident;
   }
 
   // The barriers of `s` that read node `v`.
@@ -662,11 +663,11 @@ class TiledStep {
   // checkpoints it recomputes over their shares at least (their barriers' corrections).
   std::vector<Region> sub_needs(const Segment& s, NodeId target, const Region& r,
                                 const Region& tile) const {
-    return sub_segment_needs(graph_, plan_.shapes, s.input, leaves(s), target, r, s.dropped_inner,
+    return sub_segment_needs(graph_, plan_.shapes, s.input, leaves(s), target, r, s.dropped_inner(),
                              tile, shape(s.output));
   }
 
-  // The barriers sub-segment `target` of `s` recomputes the input of (Segment::dropped_inner).
+  // The barriers sub-segment `target` of `s` recomputes the input of (SubSegments::dropped).
   const std::vector<NodeId>& interior(const Segment& s, NodeId target) const {
     static const std::vector<NodeId> none;
     const auto& by = interior_[static_cast<size_t>(s.input)];
@@ -764,7 +765,7 @@ class TiledStep {
     const std::vector<NodeId> inner = inner_nodes(s);
     std::vector<NodeId> order = inner;
     if (with_statistics) {
-      order.insert(order.end(), s.dropped_inner.begin(), s.dropped_inner.end());
+      order.insert(order.end(), s.dropped_inner().begin(), s.dropped_inner().end());
       std::sort(order.begin(), order.end());
     }
     struct Pass {
@@ -783,8 +784,9 @@ class TiledStep {
         Inner& in = inner_[v];
         in = Inner{};
         if (inner_offloaded(s)) {
-          in.stored_value = std::make_unique<StoredActivation>(
-              *store_, shape(v), s.inner_blocks.at(k), s.inner_tier, tensor_options_);
+          in.stored_value = std::make_unique<StoredActivation>(*store_, shape(v),
+                                                               s.as<SubSegments>()->blocks.at(k),
+                                                               s.inner_tier(), tensor_options_);
         }
         ++k;
       }
@@ -879,12 +881,13 @@ class TiledStep {
     const bool want_input_grad = wants_input_grad(s);
     at::Tensor grad_in;  // from the first addition (add_into)
     StoredActivation* stored_grad_out = stored_grads_[static_cast<size_t>(s.output)].get();
-    if (!s.keep_inner) inner_forward(index, /*with_statistics=*/false);
+    if (!s.keeps_inner()) inner_forward(index, /*with_statistics=*/false);
     const std::vector<NodeId> inner = inner_nodes(s);
     if (inner_offloaded(s)) {
       for (size_t k = 0; k < inner.size(); ++k) {
         inner_.at(inner[k]).stored_grad = std::make_unique<StoredActivation>(
-            *store_, shape(inner[k]), s.inner_grad_blocks.at(k), s.inner_tier, tensor_options_);
+            *store_, shape(inner[k]), s.as<SubSegments>()->grad_blocks.at(k), s.inner_tier(),
+            tensor_options_);
       }
     }
     // An offloaded input's gradient goes to the store block by block, each after the last
@@ -1152,7 +1155,7 @@ class TiledStep {
     const at::TensorOptions& options = tensor_options_;
     StoredActivation* stored_out = nullptr;
     // A one-tile segment that keeps its graph: the tile's output is the checkpoint (no copy).
-    const bool output_is_tile = training_ && s.keep_graph && s.forward.tiles() == 1;
+    const bool output_is_tile = training_ && s.keeps_graph() && s.forward.tiles() == 1;
     if (offloaded(index)) {
       stored_[static_cast<size_t>(s.output)] = std::make_unique<StoredActivation>(
           *store_, out_shape, s.blocks, s.tier, options, s.resident_blocks);
@@ -1169,12 +1172,9 @@ class TiledStep {
     } else {
       out = at::zeros({1, out_shape.channels}, options);
     }
-    if (s.whole_barriers && (s.forward.tiles() != 1 || s.backward.tiles() != 1)) {
-      throw Error("internal: a segment runs its barriers whole only as one tile");
-    }
     // The forward of a one-tile segment with barriers updates batch norm's running statistics
     // (once: the backward's recompute leaves them).
-    update_running_ = training_ && s.whole_barriers;
+    update_running_ = training_ && s.is<WholeBarriers>();
     const bool inner = inner_mode(s);
     if (inner) {
       inner_forward(index, /*with_statistics=*/true);
@@ -1207,25 +1207,13 @@ class TiledStep {
     // plan, no recompute at all). Its graph is no larger than that tile's backward.
     const bool same_tiles =
         s.forward.y_edges == s.backward.y_edges && s.forward.x_edges == s.backward.x_edges;
-    if (s.keep_graph && !same_tiles) {
-      throw Error("internal: a segment that keeps its graph must run the same tiles both ways");
-    }
     const bool has_barriers = !barriers(s).empty();
-    if (training_ && s.keep_graph && has_barriers) {
-      throw Error("internal: a segment with barriers recomputes its tiles, it keeps no graph");
-    }
-    if (s.shared_rows && (!same_tiles || has_barriers)) {
-      throw Error("internal: shared rows run the same rows both ways, without barriers");
-    }
-    const bool shared_graphs = training_ && s.shared_rows && s.keep_graph;
-    if (shared_graphs && shared_stored(s)) {
-      throw Error("internal: shared rows that keep their graphs keep their rows in them");
-    }
+    const bool shared_graphs = training_ && s.is<SharedRows>() && s.keeps_graph();
     const bool last = index + 1 == static_cast<int>(plan_.segments.size());
-    const bool keep_last = training_ && last && same_tiles && !has_barriers && !s.shared_rows;
+    const bool keep_last = training_ && last && same_tiles && !has_barriers && !s.is<SharedRows>();
     // Shared rows: what each row keeps for the next, by row and node; kept to the backward.
     auto& shared = shared_kept_[static_cast<size_t>(index)];
-    shared.assign(s.shared_rows ? static_cast<size_t>(s.forward.tiles()) : 0, {});
+    shared.assign(s.is<SharedRows>() ? static_cast<size_t>(s.forward.tiles()) : 0, {});
     shared_ids_[static_cast<size_t>(index)].clear();
     auto& kept = kept_[static_cast<size_t>(index)];
     kept.assign(static_cast<size_t>(s.forward.tiles()), {});
@@ -1252,7 +1240,7 @@ class TiledStep {
             run_shared_row(s, row, {k.input, in_region}, *before, &shared[static_cast<size_t>(t)]);
         y = k.output.detach();
         if (t > 0) shared[static_cast<size_t>(t) - 1].clear();  // the graph holds them
-      } else if (s.shared_rows && training_ && last && !shared_stored(s) &&
+      } else if (s.is<SharedRows>() && training_ && last && !shared_stored(s) &&
                  t + 1 == s.forward.tiles()) {
         // The last row of the last segment keeps its graph: the backward starts with it. Its
         // inherited rows are leaves, as in the backward's recompute.
@@ -1269,7 +1257,7 @@ class TiledStep {
         if (wants_input_grad(s)) k.input.requires_grad_(true);
         k.output = run_shared_row(s, row, {k.input, in_region}, last_leaves_, nullptr);
         y = k.output.detach();
-      } else if (s.shared_rows) {
+      } else if (s.is<SharedRows>()) {
         const SharedRow& row = shared_row_of(s, tile.y);
         static const std::vector<at::Tensor> none;
         const auto before = t > 0 ? &shared[static_cast<size_t>(t) - 1] : &none;
@@ -1279,7 +1267,7 @@ class TiledStep {
           // Each node's kept rows a block (any shape and dtype), -1 where it keeps none.
           std::vector<TileStore::BlockId> ids;
           for (const at::Tensor& k : shared[static_cast<size_t>(t)]) {
-            ids.push_back(k.defined() ? store_->put(k, s.shared_tier) : -1);
+            ids.push_back(k.defined() ? store_->put(k, s.shared_tier()) : -1);
           }
           shared_ids_[static_cast<size_t>(index)].push_back(std::move(ids));
         }
@@ -1289,7 +1277,7 @@ class TiledStep {
         const TileTensor x = read_input(s, in_region);
         const auto given = leaf_tiles(s, need, s.output, false);
         y = run_tile(s.input, s.output, need, x, nullptr, &given, false);
-      } else if ((training_ && s.keep_graph) || (keep_last && t + 1 == s.forward.tiles())) {
+      } else if ((training_ && s.keeps_graph()) || (keep_last && t + 1 == s.forward.tiles())) {
         at::AutoGradMode grad_mode(true);
         KeptTile& k = kept[static_cast<size_t>(t)];
         k.input = read_input(s, in_region).tensor.detach();
@@ -1329,7 +1317,7 @@ class TiledStep {
     if (shared_stored(s)) {
       for (auto& kept : shared) kept.clear();  // in the store
     }
-    if (!(training_ && s.keep_inner)) {
+    if (!(training_ && s.keeps_inner())) {
       for (NodeId v : inner_nodes(s)) inner_.erase(v);
     }
     if (stored_out != nullptr) {
@@ -1351,7 +1339,7 @@ class TiledStep {
     const Segment& s = plan_.segments[static_cast<size_t>(index)];
     // Before anything below allocates the input's gradient: sub-segments allocate their own.
     if (inner_mode(s)) return inner_backward(index, grad_out);
-    if (s.shared_rows && s.keep_graph) return shared_kept_backward(index, grad_out);
+    if (s.is<SharedRows>() && s.keeps_graph()) return shared_kept_backward(index, grad_out);
     const Shape& in_shape = shape(s.input);
     const bool want_input_grad = wants_input_grad(s);
     at::Tensor grad_in;
@@ -1424,11 +1412,11 @@ class TiledStep {
         at::AutoGradMode grad_mode(true);
         std::map<NodeId, TileTensor> acts;
         std::vector<at::Tensor> inherited, kept_views;
-        if (s.shared_rows && y.defined()) {
+        if (s.is<SharedRows>() && y.defined()) {
           // The forward's last row, graph kept: it keeps no rows for a next one.
           inherited = std::move(last_leaves_);
           last_leaves_.clear();
-        } else if (s.shared_rows) {
+        } else if (s.is<SharedRows>()) {
           // The rows the previous row kept (the forward's copies), as leaves whose gradient
           // goes back to it.
           if (t > 0 && shared_stored(s)) {
@@ -1468,7 +1456,7 @@ class TiledStep {
         for (const at::Tensor& leaf : inherited) {
           handed_back.push_back(leaf.defined() ? leaf.grad() : at::Tensor());
         }
-        if (s.shared_rows && t > 0) shared[static_cast<size_t>(t) - 1].clear();
+        if (s.is<SharedRows>() && t > 0) shared[static_cast<size_t>(t) - 1].clear();
       }
       if (want_input_grad && x.grad().defined() && !in_region.empty()) {
         if (stored_grad_in != nullptr) {
@@ -1537,7 +1525,7 @@ class TiledStep {
     if (!stored || !barriers(n).empty()) return;
     const Partition& part = backward ? n.backward : n.forward;
     const int64_t first = backward ? part.tiles() - 1 : 0;
-    if (backward && n.keep_graph) return;
+    if (backward && n.keeps_graph()) return;
     store_->schedule(stored->reads(needs(n, part.tile(first))[static_cast<size_t>(n.input)]));
     (backward ? prescheduled_backward_ : prescheduled_forward_) = next;
   }
@@ -1560,7 +1548,7 @@ class TiledStep {
   // Barriers' statistics and gradient sums over this step, by node (core/barrier.h).
   std::vector<std::unique_ptr<BarrierState>> barrier_states_;
   // Inner checkpoints of segments running as sub-segments and their gradients, by node: whole
-  // tensors, or blocks in the tile store (Segment::inner_tier).
+  // tensors, or blocks in the tile store (SubSegments::tier).
   struct Inner {
     at::Tensor value, grad;
     std::unique_ptr<StoredActivation> stored_value, stored_grad;
@@ -1573,10 +1561,10 @@ class TiledStep {
     at::Tensor input, output;
   };
   std::vector<std::vector<KeptTile>> kept_;
-  // Shared rows (Segment::shared_rows): what each forward row kept for the next, by segment,
+  // Shared rows (SharedRows): what each forward row kept for the next, by segment,
   // row and node, until the segment's backward has used them.
   std::vector<std::vector<std::vector<at::Tensor>>> shared_kept_;
-  // Their blocks in the tile store (Segment::shared_tier), by segment, row and node.
+  // Their blocks in the tile store (SharedRows::kept_tier), by segment, row and node.
   std::vector<std::vector<std::vector<TileStore::BlockId>>> shared_ids_;
   // Their rows' geometry, by segment and rows (shared_row_of).
   mutable std::vector<std::map<std::pair<int64_t, int64_t>, SharedRow>> shared_rows_;

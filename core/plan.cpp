@@ -55,6 +55,81 @@ std::vector<int64_t> Partition::meeting(const Region& r) const {
   return out;
 }
 
+std::string to_string(const Scheme& scheme) {
+  struct Name {
+    const char* operator()(const PlainTiles&) const { return "plain tiles"; }
+    const char* operator()(const KeptGraph&) const { return "kept graph"; }
+    const char* operator()(const SharedRows&) const { return "shared rows"; }
+    const char* operator()(const WholeBarriers&) const { return "whole barriers"; }
+    const char* operator()(const SubSegments&) const { return "sub-segments"; }
+    const char* operator()(const RecomputeRounds&) const { return "recompute rounds"; }
+  };
+  return std::visit(Name{}, scheme);
+}
+
+bool Segment::keeps_graph() const {
+  if (const auto* rows = as<SharedRows>()) return rows->keep_graph;
+  if (const auto* whole = as<WholeBarriers>()) return whole->keep_graph;
+  return is<KeptGraph>();
+}
+
+bool Segment::keeps_inner() const {
+  const auto* sub = as<SubSegments>();
+  return sub != nullptr && sub->keep_inner;
+}
+
+Tier Segment::inner_tier() const {
+  const auto* sub = as<SubSegments>();
+  return sub != nullptr ? sub->tier : Tier::kResident;
+}
+
+const std::vector<NodeId>& Segment::dropped_inner() const {
+  static const std::vector<NodeId> kNone;
+  const auto* sub = as<SubSegments>();
+  return sub != nullptr ? sub->dropped : kNone;
+}
+
+Tier Segment::shared_tier() const {
+  const auto* rows = as<SharedRows>();
+  return rows != nullptr ? rows->kept_tier : Tier::kResident;
+}
+
+int64_t Segment::shared_bytes() const {
+  const auto* rows = as<SharedRows>();
+  return rows != nullptr ? rows->kept_bytes : 0;
+}
+
+void check_scheme(const Graph& graph, const Segment& s) {
+  const auto fail = [&](const std::string& why) {
+    throw Error("internal: segment " + graph.node(s.input + 1).name + " … " +
+                graph.node(s.output).name + " (" + to_string(s.scheme) + "): " + why);
+  };
+  const bool same_tiles =
+      s.forward.y_edges == s.backward.y_edges && s.forward.x_edges == s.backward.x_edges;
+  const bool barriers = !barrier_rounds(graph, s.input, s.output).empty();
+  if (s.is<WholeBarriers>() && (s.forward.tiles() != 1 || s.backward.tiles() != 1)) {
+    fail("whole barriers run as one tile");
+  }
+  if (s.keeps_graph() && !same_tiles) fail("a kept graph runs the same tiles both ways");
+  if (s.is<KeptGraph>() && barriers) fail("tiles with barriers run in several passes");
+  if (s.is<PlainTiles>() && barriers) fail("barriers need a scheme that takes their statistics");
+  if (s.is<SharedRows>() && (!same_tiles || barriers)) {
+    fail("shared rows run the same rows both ways, without barriers");
+  }
+  if (s.is<SharedRows>() && s.keeps_graph() && s.shared_tier() != Tier::kResident) {
+    fail("shared rows that keep their graphs keep their rows in them");
+  }
+  if (const auto* sub = s.as<SubSegments>(); sub != nullptr) {
+    if (!barriers) fail("sub-segments without a barrier");
+    const size_t kept = kept_inner(graph, s).size();
+    if (sub->tier != Tier::kResident &&
+        (sub->blocks.size() != kept || sub->grad_blocks.size() != kept)) {
+      fail("offloaded inner checkpoints without their blocks");
+    }
+  }
+  if (s.is<RecomputeRounds>() && !barriers) fail("recompute rounds without a barrier");
+}
+
 int64_t Plan::moved_bytes() const {
   int64_t n = 0;
   for (const Segment& s : segments) n += s.moved_bytes + s.inner_moved_bytes;
@@ -63,8 +138,9 @@ int64_t Plan::moved_bytes() const {
 
 bool Plan::offloads() const {
   for (const Segment& s : segments) {
-    if (s.tier != Tier::kResident || s.inner_tier != Tier::kResident) return true;
-    if (s.shared_rows && s.shared_tier != Tier::kResident && s.shared_bytes > 0) return true;
+    if (s.tier != Tier::kResident || s.inner_tier() != Tier::kResident) return true;
+    if (s.is<SharedRows>() && s.shared_tier() != Tier::kResident && s.shared_bytes() > 0)
+      return true;
   }
   return false;
 }
@@ -270,9 +346,10 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
 
 std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s) {
   std::vector<NodeId> out = inner_checkpoints(graph, s.input, s.output);
-  if (s.dropped_inner.empty()) return out;
+  if (s.dropped_inner().empty()) return out;
   std::erase_if(out, [&](NodeId v) {
-    return std::find(s.dropped_inner.begin(), s.dropped_inner.end(), v) != s.dropped_inner.end();
+    return std::find(s.dropped_inner().begin(), s.dropped_inner().end(), v) !=
+           s.dropped_inner().end();
   });
   return out;
 }
@@ -280,8 +357,8 @@ std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s) {
 std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,
                                                  const std::vector<Shape>& shapes,
                                                  const Segment& s) {
-  std::vector<std::vector<NodeId>> readers(s.dropped_inner.size());
-  if (s.dropped_inner.empty()) return readers;
+  std::vector<std::vector<NodeId>> readers(s.dropped_inner().size());
+  if (s.dropped_inner().empty()) return readers;
   std::vector<NodeId> leaves{s.input};
   const std::vector<NodeId> kept = kept_inner(graph, s);
   leaves.insert(leaves.end(), kept.begin(), kept.end());
@@ -291,8 +368,8 @@ std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,
     const Shape& ts = shapes[static_cast<size_t>(t)];
     const auto need =
         sub_segment_needs(graph, shapes, s.input, leaves, t, Region{{0, ts.height}, {0, ts.width}});
-    for (size_t k = 0; k < s.dropped_inner.size(); ++k) {
-      const NodeId d = s.dropped_inner[k];
+    for (size_t k = 0; k < s.dropped_inner().size(); ++k) {
+      const NodeId d = s.dropped_inner()[k];
       if (d < t && !need[static_cast<size_t>(d)].empty()) readers[k].push_back(t);
     }
   }
@@ -316,8 +393,8 @@ std::vector<NodeId> misplaced_drops(const Graph& graph, const std::vector<Shape>
   std::vector<NodeId> out;
   const auto readers = dropped_readers(graph, shapes, s);
   for (size_t k = 0; k < readers.size(); ++k) {
-    if (barrier_input(graph, s, s.dropped_inner[k]) && readers[k].size() != 1) {
-      out.push_back(s.dropped_inner[k]);
+    if (barrier_input(graph, s, s.dropped_inner()[k]) && readers[k].size() != 1) {
+      out.push_back(s.dropped_inner()[k]);
     }
   }
   return out;
@@ -368,7 +445,7 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
       // A copy: the needs are a temporary (a reference into it dangled, and valgrind found the
       // plan's moved bytes read from freed memory, different from run to run).
       const Region add = sub_segment_needs(graph, shapes, s.input, leaves, target, r,
-                                           s.dropped_inner, tile, out)[static_cast<size_t>(v)];
+                                           s.dropped_inner(), tile, out)[static_cast<size_t>(v)];
       if (!add.empty()) adds.push_back(add);
     }
     if (adds.empty()) return;
@@ -546,12 +623,12 @@ std::string percent(int64_t part, int64_t whole) {
 std::string barrier_mode(const Graph& graph, const Segment& s) {
   const size_t rounds = barrier_rounds(graph, s.input, s.output).size();
   if (rounds == 0) return "";
-  if (s.whole_barriers) return "whole";
-  if (s.inner_checkpoints) {
-    const size_t n = s.dropped_inner.size();
+  if (s.is<WholeBarriers>()) return "whole";
+  if (s.is<SubSegments>()) {
+    const size_t n = s.dropped_inner().size();
     const std::string recomputed = n == 0 ? "" : ", " + std::to_string(n) + " recomputed";
-    if (s.inner_tier != Tier::kResident) return "inner " + to_string(s.inner_tier) + recomputed;
-    return (s.keep_inner ? "inner kept" : "inner") + recomputed;
+    if (s.inner_tier() != Tier::kResident) return "inner " + to_string(s.inner_tier()) + recomputed;
+    return (s.keeps_inner() ? "inner kept" : "inner") + recomputed;
   }
   return std::to_string(rounds) + (rounds == 1 ? " round" : " rounds");
 }
@@ -593,8 +670,8 @@ int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier) {
     return s.channels * s.height * s.width * plan.element_bytes;
   };
   auto stored_inner = [&](const Segment& s) {
-    return s.inner_checkpoints && s.inner_tier == tier ? kept_inner(graph, s)
-                                                       : std::vector<NodeId>{};
+    return s.is<SubSegments>() && s.inner_tier() == tier ? kept_inner(graph, s)
+                                                         : std::vector<NodeId>{};
   };
   // Held at the end of the forward: the offloaded checkpoints and inner checkpoints.
   int64_t held = 0;
@@ -604,7 +681,7 @@ int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier) {
   }
   for (const Segment& s : plan.segments) {
     for (NodeId v : stored_inner(s)) held += bytes(v);
-    if (s.shared_rows && s.shared_tier == tier) held += s.shared_bytes;
+    if (s.is<SharedRows>() && s.shared_tier() == tier) held += s.shared_bytes();
   }
   // Each segment's backward: its sub-segments run latest first; while the one computing `v`
   // runs, the inner checkpoints up to `v` still hold their values, and those that `v` or a
@@ -663,12 +740,12 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         std::to_string(s.output - s.input),
         to_string(out),
         std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()) +
-            (!s.shared_rows ? ""
-             : s.shared_tier == Tier::kResident
-                 ? " shared (" + format_bytes(s.shared_bytes) + " kept)"
-                 : " shared (" + format_bytes(s.shared_bytes) + " kept, " +
-                       to_string(s.shared_tier) + ")"),
-        (s.keep_graph
+            (!s.is<SharedRows>() ? ""
+             : s.shared_tier() == Tier::kResident
+                 ? " shared (" + format_bytes(s.shared_bytes()) + " kept)"
+                 : " shared (" + format_bytes(s.shared_bytes()) + " kept, " +
+                       to_string(s.shared_tier()) + ")"),
+        (s.keeps_graph()
              ? "graph kept"
              : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols())) +
             barrier_note(graph, s),
@@ -678,8 +755,8 @@ std::string to_string(const Plan& plan, const Graph& graph) {
         : s.resident_bytes > 0
             ? to_string(s.tier) + " (" + percent(s.resident_bytes, out_bytes) + " resident)"
             : to_string(s.tier),
-        s.tier == Tier::kResident && s.inner_tier == Tier::kResident &&
-                (!s.shared_rows || s.shared_tier == Tier::kResident)
+        s.tier == Tier::kResident && s.inner_tier() == Tier::kResident &&
+                (!s.is<SharedRows>() || s.shared_tier() == Tier::kResident)
             ? "-"
             : format_bytes(s.moved_bytes + s.inner_moved_bytes),
     });
@@ -783,22 +860,22 @@ std::vector<std::string> schemes_of(const Graph& graph, const Plan& plan) {
   const auto where = [](Tier t) { return t == Tier::kHost ? "in host memory" : "on disk"; };
   for (const Segment& s : plan.segments) {
     const bool barriers = !barrier_rounds(graph, s.input, s.output).empty();
-    if (s.shared_rows) {
-      add(s.shared_tier == Tier::kResident
+    if (s.is<SharedRows>()) {
+      add(s.shared_tier() == Tier::kResident
               ? "shared rows (2PS)"
-              : std::string("shared rows (2PS), kept rows ") + where(s.shared_tier));
-    } else if (s.whole_barriers) {
+              : std::string("shared rows (2PS), kept rows ") + where(s.shared_tier()));
+    } else if (s.is<WholeBarriers>()) {
       add("whole barriers");
-    } else if (barriers && s.inner_checkpoints) {
-      add("sub-segments over inner checkpoints (" + to_string(s.inner_tier) +
-          (s.keep_inner || s.inner_tier != Tier::kResident ? ", kept" : ", rebuilt") + ")");
-      if (!s.dropped_inner.empty()) add("inner checkpoints recomputed");
+    } else if (barriers && s.is<SubSegments>()) {
+      add("sub-segments over inner checkpoints (" + to_string(s.inner_tier()) +
+          (s.keeps_inner() || s.inner_tier() != Tier::kResident ? ", kept" : ", rebuilt") + ")");
+      if (!s.dropped_inner().empty()) add("inner checkpoints recomputed");
     } else if (barriers) {
       add("recompute rounds");
-    } else if (!s.keep_graph) {
+    } else if (!s.keeps_graph()) {
       add("plain tiles");
     }
-    if (s.keep_graph) add("kept graph");
+    if (s.keeps_graph()) add("kept graph");
     if (s.reduction >= 0) add("streaming reduction");
     if (s.tier != Tier::kResident) add(std::string("checkpoints ") + where(s.tier));
     if (s.resident_blocks > 0) add("partly resident checkpoints");

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/graph.h"
@@ -18,7 +19,7 @@ enum class Strategy {
   kRows,  // LR-CNN OverL: full-width rows, balanced, separate forward/backward counts
   // LR-CNN 2PS (two-phase sharing): full-width rows top to bottom, each position computed once;
   // a row keeps the boundary rows the next one reads (forward) and hands their gradient back
-  // (backward). Segment::shared_rows.
+  // (backward). The SharedRows scheme.
   kRowsShared,
   kAuto,  // the cheapest of grid, rows and shared rows that fits, at the planner's prices
 };
@@ -57,61 +58,91 @@ struct MemoryBreakdown {
   }
 };
 
-// Nodes (input, output] run fused and tiled; `input` and `output` are checkpoints (node 0, the
-// image, is read from the TileSource). `reduction`, when set, is a global pool that closes the
-// segment as a streaming reduction: the output activation is never held whole.
-struct Segment {
-  NodeId input = 0;
-  NodeId output = 0;
-  NodeId reduction = -1;
-  Partition forward, backward;         // over the output activation
-  int64_t forward_working_bytes = 0;   // predicted, largest tile
-  int64_t backward_working_bytes = 0;  // predicted, largest tile
-  int64_t halo_flops = 0;              // predicted forward FLOPs with halo recompute, all tiles
-  // The forward runs with autograd and keeps every tile's graph for the backward, which then
-  // recomputes nothing and runs the forward's tiles (the budget left room for them).
+// How a segment runs: its execution scheme, one of six, each with the fields that belong to it
+// alone (DESIGN.md "Segments and the plan"). The planner picks one per segment and checks what
+// the types cannot say (check_scheme); the executor dispatches on it.
+
+// Tiles recomputed in the backward (no barrier needing statistics in the segment).
+struct PlainTiles {};
+
+// The forward runs with autograd and keeps every tile's graph for the backward, which then
+// recomputes nothing and runs the forward's tiles (the budget left room for them).
+struct KeptGraph {};
+
+// LR-CNN 2PS (Strategy::kRowsShared): the rows (forward = backward partition) run top to bottom
+// and each node computes only the rows no earlier row computed (shared_row); the rows the next
+// row reads again are kept from the forward until this segment's backward (kept_bytes of them
+// at most), which runs the rows bottom to top and hands each kept row's gradient to the row
+// that computed it. Never with barriers (they run as OverL rows). The kept rows live in
+// kept_tier: resident, or (the budget has no room for them) in the tile store, one block per
+// row, written in the forward and read back in the backward. keep_graph: the rows keep their
+// graphs too (then their kept rows are resident, in the graphs).
+struct SharedRows {
   bool keep_graph = false;
-  // LR-CNN 2PS (Strategy::kRowsShared): the rows (forward = backward partition) run top to
-  // bottom and each node computes only the rows no earlier row computed (shared_row); the rows
-  // the next row reads again are kept from the forward until this segment's backward
-  // (shared_bytes of them at most), which runs the rows bottom to top and hands each kept
-  // row's gradient to the row that computed it. Not with barriers (they run as OverL rows).
-  // The kept rows live in shared_tier: resident, or (the budget has no room for them) in the
-  // tile store, one block per row, written in the forward and read back in the backward.
-  bool shared_rows = false;
-  int64_t shared_bytes = 0;
-  Tier shared_tier = Tier::kResident;
-  // Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept (an inner
-  // checkpoint, whole or in the tile store: inner_tier) from its statistic pass, the tiles read
-  // it instead of recomputing it, and the backward runs each sub-segment once (the segment's
-  // input may be offloaded). Otherwise (the budget has no room for them) the barriers' inputs
-  // are recomputed in every pass.
-  bool inner_checkpoints = false;
+  int64_t kept_bytes = 0;
+  Tier kept_tier = Tier::kResident;
+};
+
+// The segment runs as one tile in both passes, so each barrier's statistic is that of its one
+// tile: the barriers run as LibTorch runs them on whole activations (no statistic passes, no
+// sums, no corrections: plain autograd through the statistic), the forward updates batch norm's
+// running statistics and the backward's recompute leaves them. keep_graph: the tile's graph is
+// kept like any other.
+struct WholeBarriers {
+  bool keep_graph = false;
+};
+
+// Barriers (core/barrier.h) run as sub-segments: each barrier's input is kept (an inner
+// checkpoint, whole or in the tile store: `tier`) from its statistic pass, the tiles read it
+// instead of recomputing it, and the backward runs each sub-segment once (the segment's input
+// may be offloaded).
+struct SubSegments {
   // The inner checkpoints stay from the forward to the backward (the budget left room for them
-  // through the passes between), so the backward does not rebuild them.
+  // through the passes between), so the backward does not rebuild them. Offloaded ones always
+  // stay.
   bool keep_inner = false;
-  // The segment runs as one tile in both passes, so each barrier's statistic is that of its one
-  // tile: the barriers run as LibTorch runs them on whole activations (no statistic passes, no
-  // sums, no corrections: plain autograd through the statistic), the forward updates batch
-  // norm's running statistics and the backward's recompute leaves them, and the segment may
-  // keep its graph like any other. Neither inner checkpoints nor rounds.
-  bool whole_barriers = false;
   // Where the inner checkpoints and their gradients live. Resident: whole tensors. Offloaded
-  // (the budget has no room for them whole): in the tile store, each inner checkpoint (in
-  // inner_checkpoints order) in the blocks of inner_blocks (its shares of the forward tiles,
-  // split to the block size, so each share fills whole blocks) and its gradient in those of
-  // inner_grad_blocks (the cells between the regions the backward's tiles add, split likewise:
-  // only strips where tiles overlap stay open across tiles). Offloaded ones always stay from
-  // the forward to the backward. inner_moved_bytes: predicted bytes they move per step.
-  Tier inner_tier = Tier::kResident;
+  // (the budget has no room for them whole): in the tile store, each kept inner checkpoint (in
+  // kept_inner order) in the blocks of `blocks` (its shares of the forward tiles, split to the
+  // block size, so each share fills whole blocks) and its gradient in those of `grad_blocks`
+  // (the cells between the regions the backward's tiles add, split likewise: only strips where
+  // tiles overlap stay open across tiles).
+  Tier tier = Tier::kResident;
   // Inner checkpoints (of inner_checkpoints) the plan does not keep (DELTA per inner
   // checkpoint: recomputing one is cheaper than moving it); the sub-segments that read one
   // compute it from their leaves. A barrier's input is read by one sub-segment only: its
   // barriers' statistics come from a pass over its shares of the forward tiles, their sums from
   // a round over that sub-segment's backward tiles before its backward. A fork may be read by
-  // several (each recomputes it). inner_blocks and inner_grad_blocks are the kept ones'.
-  std::vector<NodeId> dropped_inner;
-  std::vector<Partition> inner_blocks, inner_grad_blocks;
+  // several (each recomputes it).
+  std::vector<NodeId> dropped;
+  std::vector<Partition> blocks, grad_blocks;
+};
+
+// Barriers whose inputs are recomputed in every pass (the budget has no room for them kept):
+// each barrier's statistic pass and each round of sums recomputes the segment's tiles.
+struct RecomputeRounds {};
+
+using Scheme =
+    std::variant<PlainTiles, KeptGraph, SharedRows, WholeBarriers, SubSegments, RecomputeRounds>;
+// "plain tiles", "kept graph", "shared rows", "whole barriers", "sub-segments", "recompute
+// rounds".
+std::string to_string(const Scheme& scheme);
+
+// Nodes (input, output] run fused and tiled, as `scheme` says; `input` and `output` are
+// checkpoints (node 0, the image, is read from the TileSource). `reduction`, when set, is a
+// global pool that closes the segment as a streaming reduction: the output activation is never
+// held whole.
+struct Segment {
+  NodeId input = 0;
+  NodeId output = 0;
+  NodeId reduction = -1;
+  Scheme scheme;
+  Partition forward, backward;         // over the output activation
+  int64_t forward_working_bytes = 0;   // predicted, largest tile
+  int64_t backward_working_bytes = 0;  // predicted, largest tile
+  int64_t halo_flops = 0;              // predicted forward FLOPs with halo recompute, all tiles
+  // Predicted bytes the segment's own stores move per step: offloaded inner checkpoints', or
+  // shared rows' kept rows in the store.
   int64_t inner_moved_bytes = 0;
   // Where the output checkpoint lives. An offloaded one is stored in blocks (the forward
   // partition's tiles, split to the plan's block size), so each forward tile fills whole blocks.
@@ -133,7 +164,38 @@ struct Segment {
   // queues for the disk instead of stalling compute. The passes' predictions leave it out: the
   // bytes are the budget's slack, not the plan's.
   int64_t forward_write_behind = 0, backward_write_behind = 0;
+
+  template <class T>
+  bool is() const {
+    return std::holds_alternative<T>(scheme);
+  }
+  template <class T>
+  const T* as() const {
+    return std::get_if<T>(&scheme);
+  }
+  template <class T>
+  T* as() {
+    return std::get_if<T>(&scheme);
+  }
+  // The forward's tile graphs are kept for the backward (KeptGraph, or shared rows or whole
+  // barriers that keep theirs).
+  bool keeps_graph() const;
+  // Sub-segments whose inner checkpoints stay from the forward to the backward.
+  bool keeps_inner() const;
+  // Sub-segments' inner checkpoints' tier and dropped ones; resident and none otherwise.
+  Tier inner_tier() const;
+  const std::vector<NodeId>& dropped_inner() const;
+  // Shared rows' kept rows' tier and bytes; resident and 0 otherwise.
+  Tier shared_tier() const;
+  int64_t shared_bytes() const;
 };
+
+// What the scheme's types cannot say, checked once where the planner builds a plan: whole
+// barriers run as one tile both ways; a kept graph and shared rows run the same tiles both ways;
+// a kept graph holds no barrier needing statistics (its tiles would run in several passes);
+// shared rows hold no barrier, and those that keep their graphs keep their rows in them.
+// Throws tessel::Error ("internal: ...") naming the segment.
+void check_scheme(const Graph& graph, const Segment& s);
 
 // The machine's prices of the two ways to keep a checkpoint the budget cannot hold (DELTA):
 // moving it to the offload tier and back, or recomputing it. Measured by
@@ -234,7 +296,7 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile);
 
-// One row of a segment run as shared rows (LR-CNN 2PS, Segment::shared_rows), by node: the
+// One row of a segment run as shared rows (LR-CNN 2PS, SharedRows), by node: the
 // rows it `held` (those the previous row kept, then those it computes: what its consumers read
 // in this row), `computed` (the rows no earlier row computed, so every position is computed
 // once) and `kept` for the next row (the held rows the next row's consumers read). Rows are
@@ -252,7 +314,8 @@ SharedRow shared_row(const Graph& graph, const std::vector<Shape>& shapes, NodeI
 // compute, whose consumers are computed by different ones (a ResNet block's output, read by the
 // next block's first conv and by its skip connection), so each op runs in one sub-segment.
 std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId output);
-// The inner checkpoints segment `s` keeps: inner_checkpoints less Segment::dropped_inner.
+// The inner checkpoints segment `s` keeps: inner_checkpoints less those it drops
+// (SubSegments::dropped).
 std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s);
 
 // The most bytes a training step under `plan` keeps in the tile store's `tier` at once, an upper
@@ -262,7 +325,7 @@ std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s);
 // Checked against the scratch folder's free space before a step that uses the disk starts.
 int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier);
 
-// How segment `s`'s barriers run, as the plan table says: "whole" (Segment::whole_barriers),
+// How segment `s`'s barriers run, as the plan table says: "whole" (WholeBarriers),
 // "inner", "inner kept" or "inner disk|host" (sub-segments), "N rounds" (recomputed), or "" (no
 // barrier needing statistics in training).
 std::string barrier_mode(const Graph& graph, const Segment& s);
@@ -289,7 +352,7 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                       NodeId input, const std::vector<NodeId>& leaves,
                                       NodeId target, const Region& tile);
-// The same where the sub-segment recomputes dropped inner checkpoints (Segment::dropped_inner):
+// The same where the sub-segment recomputes dropped inner checkpoints (SubSegments::dropped):
 // at each it computes, also the share of the segment's output tile `out_tile` (of `out`), where
 // its barriers' corrections are added. Without `dropped`, the plain sub_segment_needs.
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,

@@ -87,7 +87,7 @@ struct Analysis {
   NodeId reduction_input = -1;
   int64_t reduction_bytes_per_position = 0;
   static GradKey grad_key(const Segment& s, NodeId v) {
-    return {s.input, s.output, s.backward.y_edges, s.backward.x_edges, v, s.dropped_inner};
+    return {s.input, s.output, s.backward.y_edges, s.backward.x_edges, v, s.dropped_inner()};
   }
   const Additions& additions_by_pass(const Segment& s, NodeId v) const {
     const GradKey key = grad_key(s, v);
@@ -244,7 +244,7 @@ struct Analysis {
           // The tile form (LibTorch's batch norm kernel with the statistic as constants, or
           // SE's scale) keeps its input; the correction on the tile's share of the input keeps
           // a centred copy of it. A one-tile segment runs its barriers whole, as LibTorch does
-          // (Segment::whole_barriers): the input, no correction.
+          // (WholeBarriers): the input, no correction.
           keep(n.inputs[0], v);
           if (!whole_tile) own[static_cast<size_t>(v)] += in_bytes;
           break;
@@ -389,7 +389,7 @@ std::vector<int64_t> balanced_rows(const Analysis& a, NodeId input, NodeId outpu
 Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const Partition& p);
 
 Analysis::TileCost worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
-  auto key = std::make_tuple(s.input, s.output, p.y_edges, p.x_edges, s.shared_rows);
+  auto key = std::make_tuple(s.input, s.output, p.y_edges, p.x_edges, s.is<SharedRows>());
   const auto hit = a.worst_tiles.find(key);
   if (hit != a.worst_tiles.end()) return hit->second;
   return a.worst_tiles.emplace(std::move(key), compute_worst_tile(a, s, p)).first->second;
@@ -425,8 +425,8 @@ std::vector<int64_t> sample_tiles(const Partition& p) {
 
 Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const Partition& p) {
   auto cost = [&](const Region& tile) {
-    return s.shared_rows ? a.shared_cost(s.input, s.output, tile.y)
-                         : a.tile_cost(s.input, s.output, tile);
+    return s.is<SharedRows>() ? a.shared_cost(s.input, s.output, tile.y)
+                              : a.tile_cost(s.input, s.output, tile);
   };
   Analysis::TileCost worst;
   for (int64_t t : sample_tiles(p)) {
@@ -434,7 +434,7 @@ Analysis::TileCost compute_worst_tile(const Analysis& a, const Segment& s, const
     worst.forward_bytes = std::max(worst.forward_bytes, tc.forward_bytes);
     worst.backward_bytes = std::max(worst.backward_bytes, tc.backward_bytes);
   }
-  if (s.shared_rows) {
+  if (s.is<SharedRows>()) {
     // Shared rows compute each position once: the FLOPs of one row over the whole output,
     // spread over the rows (the cost model multiplies them back). The rows each keeps for the
     // next are all held from the forward to the backward.
@@ -494,15 +494,15 @@ SubSegmentWork sub_segment_work(const Analysis& a, const Segment& s,
   return w;
 }
 
-// The barriers of segment `s` that read its dropped inner checkpoints (Segment::dropped_inner),
+// The barriers of segment `s` that read its dropped inner checkpoints (SubSegments::dropped),
 // counted by the sub-segment that recomputes them (dropped_readers): the rounds of sums it runs
 // before its backward. (A fork has no barrier; a barrier input read by several is never run.)
 std::map<NodeId, int> sums_rounds(const Analysis& a, const Segment& s) {
   std::map<NodeId, int> rounds;
-  if (s.dropped_inner.empty()) return rounds;
+  if (s.dropped_inner().empty()) return rounds;
   const auto readers = dropped_readers(a.graph, a.shapes, s);
   for (size_t k = 0; k < readers.size(); ++k) {
-    const auto n = barriers_reading(a.graph, s, s.dropped_inner[k]).size();
+    const auto n = barriers_reading(a.graph, s, s.dropped_inner()[k]).size();
     if (readers[k].size() == 1 && n > 0) rounds[readers[k][0]] += static_cast<int>(n);
   }
   return rounds;
@@ -534,14 +534,14 @@ std::vector<Region> reads_with_rounds(const Analysis::Additions& adds,
 // forwards' worth) of its sub-segment, and its leaves read (k − 1) more times each way.
 PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded) {
   PlanCost c;
-  if (s.dropped_inner.empty()) return c;
+  if (s.dropped_inner().empty()) return c;
   std::vector<NodeId> leaves{s.input};
   const std::vector<NodeId> kept = kept_inner(a.graph, s);
   leaves.insert(leaves.end(), kept.begin(), kept.end());
   const auto readers = dropped_readers(a.graph, a.shapes, s);
   double f = 0, bytes = 0;
   for (size_t k = 0; k < readers.size(); ++k) {
-    const NodeId d = s.dropped_inner[k];
+    const NodeId d = s.dropped_inner()[k];
     if (!barrier_input(a.graph, s, d)) {
       const double more = static_cast<double>(std::max<size_t>(readers[k].size(), 1) - 1);
       const SubSegmentWork fork = sub_segment_work(a, s, leaves, d, s.input);
@@ -583,13 +583,13 @@ PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded) {
 PlanCost barrier_cost(const Analysis& a, const Segment& s) {
   PlanCost c;
   const auto rounds = barrier_rounds(a.graph, s.input, s.output);
-  if (rounds.empty() || s.whole_barriers) return c;
-  if (s.inner_checkpoints) {
+  if (rounds.empty() || s.is<WholeBarriers>()) return c;
+  if (s.is<SubSegments>()) {
     // Sub-segments: the backward rebuilds the inner checkpoints (about one more forward), and
     // the dropped ones' passes.
     c.compute = static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
                 static_cast<double>(s.forward.tiles());
-    c += dropped_cost(a, s, s.inner_tier != Tier::kResident);
+    c += dropped_cost(a, s, s.inner_tier() != Tier::kResident);
     return c;
   }
   const Shape& out = a.shapes[static_cast<size_t>(s.output)];
@@ -670,7 +670,7 @@ int64_t default_block_bytes(int64_t window) {
 struct Offloading {
   int64_t window_bytes = 0, block_bytes = 0;
   bool partly_resident = false;  // keep blocks resident where the budget leaves room
-  // Where inner checkpoints the budget cannot hold whole go (Segment::inner_tier); resident:
+  // Where inner checkpoints the budget cannot hold whole go (SubSegments::tier); resident:
   // nowhere (such segments recompute in rounds). `force_inner`: there even where they fit.
   Tier inner_tier = Tier::kResident;
   bool force_inner = false;
@@ -782,7 +782,7 @@ struct Offloading {
                              ? tile
                              : barrier_share(tile, out, a.shapes[static_cast<size_t>(reader)]);
         if (r.empty()) return std::vector<Region>{};
-        return sub_segment_needs(a.graph, a.shapes, s.input, leaves, reader, r, s.dropped_inner,
+        return sub_segment_needs(a.graph, a.shapes, s.input, leaves, reader, r, s.dropped_inner(),
                                  tile, out);
       };
       std::vector<std::vector<Region>> by_row, by_col;
@@ -1000,7 +1000,7 @@ std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& 
   return top;
 }
 
-// Whether segment `s` holds a barrier: unless it runs as one tile (Segment::whole_barriers),
+// Whether segment `s` holds a barrier: unless it runs as one tile (WholeBarriers),
 // its tiles run in several passes (core/barrier.h), so the backward recomputes them and keeps
 // no graph.
 bool has_barrier(const Graph& graph, const Segment& s) {
@@ -1039,11 +1039,11 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
     const bool stored_out = s.tier != Tier::kResident && s.reduction < 0 && i + 1 < n;
     if (stored_in || stored_out) continue;
     // Shared rows keep their graphs with their kept rows in them (not in the store).
-    if (s.shared_rows && s.shared_tier != Tier::kResident && s.shared_bytes > 0) continue;
-    if (has_barrier(a.graph, s) && !s.whole_barriers) {
+    if (s.is<SharedRows>() && s.shared_tier() != Tier::kResident && s.shared_bytes() > 0) continue;
+    if (has_barrier(a.graph, s) && !s.is<WholeBarriers>()) {
       // No graph (the tiles run in several passes), but the inner checkpoints may stay: from
       // this forward to this backward, which already count them.
-      if (!s.inner_checkpoints || s.inner_tier != Tier::kResident) continue;
+      if (!s.is<SubSegments>() || s.inner_tier() != Tier::kResident) continue;
       int64_t inner_bytes = 0;
       for (NodeId v : kept_inner(a.graph, s)) inner_bytes += a.bytes(v);
       std::vector<MemoryBreakdown> after = passes;
@@ -1054,7 +1054,7 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
       }
       if (!fits) continue;
       passes = std::move(after);
-      s.keep_inner = true;
+      s.as<SubSegments>()->keep_inner = true;
       continue;
     }
     // A graph that saves its input tile saves a view of a resident checkpoint (no new bytes);
@@ -1069,9 +1069,9 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
       later_free = std::min(later_free, budget - passes[p].total());
     }
     const Shape& out = a.shapes[static_cast<size_t>(s.output)];
-    const auto whole =
-        s.shared_rows ? a.shared_cost(s.input, s.output, {0, out.height})
-                      : a.tile_cost(s.input, s.output, Region{{0, out.height}, {0, out.width}});
+    const auto whole = s.is<SharedRows>() ? a.shared_cost(s.input, s.output, {0, out.height})
+                                          : a.tile_cost(s.input, s.output,
+                                                        Region{{0, out.height}, {0, out.width}});
     if (whole.kept_bytes - whole.kept_input_bytes - whole.kept_output_bytes > later_free) continue;
     // Every tile's graph where they are few; where they are many (the search builds hundreds of
     // plans: counting every tile made the planner test for VGG-16 on a 200000² slide take 786 s,
@@ -1086,8 +1086,8 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
     }
     int64_t kept = 0, working = 0, most = 0;
     for (int64_t t : counted) {
-      const auto tc = s.shared_rows ? a.shared_cost(s.input, s.output, s.forward.tile(t).y)
-                                    : a.tile_cost(s.input, s.output, s.forward.tile(t));
+      const auto tc = s.is<SharedRows>() ? a.shared_cost(s.input, s.output, s.forward.tile(t).y)
+                                         : a.tile_cost(s.input, s.output, s.forward.tile(t));
       const int64_t shared = (input_view ? tc.kept_input_bytes : 0) +
                              (output_is_checkpoint ? tc.kept_output_bytes : 0);
       kept += tc.kept_bytes - shared;
@@ -1119,8 +1119,14 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
     saved.compute += 3.0 * bwd - 2.0 * fwd;
     saved.tiles +=
         a.options.flops_per_tile * static_cast<double>(s.backward.tiles() - s.forward.tiles());
-    if (s.shared_rows) saved.copies += a.options.flops_per_byte_copied * joined_bytes(a, s);
-    s.keep_graph = true;
+    if (s.is<SharedRows>()) saved.copies += a.options.flops_per_byte_copied * joined_bytes(a, s);
+    if (auto* rows = s.as<SharedRows>()) {
+      rows->keep_graph = true;
+    } else if (auto* whole = s.as<WholeBarriers>()) {
+      whole->keep_graph = true;
+    } else {
+      s.scheme = KeptGraph{};
+    }
     s.backward = s.forward;
     s.backward_working_bytes = working;
   }
@@ -1212,7 +1218,7 @@ class SegmentBuild {
     const bool last_segment = i + 2 == bounds.size();
     if (last_segment) s.reduction = reduction;
     // 2PS runs segments without barriers; those with run as OverL rows.
-    s.shared_rows = strategy == Strategy::kRowsShared && !has_barrier(a.graph, s);
+    if (strategy == Strategy::kRowsShared && !has_barrier(a.graph, s)) s.scheme = SharedRows{};
     out = a.shapes[static_cast<size_t>(s.output)];
     out_bytes = s.reduction >= 0 ? 0 : a.bytes(s.output);
     const int64_t in_grad = (s.input != 0 || a.options.input_gradient) ? a.bytes(s.input) : 0;
@@ -1261,10 +1267,10 @@ class SegmentBuild {
   // sub-segments over inner checkpoints, or recomputed in rounds) and the shared rows' kept
   // rows (resident, else in the store); -1 in `nf` or `nb` where no partition fits.
   void choose_counts() {
-    if (s.shared_rows && off.force_inner) store_kept_rows();
+    if (s.is<SharedRows>() && off.force_inner) store_kept_rows();
     nf = choose(false);
     nb = choose(true);
-    if (s.shared_rows && (nf < 0 || nb < 0) && s.shared_tier == Tier::kResident &&
+    if (s.is<SharedRows>() && (nf < 0 || nb < 0) && s.shared_tier() == Tier::kResident &&
         off.inner_tier != Tier::kResident) {
       store_kept_rows();
       nf = choose(false);
@@ -1325,7 +1331,7 @@ class SegmentBuild {
   // in the store, as offloaded inner checkpoints are (written behind the forward, read ahead
   // in the backward, within the store's window).
   void store_kept_rows() {
-    s.shared_tier = off.inner_tier;
+    s.as<SharedRows>()->kept_tier = off.inner_tier;
     const int64_t more_fwd = off.in_use(in_off || out_off, true, kUnfit) - store_fwd;
     const int64_t more_bwd = off.in_use(true, true, kUnfit) - store_bwd;
     store_fwd += more_fwd;
@@ -1363,8 +1369,8 @@ class SegmentBuild {
 // rounds): the search does not refine those. The chosen partition's (`exact`) from the
 // blocks the executor will use; the search's from the rows and columns around the middle.
 int64_t SegmentBuild::open_bytes(const Partition& p, bool exact) const {
-  if (!s.inner_checkpoints) return in_off ? Offloading::open_bytes(a, s, p, exact) : 0;
-  const bool inner_off = s.inner_tier != Tier::kResident;
+  if (!s.is<SubSegments>()) return in_off ? Offloading::open_bytes(a, s, p, exact) : 0;
+  const bool inner_off = s.inner_tier() != Tier::kResident;
   if (!in_off && !inner_off) return 0;
   Segment t = s;
   t.backward = p;
@@ -1426,7 +1432,8 @@ int64_t SegmentBuild::choose(bool backward) const {
     else
       lo = mid + 1;
   }
-  if (s.shared_rows && s.shared_tier == Tier::kResident && !fits(lo, backward, avail, true)) {
+  if (s.is<SharedRows>() && s.shared_tier() == Tier::kResident &&
+      !fits(lo, backward, avail, true)) {
     // Unless offloading is ruled out, the store takes the kept rows (the offloading
     // search, or choose_counts). Where it is: more rows hold less each but keep more in all,
     // so the fewest rows where both fit, if any (doubling from `lo`, then halving back to the
@@ -1459,17 +1466,20 @@ int64_t SegmentBuild::choose(bool backward) const {
 // where the plan offloads), else recomputed in rounds.
 void SegmentBuild::place_barriers() {
   const bool one_tile = nf == 0 ? fixed_partition().tiles() == 1 : nf == 1 && nb == 1;
-  if (barriers && a.options.whole_barriers && one_tile) {
-    s.whole_barriers = true;
+  if (!barriers) return;
+  if (a.options.whole_barriers && one_tile) {
+    s.scheme = WholeBarriers{};
     return;
   }
-  if (!a.options.inner_checkpoints || !barriers) return;
+  s.scheme = RecomputeRounds{};
+  if (!a.options.inner_checkpoints) return;
   std::vector<Tier> tiers_to_try;
   if (!off.force_inner) tiers_to_try.push_back(Tier::kResident);
   if (off.inner_tier != Tier::kResident) tiers_to_try.push_back(off.inner_tier);
   for (Tier t : tiers_to_try) {
-    s.inner_checkpoints = true;
-    s.inner_tier = t;
+    SubSegments sub;
+    sub.tier = t;
+    s.scheme = std::move(sub);
     std::tie(inner_fwd, inner_bwd) = inner_extra(t);
     fwd_fixed += inner_fwd;
     bwd_fixed += inner_bwd;
@@ -1478,12 +1488,11 @@ void SegmentBuild::place_barriers() {
       nf = inner_nf;
       nb = inner_nb;
       // Offloaded ones stay in the store from the forward to the backward.
-      s.keep_inner = t != Tier::kResident;
+      s.as<SubSegments>()->keep_inner = t != Tier::kResident;
       return;
     }
     // No room for them: the next tier, or recompute the barriers' inputs.
-    s.inner_checkpoints = false;
-    s.inner_tier = Tier::kResident;
+    s.scheme = RecomputeRounds{};
     fwd_fixed -= inner_fwd;
     bwd_fixed -= inner_bwd;
     inner_fwd = inner_bwd = 0;
@@ -1500,15 +1509,16 @@ void SegmentBuild::place_barriers() {
 void SegmentBuild::drop_inner() {
   using Drop = PlanOptions::DropInner;
   const Drop mode = a.options.drop_inner;
-  if (!s.inner_checkpoints || mode == Drop::kNever) return;
-  if (mode == Drop::kPriced && s.inner_tier == Tier::kResident) return;
+  SubSegments* sub = s.as<SubSegments>();
+  if (sub == nullptr || mode == Drop::kNever) return;
+  if (mode == Drop::kPriced && sub->tier == Tier::kResident) return;
   const double per_byte = 5.0 * a.options.flops_per_byte_moved;
-  const bool offloaded = s.inner_tier != Tier::kResident;
+  const bool offloaded = s.inner_tier() != Tier::kResident;
   double extra = 0;
   // In order. (Forks first, then barrier inputs, was priced worse at 4096², at a CPU's prices
   // and at a GPU's: 158 against 147 s, 5.2 against 4.6 s; bench/NOTES.md session 34.)
   for (NodeId v : inner) {
-    s.dropped_inner.push_back(v);
+    sub->dropped.push_back(v);
     const double more = dropped_cost(a, s, offloaded).total();
     const bool worth = mode == Drop::kAlways
                            ? more < kNever
@@ -1516,17 +1526,17 @@ void SegmentBuild::drop_inner() {
     if (worth) {
       extra = more;
     } else {
-      s.dropped_inner.pop_back();
+      sub->dropped.pop_back();
     }
   }
-  if (s.dropped_inner.empty()) return;
+  if (sub->dropped.empty()) return;
   // Fewer inner checkpoints held: the fixed bytes and the counts again.
   fwd_fixed -= inner_fwd;
   bwd_fixed -= inner_bwd;
   inner = kept_inner(a.graph, s);
   inner_bytes = 0;
   for (NodeId v : inner) inner_bytes += a.bytes(v);
-  std::tie(inner_fwd, inner_bwd) = inner_extra(s.inner_tier);
+  std::tie(inner_fwd, inner_bwd) = inner_extra(sub->tier);
   fwd_fixed += inner_fwd;
   bwd_fixed += inner_bwd;
   const int64_t f = choose(false), b = choose(true);
@@ -1539,7 +1549,7 @@ int64_t SegmentBuild::finest_bytes() const {
   const int64_t finest_open = open_bytes(finest_partition, false);
   int64_t finest_here =
       std::max(fwd_fixed + finest.forward_bytes, bwd_fixed + finest_open + finest.backward_bytes);
-  if (s.shared_rows && s.shared_tier == Tier::kResident && !fits_budget() &&
+  if (s.is<SharedRows>() && s.shared_tier() == Tier::kResident && !fits_budget() &&
       a.options.offload == PlanOptions::Offload::kNever) {
     // Resident shared rows keep more with more rows: the finest partition is not the
     // smallest. The least over row counts in powers of two (asked only where it does not fit,
@@ -1563,7 +1573,7 @@ int64_t SegmentBuild::finest_bytes() const {
 void SegmentBuild::set_partitions() {
   if (nf == 0) {
     s.forward = s.backward = fixed_partition();
-  } else if (nf > 0 && nb > 0 && s.shared_rows) {
+  } else if (nf > 0 && nb > 0 && s.is<SharedRows>()) {
     // The backward reuses what the forward's rows kept: one partition for both.
     s.forward = s.backward = partition_for(strategy, out, std::max(nf, nb));
   } else if (nf > 0 && nb > 0) {
@@ -1572,7 +1582,7 @@ void SegmentBuild::set_partitions() {
   } else {
     s.forward = s.backward = Partition::whole(out.height, out.width);
   }
-  if (s.shared_rows && nf != 0) {
+  if (s.is<SharedRows>() && nf != 0) {
     // Skewed rows (balanced_rows), where they hold no more than even ones.
     Partition b = s.backward;
     b.y_edges = balanced_rows(a, s.input, s.output, s.backward.rows(), /*shared=*/true);
@@ -1581,7 +1591,7 @@ void SegmentBuild::set_partitions() {
                                              std::max(even.forward_bytes, even.backward_bytes)) {
       s.forward = s.backward = b;
     }
-  } else if (row_strategy(strategy) && !s.shared_rows) {
+  } else if (row_strategy(strategy) && !s.is<SharedRows>()) {
     // Balanced rows, unless balancing by input rows makes the heaviest row heavier or
     // changes the row count (when every row needs the whole input, fewer rows read as
     // little; a count the caller or the budget search chose is kept).
@@ -1611,33 +1621,36 @@ std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost
   cost.tiles +=
       a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
   cost += barrier_cost(a, s);
-  if (s.shared_rows) {
+  if (auto* rows = s.as<SharedRows>()) {
     // What the rows keep, from this forward to this backward; and the concatenations that
     // join inherited and computed rows, in the forward and in the backward's recompute.
-    s.shared_bytes = fc.shared_kept_bytes;
-    if (s.shared_tier != Tier::kResident) {
-      cost.moved += a.options.flops_per_byte_moved * 2.0 * static_cast<double>(s.shared_bytes);
+    rows->kept_bytes = fc.shared_kept_bytes;
+    if (rows->kept_tier != Tier::kResident) {
+      cost.moved += a.options.flops_per_byte_moved * 2.0 * static_cast<double>(rows->kept_bytes);
     }
     cost.copies += 2.0 * a.options.flops_per_byte_copied * joined_bytes(a, s);
   }
   const int64_t in_open = open_bytes(s.backward, true);
-  if (i > 0 && in_tier != Tier::kResident && s.inner_checkpoints) {
+  if (i > 0 && in_tier != Tier::kResident && s.is<SubSegments>()) {
     s.input_grad_blocks = off.inner_grad_blocks(a, s, s.input, a.additions(s, s.input),
                                                 &plan.segments[i - 1].backward);
   } else if (i > 0 && in_tier != Tier::kResident) {
     s.input_grad_blocks = off.grad_blocks(a, s, s.backward, plan.segments[i - 1].backward);
   }
   MemoryBreakdown fwd_at = fixed, bwd_at = fixed;
-  const int64_t shared_held = s.shared_tier == Tier::kResident ? s.shared_bytes : 0;
+  const int64_t shared_held = s.shared_tier() == Tier::kResident ? s.shared_bytes() : 0;
   fwd_at.checkpoints = held + out_fwd + store_fwd + inner_fwd + shared_held;
   fwd_at.working_set = fc.forward_bytes;
   bwd_at.checkpoints = held + out_bwd + in_bwd + store_bwd + in_open + inner_bwd + shared_held;
   bwd_at.working_set = bc.backward_bytes;
   if (s.tier != Tier::kResident) s.blocks = off.blocks(a, s.output, s.forward);
-  if (s.inner_checkpoints && s.inner_tier != Tier::kResident) {
+  if (s.inner_tier() != Tier::kResident) {
     for (NodeId v : inner) {
-      s.inner_blocks.push_back(off.inner_blocks(a, s, v));
-      s.inner_grad_blocks.push_back(off.inner_grad_blocks(a, s, v, a.additions(s, v)));
+      Partition blocks = off.inner_blocks(a, s, v);
+      Partition grad_blocks = off.inner_grad_blocks(a, s, v, a.additions(s, v));
+      SubSegments& sub = *s.as<SubSegments>();
+      sub.blocks.push_back(std::move(blocks));
+      sub.grad_blocks.push_back(std::move(grad_blocks));
     }
   }
   return {fwd_at, bwd_at};
@@ -1662,7 +1675,7 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
   // Offloaded inner checkpoints: each written once and read about twice (the forward's later
   // sub-segments, the backward's), its gradient written and read once.
   for (const Segment& s : plan.segments) {
-    if (s.inner_tier == Tier::kResident) continue;
+    if (s.inner_tier() == Tier::kResident) continue;
     for (NodeId v : kept_inner(a.graph, s)) {
       cost.moved += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(v));
     }
@@ -1711,8 +1724,8 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     plan.tiled_flops += s.halo_flops;
     passes[2 * i] = fwd_at;
     passes[2 * i + 1] = bwd_at;
-    if (s.shared_tier == Tier::kResident &&
-        (!s.inner_checkpoints || s.inner_tier == Tier::kResident)) {
+    if (s.shared_tier() == Tier::kResident &&
+        (!s.is<SubSegments>() || s.inner_tier() == Tier::kResident)) {
       // Kept rows or inner checkpoints in the store add to it unbounded: left as they are.
       shares[2 * i] = b.fwd_share;
       shares[2 * i + 1] = b.bwd_share;
@@ -1724,7 +1737,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     }
     if (!b.out_off) held += b.out_bytes;
     // Resident kept rows: until this segment's backward, after every later pass.
-    held += s.shared_tier == Tier::kResident ? s.shared_bytes : 0;
+    held += s.shared_tier() == Tier::kResident ? s.shared_bytes() : 0;
     plan.checkpoints.push_back(s.output);
     plan.segments.push_back(std::move(s));
   }
@@ -1793,7 +1806,7 @@ std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v)
   for (NodeId u : inner) {
     if (u > v) targets.push_back(u);
   }
-  for (NodeId u : s.dropped_inner) {
+  for (NodeId u : s.dropped_inner()) {
     if (u > v && barrier_input(a.graph, s, u)) targets.push_back(u);  // statistic passes
   }
   std::sort(targets.begin(), targets.end());
@@ -1806,7 +1819,7 @@ std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v)
                            : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
       if (r.empty()) continue;
       reads.push_back(sub_segment_needs(a.graph, a.shapes, s.input, leaves, target, r,
-                                        s.dropped_inner, tile, out)[static_cast<size_t>(v)]);
+                                        s.dropped_inner(), tile, out)[static_cast<size_t>(v)]);
     }
   }
   return reads;
@@ -1841,9 +1854,10 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
         if (!r.empty()) own.push_back(r);
       }
     }
-    n += 2 * a.bytes(v) + read_bytes(reads, s.inner_blocks.at(k), per_pixel, window) +
-         read_bytes(own, s.inner_grad_blocks.at(k), per_pixel, window) +
-         reopened_bytes(s.inner_grad_blocks.at(k), a.additions(s, v), per_pixel);
+    const SubSegments& sub = *s.as<SubSegments>();
+    n += 2 * a.bytes(v) + read_bytes(reads, sub.blocks.at(k), per_pixel, window) +
+         read_bytes(own, sub.grad_blocks.at(k), per_pixel, window) +
+         reopened_bytes(sub.grad_blocks.at(k), a.additions(s, v), per_pixel);
   }
   return n;
 }
@@ -1854,10 +1868,10 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
 void count_moved_bytes(const Analysis& a, Plan& plan) {
   for (Segment& s : plan.segments) {
     s.inner_moved_bytes =
-        s.inner_tier == Tier::kResident ? 0 : inner_moved_bytes(a, s, plan.window_bytes);
+        s.inner_tier() == Tier::kResident ? 0 : inner_moved_bytes(a, s, plan.window_bytes);
     // Shared rows' kept rows in the store: written once, read back once.
-    if (s.shared_rows && s.shared_tier != Tier::kResident)
-      s.inner_moved_bytes += 2 * s.shared_bytes;
+    if (s.is<SharedRows>() && s.shared_tier() != Tier::kResident)
+      s.inner_moved_bytes += 2 * s.shared_bytes();
   }
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     Segment& s = plan.segments[i];
@@ -1867,7 +1881,7 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
     const int64_t per_pixel = a.graph.node(s.output).channels * a.eb;
     s.moved_bytes = 2 * a.bytes(s.output) - s.resident_bytes +
                     read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
-    if (next.inner_checkpoints && !next.whole_barriers) {
+    if (next.is<SubSegments>() && !next.is<WholeBarriers>()) {
       // Each sub-segment reading it reads it again (once more in each round of sums it runs);
       // its gradient adds up pass by pass.
       const std::vector<Region> backward_reads =
@@ -2343,7 +2357,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   // checkpoints so that every segment runs as sub-segments: then offloading is priced too.
   const auto recomputes_barriers = [&](const Plan& plan) {
     return std::any_of(plan.segments.begin(), plan.segments.end(), [&](const Segment& s) {
-      return !s.inner_checkpoints && !s.whole_barriers && has_barrier(graph, s);
+      return !s.is<SubSegments>() && !s.is<WholeBarriers>() && has_barrier(graph, s);
     });
   };
   // A resident plan that fits but recomputes much (its halos and recompute over kRecomputeWorth
@@ -2420,6 +2434,7 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   plan.element_bytes = a.eb;
   plan.budget_bytes = budget;
   plan.plain_flops = plain_flops;
+  for (const Segment& segment : plan.segments) check_scheme(graph, segment);
   return plan;
 }
 

@@ -47,14 +47,14 @@ struct PlanOptions {
   // offloads (kAuto's offloading search), in auto_tier where it has not (else the segment
   // recomputes in rounds). Set: there always (tests; kResident: never offloaded).
   std::optional<Tier> inner_tier;
-  // DELTA per inner checkpoint (Segment::dropped_inner). kPriced: an offloaded inner checkpoint
+  // DELTA per inner checkpoint (SubSegments::dropped). kPriced: an offloaded inner checkpoint
   // is dropped, and recomputed by the sub-segments that read it, where that costs less than
   // moving it at the prices; kNever: every one kept; kAlways: every one a plan may drop
   // (misplaced_drops), resident or offloaded (tests).
   enum class DropInner { kPriced, kNever, kAlways };
   DropInner drop_inner = DropInner::kPriced;
   // A segment with barriers that fits as one tile in both passes runs them whole, as plain
-  // LibTorch does (Segment::whole_barriers); false: such a segment runs the tiled schemes with
+  // LibTorch does (WholeBarriers); false: such a segment runs the tiled schemes with
   // its one tile (tests).
   bool whole_barriers = true;
   Offload offload = Offload::kAuto;

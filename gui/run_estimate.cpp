@@ -44,7 +44,7 @@ double step_flops(const core::Plan& plan) {
   double flops = 0;
   for (const core::Segment& s : plan.segments) {
     const auto forward = static_cast<double>(s.halo_flops);
-    flops += forward * (s.keep_graph ? 3.0 : 4.0) +
+    flops += forward * (s.keeps_graph() ? 3.0 : 4.0) +
              per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
   }
   return flops;

@@ -208,7 +208,7 @@ BenchResult bench_step(const BenchPoint& p) {
     r.write_behind.push_back(s.backward_write_behind);
   }
   r.prices = plan.prices;
-  for (const core::Segment& s : plan.segments) r.kept_graphs.push_back(s.keep_graph);
+  for (const core::Segment& s : plan.segments) r.kept_graphs.push_back(s.keeps_graph());
   if (p.memory_limit_bytes > 0 && plan.predicted.total() > p.memory_limit_bytes) {
     r.status = "out_of_memory";
     r.message = "predicted peak " + core::format_bytes(plan.predicted.total()) +

@@ -26,36 +26,23 @@ nlohmann::json partitions_json(const std::vector<core::Partition>& parts) {
   return j;
 }
 
-// How segment `s` runs, in one name: "shared rows" (LR-CNN 2PS), "whole barriers" (one tile,
-// barriers as LibTorch runs them), "sub-segments" (barriers over inner checkpoints), "recompute
-// rounds" (barriers' inputs recomputed in every pass), "kept graph" or "plain tiles".
-std::string scheme_name(const core::Graph& graph, const core::Segment& s) {
-  const bool barriers = !core::barrier_rounds(graph, s.input, s.output).empty();
-  if (s.shared_rows) return "shared rows";
-  if (s.whole_barriers) return "whole barriers";
-  if (barriers && s.inner_checkpoints) return "sub-segments";
-  if (barriers) return "recompute rounds";
-  return s.keep_graph ? "kept graph" : "plain tiles";
-}
-
-// How the segment runs (scheme_name) and the fields that belong to that scheme alone.
+// How segment `s` runs (core::Scheme, by name) and the fields that belong to that scheme alone.
 nlohmann::json scheme_json(const core::Graph& graph, const core::Segment& s) {
-  const std::string name = scheme_name(graph, s);
-  nlohmann::json j = {{"name", name}};
-  if (name == "shared rows") {
-    j["keep_graph"] = s.keep_graph;
-    j["kept_bytes"] = s.shared_bytes;
-    j["kept_tier"] = core::to_string(s.shared_tier);
-  } else if (name == "whole barriers") {
-    j["keep_graph"] = s.keep_graph;
-  } else if (name == "sub-segments") {
+  nlohmann::json j = {{"name", core::to_string(s.scheme)}};
+  if (const auto* rows = s.as<core::SharedRows>()) {
+    j["keep_graph"] = rows->keep_graph;
+    j["kept_bytes"] = rows->kept_bytes;
+    j["kept_tier"] = core::to_string(rows->kept_tier);
+  } else if (const auto* whole = s.as<core::WholeBarriers>()) {
+    j["keep_graph"] = whole->keep_graph;
+  } else if (const auto* sub = s.as<core::SubSegments>()) {
     nlohmann::json dropped = nlohmann::json::array();
-    for (core::NodeId v : s.dropped_inner) dropped.push_back(graph.node(v).name);
-    j["keep_inner"] = s.keep_inner;
-    j["inner_tier"] = core::to_string(s.inner_tier);
+    for (core::NodeId v : sub->dropped) dropped.push_back(graph.node(v).name);
+    j["keep_inner"] = sub->keep_inner;
+    j["inner_tier"] = core::to_string(sub->tier);
     j["dropped_inner"] = dropped;
-    j["inner_blocks"] = partitions_json(s.inner_blocks);
-    j["inner_grad_blocks"] = partitions_json(s.inner_grad_blocks);
+    j["inner_blocks"] = partitions_json(sub->blocks);
+    j["inner_grad_blocks"] = partitions_json(sub->grad_blocks);
     j["inner_moved_bytes"] = s.inner_moved_bytes;
   }
   return j;
@@ -70,7 +57,7 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
   for (const core::Segment& s : plan.segments) {
     const core::Shape& out = plan.shapes[static_cast<size_t>(s.output)];
     nlohmann::json recomputed = nlohmann::json::array();
-    for (core::NodeId v : s.dropped_inner) recomputed.push_back(graph.node(v).name);
+    for (core::NodeId v : s.dropped_inner()) recomputed.push_back(graph.node(v).name);
     segments.push_back({
         {"first_op", graph.node(s.input + 1).name},
         {"last_op", graph.node(s.output).name},
@@ -79,7 +66,7 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"output", {out.channels, out.height, out.width}},
         {"forward", partition_json(s.forward)},
         {"backward", partition_json(s.backward)},
-        {"keep_graph", s.keep_graph},
+        {"keep_graph", s.keeps_graph()},
         {"barriers", core::barrier_mode(graph, s)},
         {"forward_working_bytes", s.forward_working_bytes},
         {"backward_working_bytes", s.backward_working_bytes},

@@ -138,7 +138,7 @@ TEST(AttentionPool, MatchesUnderABudget) {
     PlanOptions o;
     o.element_bytes = 8;
     const Plan plan = make_plan(g, {2, h, w}, budget_kib << 10, o);
-    for (const Segment& s : plan.segments) kept += s.keep_graph;
+    for (const Segment& s : plan.segments) kept += s.keeps_graph();
     // 400 KiB and 4 MiB hold the step whole: one tile with its graph kept, which must equal
     // plain; the smaller budgets tile.
     EXPECT_EQ(tiles(plan), budget_kib < 400) << "the check must tile\n" << to_string(plan, g);

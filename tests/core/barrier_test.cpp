@@ -124,14 +124,14 @@ TEST(Barriers, MatchWithOffloadedCheckpoints) {
   const Plan plan = make_plan(g, {2, h, w}, 0, with_tiles(o, Strategy::kGrid, 3, 2));
   int offloaded_inputs = 0;
   for (size_t i = 1; i < plan.segments.size(); ++i) {
-    offloaded_inputs += plan.segments[i].inner_checkpoints &&
+    offloaded_inputs += plan.segments[i].is<SubSegments>() &&
                         plan.segments[i - 1].tier != Tier::kResident &&
                         plan.segments[i].backward.tiles() > 1;
   }
   EXPECT_GT(offloaded_inputs, 0) << to_string(plan, g);
 }
 
-// Inner checkpoints in the tile store (Segment::inner_tier): written in blocks of the forward
+// Inner checkpoints in the tile store (SubSegments::tier): written in blocks of the forward
 // tiles' shares, their gradients accumulated in the cells between the backward tiles' additions
 // and corrected share by share, in a window and blocks so small that every pass reads and
 // writes many blocks. With and without offloaded checkpoints, whole-network segments (several
@@ -159,15 +159,15 @@ TEST(Barriers, OffloadedInnerCheckpointsMatch) {
       const Plan plan = make_plan(g, {2, h, w}, 0, with_tiles(o, Strategy::kGrid, 3, 2));
       int offloaded = 0;
       for (const Segment& s : plan.segments) {
-        offloaded += s.inner_checkpoints && s.inner_tier == tier && s.backward.tiles() > 1 &&
-                     !s.inner_blocks.empty();
+        offloaded += s.is<SubSegments>() && s.inner_tier() == tier && s.backward.tiles() > 1 &&
+                     !s.as<SubSegments>()->blocks.empty();
       }
       EXPECT_GT(offloaded, 0) << to_string(plan, g);
     }
   }
 }
 
-// DELTA per inner checkpoint (Segment::dropped_inner): every barrier input that one
+// DELTA per inner checkpoint (SubSegments::dropped): every barrier input that one
 // sub-segment alone reads is dropped and recomputed there (its barriers' statistics from a pass
 // over its shares, their sums from a round before that sub-segment's backward), and every fork
 // in each sub-segment that reads it; resident and in the store, with checkpoints and a
@@ -197,9 +197,9 @@ TEST(Barriers, RecomputedInnerCheckpointsMatch) {
       const Plan plan = make_plan(g, {2, h, w}, 0, with_tiles(o, Strategy::kGrid, 3, 2));
       size_t dropped = 0;
       for (const Segment& s : plan.segments) {
-        if (s.backward.tiles() > 1) dropped += s.dropped_inner.size();
+        if (s.backward.tiles() > 1) dropped += s.dropped_inner().size();
         EXPECT_TRUE(misplaced_drops(g, plan.shapes, s).empty());
-        for (NodeId v : s.dropped_inner) forks += !barrier_input(g, s, v);
+        for (NodeId v : s.dropped_inner()) forks += !barrier_input(g, s, v);
       }
       EXPECT_GT(dropped, 0u) << what << "\n" << to_string(plan, g);
     }
@@ -222,10 +222,10 @@ TEST(Barriers, PlannerRecomputesInnerCheckpointsCheaperThanMovingThem) {
   const Plan kept = make_plan(g, {3, 4096, 4096}, int64_t{2} << 30, o);
   size_t dropped = 0;
   for (const Segment& s : plan.segments) {
-    dropped += s.dropped_inner.size();
+    dropped += s.dropped_inner().size();
     EXPECT_TRUE(misplaced_drops(g, plan.shapes, s).empty());
   }
-  for (const Segment& s : kept.segments) EXPECT_TRUE(s.dropped_inner.empty());
+  for (const Segment& s : kept.segments) EXPECT_TRUE(s.dropped_inner().empty());
   EXPECT_GT(dropped, 10u) << to_string(plan, g);
   EXPECT_LT(plan.moved_bytes(), kept.moved_bytes() * 9 / 10)
       << to_string(plan, g) << to_string(kept, g);
@@ -250,8 +250,8 @@ TEST(Barriers, PlannerSplitsResNet50sBatchNormChainsIntoSubSegments) {
       bool barrier = false;
       for (NodeId v = s.input + 1; v <= s.output; ++v) barrier = barrier || g.node(v).is_barrier();
       with_barriers += barrier;
-      recomputing += barrier && !s.inner_checkpoints && !s.whole_barriers;
-      inner_offloaded += s.inner_checkpoints && s.inner_tier != Tier::kResident;
+      recomputing += barrier && !s.is<SubSegments>() && !s.is<WholeBarriers>();
+      inner_offloaded += s.is<SubSegments>() && s.inner_tier() != Tier::kResident;
     }
     // Several segments (4096²: 3, since the store's write-behind is one block; 2048²: 12).
     EXPECT_GE(with_barriers, 3) << to_string(plan, g);
@@ -280,7 +280,7 @@ TEST(Barriers, MeasuredPricesCompareTheResidentPlanInTheSameUnits) {
   for (const Segment& s : plan.segments) {
     bool barrier = false;
     for (NodeId v = s.input + 1; v <= s.output; ++v) barrier = barrier || g.node(v).is_barrier();
-    recomputing += barrier && !s.inner_checkpoints && !s.whole_barriers;
+    recomputing += barrier && !s.is<SubSegments>() && !s.is<WholeBarriers>();
   }
   EXPECT_EQ(recomputing, 0) << to_string(plan, g);
 }
@@ -335,14 +335,14 @@ TEST(Barriers, KeptInnerCheckpointsMatch) {
   o.tiles_x = 2;
   const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
   int kept = 0;
-  for (const Segment& s : plan.segments) kept += s.keep_inner ? 1 : 0;
+  for (const Segment& s : plan.segments) kept += s.keeps_inner() ? 1 : 0;
   EXPECT_GT(kept, 0) << to_string(plan, g);
   ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
   const auto c = compare_with_plain(g, plan, random_image(2, h, w, 9), 9);
   EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
 }
 
-// One-tile segments run their barriers whole, as LibTorch does (Segment::whole_barriers), with
+// One-tile segments run their barriers whole, as LibTorch does (WholeBarriers), with
 // their graphs kept (the forward updates the running statistics with autograd on) or recomputed
 // (the recompute must leave them), and beside tiled ones in the same step; a stride-2
 // convolution without padding at an even size never reads the last row and column of its batch
@@ -374,8 +374,8 @@ TEST(Barriers, OneTileSegmentsRunThemWholeAndMatch) {
     const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
     int whole = 0, kept = 0;
     for (const Segment& s : plan.segments) {
-      whole += s.whole_barriers;
-      kept += s.whole_barriers && s.keep_graph;
+      whole += s.is<WholeBarriers>();
+      kept += s.is<WholeBarriers>() && s.keeps_graph();
     }
     const int expected = variant < 2 ? 4 : 1;
     EXPECT_EQ(whole, expected) << to_string(plan, g);
@@ -397,8 +397,8 @@ TEST(Barriers, OneTileSegmentsRunThemWholeAndMatch) {
     const Plan plan = make_plan(g, {2, h, w}, 0, o);
     int whole = 0, tiled = 0;
     for (const Segment& s : plan.segments) {
-      whole += s.whole_barriers;
-      tiled += !barrier_mode(g, s).empty() && !s.whole_barriers;
+      whole += s.is<WholeBarriers>();
+      tiled += !barrier_mode(g, s).empty() && !s.is<WholeBarriers>();
     }
     EXPECT_GT(whole, 0) << to_string(plan, g);
     EXPECT_GT(tiled, 0) << to_string(plan, g);
@@ -444,7 +444,7 @@ TEST(Barriers, TiledInferenceEqualsPlain) {
         const Plan plan = make_plan(g, {2, h, w}, 0, o);
         int offloaded = 0;
         for (const Segment& s : plan.segments) {
-          offloaded += s.inner_checkpoints && s.inner_tier == Tier::kDisk;
+          offloaded += s.is<SubSegments>() && s.inner_tier() == Tier::kDisk;
         }
         EXPECT_EQ(offloaded > 0, inner && tier == Tier::kDisk) << to_string(plan, g);
         const at::Tensor got = infer(g, plan, source);
@@ -553,9 +553,9 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
     }
     for (const Segment& s : plan.segments) {
       if (s.backward.tiles() < 2) continue;
-      offloaded_inner += s.inner_tier != Tier::kResident && !s.inner_blocks.empty();
-      dropped_inner += static_cast<int64_t>(s.dropped_inner.size());
-      for (NodeId v : s.dropped_inner) dropped_forks += !barrier_input(g, s, v);
+      offloaded_inner += s.inner_tier() != Tier::kResident && !s.as<SubSegments>()->blocks.empty();
+      dropped_inner += static_cast<int64_t>(s.dropped_inner().size());
+      for (NodeId v : s.dropped_inner()) dropped_forks += !barrier_input(g, s, v);
       for (NodeId v = s.input + 1; v <= s.output; ++v) {
         if (!g.node(v).is_barrier()) continue;
         ++tiled_barriers;

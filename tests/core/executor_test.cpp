@@ -145,7 +145,7 @@ TEST(TiledStep, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
     const Plan some =
         plan_for(static_cast<int64_t>(static_cast<double>(between) / (1 - o.headroom)) + 64, true);
     int64_t kept = 0;
-    for (const Segment& s : some.segments) kept += s.keep_graph ? 1 : 0;
+    for (const Segment& s : some.segments) kept += s.keeps_graph() ? 1 : 0;
     if (kept > 0 && kept < static_cast<int64_t>(some.segments.size())) ++mixed;
     for (const Plan* plan : {&all, &some}) {
       const auto c = compare_with_plain(g, *plan, random_image(2, in.height, in.width, seed), seed);

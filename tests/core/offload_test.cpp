@@ -594,7 +594,7 @@ TEST(Offload, OffloadedInnerCheckpointsRunWithinTheBudget) {
   randomise(g, 4);
   const Shape in{3, 192, 176};
   // Every inner checkpoint kept (in the store), then every barrier input recomputed in the
-  // sub-segment that reads it (Segment::dropped_inner: its rounds of sums hold their tiles'
+  // sub-segment that reads it (SubSegments::dropped: its rounds of sums hold their tiles'
   // graphs as the main pass does).
   for (const auto drop : {PlanOptions::DropInner::kNever, PlanOptions::DropInner::kAlways}) {
     const bool dropping = drop == PlanOptions::DropInner::kAlways;
@@ -607,8 +607,8 @@ TEST(Offload, OffloadedInnerCheckpointsRunWithinTheBudget) {
     auto offloaded = [&](const Plan& p) {
       int n = 0;
       for (const Segment& s : p.segments) {
-        n += s.inner_checkpoints && s.inner_tier == Tier::kDisk && s.backward.tiles() >= 9 &&
-             (s.dropped_inner.empty() != dropping);
+        n += s.is<SubSegments>() && s.inner_tier() == Tier::kDisk && s.backward.tiles() >= 9 &&
+             (s.dropped_inner().empty() != dropping);
       }
       return n;
     };

@@ -160,7 +160,7 @@ TEST(Planner, TheSmallestBudgetNamedForResidentSharedRowsFits) {
   const int64_t budget = parse_bytes(named);
   EXPECT_GT(budget, int64_t{128} << 20) << named;
   const Plan plan = make_plan(g, input, budget + (int64_t{1} << 20), o);
-  EXPECT_TRUE(plan.segments[0].shared_rows);
+  EXPECT_TRUE(plan.segments[0].is<SharedRows>());
   EXPECT_FALSE(plan.offloads());
 }
 

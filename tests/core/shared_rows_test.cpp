@@ -25,7 +25,7 @@ using test::random_image;
 // without them checks nothing.
 int shared_segments(const Plan& plan) {
   int n = 0;
-  for (const Segment& s : plan.segments) n += s.shared_rows && s.forward.rows() > 1;
+  for (const Segment& s : plan.segments) n += s.is<SharedRows>() && s.forward.rows() > 1;
   return n;
 }
 
@@ -155,7 +155,7 @@ TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
   for (uint64_t seed = 1; seed <= 16; ++seed) {
     Case c = random_case(seed + 100);
     c.options.offload = seed % 2 ? PlanOptions::Offload::kDisk : PlanOptions::Offload::kHost;
-    // The kept rows in the store too (Segment::shared_tier), in one case in four in host memory.
+    // The kept rows in the store too (SharedRows::kept_tier), in one case in four in host memory.
     if (seed % 4 != 0) c.options.inner_tier = seed % 4 == 1 ? Tier::kHost : Tier::kDisk;
     // Small blocks: many per row, the rows' regions cut across them.
     c.options.offload_window_bytes = 4096 * static_cast<int64_t>(1 + seed % 4);
@@ -167,8 +167,8 @@ TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
       EXPECT_GT(r.offload_bytes, 0) << to_string(plan, c.graph);
     }
     for (const Segment& s : plan.segments) {
-      if (c.options.inner_tier && s.shared_rows && s.shared_bytes > 0) {
-        EXPECT_EQ(s.shared_tier, *c.options.inner_tier);
+      if (c.options.inner_tier && s.is<SharedRows>() && s.shared_bytes() > 0) {
+        EXPECT_EQ(s.shared_tier(), *c.options.inner_tier);
         ++stored;
       }
     }
@@ -187,7 +187,7 @@ TEST(SharedRows, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
     c.options.keep_graphs = true;
     const Plan plan = plan_for(c, int64_t{1} << 40);
     for (const Segment& s : plan.segments)
-      kept += s.shared_rows && s.keep_graph && s.forward.rows() > 1;
+      kept += s.is<SharedRows>() && s.keeps_graph() && s.forward.rows() > 1;
     expect_plain(c, plan, seed, seed + 300);
   }
   EXPECT_GT(kept, 20) << "too few shared segments kept their graphs";
@@ -269,7 +269,7 @@ TEST(SharedRows, TheSearchPricesTheGraphsTheyKeep) {
   o.strategy = Strategy::kRowsShared;
   const Plan plan = make_plan(g, {3, 2048, 2048}, int64_t{1} << 30, o);
   int kept = 0;
-  for (const Segment& s : plan.segments) kept += s.keep_graph;
+  for (const Segment& s : plan.segments) kept += s.keeps_graph();
   EXPECT_GT(kept, 0) << to_string(plan, g);
   // A step that recomputes every segment pays four forwards; kept graphs pay less.
   EXPECT_LT(plan.cost.compute, 4.0 * static_cast<double>(plan.plain_flops)) << to_string(plan, g);
