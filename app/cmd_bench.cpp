@@ -82,7 +82,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one); the CPU unless "
                   "asked, so that bench/run's tables stay the CPU's")
       ->capture_default_str();
-  cmd->add_option("--precision", args->precision, "float32, tf32 or bf16 (core/precision.h)")
+  cmd->add_option("--precision", args->precision, "float32, tf32 or bf16 (core/device/precision.h)")
       ->check(CLI::IsMember({"float32", "tf32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--tile-format", args->tile_format,

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "app/command.h"
-#include "core/runtime.h"
+#include "core/device/runtime.h"
 #include "io/sample_slides.h"
 
 namespace tessel::app {

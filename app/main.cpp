@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "app/command.h"
+#include "core/device/runtime.h"
 #include "core/error.h"
-#include "core/runtime.h"
 #include "core/version.h"
 #include "pipelines/logging.h"
 

@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "core/plan.h"
+#include "core/plan/plan.h"
 
 namespace tessel::app {
 

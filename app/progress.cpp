@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
-#include "core/plan.h"
+#include "core/plan/plan.h"
 
 namespace tessel::app {
 namespace {

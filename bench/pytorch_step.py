@@ -133,7 +133,7 @@ def build(torch, layers, inplace, classes=2):
     net = nn.Sequential(*modules)
     with torch.no_grad():
         for m in net.modules():
-            # Kaiming normal, ReLU gain, fan in; biases zero (core/graph.cpp init_parameters).
+            # Kaiming normal, ReLU gain, fan in; biases zero (core/graph/graph.cpp init_parameters).
             if isinstance(m, (nn.Conv2d, nn.Linear)):
                 fan_in = m.weight[0].numel()
                 m.weight.normal_(0.0, (2.0 / fan_in) ** 0.5)

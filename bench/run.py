@@ -495,7 +495,7 @@ def run_barriers_section(args):
     report_section(args, table, out, BARRIERS_TABLE_BEGIN, BARRIERS_TABLE_END, points)
 
 
-# The attention-MIL head (core/attention.h) against the global max pool at the same sizes and
+# The attention-MIL head (core/exec/attention.h) against the global max pool at the same sizes and
 # budget: its step time (the bar: within 5% of max) and its memory as the slide grows (the bar:
 # flat). (model, sizes, budget, repeat, warmup).
 ATTENTION_FULL = ("vgg-mini", [2048, 4096, 8192], "1GiB", 1, 1)

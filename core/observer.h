@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "core/window.h"
+#include "core/graph/window.h"
 
 namespace tessel::core {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/window.h"
+#include "core/graph/window.h"
 
 namespace tessel::core {
 

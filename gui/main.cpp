@@ -5,8 +5,8 @@
 
 #include <iostream>
 
+#include "core/device/runtime.h"
 #include "core/error.h"
-#include "core/runtime.h"
 #include "core/version.h"
 #include "gui/main_window.h"
 #include "io/vips.h"

@@ -7,11 +7,11 @@
 #include <map>
 #include <sstream>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/plan.h"
-#include "core/planner.h"
+#include "core/exec/executor.h"
+#include "core/plan/plan.h"
+#include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "io/manifest.h"
 #include "io/resolution.h"

@@ -1,5 +1,5 @@
 // Before Start: what the training panel's config will cost. The plan's predicted peak memory
-// (core/planner.h, planned as the training pipeline plans each slide) and an estimate of one
+// (core/plan/planner.h, planned as the training pipeline plans each slide) and an estimate of one
 // epoch's time: the plans' FLOPs per step over the epoch's slides, divided by this machine's
 // measured FLOP rate. Free of Qt: the panel runs it on a worker thread and shows the result.
 #pragma once
@@ -35,7 +35,7 @@ struct RunEstimate {
 };
 
 // FLOPs of one training step under `plan`, as the planner's cost model prices a step
-// (core/planner.cpp): each segment's forward tiles with their halos, then its backward: a
+// (core/plan/planner.cpp): each segment's forward tiles with their halos, then its backward: a
 // recompute of the forward (none when the segment keeps its graph) and the gradients, twice the
 // forward; and the planner's price of a tile beyond its FLOPs for every forward and backward tile.
 // Plain autograd (Strategy::kNone): forward and backward of the whole image. The plan does not

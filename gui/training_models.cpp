@@ -1,6 +1,6 @@
-// LibTorch (through core/plan.h) before Qt: Qt defines `slots` as a macro, LibTorch uses it as a
-// name.
-#include "core/plan.h"
+// LibTorch (through core/plan/plan.h) before Qt: Qt defines `slots` as a macro, LibTorch uses it as
+// a name.
+#include "core/plan/plan.h"
 // clang-format off
 #include "gui/training_models.h"
 // clang-format on

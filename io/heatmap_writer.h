@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/window.h"
+#include "core/graph/window.h"
 #include "io/slide.h"
 #include "io/tissue.h"
 

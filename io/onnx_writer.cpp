@@ -360,7 +360,7 @@ class Writer {
   }
 
   // N×(B+C)×H×W → N×(B·C): the softmax over the positions of the B score channels weights the
-  // C feature channels (core/attention.h), branch-major as core's.
+  // C feature channels (core/exec/attention.h), branch-major as core's.
   void attention_pool(const Node& n) {
     const int64_t b = n.branches;
     const auto* flat = add("Reshape", {in(), shape_constant("flat", {0, 0, -1})}, "flat");

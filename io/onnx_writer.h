@@ -14,7 +14,7 @@
 #include <map>
 #include <string>
 
-#include "core/graph.h"
+#include "core/graph/graph.h"
 
 namespace tessel::io {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/window.h"
+#include "core/graph/window.h"
 
 namespace tessel::io {
 

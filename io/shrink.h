@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/window.h"
+#include "core/graph/window.h"
 
 namespace tessel::io {
 

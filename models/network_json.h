@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "core/graph.h"
+#include "core/graph/graph.h"
 #include "models/zoo.h"
 
 namespace tessel::models {

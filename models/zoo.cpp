@@ -18,7 +18,7 @@ namespace {
 NodeId attention_scores(Graph& g, NodeId x, const AttentionHead& a) {
   const int64_t c = g.node(x).channels;
   // CLAM's Attn_Net_Gated: dropout after the tanh and after the sigmoid, at every position
-  // (its mask a function of the position: exact under tiling, core/dropout.h).
+  // (its mask a function of the position: exact under tiling, core/exec/dropout.h).
   const auto drop = [&](NodeId v) { return a.dropout > 0 ? g.dropout(v, a.dropout) : v; };
   NodeId v = drop(g.tanh(g.conv(x, ConvSpec(c, a.hidden, 1), "attention_a")));
   if (a.gated) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/graph.h"
+#include "core/graph/graph.h"
 
 namespace tessel::models {
 
@@ -27,7 +27,7 @@ enum class Norm {
 std::string to_string(Norm norm);
 Norm parse_norm(const std::string& text);  // "frozen", "batch", "group"; throws tessel::Error
 
-// Attention pooling instead of a global pool (core/attention.h): Ilse et al.'s attention
+// Attention pooling instead of a global pool (core/exec/attention.h): Ilse et al.'s attention
 // network, CLAM's gated form, and CLAM-MB's one attention branch and classifier per class.
 struct AttentionHead {
   int64_t hidden = 128;  // the attention network's width
@@ -66,8 +66,8 @@ core::Graph build_model(const std::string& name, const ModelOptions& options = {
 // kernel, stride, padding, dilation, groups and bias; max and avg pools with ceil mode and
 // padding; pointwise ops; residual adds and concats; and a random head (global avg or max pool
 // + linear, or none). Valid for inputs of at least `min_size` pixels per side. Deterministic.
-// With `barriers`, the same network with barriers (core/barrier.h: train-mode batch norm, group
-// norm, squeeze-and-excitation) after some activations, between blocks and inside residual
+// With `barriers`, the same network with barriers (core/exec/barrier.h: train-mode batch norm,
+// group norm, squeeze-and-excitation) after some activations, between blocks and inside residual
 // branches, each after a nonlinearity (a per-channel shift straight before a batch norm has a
 // gradient of exactly 0, which only rounding noise could be compared against).
 core::Graph random_network(uint64_t seed, int64_t min_size = 16, int64_t in_channels = 3,

@@ -13,13 +13,13 @@
 #include <sstream>
 #include <thread>
 
-#include "core/device.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
+#include "core/device/runtime.h"
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/memory.h"
-#include "core/offload_prices.h"
-#include "core/planner.h"
-#include "core/runtime.h"
+#include "core/exec/executor.h"
+#include "core/plan/planner.h"
+#include "core/store/offload_prices.h"
 #include "models/zoo.h"
 #include "pipelines/run_files.h"
 

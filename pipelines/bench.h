@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/plan.h"
-#include "core/precision.h"
+#include "core/device/precision.h"
+#include "core/plan/plan.h"
 #include "pipelines/step_profile.h"
 
 namespace tessel::pipelines {
@@ -45,7 +45,7 @@ struct BenchPoint {
   std::filesystem::path scratch_dir;  // empty: the system's temporary directory
   bool cold_disk = false;             // the disk tier bypasses the page cache
   // The disk tier goes through the page cache even where the device's choice is direct I/O
-  // (core/device.h direct_disk_io: on the CPU); the comparison point.
+  // (core/device/device.h direct_disk_io: on the CPU); the comparison point.
   bool page_cache = false;
   // Segments keep their autograd graphs where the budget leaves room (core::PlanOptions);
   // false: every segment recomputes its forward in the backward (the comparison point).
@@ -66,8 +66,9 @@ struct BenchResult {
   std::string status = "ok";  // ok | out_of_budget | out_of_memory | error
   std::string message;
   std::vector<double> step_ms, forward_ms, backward_ms;
-  // The device's memory meter (core/device.h), above what was live before the step: the CPU's
-  // tracking allocator, or a GPU's caching allocator (allocated; and reserved, -1 on the CPU).
+  // The device's memory meter (core/device/device.h), above what was live before the step: the
+  // CPU's tracking allocator, or a GPU's caching allocator (allocated; and reserved, -1 on the
+  // CPU).
   int64_t measured_peak_bytes = 0;
   int64_t measured_peak_reserved_bytes = -1;
   std::string device;  // where the steps ran: "cpu", "cuda:0"
@@ -76,7 +77,7 @@ struct BenchResult {
   int64_t plain_flops = 0, tiled_flops = 0;
   int64_t max_rss_bytes = 0;  // the process's, from getrusage
   // Per timed step, the CPU's fresh memory: bytes of large blocks the tracking allocator's cache
-  // did not serve (each page faulted and was zeroed by the kernel; core/memory.h).
+  // did not serve (each page faulted and was zeroed by the kernel; core/device/memory.h).
   std::vector<int64_t> fresh_bytes;
   core::MemoryBreakdown predicted;
   std::vector<int64_t> predicted_passes;  // the plan's, totals (core::Plan::passes)

@@ -2,9 +2,9 @@
 
 #include <spdlog/version.h>
 
-#include "core/device.h"
-#include "core/plan.h"
-#include "core/runtime.h"
+#include "core/device/device.h"
+#include "core/device/runtime.h"
+#include "core/plan/plan.h"
 #include "core/version.h"
 #ifndef TESSEL_ENGINE_ONLY
 #include "io/versions.h"

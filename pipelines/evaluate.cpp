@@ -7,13 +7,13 @@
 
 #include <cmath>
 
-#include "core/attention.h"
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/offload_prices.h"
-#include "core/planner.h"
-#include "core/tile_store.h"
+#include "core/exec/attention.h"
+#include "core/exec/executor.h"
+#include "core/plan/planner.h"
+#include "core/store/offload_prices.h"
+#include "core/store/tile_store.h"
 #include "io/checkpoint.h"
 #include "io/durable.h"
 #include "io/manifest.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/graph.h"
+#include "core/graph/graph.h"
 #include "io/heatmap_writer.h"
 #include "pipelines/metrics.h"
 #include "pipelines/train.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/graph.h"
+#include "core/graph/graph.h"
 #include "io/checkpoint.h"
 #include "models/zoo.h"
 #include "pipelines/train_config.h"

@@ -4,7 +4,7 @@
 // InstanceNormalization, Reshape, Mul, Add, and squeeze-and-excitation as a global average pool,
 // two 1×1 Convs with an activation between, a gate and a Mul. A fused node ("Gelu", "Silu",
 // "HardSwish", "GroupNorm", "SqueezeExcite") computes the same function as one op, holding one
-// activation instead of several; the last two are barriers (core/barrier.h).
+// activation instead of several; the last two are barriers (core/exec/barrier.h).
 #pragma once
 
 #include <string>

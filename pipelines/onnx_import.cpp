@@ -56,7 +56,7 @@ double shortest_decimal(double attribute) {
 }
 
 // Bounds far beyond any real network's, so that a damaged file is refused before the window
-// arithmetic (core/window.h) overflows or the graph allocates from a channel count.
+// arithmetic (core/graph/window.h) overflows or the graph allocates from a channel count.
 constexpr int64_t kMaxWindow = int64_t{1} << 20;    // a kernel, stride, dilation or padding
 constexpr int64_t kMaxChannels = int64_t{1} << 24;  // of one activation
 // Values the importer may compute from constants (shape arithmetic, weights stored transposed):

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/graph.h"
+#include "core/graph/graph.h"
 #include "io/onnx_model.h"
 #include "pipelines/import_network.h"
 

@@ -6,10 +6,10 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/error.h"
-#include "core/offload_prices.h"
-#include "core/planner.h"
+#include "core/plan/planner.h"
+#include "core/store/offload_prices.h"
 #include "models/zoo.h"
 
 namespace tessel::pipelines {

@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 
-#include "core/gradcheck.h"
-#include "core/plan.h"
-#include "core/planner.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/plan.h"
+#include "core/plan/planner.h"
 
 namespace tessel::pipelines {
 
@@ -58,7 +58,7 @@ struct GradcheckRequest {
   std::optional<core::OffloadPrices> prices;
   uint64_t seed = 1;
   bool float64 = true;
-  // With float64 false: float32 (exact), tf32 or bf16 (core/precision.h), both steps alike.
+  // With float64 false: float32 (exact), tf32 or bf16 (core/device/precision.h), both steps alike.
   core::Precision precision = core::Precision::kFloat32;
   // kHost or kDisk: every checkpoint candidate becomes a checkpoint and moves to that tier, in
   // small blocks behind a small window, so the tile store's whole path is exercised.

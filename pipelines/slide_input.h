@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "core/graph.h"
+#include "core/graph/graph.h"
 #include "core/tile_source.h"
 #include "io/resolution.h"
 #include "io/slide.h"

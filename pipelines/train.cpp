@@ -17,13 +17,13 @@
 #include <random>
 #include <set>
 
-#include "core/device.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/memory.h"
-#include "core/offload_prices.h"
-#include "core/planner.h"
-#include "core/tile_store.h"
+#include "core/exec/executor.h"
+#include "core/plan/planner.h"
+#include "core/store/offload_prices.h"
+#include "core/store/tile_store.h"
 #include "core/version.h"
 #include "io/checkpoint.h"
 #include "io/durable.h"
@@ -458,7 +458,7 @@ class Trainer {
     plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
     // Asked for by the planner only when it prices offloading plans (no plan with every
     // checkpoint resident fits, or the resident one recomputes much); measured once per process
-    // and scratch directory (core/offload_prices.h).
+    // and scratch directory (core/store/offload_prices.h).
     plan_options_.measure_prices = [this] {
       const core::OffloadPrices p =
           core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_, device_);
@@ -844,7 +844,7 @@ class Trainer {
       const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
       core::StepResult r;
       core::StepOptions options = step_options();
-      // Spatial dropout's masks (core/dropout.h): a resumed run draws the same.
+      // Spatial dropout's masks (core/exec/dropout.h): a resumed run draws the same.
       options.dropout_seed =
           stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kDropoutStream);
       try {
@@ -1192,7 +1192,8 @@ class Trainer {
 
 TrainSummary train(const TrainRequest& request) {
   // The allocator's cache of freed blocks goes back to the system when the run ends, after the
-  // trainer's own tensors (core/memory.h): a GUI session would otherwise keep the run's peak.
+  // trainer's own tensors (core/device/memory.h): a GUI session would otherwise keep the run's
+  // peak.
   struct ReleaseCache {
     ~ReleaseCache() { core::MemoryTracker::release_cache(); }
   } release;

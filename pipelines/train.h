@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/fault.h"
+#include "core/exec/fault.h"
 #include "core/observer.h"
 #include "pipelines/metrics.h"
 #include "pipelines/train_config.h"

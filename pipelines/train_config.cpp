@@ -10,10 +10,10 @@
 #include <set>
 #include <sstream>
 
-#include "core/device.h"
+#include "core/device/device.h"
+#include "core/device/precision.h"
 #include "core/error.h"
-#include "core/plan.h"
-#include "core/precision.h"
+#include "core/plan/plan.h"
 #include "models/zoo.h"
 
 namespace tessel::pipelines {

@@ -28,7 +28,7 @@ struct TrainConfig {
   // Model
   std::string model = "vgg-mini";
   // The head's pooling: avg or max (a global pool), or attention (attention-MIL over every
-  // position of the last feature map, core/attention.h, with the three keys after it).
+  // position of the last feature map, core/exec/attention.h, with the three keys after it).
   std::string pool = "avg";
   int64_t attention_hidden = 128;        // the attention network's width
   bool attention_gated = true;           // CLAM's gated attention: tanh(V h) ⊙ sigmoid(U h)
@@ -65,9 +65,9 @@ struct TrainConfig {
   // Engine
   std::string budget = "4GiB";
   std::string strategy = "auto";
-  // cpu, cuda, cuda:N, or auto: the first GPU when one is usable (core/device.h).
+  // cpu, cuda, cuda:N, or auto: the first GPU when one is usable (core/device/device.h).
   std::string device = "auto";
-  std::string precision = "float32";  // float32, tf32 or bf16 (core/precision.h)
+  std::string precision = "float32";  // float32, tf32 or bf16 (core/device/precision.h)
   int64_t seed = 1;
   std::filesystem::path output = "runs/run";
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/version.h"
 
 namespace {

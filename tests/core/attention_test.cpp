@@ -1,4 +1,4 @@
-// Attention pooling (core/attention.h) streamed over the tiles of the last segment: outputs,
+// Attention pooling (core/exec/attention.h) streamed over the tiles of the last segment: outputs,
 // every parameter's gradient and the image's gradient equal plain autograd over the whole
 // feature map in float64, gated and not, with one branch and one per class, for grid and rows at
 // sizes that do not divide the tiles, with offloaded checkpoints, kept graphs and a barrier in
@@ -10,12 +10,12 @@
 #include <string>
 #include <tuple>
 
-#include "core/attention.h"
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
+#include "core/exec/attention.h"
+#include "core/exec/executor.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"

@@ -1,4 +1,4 @@
-// Barriers under tiling (core/barrier.h): train-mode batch norm, group norm and
+// Barriers under tiling (core/exec/barrier.h): train-mode batch norm, group norm and
 // squeeze-and-excitation give plain LibTorch's outputs, gradients and running statistics in
 // float64, wherever they sit (inside residual branches, at the image, chained), for grid and
 // rows at sizes that do not divide the tiles, with offloaded checkpoints, on constant images.
@@ -10,10 +10,10 @@
 #include <random>
 #include <set>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/error.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"

@@ -1,10 +1,10 @@
 // The core tests run on the device TESSEL_TEST_DEVICE names (scripts/gpu-check sets cuda), the CPU
-// otherwise, with the algorithms a tiled-vs-plain comparison needs (core/device.h).
+// otherwise, with the algorithms a tiled-vs-plain comparison needs (core/device/device.h).
 #include <gtest/gtest.h>
 
 #include <iostream>
 
-#include "core/device.h"
+#include "core/device/device.h"
 
 namespace tessel::core {
 namespace {

@@ -1,5 +1,5 @@
-// Dropout inside tiled segments (core/dropout.h): the mask is a function of the step's seed, the
-// node and the global position, so a tiled step equals a plain one with the same seed in
+// Dropout inside tiled segments (core/exec/dropout.h): the mask is a function of the step's seed,
+// the node and the global position, so a tiled step equals a plain one with the same seed in
 // float64, for grid and rows at sizes that do not divide the tiles; evaluation leaves it out.
 #include <gtest/gtest.h>
 
@@ -8,12 +8,12 @@
 #include <string>
 #include <tuple>
 
-#include "core/device.h"
-#include "core/dropout.h"
+#include "core/device/device.h"
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
+#include "core/exec/dropout.h"
+#include "core/exec/executor.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"

@@ -10,13 +10,13 @@
 #include <set>
 #include <thread>
 
-#include "core/device.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
+#include "core/device/parallel.h"
 #include "core/error.h"
-#include "core/gradcheck.h"
-#include "core/memory.h"
-#include "core/parallel.h"
-#include "core/planner.h"
-#include "core/tile_ops.h"
+#include "core/exec/gradcheck.h"
+#include "core/exec/tile_ops.h"
+#include "core/plan/planner.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"
 
@@ -490,10 +490,10 @@ TEST(Gradcheck, Float32RoundingFloorIsPlainFloat32AgainstFloat64) {
   EXPECT_EQ(check_in_precision(g, plan, image.to(at::kDouble), 4).plain_floor.worst(), 0);
 }
 
-// The check refuses a halo one pixel short in one tile (core/fault.h) in float64, for a network
-// of each family the zoo ships, with each strategy (scripts/check-injections runs every shipped
-// model: a few minutes, too long here). Each size is the smallest tried at which some tile has
-// a halo to shorten (at 97×83 vgg-mini's every tile reads the whole image).
+// The check refuses a halo one pixel short in one tile (core/exec/fault.h) in float64, for a
+// network of each family the zoo ships, with each strategy (scripts/check-injections runs every
+// shipped model: a few minutes, too long here). Each size is the smallest tried at which some tile
+// has a halo to shorten (at 97×83 vgg-mini's every tile reads the whole image).
 TEST(Faults, ShippedModelsRefuseAHaloOnePixelShort) {
   const std::vector<std::pair<std::string, Strategy>> cases = {{"tiny", Strategy::kGrid},
                                                                {"vgg-mini", Strategy::kGrid},
@@ -547,8 +547,8 @@ TEST(TiledStep, OnePixelTilesThroughResnetDownsamplingMatch) {
 }  // namespace tessel::core
 
 // The engine's parallel loops run on LibTorch's threads: every item once, on both threads
-// (at::parallel_for, used before, ran on one: core/parallel.h), and a part's exception reaches
-// the caller. ctest runs one thread per test; this asks for two.
+// (at::parallel_for, used before, ran on one: core/device/parallel.h), and a part's exception
+// reaches the caller. ctest runs one thread per test; this asks for two.
 TEST(TileOps, ParallelRangesSplitOverLibTorchsThreads) {
   const int before = at::get_num_threads();
   at::set_num_threads(2);

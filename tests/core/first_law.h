@@ -6,10 +6,10 @@
 
 #include <optional>
 
-#include "core/device.h"
+#include "core/device/device.h"
 #include "core/error.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 
 namespace tessel::core::test {
 

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
+#include "core/exec/executor.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "models/zoo.h"
 

@@ -18,12 +18,12 @@
 #include <optional>
 #include <random>
 
-#include "core/device.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
 #include "core/error.h"
-#include "core/gradcheck.h"
-#include "core/memory.h"
-#include "core/planner.h"
-#include "core/tile_store.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
+#include "core/store/tile_store.h"
 #include "models/zoo.h"
 
 namespace tessel::core {
@@ -434,7 +434,7 @@ TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutogra
   }
 }
 
-// The tiles' memory formats (core/device.h TileFormats: the CPU's choice, contiguous in both
+// The tiles' memory formats (core/device/device.h TileFormats: the CPU's choice, contiguous in both
 // passes as on a GPU in float32, channels-last in both as in bf16) change no gradient, through
 // checkpoints read back from the store in each format, residual joins, shared rows and batch
 // norm's inner checkpoints.

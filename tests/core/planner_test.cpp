@@ -1,4 +1,4 @@
-#include "core/planner.h"
+#include "core/plan/planner.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <tuple>
 
+#include "core/device/memory.h"
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/memory.h"
+#include "core/exec/executor.h"
 #include "models/zoo.h"
 
 namespace tessel::core {

@@ -1,5 +1,5 @@
-// Reduced precision (core/precision.h): a tiled bf16 step rounds like the plain bf16 step on the
-// whole image, judged against plain's own rounding (core::within_rounding), and the check fails
+// Reduced precision (core/device/precision.h): a tiled bf16 step rounds like the plain bf16 step on
+// the whole image, judged against plain's own rounding (core::within_rounding), and the check fails
 // for a step that is wrong by as little as a one-pixel shift. The device's memory meter.
 #include <gtest/gtest.h>
 
@@ -7,12 +7,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 
-#include "core/device.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
+#include "core/device/precision.h"
 #include "core/error.h"
-#include "core/gradcheck.h"
-#include "core/memory.h"
-#include "core/planner.h"
-#include "core/precision.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 #include "models/zoo.h"
 
 namespace tessel::core {
@@ -52,7 +52,7 @@ TEST(Precision, ParsesTheThreeNamesAndRefusesOthers) {
   EXPECT_THROW(parse_precision("fp16"), Error);
 }
 
-// The tiles' formats follow the kernels (core/device.h): cuDNN's bf16 ones are NHWC, its
+// The tiles' formats follow the kernels (core/device/device.h): cuDNN's bf16 ones are NHWC, its
 // float32 ones NCHW, oneDNN's no-grad forward channels-last. Pure choices: no GPU needed.
 TEST(Precision, TileFormatsFollowTheDevicesKernels) {
   using F = c10::MemoryFormat;

@@ -1,4 +1,4 @@
-#include "core/runtime.h"
+#include "core/device/runtime.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/device.h"
+#include "core/device/device.h"
+#include "core/device/memory.h"
 #include "core/error.h"
-#include "core/memory.h"
 
 namespace tessel::core {
 namespace {

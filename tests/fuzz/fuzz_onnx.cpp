@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "core/graph.h"
+#include "core/graph/graph.h"
 #include "io/onnx_model.h"
 #include "pipelines/onnx_import.h"
 #include "tests/fuzz/input_file.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/window.h"
+#include "core/graph/window.h"
 #include "io/roi.h"
 #include "tests/fuzz/input_file.h"
 

@@ -4,7 +4,7 @@
 // rate, and the panel's defaults, which must train the demo's slides in minutes on a CPU.
 // LibTorch (through the planner) before Qt: Qt defines `slots` as a macro.
 #include "core/error.h"
-#include "core/planner.h"
+#include "core/plan/planner.h"
 #include "io/manifest.h"
 #include "io/sample_slides.h"
 #include "io/vips.h"

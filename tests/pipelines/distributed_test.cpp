@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/gradcheck.h"
+#include "core/exec/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
 #include "temp_folder.h"

@@ -21,8 +21,8 @@
 #include <limits>
 
 #include "core/error.h"
-#include "core/gradcheck.h"
-#include "core/tile_ops.h"
+#include "core/exec/gradcheck.h"
+#include "core/exec/tile_ops.h"
 #include "io/checkpoint.h"
 #include "io/onnx_model.h"
 #include "io/onnx_writer.h"
@@ -413,7 +413,7 @@ TEST_F(OnnxRuntime, RunsZooModelsAsTesselDoes) {
   }
 }
 
-// The attention-MIL head (core/attention.h: a softmax over every position, the weighted sum of
+// The attention-MIL head (core/exec/attention.h: a softmax over every position, the weighted sum of
 // the features, CLAM-MB's per-class classifiers as a grouped linear) written as ONNX Softmax,
 // MatMul and Reshape: onnxruntime, an independent implementation, computes Tessel's logits.
 TEST_F(OnnxRuntime, RunsAttentionHeadsAsTesselDoes) {

@@ -19,10 +19,10 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "core/executor.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
-#include "core/tile_ops.h"
+#include "core/exec/executor.h"
+#include "core/exec/gradcheck.h"
+#include "core/exec/tile_ops.h"
+#include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "io/onnx_model.h"
 #include "pipelines/onnx_import.h"

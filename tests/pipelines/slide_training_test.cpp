@@ -7,9 +7,9 @@
 #include <iostream>
 #include <vector>
 
-#include "core/executor.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
+#include "core/exec/executor.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 #include "io/slide_tile_source.h"
 #include "models/zoo.h"
 

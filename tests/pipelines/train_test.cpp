@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/gradcheck.h"
+#include "core/exec/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
 #include "models/network_json.h"
@@ -428,7 +428,7 @@ TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
   EXPECT_THROW(make_heatmap(wrong), Error);
 }
 
-// pool: attention (core/attention.h), one branch and one per class: training runs, and the
+// pool: attention (core/exec/attention.h), one branch and one per class: training runs, and the
 // heatmap's slide prediction (each class map weighted by its branch's attention) is the pooled
 // network's; its maps are the attention, drawn in the TIFF and PNG, measured in the GeoJSON.
 TEST_F(TrainTest, AttentionHeadsTrainAndDrawTheirAttentionMaps) {
@@ -857,7 +857,7 @@ TEST(CheckInputSize, SaysTheSizeTheResolutionAndTheSmallestTheNetworkTakes) {
   }
 }
 
-// The names of the tile store's scratch files in `dir` (core/tile_store.h).
+// The names of the tile store's scratch files in `dir` (core/store/tile_store.h).
 std::vector<std::string> scratch_files(const fs::path& dir) {
   std::vector<std::string> names;
   std::error_code ec;

@@ -8,9 +8,9 @@
 
 #include <random>
 
-#include "core/executor.h"
-#include "core/gradcheck.h"
-#include "core/planner.h"
+#include "core/exec/executor.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/planner.h"
 #include "models/zoo.h"
 
 namespace tessel::pipelines {

@@ -1,0 +1,73 @@
+// A whole activation (a checkpoint or its gradient) kept in the tile store as blocks, read and
+// written by region as the executor's tiles need it. Reads, writes and accumulation copy
+// exactly the elements a whole tensor would hold, so gradients stay those of plain autograd.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "core/graph/graph.h"
+#include "core/plan/plan.h"
+#include "core/store/tile_store.h"
+
+namespace tessel::core {
+
+class StoredActivation {
+ public:
+  // `blocks` partitions the 1×C×H×W activation `shape`; `options` are its tensors' dtype and
+  // device. The first `resident_blocks` blocks (row-major) stay resident, the others go to `tier`.
+  StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks, Tier tier,
+                   at::TensorOptions options, int64_t resident_blocks = 0);
+  ~StoredActivation();  // erases its blocks from the store
+  StoredActivation(const StoredActivation&) = delete;
+  StoredActivation& operator=(const StoredActivation&) = delete;
+
+  // Copies `tile` (region `r`) in; a block goes to the store once it is wholly written.
+  void write(const Region& r, const at::Tensor& tile);
+  // Before accumulating: every region that will be added, in order, so each block goes to the
+  // store after its last addition. May be called again for a later pass of additions: a block
+  // stored before is read back at its first addition there and stored again after its last.
+  void expect_additions(const std::vector<Region>& regions);
+  // Adds `tile` into region `r` (blocks start at zero).
+  void accumulate(const Region& r, const at::Tensor& tile);
+  // Stores the blocks no addition touched (zeros), so every block is readable.
+  void finish_additions();
+
+  // The store's block reads `read(r)` makes, in its order: for TileStore::schedule.
+  std::vector<TileStore::BlockId> reads(const Region& r) const;
+  // The same for `accumulate(r)` in a pass of additions that has not started: the blocks an
+  // earlier pass stored, which it reads back. `listed` (one flag a block; empty at the pass's
+  // first call) marks those an earlier call listed: a block comes back once a pass.
+  // `stored`, when given: which blocks will be in the store when the pass starts (stored_after),
+  // instead of which are now.
+  std::vector<TileStore::BlockId> reopen_reads(const Region& r, std::vector<char>& listed,
+                                               const std::vector<char>* stored = nullptr) const;
+  // Which blocks (one flag each) are in the store after a pass of additions over `regions`
+  // that has not run yet: every block it touches is stored again at its end.
+  std::vector<char> stored_after(const std::vector<Region>& regions) const;
+  // A new tensor holding region `r`, in memory format `format`.
+  at::Tensor read(const Region& r, at::MemoryFormat format = at::MemoryFormat::Contiguous);
+
+ private:
+  struct Block {
+    Region region;
+    TileStore::BlockId id = -1;  // reserved in the store at construction
+    bool stored = false;         // in the store (else not written yet, or open)
+    at::Tensor open;             // being written or accumulated
+    int64_t filled = 0;          // elements written so far
+    int64_t additions_left = 0;
+  };
+  std::vector<size_t> overlapping(const Region& r) const;
+  void store(Block& b);
+
+  TileStore& store_;
+  Shape shape_;
+  Partition blocks_;
+  Tier tier_;
+  at::TensorOptions options_;
+  int64_t resident_blocks_;
+  std::vector<Block> block_;
+};
+
+}  // namespace tessel::core
