@@ -8,7 +8,7 @@ CMAKE_ARGS ?=
 TESSEL := $(BUILD)/app/tessel
 
 .PHONY: all setup configure build test fuzz-smoke test-asan sample-data demo demo-attention \
-  format-check format clean
+  format-check tidy-check format clean
 
 all: build
 
@@ -23,9 +23,10 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The tests: formatting, every unit and integration test, a smoke run of the benchmark harness,
-# and a short fuzz of the file readers.
-test: build format-check
+# The tests: formatting, clang-tidy on core/ (no warning beyond scripts/tidy-baseline), every
+# unit and integration test, a smoke run of the benchmark harness, and a short fuzz of the file
+# readers.
+test: build format-check tidy-check
 	bench/run --quick --out $(BUILD)/bench-quick.jsonl > $(BUILD)/bench-quick.log || \
 	  { cat $(BUILD)/bench-quick.log; exit 1; }
 	@echo "bench: the harness runs (bench/run --quick; no timing claims)"
@@ -86,6 +87,9 @@ demo-attention: build sample-data
 
 format-check: setup
 	@scripts/format-check
+
+tidy-check: configure
+	@scripts/tidy-check $(BUILD)
 
 format:
 	@scripts/format-check --fix
