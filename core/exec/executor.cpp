@@ -19,6 +19,7 @@
 #include "core/exec/dropout.h"
 #include "core/exec/shared_rows.h"
 #include "core/exec/tile_ops.h"
+#include "core/plan/geometry.h"
 #include "core/store/stored_activation.h"
 #include "core/store/tile_store.h"
 

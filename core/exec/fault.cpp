@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/graph/graph.h"
+#include "core/plan/geometry.h"
 #include "core/plan/plan.h"
 
 namespace tessel::core {

@@ -9,6 +9,7 @@
 
 #include "core/exec/tile_ops.h"
 #include "core/graph/graph.h"
+#include "core/plan/geometry.h"
 #include "core/plan/plan.h"
 
 namespace tessel::core {

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/plan/geometry.h"
 
 namespace tessel::core {
 

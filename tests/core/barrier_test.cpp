@@ -13,6 +13,7 @@
 #include "core/device/device.h"
 #include "core/error.h"
 #include "core/exec/gradcheck.h"
+#include "core/plan/geometry.h"
 #include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "models/zoo.h"

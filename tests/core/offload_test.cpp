@@ -22,6 +22,7 @@
 #include "core/device/memory.h"
 #include "core/error.h"
 #include "core/exec/gradcheck.h"
+#include "core/plan/geometry.h"
 #include "core/plan/planner.h"
 #include "core/store/tile_store.h"
 #include "models/zoo.h"

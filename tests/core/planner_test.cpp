@@ -9,6 +9,7 @@
 #include "core/device/memory.h"
 #include "core/error.h"
 #include "core/exec/executor.h"
+#include "core/plan/geometry.h"
 #include "models/zoo.h"
 
 namespace tessel::core {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/exec/gradcheck.h"
+#include "core/plan/geometry.h"
 #include "core/plan/planner.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"
