@@ -43,7 +43,6 @@ nlohmann::json scheme_json(const core::Graph& graph, const core::Segment& s) {
     j["dropped_inner"] = dropped;
     j["inner_blocks"] = partitions_json(sub->blocks);
     j["inner_grad_blocks"] = partitions_json(sub->grad_blocks);
-    j["inner_moved_bytes"] = s.inner_moved_bytes;
   }
   return j;
 }
