@@ -1011,7 +1011,7 @@ bool has_barrier(const Graph& graph, const Segment& s) {
 }
 
 // The bytes shared rows' concatenations copy in one pass over segment `s`. A row joins no
-// activation whole (core/exec/shared_rows.h): it copies the rows it inherits into one piece with
+// activation whole (core/exec/shared_row.h): it copies the rows it inherits into one piece with
 // the rows computed from them, the seam its consumers read across its two pieces, and the rows it
 // keeps for the next (about three times the kept rows, over all rows), and joins its output's
 // rows once.

@@ -217,7 +217,7 @@ TEST(SharedRows, ZooModelsMatchPlainAutograd) {
 }
 
 // A residual join whose inputs a row holds in two pieces (the rows that follow from earlier
-// rows, and its own): its first rows read copies of the seams (core/exec/shared_rows.cpp RowsTap,
+// rows, and its own): its first rows read copies of the seams (core/exec/shared_row.cpp RowsTap,
 // whose backward adds their gradient into the rest's), the others each input where it lies,
 // misaligned by a row between the two inputs. At 2 to 14 rows a step.
 TEST(SharedRows, JoinsOfRowsThatFollowFromEarlierRowsMatchPlainAutograd) {

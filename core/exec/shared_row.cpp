@@ -1,4 +1,4 @@
-#include "core/exec/shared_rows.h"
+#include "core/exec/shared_row.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>

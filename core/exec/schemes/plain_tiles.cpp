@@ -1,0 +1,128 @@
+#include "core/exec/schemes/plain_tiles.h"
+
+#include <ATen/ATen.h>
+
+namespace tessel::core {
+
+std::unique_ptr<SchemeRun> plain_tiles_run(Step& step, int index) {
+  return std::make_unique<TilesRun>(step, index);
+}
+
+void TilesRun::before_forward() {
+  // The forward of a one-tile segment with barriers updates batch norm's running statistics
+  // (once: the backward's recompute leaves them).
+  step_.set_update_running(step_.training() && s_.is<WholeBarriers>());
+  kept_.assign(static_cast<size_t>(s_.forward.tiles()), {});
+}
+
+void TilesRun::after_forward() { step_.set_update_running(false); }
+
+// A segment the plan keeps runs every tile with autograd and keeps its graph for the backward
+// (core/plan/plan.h). Otherwise the last segment's last tile does when the backward uses the
+// same tiles: backward starts with it, so it is not recomputed (for a one-tile plan, no
+// recompute at all). Its graph is no larger than that tile's backward.
+bool TilesRun::keeps(int64_t t) const {
+  if (!step_.training()) return false;
+  if (s_.keeps_graph()) return true;
+  const bool same_tiles =
+      s_.forward.y_edges == s_.backward.y_edges && s_.forward.x_edges == s_.backward.x_edges;
+  const bool last = index_ + 1 == step_.segments();
+  return last && same_tiles && !has_barriers() && t + 1 == s_.forward.tiles();
+}
+
+at::Tensor TilesRun::forward_tile(int64_t t, const Region& tile) {
+  const std::vector<Region> need = needs(tile);
+  const Region& in_region = need[static_cast<size_t>(s_.input)];
+  if (!keeps(t)) return step_.run_tile(s_.input, s_.output, need, step_.read_input(s_, in_region));
+  at::AutoGradMode grad_mode(true);
+  KeptTile& k = kept_[static_cast<size_t>(t)];
+  k.input = step_.read_input(s_, in_region).tensor.detach();
+  if (step_.wants_input_grad(s_)) k.input.requires_grad_(true);
+  k.output = step_.run_tile(s_.input, s_.output, need, {k.input, in_region});
+  return k.output.detach();
+}
+
+bool TilesRun::is_kept(int64_t t) const {
+  return t < static_cast<int64_t>(kept_.size()) && kept_[static_cast<size_t>(t)].output.defined();
+}
+
+// The store's reads in the order the tiles make them: the input tile (unless the tile kept its
+// graph from the forward, or the previous segment already scheduled it), then the output
+// gradient's tile.
+void TilesRun::schedule_backward(StoredActivation* stored_in, StoredActivation* stored_grad_out) {
+  TileStore* store = step_.store();
+  if (store == nullptr) return;
+  for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+    const Region tile = s_.backward.tile(t);
+    const bool prescheduled =
+        step_.prescheduled(index_, true) && t == s_.backward.tiles() - 1 && !has_barriers();
+    if (stored_in != nullptr && !is_kept(t) && !prescheduled) {
+      store->schedule(stored_in->reads(needs(tile)[static_cast<size_t>(s_.input)]));
+    }
+    if (stored_grad_out != nullptr) store->schedule(stored_grad_out->reads(tile));
+  }
+}
+
+at::Tensor TilesRun::backward(const at::Tensor& grad_out) {
+  at::Tensor grad_in;
+  StoredActivation* stored_in = step_.stored(s_.input).get();
+  StoredActivation* stored_grad_out = step_.stored_grad(s_.output).get();
+  // The input's gradient goes to the store block by block, each after its last addition; the
+  // blocks follow this segment's backward tiles (core/plan/plan.h).
+  StoredActivation* stored_grad_in = stored_input_grad();
+  if (stored_grad_in != nullptr) {
+    std::vector<Region> additions;
+    for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+      additions.push_back(needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)]);
+    }
+    stored_grad_in->expect_additions(additions);
+  }
+  before_backward(grad_out);
+  schedule_backward(stored_in, stored_grad_out);
+  // Tiles in reverse order: kept tiles give their graphs back.
+  for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+    if (t == 0 && step_.store() != nullptr) step_.preschedule(index_ - 1, /*backward=*/true);
+    step_.emit(index_, s_.backward, t, TileEvent::kBackward, false);
+    const std::vector<Region> need = needs(s_.backward.tile(t));
+    const Region& in_region = need[static_cast<size_t>(s_.input)];
+    const at::Tensor x = backward_tile(t, need, grad_out, stored_grad_out);
+    if (step_.wants_input_grad(s_) && x.grad().defined() && !in_region.empty()) {
+      add_input_grad(stored_grad_in, grad_in, in_region, x.grad());
+    }
+    ++step_.backward_tiles;
+    step_.emit(index_, s_.backward, t, TileEvent::kBackward, true);
+  }
+  return input_grad_result(stored_grad_in, grad_in);
+}
+
+// Backward tile `t` over `need`: its graph kept from the forward, else recomputed. Returns its
+// input tile, whose gradient is the input's there.
+at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
+                                   const at::Tensor& grad_out, StoredActivation* stored_grad_out) {
+  const Region tile = s_.backward.tile(t);
+  const Region& in_region = need[static_cast<size_t>(s_.input)];
+  at::Tensor x, y;
+  if (is_kept(t)) {
+    KeptTile& k = kept_[static_cast<size_t>(t)];
+    x = std::move(k.input);
+    y = std::move(k.output);
+    k = {};
+  } else {
+    x = step_.read_input(s_, in_region).tensor.detach();
+    if (step_.wants_input_grad(s_)) x.requires_grad_(true);
+  }
+  at::AutoGradMode grad_mode(true);
+  std::map<NodeId, TileTensor> acts;
+  if (!y.defined()) {
+    TileExtras extras;
+    if (has_barriers()) extras.barrier_acts = &acts;
+    y = step_.run_tile(s_.input, s_.output, need, {x, in_region}, extras);
+  }
+  at::Tensor root = step_.output_root(s_, tile, y, grad_out, stored_grad_out);
+  root = corrections(tile, root, acts);
+  acts.clear();
+  if (root.defined() && root.requires_grad()) root.backward();
+  return x;
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,628 @@
+// Sub-segments (SubSegments): barriers inside a segment without recompute rounds. The barriers'
+// inputs (inner checkpoints, core/plan/geometry.h inner_checkpoints) are computed once in the
+// forward, each over the shares of the forward tiles from the leaves before it (the segment's
+// input and the earlier inner checkpoints), taking the barriers' statistics as they pass; the
+// output's tiles then run from the leaves. Kept inner checkpoints live whole or in the tile
+// store's blocks (SubSegments::tier); dropped ones are recomputed by the sub-segment that reads
+// them. The backward runs the output's sub-segment, then each inner checkpoint's, latest first,
+// so each op is recomputed once.
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/exec/step.h"
+#include "core/plan/geometry.h"
+
+namespace tessel::core {
+
+namespace {
+
+class SubSegmentsRun : public SchemeRun {
+ public:
+  SubSegmentsRun(Step& step, int index);
+  void before_forward() override { inner_forward(/*with_statistics=*/true); }
+  void schedule_forward() override { schedule_source(); }  // inner_forward scheduled the store's
+  at::Tensor forward_tile(int64_t t, const Region& tile) override;
+  void after_forward() override;
+  at::Tensor backward(const at::Tensor& grad_out) override;
+
+ protected:
+  std::vector<Region> forward_needs(const Region& tile) const override {
+    return sub_needs(s_.output, tile, tile);
+  }
+
+ private:
+  // An inner checkpoint and its gradient: whole tensors, or blocks in the tile store.
+  struct Inner {
+    at::Tensor value, grad;
+    std::unique_ptr<StoredActivation> stored_value, stored_grad;
+  };
+  // The forward's pass over one inner checkpoint's shares: (share, what it needs) by tile.
+  struct InnerPass {
+    NodeId v;
+    bool dropped;
+    std::vector<std::pair<Region, std::vector<Region>>> tiles;
+  };
+  // One sub-segment's backward over the backward tiles (shares of them for an inner
+  // checkpoint): its tiles, the store's reads of each round and of the pass (which also reads
+  // back the stored gradient blocks it adds into, as accumulate reaches them), and its
+  // additions into stored gradients (grad_additions' pass for this sub-segment).
+  struct SubPass {
+    NodeId target;
+    bool output;
+    // Backward tile index, region at target, and what it needs.
+    std::vector<std::tuple<int64_t, Region, std::vector<Region>>> tiles;
+    std::vector<TileStore::BlockId> reads, pass_reads;
+    std::map<StoredActivation*, std::vector<Region>> adds;
+  };
+
+  // Geometry.
+  std::vector<NodeId> readers(NodeId v) const;
+  std::vector<NodeId> inner_nodes() const { return {leaves_.begin() + 1, leaves_.end()}; }
+  std::vector<Region> sub_needs(NodeId target, const Region& r, const Region& tile) const;
+  const std::vector<NodeId>& interior(NodeId target) const;
+  bool offloaded() const;
+  std::vector<TileStore::BlockId> tile_reads(NodeId target, const std::vector<Region>& need) const;
+  // Leaves.
+  at::Tensor read_leaf(NodeId l, const Region& r, bool grad);
+  std::map<NodeId, TileTensor> leaf_tiles(const std::vector<Region>& need, NodeId target,
+                                          bool grad);
+  TileExtras leaf_extras(const std::map<NodeId, TileTensor>& given, bool hooks);
+  // Forward.
+  void inner_forward(bool with_statistics);
+  std::vector<InnerPass> inner_passes(std::vector<TileStore::BlockId>& reads);
+  void run_inner_pass(const InnerPass& p);
+  void start_statistics(NodeId v);
+  void add_statistics(NodeId v, const at::Tensor& x);
+  void finish_statistics(NodeId v);
+  // Backward.
+  void add_grad(NodeId l, const Region& r, const at::Tensor& g);
+  at::Tensor grad_at(NodeId v, const Region& r, const at::Tensor& x);
+  at::Tensor sub_segment_root(const SubPass& p, const Region& tile, const Region& r, at::Tensor& y);
+  SubPass sub_pass(NodeId target, bool output, const SubPass* before) const;
+  void schedule(const SubPass& p);
+  void run_sub_pass(const SubPass& p);
+  void sums_round(const SubPass& p, NodeId b);
+  void backward_tile(const SubPass& p, int64_t t, const Region& r, const std::vector<Region>& need);
+  void correct_inner(NodeId v);
+  void input_barriers();
+
+  // The segment's input and its kept inner checkpoints, in order.
+  std::vector<NodeId> leaves_;
+  // The barriers whose inputs (dropped inner checkpoints) each sub-segment recomputes, by the
+  // node it computes (the output or a kept inner checkpoint), in order.
+  std::map<NodeId, std::vector<NodeId>> interior_;
+  std::map<NodeId, Inner> inner_;
+  bool statistics_ = false;  // inner_forward takes the barriers' statistics
+  // The backward's: the output's gradient (whole, or in the store), the input's.
+  at::Tensor grad_out_, grad_in_;
+  StoredActivation* stored_grad_out_ = nullptr;
+  StoredActivation* stored_grad_in_ = nullptr;
+};
+
+SubSegmentsRun::SubSegmentsRun(Step& step, int index) : SchemeRun(step, index) {
+  const Graph& graph = step.graph();
+  leaves_ = {s_.input};
+  for (NodeId v : kept_inner(graph, s_)) leaves_.push_back(v);
+  const auto readers = dropped_readers(graph, step.plan().shapes, s_);
+  for (size_t k = 0; k < readers.size(); ++k) {
+    const NodeId d = s_.dropped_inner()[k];
+    if (!barrier_input(graph, s_, d)) continue;  // a fork: each reader recomputes it
+    if (readers[k].size() != 1) {
+      throw Error("internal: dropped inner checkpoint " + graph.node(d).name + " is read by " +
+                  std::to_string(readers[k].size()) + " sub-segments");
+    }
+    auto& list = interior_[readers[k][0]];
+    for (NodeId b : barriers_reading(graph, s_, d)) list.push_back(b);
+  }
+  for (auto& [owner, list] : interior_) std::sort(list.begin(), list.end());
+}
+
+// ---- Geometry ----
+
+// The barriers of the segment that read node `v`.
+std::vector<NodeId> SubSegmentsRun::readers(NodeId v) const {
+  std::vector<NodeId> out;
+  for (NodeId b : step_.barriers(s_)) {
+    if (step_.graph().node(b).inputs[0] == v) out.push_back(b);
+  }
+  return out;
+}
+
+// What sub-segment `target` holds over `r` (its share of output tile `tile`), the dropped inner
+// checkpoints it recomputes over their shares at least (their barriers' corrections).
+std::vector<Region> SubSegmentsRun::sub_needs(NodeId target, const Region& r,
+                                              const Region& tile) const {
+  return sub_segment_needs(step_.graph(), step_.plan().shapes, s_.input, leaves_, target, r,
+                           s_.dropped_inner(), tile, step_.shape(s_.output));
+}
+
+const std::vector<NodeId>& SubSegmentsRun::interior(NodeId target) const {
+  static const std::vector<NodeId> none;
+  const auto it = interior_.find(target);
+  return it == interior_.end() ? none : it->second;
+}
+
+// The inner checkpoints live in the tile store (SubSegments::tier).
+bool SubSegmentsRun::offloaded() const {
+  return step_.store() != nullptr && s_.inner_tier() != Tier::kResident;
+}
+
+// The store's reads a sub-segment's tile over `need` makes, in the order it makes them: the
+// segment's input (read_input), then the inner checkpoints before `target` (leaf_tiles).
+std::vector<TileStore::BlockId> SubSegmentsRun::tile_reads(NodeId target,
+                                                           const std::vector<Region>& need) const {
+  std::vector<TileStore::BlockId> ids;
+  auto append = [&](const StoredActivation& stored, const Region& r) {
+    const auto more = stored.reads(r);
+    ids.insert(ids.end(), more.begin(), more.end());
+  };
+  if (const auto& stored = step_.stored(s_.input)) {
+    append(*stored, need[static_cast<size_t>(s_.input)]);
+  }
+  for (NodeId l : inner_nodes()) {
+    if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
+    const auto it = inner_.find(l);
+    if (it != inner_.end() && it->second.stored_value) {
+      append(*it->second.stored_value, need[static_cast<size_t>(l)]);
+    }
+  }
+  return ids;
+}
+
+// ---- Leaves ----
+
+// Region `r` of inner checkpoint `l`: a view of a resident one, a copy of an offloaded one (in
+// its pass's format, as run_tile's input tile).
+at::Tensor SubSegmentsRun::read_leaf(NodeId l, const Region& r, bool grad) {
+  const Inner& in = inner_.at(l);
+  if (!in.stored_value) return crop({in.value, whole(step_.shape(l))}, r);
+  return in.stored_value->read(r, step_.read_format(grad));
+}
+
+// The inner checkpoints' tiles a sub-segment reads (those before `target`), requiring a
+// gradient when `grad`. Without: only their regions, read as run_tile reaches them (a
+// sub-segment late in a ResNet stage recomputes the residual chain from every earlier block's
+// last inner checkpoint, and reading them all first held them all at once: bench/NOTES.md).
+std::map<NodeId, TileTensor> SubSegmentsRun::leaf_tiles(const std::vector<Region>& need,
+                                                        NodeId target, bool grad) {
+  std::map<NodeId, TileTensor> out;
+  for (NodeId l : inner_nodes()) {
+    if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
+    const Region& r = need[static_cast<size_t>(l)];
+    out[l] = {grad ? read_leaf(l, r, true).detach().requires_grad_(true) : at::Tensor(), r};
+  }
+  return out;
+}
+
+TileExtras SubSegmentsRun::leaf_extras(const std::map<NodeId, TileTensor>& given, bool hooks) {
+  TileExtras extras;
+  extras.leaves = &given;
+  extras.read_leaf = [this](NodeId l, const Region& r) { return read_leaf(l, r, false); };
+  extras.hooks = hooks;
+  return extras;
+}
+
+// ---- Forward ----
+
+at::Tensor SubSegmentsRun::forward_tile(int64_t /*t*/, const Region& tile) {
+  const std::vector<Region> need = sub_needs(s_.output, tile, tile);
+  const TileTensor x = step_.read_input(s_, need[static_cast<size_t>(s_.input)]);
+  const auto given = leaf_tiles(need, s_.output, false);
+  return step_.run_tile(s_.input, s_.output, need, x, leaf_extras(given, false));
+}
+
+void SubSegmentsRun::after_forward() {
+  if (!(step_.training() && s_.keeps_inner())) inner_.clear();
+}
+
+void SubSegmentsRun::start_statistics(NodeId v) {
+  if (!statistics_) return;
+  for (NodeId b : readers(v)) {
+    step_.barrier_state(b) =
+        std::make_unique<BarrierState>(step_.graph().node(b), step_.tensor_options());
+  }
+}
+
+void SubSegmentsRun::add_statistics(NodeId v, const at::Tensor& x) {
+  if (!statistics_) return;
+  for (NodeId b : readers(v)) step_.barrier_state(b)->add_input(x);
+}
+
+void SubSegmentsRun::finish_statistics(NodeId v) {
+  if (!statistics_) return;
+  for (NodeId b : readers(v)) step_.barrier_state(b)->finish_statistics(step_.training());
+}
+
+// Each inner checkpoint computed over the shares of the forward tiles from the leaves before
+// it and kept (whole, or in the store's blocks); with `with_statistics`, each barrier's
+// statistic added there (the step's forward), else the checkpoints rebuilt for the backward.
+void SubSegmentsRun::inner_forward(bool with_statistics) {
+  at::NoGradGuard no_grad;
+  statistics_ = with_statistics;
+  const StoredActivation* stored_in = step_.stored(s_.input).get();
+  // Barriers on the segment's input read it over the shares.
+  const bool input_pass = with_statistics && !readers(s_.input).empty();
+  std::vector<Region> shares;
+  std::vector<TileStore::BlockId> reads;
+  for (int64_t t = 0; input_pass && t < s_.forward.tiles(); ++t) {
+    const Region r =
+        barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(s_.input));
+    if (r.empty()) continue;
+    shares.push_back(r);
+    if (stored_in != nullptr) {
+      const auto ids = stored_in->reads(r);
+      reads.insert(reads.end(), ids.begin(), ids.end());
+    }
+  }
+  const std::vector<InnerPass> passes = inner_passes(reads);
+  // The step's forward then runs the output's tiles over the leaves (forward_tile).
+  for (int64_t t = 0; with_statistics && t < s_.forward.tiles(); ++t) {
+    const Region tile = s_.forward.tile(t);
+    const auto ids = tile_reads(s_.output, sub_needs(s_.output, tile, tile));
+    reads.insert(reads.end(), ids.begin(), ids.end());
+  }
+  // Every pass's reads scheduled at once, in order: the store reads the next pass's first
+  // blocks while this one's last tiles run (bench/NOTES.md, session 36).
+  if (!reads.empty()) step_.store()->schedule(reads);
+  if (input_pass) {
+    start_statistics(s_.input);
+    for (const Region& r : shares) add_statistics(s_.input, step_.read_input(s_, r).tensor);
+    finish_statistics(s_.input);
+  }
+  for (const InnerPass& p : passes) run_inner_pass(p);
+}
+
+// The kept inner checkpoints and, in order among them, the dropped ones: a dropped one is
+// computed over its shares for its barriers' statistics only (the forward has none to
+// rebuild), and recomputed by the sub-segment that reads it. Each pass over its tiles, whose
+// reads go to `reads`.
+std::vector<SubSegmentsRun::InnerPass> SubSegmentsRun::inner_passes(
+    std::vector<TileStore::BlockId>& reads) {
+  const std::vector<NodeId> inner = inner_nodes();
+  std::vector<NodeId> order = inner;
+  if (statistics_) {
+    order.insert(order.end(), s_.dropped_inner().begin(), s_.dropped_inner().end());
+    std::sort(order.begin(), order.end());
+  }
+  std::vector<InnerPass> passes;
+  size_t k = 0;  // kept ones so far (their blocks' index)
+  for (const NodeId v : order) {
+    const bool dropped = std::find(inner.begin(), inner.end(), v) == inner.end();
+    if (dropped && readers(v).empty()) continue;  // a fork: no statistic to take
+    if (!dropped) {
+      // An offloaded one's blocks exist (reserved) from now: the passes' reads of them can be
+      // scheduled before they are written.
+      Inner& in = inner_[v];
+      in = Inner{};
+      if (offloaded()) {
+        in.stored_value = std::make_unique<StoredActivation>(
+            *step_.store(), step_.shape(v), s_.as<SubSegments>()->blocks.at(k), s_.inner_tier(),
+            step_.tensor_options());
+      }
+      ++k;
+    }
+    InnerPass& p = passes.emplace_back(InnerPass{v, dropped, {}});
+    for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
+      const Region r = barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(v));
+      if (r.empty()) continue;
+      p.tiles.emplace_back(r, sub_needs(v, r, s_.forward.tile(t)));
+      const auto ids = tile_reads(v, p.tiles.back().second);
+      reads.insert(reads.end(), ids.begin(), ids.end());
+    }
+  }
+  return passes;
+}
+
+void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
+  const NodeId v = p.v;
+  const Step::PassLog log(step_, index_, "forward to " + step_.graph().node(v).name);
+  start_statistics(v);
+  Inner* in = p.dropped ? nullptr : &inner_.at(v);
+  const Shape& vs = step_.shape(v);
+  if (in != nullptr && !in->stored_value) {
+    // In the forward's format (as run_tile's input tiles); rebuilt for the backward's
+    // recompute in its format (kept ones stay in the forward's).
+    in->value = at::empty({1, vs.channels, vs.height, vs.width},
+                          step_.tensor_options().memory_format(step_.read_format(!statistics_)));
+  }
+  for (const auto& [r, need] : p.tiles) {
+    const TileTensor x_in = step_.read_input(s_, need[static_cast<size_t>(s_.input)]);
+    const auto given = leaf_tiles(need, v, false);
+    const at::Tensor x = step_.run_tile(s_.input, v, need, x_in, leaf_extras(given, false));
+    if (in != nullptr && in->stored_value) {
+      in->stored_value->write(r, x);
+    } else if (in != nullptr) {
+      copy_tile(crop({in->value, whole(vs)}, r), x);
+    }
+    add_statistics(v, x);
+  }
+  finish_statistics(v);
+}
+
+// ---- Backward ----
+
+// The output's tiles (gradients into the inner checkpoints, the segment's input and the
+// parameters; the barriers' sums through hooks), then each inner checkpoint latest first: its
+// barriers' corrections added to its gradient, and its sub-segment's tiles. Resident inner
+// checkpoints take their corrections whole; offloaded ones accumulate their gradients in the
+// store's blocks and add the corrections to each share as their sub-segment reads it. Returns
+// the input's gradient, accumulated whole; an offloaded input's goes to the store block by
+// block, each after the last addition of each pass into it, and nothing is returned.
+at::Tensor SubSegmentsRun::backward(const at::Tensor& grad_out) {
+  grad_out_ = grad_out;
+  grad_in_ = at::Tensor();
+  stored_grad_out_ = step_.stored_grad(s_.output).get();
+  if (!s_.keeps_inner()) inner_forward(/*with_statistics=*/false);
+  const std::vector<NodeId> inner = inner_nodes();
+  if (offloaded()) {
+    for (size_t k = 0; k < inner.size(); ++k) {
+      inner_.at(inner[k]).stored_grad = std::make_unique<StoredActivation>(
+          *step_.store(), step_.shape(inner[k]), s_.as<SubSegments>()->grad_blocks.at(k),
+          s_.inner_tier(), step_.tensor_options());
+    }
+  }
+  stored_grad_in_ = stored_input_grad();
+  // The output's sub-segment, then each inner checkpoint's, latest first. Each one's reads are
+  // scheduled before the one before it runs, so the store reads its first blocks while that
+  // one's last tiles run (and keeps a block read again within its window: bench/NOTES.md,
+  // session 36).
+  SubPass next = sub_pass(s_.output, true, nullptr);
+  if (step_.store() != nullptr) schedule(next);
+  auto run_next = [&](size_t k) {
+    const SubPass current = std::move(next);
+    if (k < inner.size()) {
+      next = sub_pass(inner[inner.size() - 1 - k], false, &current);
+      if (step_.store() != nullptr) schedule(next);
+    }
+    run_sub_pass(current);
+  };
+  run_next(0);
+  for (auto it = inner.rbegin(); it != inner.rend(); ++it) {
+    correct_inner(*it);
+    run_next(static_cast<size_t>(it - inner.rbegin()) + 1);
+    inner_.erase(*it);
+  }
+  input_barriers();
+  at::Tensor result = input_grad_result(stored_grad_in_, std::move(grad_in_));
+  grad_out_ = grad_in_ = at::Tensor();
+  return result;
+}
+
+// A resident inner checkpoint's gradient exists from the first tile that adds into it until
+// its sub-segment has run (the planner's inner_backward_bytes counts the same).
+void SubSegmentsRun::add_grad(NodeId l, const Region& r, const at::Tensor& g) {
+  Inner& in = inner_.at(l);
+  if (in.stored_grad) {
+    in.stored_grad->accumulate(r, g);
+  } else {
+    step_.add_into(in.grad, step_.shape(l), r, g);
+  }
+}
+
+// The gradient at inner checkpoint `v`'s share `r`, its barriers' corrections included; `x`:
+// v's value there, as the sub-segment recomputed it (not read back from the store: one read of
+// every offloaded inner checkpoint less).
+at::Tensor SubSegmentsRun::grad_at(NodeId v, const Region& r, const at::Tensor& x) {
+  Inner& in = inner_.at(v);
+  if (!in.stored_grad) {
+    if (!in.grad.defined()) in.grad = step_.zeros(step_.shape(v));
+    return crop({in.grad, whole(step_.shape(v))}, r);
+  }
+  at::Tensor g = in.stored_grad->read(r);
+  for (NodeId b : readers(v)) g.add_(step_.barrier_state(b)->correction_gradient(x));
+  return g;
+}
+
+// The root a sub-segment's backward tile starts from: the output's (output_root), or the
+// gradient at inner checkpoint `p.target`'s share `r` as the seed of `y`. Consumes `y`.
+at::Tensor SubSegmentsRun::sub_segment_root(const SubPass& p, const Region& tile, const Region& r,
+                                            at::Tensor& y) {
+  if (p.output) return step_.output_root(s_, tile, y, grad_out_, stored_grad_out_);
+  at::Tensor root;
+  if (y.requires_grad()) {
+    root = seeded(y, grad_at(p.target, r, y.detach().to(step_.tensor_options().dtype())));
+  }
+  y.reset();
+  return root;
+}
+
+// `before`: the sub-pass that runs first, not yet run (its additions store the blocks they
+// touch, which this one then reads back).
+SubSegmentsRun::SubPass SubSegmentsRun::sub_pass(NodeId target, bool output,
+                                                 const SubPass* before) const {
+  SubPass p{target, output, {}, {}, {}, {}};
+  std::map<const StoredActivation*, std::vector<char>> listed, stored;
+  if (before != nullptr) {
+    for (const auto& [g, regions] : before->adds) stored[g] = g->stored_after(regions);
+  }
+  auto reopens = [&](const StoredActivation* g, const Region& r) {
+    const auto it = stored.find(g);
+    const auto ids = g->reopen_reads(r, listed[g], it == stored.end() ? nullptr : &it->second);
+    p.pass_reads.insert(p.pass_reads.end(), ids.begin(), ids.end());
+  };
+  for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+    const Region tile = s_.backward.tile(t);
+    const Region r =
+        output ? tile : barrier_share(tile, step_.shape(s_.output), step_.shape(target));
+    if (r.empty()) continue;
+    p.tiles.emplace_back(t, r, sub_needs(target, r, tile));
+    if (step_.store() == nullptr) continue;
+    const std::vector<Region>& need = std::get<2>(p.tiles.back());
+    auto ids = tile_reads(target, need);
+    if (const StoredActivation* g =
+            output ? stored_grad_out_ : inner_.at(target).stored_grad.get()) {
+      const auto more = g->reads(r);
+      ids.insert(ids.end(), more.begin(), more.end());
+    }
+    p.reads.insert(p.reads.end(), ids.begin(), ids.end());
+    p.pass_reads.insert(p.pass_reads.end(), ids.begin(), ids.end());
+    // The pass adds into the input's gradient, then into the leaves' (leaf_tiles' order).
+    if (stored_grad_in_ != nullptr && !need[static_cast<size_t>(s_.input)].empty()) {
+      p.adds[stored_grad_in_].push_back(need[static_cast<size_t>(s_.input)]);
+      reopens(stored_grad_in_, need[static_cast<size_t>(s_.input)]);
+    }
+    for (NodeId l : inner_nodes()) {
+      if (l >= target || need[static_cast<size_t>(l)].empty()) continue;
+      if (StoredActivation* g = inner_.at(l).stored_grad.get()) {
+        p.adds[g].push_back(need[static_cast<size_t>(l)]);
+        reopens(g, need[static_cast<size_t>(l)]);
+      }
+    }
+  }
+  return p;
+}
+
+// Its reads, in the order it makes them: each round's, then the pass's.
+void SubSegmentsRun::schedule(const SubPass& p) {
+  const size_t rounds = interior(p.target).size();
+  for (size_t k = 0; k < rounds && !p.reads.empty(); ++k) step_.store()->schedule(p.reads);
+  if (!p.pass_reads.empty()) step_.store()->schedule(p.pass_reads);
+}
+
+// Rounds of sums for the barriers this sub-segment recomputes the inputs of (dropped inner
+// checkpoints), latest first, then its tiles.
+void SubSegmentsRun::run_sub_pass(const SubPass& p) {
+  const Step::PassLog log(step_, index_, "backward to " + step_.graph().node(p.target).name);
+  const std::vector<NodeId>& mine = interior(p.target);
+  for (auto b = mine.rbegin(); b != mine.rend(); ++b) sums_round(p, *b);
+  for (const auto& [g, regions] : p.adds) g->expect_additions(regions);
+  for (const auto& [t, r, need] : p.tiles) backward_tile(p, t, r, need);
+}
+
+// One round of sums: each tile recomputed and the gradient taken back to barrier `b`'s output,
+// the later barriers' corrections added (their sums are done).
+void SubSegmentsRun::sums_round(const SubPass& p, NodeId b) {
+  const std::vector<NodeId>& mine = interior(p.target);
+  BarrierState& state = *step_.barrier_state(b);
+  for (const auto& [t, r, need] : p.tiles) {
+    const Region tile = s_.backward.tile(t);
+    const Region& in_region = need[static_cast<size_t>(s_.input)];
+    // The input requires a gradient so that the barrier's output does (as RecomputeRounds).
+    at::Tensor x = step_.read_input(s_, in_region).tensor.detach().requires_grad_(true);
+    const auto given = leaf_tiles(need, p.target, true);
+    at::AutoGradMode grad_mode(true);
+    std::map<NodeId, TileTensor> acts;
+    TileExtras extras = leaf_extras(given, false);
+    extras.barrier_acts = &acts;
+    at::Tensor y = step_.run_tile(s_.input, p.target, need, {x, in_region}, extras);
+    at::Tensor root = sub_segment_root(p, tile, r, y);
+    root = step_.add_corrections(s_, tile, root, acts, mine);
+    // Only the barrier's output and input are held on (the rest is autograd's to free).
+    const TileTensor out = acts[b];
+    const at::Tensor x_b = out.tensor.defined() && !out.region.empty()
+                               ? crop(acts[step_.graph().node(b).inputs[0]], out.region).detach()
+                               : at::Tensor();
+    acts.clear();
+    if (!root.defined() || !root.requires_grad() || !out.tensor.defined() ||
+        !out.tensor.requires_grad() || out.region.empty()) {
+      continue;
+    }
+    const auto g = torch::autograd::grad({root}, {out.tensor}, {}, /*retain_graph=*/false,
+                                         /*create_graph=*/false, /*allow_unused=*/true);
+    if (g[0].defined()) state.add_output_grad(x_b, g[0]);
+  }
+  state.finish_sums();
+}
+
+// Backward tile `t` of sub-pass `p`, over share `r`: gradients into the segment's input, the
+// leaves it reads, the parameters, and (hooks) the sums of the barriers it passes.
+void SubSegmentsRun::backward_tile(const SubPass& p, int64_t t, const Region& r,
+                                   const std::vector<Region>& need) {
+  const Region tile = s_.backward.tile(t);
+  const std::vector<NodeId>& mine = interior(p.target);
+  if (p.output) step_.emit(index_, s_.backward, t, TileEvent::kBackward, false);
+  const Region& in_region = need[static_cast<size_t>(s_.input)];
+  at::Tensor x = step_.read_input(s_, in_region).tensor.detach();
+  if (step_.wants_input_grad(s_)) x.requires_grad_(true);
+  const auto given = leaf_tiles(need, p.target, true);
+  {
+    at::AutoGradMode grad_mode(true);
+    std::map<NodeId, TileTensor> acts;
+    TileExtras extras = leaf_extras(given, true);
+    if (!mine.empty()) extras.barrier_acts = &acts;
+    at::Tensor y = step_.run_tile(s_.input, p.target, need, {x, in_region}, extras);
+    at::Tensor root = sub_segment_root(p, tile, r, y);
+    if (!mine.empty()) root = step_.add_corrections(s_, tile, root, acts, mine);
+    acts.clear();  // the corrections hold what they need; a barrier's output is not
+    if (root.defined() && root.requires_grad()) root.backward();
+  }
+  if (step_.wants_input_grad(s_) && x.grad().defined() && !in_region.empty()) {
+    add_input_grad(stored_grad_in_, grad_in_, in_region, x.grad());
+  }
+  for (const auto& [l, leaf] : given) {
+    if (leaf.tensor.grad().defined()) add_grad(l, leaf.region, leaf.tensor.grad());
+  }
+  if (p.output) {
+    ++step_.backward_tiles;
+    step_.emit(index_, s_.backward, t, TileEvent::kBackward, true);
+  }
+}
+
+// Inner checkpoint `v`'s gradient complete but for its barriers' corrections: resident, they
+// are added whole; offloaded, its sub-segment adds them to each share (grad_at).
+void SubSegmentsRun::correct_inner(NodeId v) {
+  Inner& in = inner_.at(v);
+  for (NodeId b : readers(v)) step_.barrier_state(b)->finish_sums();
+  if (in.stored_grad) {
+    in.stored_grad->finish_additions();
+    return;
+  }
+  if (!in.grad.defined()) in.grad = step_.zeros(step_.shape(v));
+  for (NodeId b : readers(v)) {
+    const BarrierState& state = *step_.barrier_state(b);
+    // In slices of rows: the correction's gradient is elementwise, and a whole one would be one
+    // more activation-sized tensor at this pass's fullest.
+    const int64_t rows = std::max<int64_t>(1, (step_.shape(v).height + 15) / 16);
+    const auto grads = in.grad.split(rows, 2);
+    const auto values = in.value.split(rows, 2);
+    for (size_t k = 0; k < grads.size(); ++k) {
+      grads[k].add_(state.correction_gradient(values[k]));
+    }
+  }
+  // Its sub-segment reads the inner checkpoints before it, not this one.
+  in.value.reset();
+}
+
+// Barriers on the segment's input: their corrections go straight to its gradient, over the
+// shares (one pass for all of them).
+void SubSegmentsRun::input_barriers() {
+  const std::vector<NodeId> on_input = readers(s_.input);
+  for (NodeId b : on_input) step_.barrier_state(b)->finish_sums();
+  if (!step_.wants_input_grad(s_) || on_input.empty()) return;
+  std::vector<Region> shares;
+  for (int64_t t = 0; t < s_.backward.tiles(); ++t) {
+    const Region r =
+        barrier_share(s_.backward.tile(t), step_.shape(s_.output), step_.shape(s_.input));
+    if (!r.empty()) shares.push_back(r);
+  }
+  if (stored_grad_in_ != nullptr) {
+    stored_grad_in_->expect_additions(shares);
+    std::vector<TileStore::BlockId> reads;
+    for (const Region& r : shares) {
+      const auto ids = step_.stored(s_.input)->reads(r);
+      reads.insert(reads.end(), ids.begin(), ids.end());
+    }
+    step_.store()->schedule(reads);
+  }
+  for (const Region& r : shares) {
+    const at::Tensor x = step_.read_input(s_, r).tensor;
+    at::Tensor g = step_.barrier_state(on_input[0])->correction_gradient(x);
+    for (size_t k = 1; k < on_input.size(); ++k) {
+      g.add_(step_.barrier_state(on_input[k])->correction_gradient(x));
+    }
+    add_input_grad(stored_grad_in_, grad_in_, r, g);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<SchemeRun> sub_segments_run(Step& step, int index) {
+  return std::make_unique<SubSegmentsRun>(step, index);
+}
+
+}  // namespace tessel::core

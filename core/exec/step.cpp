@@ -1,0 +1,609 @@
+#include "core/exec/step.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <limits>
+
+#include "core/device/memory.h"
+#include "core/error.h"
+#include "core/exec/fault.h"
+#include "core/plan/geometry.h"
+
+namespace tessel::core {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// A root whose backward hands `seed` to `y` and lets go of it (see seeded in step.h):
+// torch::autograd::backward({y}, {seed}) keeps both alive to the end, two more tile-sized
+// tensors at the peak of every backward tile (bench/NOTES.md).
+struct Seeded : torch::autograd::Function<Seeded> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y,
+                            const at::Tensor& seed) {
+    ctx->saved_data["seed"] = seed;
+    return at::zeros({}, y.options());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& /*grad*/) {
+    at::Tensor seed = ctx->saved_data["seed"].toTensor();
+    ctx->saved_data.clear();
+    return {seed, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+// The parameters', or, for a network without parameters, the image's (a corner pixel is read
+// to learn them), so a float64 image is never rounded to float. A source's pixels are moved
+// there (slides are decoded on the CPU).
+at::TensorOptions compute_options(Graph& graph, TileSource& source) {
+  for (const auto& p : graph.module().parameters()) {
+    return at::TensorOptions().dtype(p.scalar_type()).device(p.device());
+  }
+  const at::Tensor corner = source.read({{0, 1}, {0, 1}});
+  return at::TensorOptions().dtype(corner.scalar_type()).device(corner.device());
+}
+
+at::Tensor to_compute(const at::Tensor& t, const at::TensorOptions& options) {
+  if (t.scalar_type() == options.dtype() && t.device() == options.device()) return t;
+  return t.to(options.device(), options.dtype().toScalarType());
+}
+
+at::Tensor seeded(const at::Tensor& y, const at::Tensor& seed) { return Seeded::apply(y, seed); }
+
+// ---- SchemeRun: what every scheme shares ----
+
+SchemeRun::SchemeRun(Step& step, int index) : step_(step), index_(index), s_(step.segment(index)) {}
+
+std::vector<Region> SchemeRun::needs(const Region& tile) const {
+  return segment_needs(step_.graph(), step_.plan().shapes, s_.input, s_.output, tile);
+}
+
+void SchemeRun::schedule_source() {
+  if (s_.input != 0) return;
+  std::vector<Region> schedule;
+  for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
+    schedule.push_back(forward_needs(s_.forward.tile(t))[0]);
+  }
+  step_.source().will_read(schedule);
+}
+
+void SchemeRun::schedule_forward() {
+  schedule_source();
+  const auto& stored_in = step_.stored(s_.input);
+  if (!stored_in || s_.input == 0) return;
+  for (int64_t t = step_.prescheduled(index_, false) ? 1 : 0; t < s_.forward.tiles(); ++t) {
+    step_.store()->schedule(stored_in->reads(needs(s_.forward.tile(t))[s_.input]));
+  }
+}
+
+StoredActivation* SchemeRun::stored_input_grad() {
+  if (!step_.wants_input_grad(s_) || !step_.stored(s_.input)) return nullptr;
+  const Segment& producer = step_.segment(index_ - 1);
+  auto& g = step_.stored_grad(s_.input);
+  g = std::make_unique<StoredActivation>(*step_.store(), step_.shape(s_.input),
+                                         s_.input_grad_blocks, producer.tier,
+                                         step_.tensor_options());
+  return g.get();
+}
+
+void SchemeRun::add_input_grad(StoredActivation* stored, at::Tensor& grad_in, const Region& r,
+                               const at::Tensor& g) {
+  if (stored != nullptr) {
+    stored->accumulate(r, g);
+  } else {
+    step_.add_into(grad_in, step_.shape(s_.input), r, g);
+  }
+}
+
+at::Tensor SchemeRun::input_grad_result(StoredActivation* stored, at::Tensor grad_in) {
+  if (stored != nullptr) {
+    stored->finish_additions();
+    return {};
+  }
+  if (step_.wants_input_grad(s_) && !grad_in.defined())
+    grad_in = step_.zeros(step_.shape(s_.input));
+  return grad_in;
+}
+
+std::unique_ptr<SchemeRun> make_scheme_run(Step& step, int index) {
+  const Segment& s = step.segment(index);
+  if (s.is<SharedRows>()) return shared_rows_run(step, index);
+  if (step.barriers(s).empty()) return plain_tiles_run(step, index);
+  if (s.is<SubSegments>()) return sub_segments_run(step, index);
+  return recompute_rounds_run(step, index);
+}
+
+// ---- Where a segment's forward output goes ----
+
+// A whole checkpoint, the store's blocks, or (the last segment before a global pool) the
+// streaming reduction the head reads: a mean, a max (with its position, for the backward) or
+// an attention pool's sums.
+class Step::Output {
+ public:
+  Output(Step& step, int index);
+  bool stored() const { return stored_ != nullptr; }
+  void add(const Region& tile, const at::Tensor& y);
+  void finish();
+
+ private:
+  void add_max(const Region& tile, const at::Tensor& y);
+
+  Step& step_;
+  const Segment& s_;
+  const Shape& shape_;
+  bool is_max_ = false, is_attention_ = false;
+  bool output_is_tile_ = false;  // a one-tile segment that keeps its graph: no copy
+  at::Tensor out_, best_value_, best_index_;
+  StoredActivation* stored_ = nullptr;
+  at::ScalarType tile_dtype_;  // the step's, or under bf16 autocast that of the last op
+};
+
+Step::Output::Output(Step& step, int index)
+    : step_(step), s_(step.segment(index)), shape_(step.shape(s_.output)) {
+  const at::TensorOptions& options = step.tensor_options_;
+  tile_dtype_ = options.dtype().toScalarType();
+  const Node& reduction = step.graph_.node(s_.reduction >= 0 ? s_.reduction : 0);
+  is_max_ = s_.reduction >= 0 && reduction.kind == OpKind::kGlobalMaxPool;
+  is_attention_ = s_.reduction >= 0 && reduction.kind == OpKind::kAttentionPool;
+  output_is_tile_ = step.training_ && s_.keeps_graph() && s_.forward.tiles() == 1;
+  if (step.offloaded(index)) {
+    auto& stored = step.stored_[s_.output];
+    stored = std::make_unique<StoredActivation>(*step.store_, shape_, s_.blocks, s_.tier, options,
+                                                s_.resident_blocks);
+    stored_ = stored.get();
+  } else if (s_.reduction < 0 && !output_is_tile_) {
+    out_ = at::empty({1, shape_.channels, shape_.height, shape_.width}, options);
+  } else if (is_attention_) {
+    step.attention_ = std::make_unique<AttentionStream>(reduction, options);
+  } else if (is_max_) {
+    best_value_ = at::full({1, shape_.channels}, -std::numeric_limits<double>::infinity(), options);
+    best_index_ = at::full({1, shape_.channels}, std::numeric_limits<int64_t>::max(),
+                           options.dtype(at::kLong));
+  } else if (s_.reduction >= 0) {
+    out_ = at::zeros({1, shape_.channels}, options);
+  }
+}
+
+void Step::Output::add(const Region& tile, const at::Tensor& y) {
+  tile_dtype_ = y.scalar_type();
+  if (stored_ != nullptr) {
+    stored_->write(tile, y);
+  } else if (s_.reduction < 0 && output_is_tile_) {
+    out_ = y;
+  } else if (s_.reduction < 0) {
+    copy_tile(crop({out_, whole(shape_)}, tile), y);
+  } else if (is_attention_) {
+    step_.attention_->add(y);
+  } else if (!is_max_) {
+    out_ += y.sum({2, 3});
+  } else {
+    add_max(tile, y);
+  }
+}
+
+// Streaming global max: the first maximum in row-major order of the whole activation, as plain
+// LibTorch. Within a tile row-major order agrees with the global one.
+void Step::Output::add_max(const Region& tile, const at::Tensor& y) {
+  const auto [value, local] = y.flatten(2).max(2);
+  const int64_t w = tile.x.size();
+  const at::Tensor global = (at::div(local, w, "floor") + tile.y.begin) * shape_.width +
+                            at::remainder(local, w) + tile.x.begin;
+  const at::Tensor better =
+      (value > best_value_).logical_or((value == best_value_).logical_and(global < best_index_));
+  best_value_ = at::where(better, value, best_value_);
+  best_index_ = at::where(better, global, best_index_);
+}
+
+void Step::Output::finish() {
+  if (stored_ != nullptr) return;  // kept in the store
+  if (s_.reduction < 0) {
+    step_.checkpoints_[s_.output] = out_;
+  } else if (is_attention_) {
+    step_.reduced_ = step_.attention_->pooled(tile_dtype_);
+  } else if (is_max_) {
+    step_.reduced_ = best_value_.to(tile_dtype_);  // exact: the maxima are tile values
+    step_.reduced_index_ = best_index_;
+  } else {
+    // Summed in the step's dtype; rounded to the tiles' as plain's mean of them is (bf16).
+    step_.reduced_ = (out_ / static_cast<double>(shape_.height * shape_.width)).to(tile_dtype_);
+  }
+}
+
+// ---- The step ----
+
+Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions& options,
+           bool training)
+    : training_(training),
+      graph_(graph),
+      plan_(plan),
+      source_(source),
+      options_(options),
+      tensor_options_(compute_options(graph, source)),
+      formats_(
+          options.tile_formats.value_or(tile_formats(tensor_options_.device(), options.precision))),
+      checkpoints_(graph.size()),
+      stored_(graph.size()),
+      stored_grads_(graph.size()),
+      barrier_states_(graph.size()) {
+  if (options.inject == Fault::kHalo) {
+    const int halo = halo_fault_segment(graph, plan);
+    if (halo < 0) throw Error("cannot inject halo: every tile reads its whole input");
+    halo_segment_ = &plan.segments[static_cast<size_t>(halo)];
+  }
+  if (plan.offloads()) {
+    TileStoreOptions o;
+    o.scratch_dir = options.scratch_dir;
+    o.bypass_page_cache = options.bypass_page_cache;
+    o.direct_io = options.direct_io.value_or(direct_disk_io(tensor_options_.device()));
+    o.window_bytes = plan.window_bytes > 0 ? plan.window_bytes : o.window_bytes;
+    o.write_behind_bytes = plan.write_behind_bytes;
+    if (training)
+      TileStore::check_free_space(o.scratch_dir, stored_bytes(graph, plan, Tier::kDisk));
+    store_ = std::make_unique<TileStore>(o);
+  }
+  for (int i = 0; i < segments(); ++i) runs_.push_back(make_scheme_run(*this, i));
+}
+
+Step::~Step() = default;
+
+// The store's write-behind for the pass about to run: the plan's for it (make_plan sizes it
+// from the pass's slack), else the plan's one.
+void Step::write_behind(int64_t bytes) {
+  if (store_) store_->set_write_behind(bytes > 0 ? bytes : plan_.write_behind_bytes);
+}
+
+at::Tensor Step::forward() {
+  at::NoGradGuard no_grad;
+  for (int i = 0; i < segments(); ++i) {
+    const PassLog log(*this, i, "forward");
+    write_behind(segment(i).forward_write_behind);
+    forward_segment(i);
+  }
+  const Segment& last = plan_.segments.back();
+  return last.reduction >= 0 ? reduced_ : checkpoints_[last.output];
+}
+
+void Step::forward_segment(int index) {
+  const Segment& s = segment(index);
+  SchemeRun& run = *runs_[static_cast<size_t>(index)];
+  Output out(*this, index);
+  run.before_forward();
+  run.schedule_forward();
+  for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+    if (t + 1 == s.forward.tiles() && out.stored()) preschedule(index + 1, /*backward=*/false);
+    emit(index, s.forward, t, TileEvent::kForward, false);
+    const Region tile = s.forward.tile(t);
+    out.add(tile, run.forward_tile(t, tile));
+    ++forward_tiles;
+    emit(index, s.forward, t, TileEvent::kForward, true);
+  }
+  run.after_forward();
+  out.finish();
+}
+
+at::Tensor Step::backward(at::Tensor grad) {
+  for (int i = segments() - 1; i >= 0; --i) {
+    const NodeId out = segment(i).output;
+    // An offloaded output is not read by its own segment's backward (its gradient is): its
+    // resident blocks go now (the planner counts them until the next segment's backward).
+    stored_[out].reset();
+    const PassLog log(*this, i, "backward");
+    write_behind(segment(i).backward_write_behind);
+    grad = runs_[static_cast<size_t>(i)]->backward(grad);
+    checkpoints_[out] = at::Tensor();
+    stored_grads_[out].reset();
+  }
+  return grad;
+}
+
+Step::PassLog::PassLog(const Step& step, int segment, std::string pass)
+    : step_(step),
+      segment_(segment),
+      pass_(std::move(pass)),
+      on_(spdlog::should_log(spdlog::level::debug)) {
+  if (on_) {
+    start_ = step_.store_stats();
+    t0_ = Clock::now();
+  }
+}
+
+Step::PassLog::~PassLog() {
+  if (!on_) return;
+  const TileStoreStats end = step_.store_stats();
+  spdlog::debug(
+      "segment {} {}: {:.0f} ms; waited {:.0f} ms for reads, {:.0f} ms for writes; read {}, "
+      "wrote {}; the I/O thread busy {:.0f} ms",
+      segment_, pass_, ms_since(t0_), end.read_wait_ms - start_.read_wait_ms,
+      end.write_wait_ms - start_.write_wait_ms, format_bytes(end.read_bytes - start_.read_bytes),
+      format_bytes(end.written_bytes - start_.written_bytes),
+      end.read_ms + end.write_ms - start_.read_ms - start_.write_ms);
+}
+
+std::vector<NodeId> Step::barriers(const Segment& s) const {
+  std::vector<NodeId> out;
+  if (s.is<WholeBarriers>()) return out;
+  for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    if (needs_statistics(graph_.node(v), training_)) out.push_back(v);
+  }
+  return out;
+}
+
+Region Step::share(const Segment& s, NodeId b, const Region& tile) const {
+  return barrier_share(tile, shape(s.output), shape(graph_.node(b).inputs[0]));
+}
+
+// Segment `index`'s output lives in the tile store (never the last's: the head reads it).
+bool Step::offloaded(int index) const {
+  const Segment& s = segment(index);
+  return store_ && s.tier != Tier::kResident && s.reduction < 0 && index + 1 < segments();
+}
+
+TileTensor Step::read_input(const Segment& s, const Region& r) {
+  return short_halo(s, read_input_exactly(s, r));
+}
+
+TileTensor Step::read_input_exactly(const Segment& s, const Region& r) {
+  if (s.input == 0) {
+    if (r.empty()) {
+      return {at::empty({1, source_.channels(), 0, 0}, tensor_options_), r};
+    }
+    return {to_compute(source_.read(r), tensor_options_), r};
+  }
+  if (const auto& stored = stored_[s.input]) {
+    return {stored->read(r, read_format(at::GradMode::is_enabled())), r};  // as run_tile's
+  }
+  return {crop({checkpoints_[s.input], whole(shape(s.input))}, r), r};
+}
+
+// Fault::kHalo: the first window read in halo_fault_segment's segment that ends inside the
+// activation on some side comes one row (or column) short on that side, and the rows that
+// remain stand where the window's should (a zero row fills the other end), in every pass that
+// reads that window again. Zeroing the lost row alone can be invisible: a max pool after
+// resnet18's first convolution never picked it, and the step came out bit-identical.
+TileTensor Step::short_halo(const Segment& s, TileTensor t) {
+  if (options_.inject != Fault::kHalo || &s != halo_segment_ || t.region.empty()) return t;
+  const Shape& in = shape(s.input);
+  const Region& r = t.region;
+  const int dim = r.y.begin > 0 || r.y.end < in.height ? 2 : 3;
+  const bool at_start = dim == 2 ? r.y.begin > 0 : r.x.begin > 0;
+  if (!at_start && (dim == 2 ? r.y.end == in.height : r.x.end == in.width)) return t;
+  const int64_t n = t.tensor.size(dim);
+  if (n < 2) return t;
+  if (!halo_region_) halo_region_ = r;
+  if (!(*halo_region_ == r)) return t;
+  at::Tensor shorted = at::zeros_like(t.tensor);
+  if (at_start) {
+    shorted.narrow(dim, 0, n - 1).copy_(t.tensor.narrow(dim, 1, n - 1));
+  } else {
+    shorted.narrow(dim, 1, n - 1).copy_(t.tensor.narrow(dim, 0, n - 1));
+  }
+  return {shorted, t.region};
+}
+
+at::MemoryFormat Step::read_format(bool grad) const {
+  return grad ? formats_.recompute.value_or(at::MemoryFormat::Contiguous) : formats_.forward;
+}
+
+// The recompute's copy is autograd's (the gradient reaches the tile as it was).
+TileTensor Step::in_tile_format(TileTensor input) const {
+  if (input.tensor.numel() == 0) return input;
+  if (!at::GradMode::is_enabled()) {
+    if (!input.tensor.is_contiguous(formats_.forward)) {
+      at::Tensor t = at::empty_like(input.tensor, formats_.forward);
+      copy_tile(t, input.tensor);
+      input.tensor = std::move(t);
+    }
+  } else if (formats_.recompute) {
+    input.tensor = input.tensor.contiguous(*formats_.recompute);
+  }
+  return input;
+}
+
+at::Tensor Step::run_tile(NodeId first, NodeId output, const std::vector<Region>& need,
+                          TileTensor input, const TileExtras& extras) {
+  std::vector<TileTensor> acts(static_cast<size_t>(output) + 1);
+  std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
+  for (NodeId v = first + 1; v <= output; ++v) {
+    for (NodeId p : graph_.node(v).inputs) ++uses[static_cast<size_t>(p)];
+  }
+  acts[static_cast<size_t>(first)] = in_tile_format(std::move(input));
+  // An empty tile's options: the input tile's (it may be freed before a later node's).
+  const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
+  for (NodeId v = first + 1; v <= output; ++v) {
+    const Node& node = graph_.node(v);
+    acts[static_cast<size_t>(v)] =
+        run_node(first, v, need[static_cast<size_t>(v)], acts, extras, options);
+    // A barrier's input, also where the barrier's own output is not needed: the tile's share
+    // of it may still hold positions (the correction's).
+    if (node.is_barrier() && extras.barrier_acts != nullptr) {
+      (*extras.barrier_acts)[node.inputs[0]] = acts[static_cast<size_t>(node.inputs[0])];
+    }
+    for (NodeId p : node.inputs) {
+      if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
+    }
+  }
+  return acts[static_cast<size_t>(output)].tensor;
+}
+
+// Node `v`'s tile over `r` from its producers' tiles in `acts`.
+TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
+                          const std::vector<TileTensor>& acts, const TileExtras& extras,
+                          const at::TensorOptions& options) {
+  const Node& node = graph_.node(v);
+  if (extras.leaves != nullptr && extras.leaves->count(v) > 0) {
+    // A leaf read when the tile gets here, so that it is freed after its last consumer like
+    // any activation.
+    const TileTensor& leaf = extras.leaves->at(v);
+    return leaf.tensor.defined() ? leaf : TileTensor{extras.read_leaf(v, leaf.region), leaf.region};
+  }
+  if (node.is_barrier()) return run_barrier(node, r, acts, extras, options);
+  if (r.empty()) return {at::empty({1, node.channels, 0, 0}, options), r};
+  std::vector<TileTensor> ins;
+  std::vector<Shape> in_shapes;
+  for (NodeId p : node.inputs) {
+    ins.push_back(acts[static_cast<size_t>(p)]);
+    in_shapes.push_back(shape(p));
+  }
+  // A pointwise op may overwrite its input when it is the only reader of a tensor the
+  // producer freshly allocated (never a view of a checkpoint, the image, or an alias).
+  const Node& producer = graph_.node(node.inputs[0]);
+  const bool overwrite = allocates_output(producer) && producer.id != first &&
+                         graph_.consumers()[static_cast<size_t>(producer.id)].size() == 1;
+  return {forward_tile(node, r, ins, in_shapes, overwrite), r};
+}
+
+// `options`: an empty tile's (the segment input tile's).
+TileTensor Step::run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,
+                             const TileExtras& extras, const at::TensorOptions& options) {
+  BarrierState* state = barrier_states_[node.id].get();
+  const TileTensor& in = acts[static_cast<size_t>(node.inputs[0])];
+  if (state == nullptr && needs_statistics(node, training_)) {
+    // A one-tile segment (WholeBarriers): the barrier over its whole input, as plain LibTorch
+    // runs it (its statistic counts every position, also those no consumer reads), then the
+    // part the segment needs.
+    const Shape& in_shape = shape(node.inputs[0]);
+    if (in.region.y.size() != in_shape.height || in.region.x.size() != in_shape.width) {
+      throw Error("internal: " + node.name + " runs whole on part of its input");
+    }
+    const at::Tensor y = barrier_plain(node, in.tensor, training_, update_running_);
+    return {crop({y, in.region}, r), r};
+  }
+  if (r.empty()) return {at::empty({1, node.channels, 0, 0}, options), r};
+  const at::Tensor x = crop(in, r);
+  at::Tensor y = state ? state->forward(x) : batch_norm_eval(node, x);
+  if (extras.hooks && state != nullptr && !state->sums_done() && y.requires_grad()) {
+    y.register_hook(
+        [state, x = x.detach()](const at::Tensor& grad) { state->add_output_grad(x, grad); });
+  }
+  TileTensor out{std::move(y), r};
+  if (extras.barrier_acts != nullptr) (*extras.barrier_acts)[node.id] = out;
+  return out;
+}
+
+at::Tensor Step::output_root(const Segment& s, const Region& tile, at::Tensor& y,
+                             const at::Tensor& grad_out, StoredActivation* stored_grad_out) {
+  const Shape& out_shape = shape(s.output);
+  const bool is_max = s.reduction >= 0 && graph_.node(s.reduction).kind == OpKind::kGlobalMaxPool;
+  at::Tensor surrogate, seed;
+  if (s.reduction >= 0 && attention_) {
+    // A scalar whose gradient is the tile's part of the whole map's (core/exec/attention.h).
+    surrogate = attention_->surrogate(y, grad_out);
+    seed = at::ones({}, surrogate.options());
+  } else if (s.reduction < 0) {
+    surrogate = y;
+    seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
+                                      : crop({grad_out, whole(out_shape)}, tile);
+  } else if (!is_max) {
+    surrogate = y.sum({2, 3});
+    seed = grad_out / static_cast<double>(out_shape.height * out_shape.width);
+  } else {
+    // Route each channel's gradient to its maximum, if that lies in this tile.
+    const int64_t w = tile.x.size();
+    const at::Tensor gy = at::div(reduced_index_, out_shape.width, "floor");
+    const at::Tensor gx = at::remainder(reduced_index_, out_shape.width);
+    const at::Tensor inside = (gy >= tile.y.begin)
+                                  .logical_and(gy < tile.y.end)
+                                  .logical_and(gx >= tile.x.begin)
+                                  .logical_and(gx < tile.x.end);
+    const at::Tensor local =
+        at::where(inside, (gy - tile.y.begin) * w + (gx - tile.x.begin), at::zeros_like(gy));
+    surrogate = y.flatten(2).gather(2, local.unsqueeze(2)).squeeze(2);
+    seed = at::where(inside, grad_out, at::zeros_like(grad_out));
+  }
+  y.reset();
+  if (!surrogate.requires_grad()) return {};
+  return seeded(surrogate, seed.to(surrogate.scalar_type()));
+}
+
+at::Tensor Step::add_corrections(const Segment& s, const Region& tile, at::Tensor root,
+                                 const std::map<NodeId, TileTensor>& acts,
+                                 const std::vector<NodeId>& barriers) const {
+  for (NodeId b : barriers) {
+    const BarrierState& state = *barrier_states_[b];
+    if (!state.sums_done()) continue;
+    const Region r = share(s, b, tile);
+    if (r.empty()) continue;
+    const at::Tensor x = crop(acts.at(graph_.node(b).inputs[0]), r);
+    if (!x.requires_grad()) continue;
+    const at::Tensor c = state.correction(x);
+    root = root.defined() ? root + c : c;
+  }
+  return root;
+}
+
+at::Tensor Step::zeros(const Shape& s) const {
+  return at::zeros({1, s.channels, s.height, s.width}, tensor_options_);
+}
+
+// Allocated at the first addition; a first addition that covers it all is taken as it is (a
+// one-tile segment's gradients move rather than being added to zeros: bench/NOTES.md
+// session 20).
+void Step::add_into(at::Tensor& whole_grad, const Shape& shape, const Region& r,
+                    const at::Tensor& g) const {
+  if (!whole_grad.defined()) {
+    if (r == whole(shape) && g.is_non_overlapping_and_dense() &&
+        g.scalar_type() == tensor_options_.dtype().toScalarType()) {
+      whole_grad = g;
+      return;
+    }
+    whole_grad = zeros(shape);
+  }
+  crop({whole_grad, whole(shape)}, r).add_(g);
+}
+
+void Step::emit(int segment, const Partition& part, int64_t index, TileEvent::Pass pass,
+                bool done) {
+  if (options_.observer == nullptr) return;
+  TileEvent e;
+  e.segment = segment;
+  e.tile = index;
+  e.tiles = part.tiles();
+  e.row = index / part.cols();
+  e.col = index % part.cols();
+  e.out = part.tile(index);
+  e.pass = pass;
+  e.done = done;
+  options_.observer->on_tile(e);
+  const MemoryReading reading = done ? memory_reading(tensor_options_.device()) : MemoryReading{};
+  if (reading.live < 0) return;
+  MemorySample m;
+  m.live = reading.live;
+  m.peak = reading.peak;
+  m.budget = plan_.budget_bytes;
+  if (store_) {
+    const TileStoreStats st = store_->stats();
+    m.by_category["store resident"] = st.resident_bytes;
+    m.by_category["host"] = st.host_bytes;
+    m.by_category["disk"] = st.disk_bytes;
+    m.by_category["in flight"] = st.in_flight_bytes;
+  }
+  options_.observer->on_memory(m);
+}
+
+// The store reads what segment `next`'s first tile reads (those the last tile is still to
+// write included: the store keeps them when they come), so the next segment does not start by
+// waiting. That segment then leaves those reads out of its own schedule, which keeps the
+// schedule in the order the reads happen.
+void Step::preschedule(int next, bool backward) {
+  if (next < 0 || next >= segments()) return;
+  const Segment& n = segment(next);
+  const auto& stored = stored_[n.input];
+  // A segment with barriers starts with other reads (its statistic or sums passes).
+  if (!stored || !barriers(n).empty()) return;
+  const Partition& part = backward ? n.backward : n.forward;
+  const int64_t first = backward ? part.tiles() - 1 : 0;
+  if (backward && n.keeps_graph()) return;
+  store_->schedule(stored->reads(run(next).needs(part.tile(first))[n.input]));
+  (backward ? prescheduled_backward_ : prescheduled_forward_) = next;
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,236 @@
+// One tiled step, inside the executor (engine-internal; callers use core/exec/executor.h).
+// `Step` holds what lives across segments (checkpoints, the tile store, barriers' statistics,
+// the streaming head's sums) and runs the segments in order, forward then backward; each
+// segment runs as its scheme says, through a `SchemeRun` (one file per scheme in
+// exec/schemes/), made once per step for each segment and living until its backward is done.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device/device.h"
+#include "core/exec/attention.h"
+#include "core/exec/barrier.h"
+#include "core/exec/executor.h"
+#include "core/exec/tile_ops.h"
+#include "core/graph/graph.h"
+#include "core/graph/node_vec.h"
+#include "core/plan/plan.h"
+#include "core/store/stored_activation.h"
+#include "core/store/tile_store.h"
+
+namespace tessel::core {
+
+class Step;
+
+// How one segment's scheme runs it: its forward tiles (the step writes each tile's output
+// where the segment's output goes) and its backward. Holds what the scheme keeps from the
+// forward to the backward (kept graphs, shared rows' kept rows, inner checkpoints).
+class SchemeRun {
+ public:
+  SchemeRun(Step& step, int index);
+  virtual ~SchemeRun() = default;
+  SchemeRun(const SchemeRun&) = delete;
+  SchemeRun& operator=(const SchemeRun&) = delete;
+
+  // What each node of the segment holds for output tile `tile` in the backward (and, unless
+  // forward_needs says otherwise, the forward).
+  virtual std::vector<Region> needs(const Region& tile) const;
+  // Before the forward's tiles: the scheme's own passes (barriers' statistics, inner
+  // checkpoints), then the reads of its tiles' inputs scheduled in the order they come.
+  virtual void before_forward() {}
+  virtual void schedule_forward();
+  // Forward tile `t` (region `tile` of the output): its output.
+  virtual at::Tensor forward_tile(int64_t t, const Region& tile) = 0;
+  virtual void after_forward() {}
+  // The segment's backward from its output's gradient (`grad_out`: whole, or in the store):
+  // the parameters' gradients, and the input's (whole, or into the store; undefined then).
+  virtual at::Tensor backward(const at::Tensor& grad_out) = 0;
+
+ protected:
+  virtual std::vector<Region> forward_needs(const Region& tile) const { return needs(tile); }
+  void schedule_source();  // the image's tiles the forward reads, when it reads the image
+  // The segment's input gradient, when the input lives in the store and its gradient is wanted:
+  // blocks in the store, as the producer's tier (else nullptr).
+  StoredActivation* stored_input_grad();
+  // Adds `g` over `r` to the input's gradient: into the store's blocks, else into `grad_in`.
+  void add_input_grad(StoredActivation* stored, at::Tensor& grad_in, const Region& r,
+                      const at::Tensor& g);
+  // The backward's result for the input: `grad_in`, zeros where nothing reached it, nothing
+  // when it went to the store (its additions finished).
+  at::Tensor input_grad_result(StoredActivation* stored, at::Tensor grad_in);
+
+  Step& step_;
+  int index_;
+  const Segment& s_;
+};
+
+// One SchemeRun per scheme (exec/schemes/*.cpp). A segment without a barrier to take
+// statistics of in this step (any, in inference) runs as plain tiles.
+std::unique_ptr<SchemeRun> make_scheme_run(Step& step, int index);
+std::unique_ptr<SchemeRun> plain_tiles_run(Step& step, int index);
+std::unique_ptr<SchemeRun> recompute_rounds_run(Step& step, int index);
+std::unique_ptr<SchemeRun> shared_rows_run(Step& step, int index);
+std::unique_ptr<SchemeRun> sub_segments_run(Step& step, int index);
+
+// What run_tile is given beside the nodes, their regions and the input tile.
+struct TileExtras {
+  // Receives every barrier's output and input tiles there (by node), for the backward's sums
+  // and corrections.
+  std::map<NodeId, TileTensor>* barrier_acts = nullptr;
+  // Nodes whose tiles are given (inner checkpoints), not computed; one given without a tensor
+  // is read by `read_leaf` when the tile reaches it.
+  const std::map<NodeId, TileTensor>* leaves = nullptr;
+  std::function<at::Tensor(NodeId, const Region&)> read_leaf;
+  // Each barrier's output adds its gradient to the barrier's sums as the backward passes it.
+  bool hooks = false;
+};
+
+// The dtype and device a step computes in (the parameters', else the image's), and a tensor
+// moved there.
+at::TensorOptions compute_options(Graph& graph, TileSource& source);
+at::Tensor to_compute(const at::Tensor& t, const at::TensorOptions& options);
+inline Region whole(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
+
+// `seed` as the gradient of `y`, as a scalar root for a backward that holds neither: the seed
+// lives in the graph until its backward hands it on, and `y` only where autograd saved it.
+at::Tensor seeded(const at::Tensor& y, const at::Tensor& seed);
+
+class Step {
+ public:
+  // `training`: a backward pass follows (train_step), so tiles may keep their graphs.
+  Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions& options,
+       bool training);
+  ~Step();
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+
+  // Forward of every segment without autograd; returns the head's input (the last checkpoint
+  // or the streaming reduction's result).
+  at::Tensor forward();
+  // Backward of every segment in reverse, from the gradient of the head's input. Returns the
+  // gradient of the image when asked for.
+  at::Tensor backward(at::Tensor grad);
+
+  int64_t forward_tiles = 0, backward_tiles = 0;
+  TileStoreStats store_stats() const { return store_ ? store_->stats() : TileStoreStats{}; }
+
+  // ---- For the schemes ----
+  Graph& graph() const { return graph_; }
+  const Plan& plan() const { return plan_; }
+  const Segment& segment(int index) const { return plan_.segments[static_cast<size_t>(index)]; }
+  int segments() const { return static_cast<int>(plan_.segments.size()); }
+  const Shape& shape(NodeId v) const { return plan_.shapes[static_cast<size_t>(v)]; }
+  bool training() const { return training_; }
+  TileStore* store() const { return store_.get(); }
+  TileSource& source() const { return source_; }
+  const at::TensorOptions& tensor_options() const { return tensor_options_; }
+  std::unique_ptr<StoredActivation>& stored(NodeId v) { return stored_[v]; }
+  std::unique_ptr<StoredActivation>& stored_grad(NodeId v) { return stored_grads_[v]; }
+  std::unique_ptr<BarrierState>& barrier_state(NodeId v) { return barrier_states_[v]; }
+  SchemeRun& run(int index) { return *runs_[static_cast<size_t>(index)]; }
+  void set_update_running(bool on) { update_running_ = on; }
+
+  bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
+  // The barriers of segment `s` that need whole-image statistics in this step
+  // (core/exec/barrier.h). None in a one-tile segment: its tile is the whole activation, so its
+  // barriers run whole.
+  std::vector<NodeId> barriers(const Segment& s) const;
+  // The share of barrier `b`'s input that output tile `tile` of `s` owns.
+  Region share(const Segment& s, NodeId b, const Region& tile) const;
+
+  // Region `r` of segment `s`'s input: the image's pixels, a stored checkpoint's, or a view of
+  // a whole one.
+  TileTensor read_input(const Segment& s, const Region& r);
+  // The format a tile read from the store, or allocated for one, takes in a pass (with a
+  // gradient: the recompute's, contiguous where it takes its input as it comes).
+  at::MemoryFormat read_format(bool grad) const;
+  // A segment's input tile in the format its pass's convs run in (core/device/device.h).
+  TileTensor in_tile_format(TileTensor input) const;
+  // Runs nodes (first, output] over `need` from the input tile; frees each activation after
+  // its last consumer.
+  at::Tensor run_tile(NodeId first, NodeId output, const std::vector<Region>& need,
+                      TileTensor input, const TileExtras& extras = {});
+
+  // The root a backward tile starts from: the output gradient's tile as the seed of `y` (or of
+  // the streaming reduction's surrogate), with neither held by the caller. Consumes `y`.
+  at::Tensor output_root(const Segment& s, const Region& tile, at::Tensor& y,
+                         const at::Tensor& grad_out, StoredActivation* stored_grad_out);
+  // Adds to `root` the corrections of `barriers` whose sums are done, each over the tile's
+  // share of its input.
+  at::Tensor add_corrections(const Segment& s, const Region& tile, at::Tensor root,
+                             const std::map<NodeId, TileTensor>& acts,
+                             const std::vector<NodeId>& barriers) const;
+  // Adds `g`, region `r` of an activation shaped `shape`, into its whole gradient.
+  void add_into(at::Tensor& whole_grad, const Shape& shape, const Region& r,
+                const at::Tensor& g) const;
+  at::Tensor zeros(const Shape& s) const;
+
+  // A tile's start or end, to the observer (and the memory meter's reading at its end).
+  void emit(int segment, const Partition& part, int64_t index, TileEvent::Pass pass, bool done);
+  // Cross-segment prefetch: while a segment runs its last tile, the store already reads what
+  // segment `next`'s first tile reads from an offloaded checkpoint.
+  void preschedule(int next, bool backward);
+  bool prescheduled(int index, bool backward) const {
+    return (backward ? prescheduled_backward_ : prescheduled_forward_) == index;
+  }
+
+  // At debug level, a line per segment and pass: its time, and the store's waits and bytes
+  // during it (where an offloading step's time goes).
+  class PassLog {
+   public:
+    PassLog(const Step& step, int segment, std::string pass);
+    ~PassLog();
+    PassLog(const PassLog&) = delete;
+    PassLog& operator=(const PassLog&) = delete;
+
+   private:
+    const Step& step_;
+    int segment_;
+    std::string pass_;
+    bool on_;
+    TileStoreStats start_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+
+ private:
+  class Output;
+  void forward_segment(int index);
+  TileTensor read_input_exactly(const Segment& s, const Region& r);
+  TileTensor short_halo(const Segment& s, TileTensor t);
+  bool offloaded(int index) const;
+  void write_behind(int64_t bytes);
+  TileTensor run_node(NodeId first, NodeId v, const Region& r, const std::vector<TileTensor>& acts,
+                      const TileExtras& extras, const at::TensorOptions& options);
+  TileTensor run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,
+                         const TileExtras& extras, const at::TensorOptions& options);
+
+  bool training_;
+  bool update_running_ = false;  // barriers run whole update batch norm's running statistics
+  Graph& graph_;
+  const Plan& plan_;
+  TileSource& source_;
+  const StepOptions& options_;
+  const Segment* halo_segment_ = nullptr;  // Fault::kHalo's segment and window
+  std::optional<Region> halo_region_;
+  at::TensorOptions tensor_options_;  // the dtype and device the step computes in
+  TileFormats formats_;               // the tiles' memory formats in each pass
+  std::unique_ptr<TileStore> store_;  // when the plan offloads; outlives what it stores
+  NodeVec<at::Tensor> checkpoints_;   // whole activations
+  NodeVec<std::unique_ptr<StoredActivation>> stored_, stored_grads_;  // offloaded ones
+  // Barriers' statistics and gradient sums over this step (core/exec/barrier.h).
+  NodeVec<std::unique_ptr<BarrierState>> barrier_states_;
+  at::Tensor reduced_, reduced_index_;            // streaming reduction result (and argmax for max)
+  std::unique_ptr<AttentionStream> attention_;    // a streaming attention pool's sums
+  std::vector<std::unique_ptr<SchemeRun>> runs_;  // by segment
+  int prescheduled_forward_ = -1, prescheduled_backward_ = -1;
+};
+
+}  // namespace tessel::core
