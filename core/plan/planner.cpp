@@ -43,8 +43,9 @@ std::pair<NodeId, NodeId> head_of(const Graph& graph, const PlanOptions& options
 
 // What every pass holds whatever the tiling: parameters, their gradients, the optimizer's
 // state, and the head's activations and gradients.
-MemoryBreakdown model_state_bytes(const Analysis& a, NodeId last, NodeId reduction) {
+MemoryBreakdown model_state_bytes(const Analysis& a) {
   const Graph& graph = a.graph;
+  const NodeId last = a.last, reduction = a.reduction;
   MemoryBreakdown fixed;
   int64_t params = 0;
   for (const Node& n : graph.nodes()) {
@@ -70,8 +71,8 @@ MemoryBreakdown model_state_bytes(const Analysis& a, NodeId last, NodeId reducti
 
 // Strategy::kNone: plain autograd keeps every activation (and max pool indices) of the whole
 // image; refused over the budget.
-Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t target, NodeId last,
-                const MemoryBreakdown& fixed, int64_t plain_flops) {
+Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t plain_flops) {
+  const NodeId last = a.last;
   Plan plan;
   plan.strategy = Strategy::kNone;
   plan.input = input;
@@ -83,13 +84,151 @@ Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t t
   plan.plain_flops = plan.tiled_flops = plain_flops;
   const Shape& out = a.shapes[static_cast<size_t>(last)];
   const auto whole = a.tile_cost(0, last, Region{{0, out.height}, {0, out.width}});
-  plan.predicted = fixed;
+  plan.predicted = a.fixed;
   plan.predicted.working_set = whole.backward_bytes;
-  if (target > 0 && plan.predicted.total() > target) {
+  if (a.target > 0 && plan.predicted.total() > a.target) {
     throw Error("plain training needs " + format_bytes(plan.predicted.total()) + " for a " +
                 to_string(input) + " image, over the budget of " + format_bytes(budget) +
                 "; use --strategy auto (tiled) or a larger budget");
   }
+  return plan;
+}
+
+// The request: the shapes, the head, the model's state, the budget plans aim at (the budget
+// less the headroom: allocator effects the model does not capture).
+Analysis analyse(const Graph& graph, const Shape& input, int64_t budget,
+                 const PlanOptions& options) {
+  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}};
+  a.target =
+      budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
+  std::tie(a.last, a.reduction) = head_of(graph, options);
+  if (a.reduction >= 0 && graph.node(a.reduction).kind == OpKind::kAttentionPool) {
+    a.reduction_input = a.last;
+    a.reduction_bytes_per_position =
+        (graph.node(a.last).channels + 4 * graph.node(a.reduction).branches) * 8;
+  }
+  a.fixed = model_state_bytes(a);
+  return a;
+}
+
+// The whole image's FLOPs through the tiled layers, as plain LibTorch runs them.
+int64_t plain_flops_of(const Analysis& a) {
+  int64_t n = 0;
+  for (NodeId v = 1; v <= a.last; ++v) {
+    const Shape& s = a.shapes[static_cast<size_t>(v)];
+    n += flops(a.graph.node(v), Region{{0, s.height}, {0, s.width}});
+  }
+  return n;
+}
+
+// A plan whose barriers recompute in rounds may cost more than offloading a few checkpoints so
+// that every segment runs as sub-segments: then offloading is priced too.
+bool recomputes_barriers(const Graph& graph, const Plan& plan) {
+  return std::any_of(plan.segments.begin(), plan.segments.end(), [&](const Segment& s) {
+    return !s.is<SubSegments>() && !s.is<WholeBarriers>() && has_barrier(graph, s);
+  });
+}
+
+// The guess until the offloading search asks for measured prices.
+constexpr double kGuessedSecondsPerFlop = 1e-11;  // 100 GFLOP/s
+
+// A resident plan that fits but recomputes much (its halos and recompute over kRecomputeWorth
+// × the four forwards' worth of FLOPs a step costs without them: one forward, the backward's
+// two and one recompute) may cost more than offloading checkpoints that let the tiles grow:
+// then offloading is priced too, at measured prices, in a bounded search (the resident best's
+// strategy, one window, checkpoints brought back only for the cheapest set; bench/NOTES.md,
+// session 29).
+constexpr double kRecomputeWorth = 1.05;
+
+// The plan make_plan chooses, the store's settings it was found with, and the offload prices.
+struct Choice {
+  Candidate best;
+  Offloading off;
+  OffloadPrices prices;
+};
+
+// The offloading search's prices: measured when the caller can measure them, and the analysis
+// priced at them (a moved byte and a tile in FLOPs). The resident best is rebuilt at them: the
+// tile's price just changed, and a cost at the guess against one at the measured prices would
+// compare two units.
+void measure_prices(Analysis& a, const PlanOptions& options, Choice& c) {
+  if (!options.measure_prices) return;
+  const OffloadPrices measured = options.measure_prices();
+  if (measured.seconds_per_byte_moved <= 0 || measured.seconds_per_flop <= 0) return;
+  c.prices = measured;
+  a.options.flops_per_byte_moved = c.prices.seconds_per_byte_moved / c.prices.seconds_per_flop;
+  a.options.flops_per_tile =
+      options.flops_per_tile * kGuessedSecondsPerFlop / c.prices.seconds_per_flop;
+  if (c.best.cost != kNever) c.best = build(a, c.best.strategy, c.best.set, c.best.tiers, c.off);
+}
+
+// First every checkpoint set all resident; offload when none of them fits, or when the resident
+// best recomputes barriers in rounds or recomputes much (kRecomputeWorth). Pricing offload
+// against recompute for every set made planning VGG-16 on a 200000² slide take 25 s instead of
+// 0.4 s, and the price of a moved byte is a guess until it is measured (DELTA).
+Choice choose(Analysis& a, const PlanOptions& options, Search& search, int64_t plain_flops) {
+  using Offload = PlanOptions::Offload;
+  // Auto prices the three tiled strategies against each other: grid, LR-CNN's overlapping rows
+  // (OverL) and its two-phase sharing (2PS, shared rows).
+  const std::vector<Strategy> strategies =
+      options.strategy == Strategy::kAuto
+          ? std::vector<Strategy>{Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared}
+          : std::vector<Strategy>{options.strategy};
+  const std::vector<std::vector<NodeId>> sets = checkpoint_sets(a, search.candidates());
+  const std::vector<int64_t> windows = store_windows(options, a.target);
+  Choice c{Candidate{}, offloading_with(options, windows.back(), false),
+           OffloadPrices{options.flops_per_byte_moved * kGuessedSecondsPerFlop,
+                         kGuessedSecondsPerFlop, false}};
+  for (const bool offloading : {false, true}) {
+    const bool resident_fits = c.best.cost != kNever && !recomputes_barriers(a.graph, c.best.plan);
+    const bool bounded =
+        offloading && resident_fits && options.measure_prices &&
+        c.best.plan.cost.compute > kRecomputeWorth * 4.0 * static_cast<double>(plain_flops);
+    if (offloading && ((resident_fits && !bounded) || options.offload != Offload::kAuto)) break;
+    if (offloading) measure_prices(a, options, c);
+    // Every window where the plan offloads (a resident search has no use for one); the
+    // bounded search keeps the resident best's strategy (the rows strategies' row balancing is
+    // most of a build's time on large slides).
+    const bool forced = options.offload == Offload::kHost || options.offload == Offload::kDisk;
+    const std::vector<int64_t> tried = bounded ? std::vector<int64_t>{windows.front()}
+                                       : offloading || forced
+                                           ? windows
+                                           : std::vector<int64_t>{windows.back()};
+    auto [found, found_off] =
+        search.search_windows(bounded ? std::vector<Strategy>{c.best.strategy} : strategies, sets,
+                              offloading, bounded, tried, c.prices);
+    if (found.cost != kNever && found.cost < c.best.cost) {
+      c.best = std::move(found);
+      c.off = found_off;
+    }
+  }
+  return c;
+}
+
+// The chosen candidate as the plan make_plan returns: DELTA's decisions, the write-behind, the
+// request's facts; every segment's scheme checked.
+Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int64_t plain_flops) {
+  std::vector<OffloadDecision> decisions = offload_or_recompute(a, c.best, c.off, c.prices);
+  if (spdlog::should_log(spdlog::level::debug)) {
+    for (size_t i = 0; i < c.best.passes.size(); ++i) {
+      const MemoryBreakdown& m = c.best.passes[i];
+      spdlog::debug("plan: segment {} {} predicted {} (checkpoints {}, working set {})", i / 2,
+                    i % 2 ? "backward" : "forward", format_bytes(m.total()),
+                    format_bytes(m.checkpoints), format_bytes(m.working_set));
+    }
+  }
+  Plan plan = std::move(c.best.plan);
+  plan.passes = c.best.passes;
+  size_write_behind(plan, a.target);
+  plan.prices = c.prices;
+  plan.decisions = std::move(decisions);
+  plan.input = input;
+  plan.input_gradient = a.options.input_gradient;
+  plan.shapes = a.shapes;
+  plan.element_bytes = a.eb;
+  plan.budget_bytes = budget;
+  plan.plain_flops = plain_flops;
+  for (const Segment& segment : plan.segments) check_scheme(a.graph, segment);
   return plan;
 }
 
@@ -144,132 +283,24 @@ void size_write_behind(Plan& plan, int64_t target) {
 Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
   if (budget < 0) throw Error("the memory budget must be positive");
   if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
-  // Plans aim below the budget by the headroom: allocator effects the model does not capture.
-  const int64_t target =
-      budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
-  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}};
-  const auto [last, reduction] = head_of(graph, options);
-  if (reduction >= 0 && graph.node(reduction).kind == OpKind::kAttentionPool) {
-    a.reduction_input = last;
-    a.reduction_bytes_per_position =
-        (graph.node(last).channels + 4 * graph.node(reduction).branches) * 8;
-  }
-  const MemoryBreakdown fixed = model_state_bytes(a, last, reduction);
-  int64_t plain_flops = 0;
-  for (NodeId v = 1; v <= last; ++v) {
-    const Shape& s = a.shapes[static_cast<size_t>(v)];
-    plain_flops += flops(graph.node(v), Region{{0, s.height}, {0, s.width}});
-  }
-  if (options.strategy == Strategy::kNone) {
-    return plain_plan(a, input, budget, target, last, fixed, plain_flops);
-  }
-
-  // Auto prices the three tiled strategies against each other: grid, LR-CNN's overlapping rows
-  // (OverL) and its two-phase sharing (2PS, shared rows).
-  const std::vector<Strategy> strategies =
-      options.strategy == Strategy::kAuto
-          ? std::vector<Strategy>{Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared}
-          : std::vector<Strategy>{options.strategy};
+  Analysis a = analyse(graph, input, budget, options);
+  const int64_t plain_flops = plain_flops_of(a);
+  if (options.strategy == Strategy::kNone) return plain_plan(a, input, budget, plain_flops);
   std::vector<NodeId> candidates;
   for (NodeId v : checkpoint_candidates(graph)) {
-    if (v < last) candidates.push_back(v);
+    if (v < a.last) candidates.push_back(v);
   }
-  const std::vector<std::vector<NodeId>> sets = checkpoint_sets(a, candidates);
-  const std::vector<int64_t> windows = store_windows(options, target);
-  Offloading off = offloading_with(options, windows.back(), false);
-  using Offload = PlanOptions::Offload;
-  // The guess until the offloading search asks for measured prices.
-  constexpr double kGuessedSecondsPerFlop = 1e-11;  // 100 GFLOP/s
-  OffloadPrices prices{options.flops_per_byte_moved * kGuessedSecondsPerFlop,
-                       kGuessedSecondsPerFlop, false};
-  Candidate best, smallest;
-  // First every checkpoint set all resident; offload when none of them fits, or (below) when the
-  // resident best recomputes much. Pricing offload against recompute for every set made planning
-  // VGG-16 on a 200000² slide take 25 s instead of 0.4 s, and the price of a moved byte is a
-  // guess until it is measured (DELTA).
-  // A resident plan whose barriers recompute in rounds may cost more than offloading a few
-  // checkpoints so that every segment runs as sub-segments: then offloading is priced too.
-  const auto recomputes_barriers = [&](const Plan& plan) {
-    return std::any_of(plan.segments.begin(), plan.segments.end(), [&](const Segment& s) {
-      return !s.is<SubSegments>() && !s.is<WholeBarriers>() && has_barrier(graph, s);
-    });
-  };
-  // A resident plan that fits but recomputes much (its halos and recompute over kRecomputeWorth
-  // × the four forwards' worth of FLOPs a step costs without them: one forward, the backward's
-  // two and one recompute) may cost more than offloading checkpoints that let the tiles grow:
-  // then offloading is priced too, at measured prices, in a bounded search (the resident best's
-  // strategy, one window, checkpoints brought back only for the cheapest set). vgg-mini 16384² in 1
-  // GiB: the resident grid plan's halos ×1.16, 630.8 s a step; offloading grid 483.3 s (session
-  // 29).
-  constexpr double kRecomputeWorth = 1.05;
-  for (const bool offloading : {false, true}) {
-    const bool resident_fits = best.cost != kNever && !recomputes_barriers(best.plan);
-    const bool bounded =
-        offloading && resident_fits && options.measure_prices &&
-        best.plan.cost.compute > kRecomputeWorth * 4.0 * static_cast<double>(plain_flops);
-    if (offloading && ((resident_fits && !bounded) || options.offload != Offload::kAuto)) break;
-    if (offloading && options.measure_prices) {
-      const OffloadPrices measured = options.measure_prices();
-      if (measured.seconds_per_byte_moved > 0 && measured.seconds_per_flop > 0) {
-        prices = measured;
-        a.options.flops_per_byte_moved = prices.seconds_per_byte_moved / prices.seconds_per_flop;
-        a.options.flops_per_tile =
-            options.flops_per_tile * kGuessedSecondsPerFlop / prices.seconds_per_flop;
-        // The resident search's best at the prices the offloading candidates get: the tile's
-        // price just changed, and a cost at the guess against one at the measured prices would
-        // compare two units.
-        if (best.cost != kNever) {
-          best = build(a, best.strategy, best.set, last, reduction, fixed, target, best.tiers, off);
-        }
-      }
-    }
-    // Every window where the plan offloads (a resident search has no use for one); the
-    // bounded search keeps the resident best's strategy (the rows strategies' row balancing is
-    // most of a build's time on large slides).
-    const bool forced = options.offload == Offload::kHost || options.offload == Offload::kDisk;
-    const std::vector<int64_t> tried = bounded ? std::vector<int64_t>{windows.front()}
-                                       : offloading || forced
-                                           ? windows
-                                           : std::vector<int64_t>{windows.back()};
-    auto [found, found_off] =
-        search_windows(a, options, bounded ? std::vector<Strategy>{best.strategy} : strategies,
-                       sets, options.checkpoints ? std::vector<NodeId>{} : candidates, offloading,
-                       bounded, last, reduction, fixed, target, tried, prices, smallest);
-    if (found.cost != kNever && found.cost < best.cost) {
-      best = std::move(found);
-      off = found_off;
-    }
-  }
-  if (best.cost == kNever) {
+  Search search(a, options, std::move(candidates));
+  Choice c = choose(a, options, search, plain_flops);
+  if (c.best.cost == kNever) {
+    const Candidate& smallest = search.smallest();
     throw Error("no plan fits a " + to_string(input) + " image in " + format_bytes(budget) +
                 ": the smallest budget that fits is about " +
                 format_bytes(static_cast<int64_t>(static_cast<double>(smallest.needed) /
                                                   (1.0 - options.headroom))) +
                 ", dominated by " + smallest.dominant);
   }
-  std::vector<OffloadDecision> decisions =
-      offload_or_recompute(a, best, last, reduction, fixed, target, off, prices);
-  if (spdlog::should_log(spdlog::level::debug)) {
-    for (size_t i = 0; i < best.passes.size(); ++i) {
-      const MemoryBreakdown& m = best.passes[i];
-      spdlog::debug("plan: segment {} {} predicted {} (checkpoints {}, working set {})", i / 2,
-                    i % 2 ? "backward" : "forward", format_bytes(m.total()),
-                    format_bytes(m.checkpoints), format_bytes(m.working_set));
-    }
-  }
-  Plan plan = std::move(best.plan);
-  plan.passes = best.passes;
-  size_write_behind(plan, target);
-  plan.prices = prices;
-  plan.decisions = std::move(decisions);
-  plan.input = input;
-  plan.input_gradient = options.input_gradient;
-  plan.shapes = a.shapes;
-  plan.element_bytes = a.eb;
-  plan.budget_bytes = budget;
-  plan.plain_flops = plain_flops;
-  for (const Segment& segment : plan.segments) check_scheme(graph, segment);
-  return plan;
+  return finish(a, std::move(c), input, budget, plain_flops);
 }
 
 }  // namespace tessel::core

@@ -10,16 +10,19 @@
 
 namespace tessel::core::planning {
 
-Candidate refine(const Analysis& a, Candidate best, const std::vector<NodeId>& candidates,
-                 NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t target,
-                 const Offloading& off, Candidate& smallest) {
+Search::Search(const Analysis& a, const PlanOptions& options, std::vector<NodeId> candidates)
+    : a_(a), options_(options), candidates_(std::move(candidates)) {}
+
+Candidate Search::refine(Candidate best, const Offloading& off) {
+  const Analysis& a = a_;
+  const std::vector<NodeId>& candidates = candidates_;
+  Candidate& smallest = smallest_;
   const Tier tier = best.tiers.empty() ? Tier::kResident : best.tiers.front();
   auto try_set = [&](std::vector<NodeId> set, Candidate& next) {
     std::sort(set.begin(), set.end());
     set.erase(std::unique(set.begin(), set.end()), set.end());
     if (set == best.set) return;
-    Candidate c = build(a, best.strategy, set, last, reduction, fixed, target,
-                        std::vector<Tier>(set.size() + 1, tier), off);
+    Candidate c = build(a, best.strategy, set, std::vector<Tier>(set.size() + 1, tier), off);
     if (c.needed < smallest.needed) smallest = c;
     if (c.cost < next.cost) next = std::move(c);
   };
@@ -52,8 +55,7 @@ Candidate refine(const Analysis& a, Candidate best, const std::vector<NodeId>& c
   return best;
 }
 
-Candidate bring_back_resident(const Analysis& a, Candidate c, NodeId last, NodeId reduction,
-                              const MemoryBreakdown& fixed, int64_t target, const Offloading& off) {
+Candidate bring_back_resident(const Analysis& a, Candidate c, const Offloading& off) {
   if (c.cost == kNever) return c;
   const std::vector<NodeId> set = c.set;
   std::vector<Tier> tiers = c.tiers;
@@ -65,7 +67,7 @@ Candidate bring_back_resident(const Analysis& a, Candidate c, NodeId last, NodeI
     const Tier was = tiers[i];
     if (was == Tier::kResident) continue;
     tiers[i] = Tier::kResident;
-    Candidate r = build(a, c.strategy, set, last, reduction, fixed, target, tiers, off);
+    Candidate r = build(a, c.strategy, set, tiers, off);
     if (r.cost <= c.cost) {
       c = std::move(r);
     } else {
@@ -75,12 +77,11 @@ Candidate bring_back_resident(const Analysis& a, Candidate c, NodeId last, NodeI
   return c;
 }
 
-Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
-                 const std::vector<std::vector<NodeId>>& sets,
-                 const std::vector<NodeId>& candidates, bool offloading, bool bounded,
-                 const PlanOptions& options, NodeId last, NodeId reduction,
-                 const MemoryBreakdown& fixed, int64_t target, const Offloading& off,
-                 Candidate& smallest) {
+Candidate Search::search(const std::vector<Strategy>& strategies,
+                         const std::vector<std::vector<NodeId>>& sets, bool offloading,
+                         bool bounded, const Offloading& off) {
+  const Analysis& a = a_;
+  const PlanOptions& options = options_;
   using Offload = PlanOptions::Offload;
   Candidate best;
   for (Strategy s : strategies) {
@@ -93,23 +94,22 @@ Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
       }
       Candidate c;
       if (!offloading) {
-        c = build(a, s, set, last, reduction, fixed, target, tiers, off);
+        c = build(a, s, set, tiers, off);
       } else if (!set.empty()) {
         std::fill(tiers.begin(), tiers.end(), options.auto_tier);
-        c = build(a, s, set, last, reduction, fixed, target, tiers, off);
-        if (!bounded) c = bring_back_resident(a, std::move(c), last, reduction, fixed, target, off);
+        c = build(a, s, set, tiers, off);
+        if (!bounded) c = bring_back_resident(a, std::move(c), off);
       } else {
         continue;
       }
       if (c.cost < best_here.cost) best_here = c;
-      if (c.needed < smallest.needed) smallest = c;
+      if (c.needed < smallest_.needed) smallest_ = c;
     }
     if (offloading && bounded) {
-      best_here = bring_back_resident(a, std::move(best_here), last, reduction, fixed, target, off);
+      best_here = bring_back_resident(a, std::move(best_here), off);
     }
-    if (!offloading && !candidates.empty() && best_here.cost != kNever) {
-      best_here = refine(a, std::move(best_here), candidates, last, reduction, fixed, target, off,
-                         smallest);
+    if (!offloading && !options_.checkpoints && !candidates_.empty() && best_here.cost != kNever) {
+      best_here = refine(std::move(best_here), off);
     }
     if (best_here.cost < best.cost) best = std::move(best_here);
   }
@@ -165,19 +165,16 @@ Offloading offloading_with(const PlanOptions& options, int64_t window, bool offl
   return o;
 }
 
-std::pair<Candidate, Offloading> search_windows(const Analysis& a, const PlanOptions& options,
-                                                const std::vector<Strategy>& strategies,
-                                                const std::vector<std::vector<NodeId>>& sets,
-                                                const std::vector<NodeId>& candidates,
-                                                bool offloading, bool bounded, NodeId last,
-                                                NodeId reduction, const MemoryBreakdown& fixed,
-                                                int64_t target, const std::vector<int64_t>& windows,
-                                                const OffloadPrices& prices, Candidate& smallest) {
+std::pair<Candidate, Offloading> Search::search_windows(
+    const std::vector<Strategy>& strategies, const std::vector<std::vector<NodeId>>& sets,
+    bool offloading, bool bounded, const std::vector<int64_t>& windows,
+    const OffloadPrices& prices) {
+  const Analysis& a = a_;
+  const PlanOptions& options = options_;
   std::vector<Candidate> by_window(windows.size());
   for (size_t w = 0; w < windows.size(); ++w) {
     const Offloading o = offloading_with(options, windows[w], offloading);
-    by_window[w] = search(a, strategies, sets, candidates, offloading, bounded, options, last,
-                          reduction, fixed, target, o, smallest);
+    by_window[w] = search(strategies, sets, offloading, bounded, o);
   }
   for (Candidate& c : by_window) {
     if (!bounded || c.cost == kNever || prices.disk_free_bytes < 0) continue;
@@ -209,9 +206,8 @@ std::pair<Candidate, Offloading> search_windows(const Analysis& a, const PlanOpt
   return {Candidate{}, offloading_with(options, windows.back(), offloading)};
 }
 
-std::vector<OffloadDecision> offload_or_recompute(const Analysis& a, Candidate& best, NodeId last,
-                                                  NodeId reduction, const MemoryBreakdown& fixed,
-                                                  int64_t target, const Offloading& off,
+std::vector<OffloadDecision> offload_or_recompute(const Analysis& a, Candidate& best,
+                                                  const Offloading& off,
                                                   const OffloadPrices& prices) {
   std::vector<OffloadDecision> decisions, drops;
   count_moved_bytes(a, best.plan);
@@ -228,7 +224,7 @@ std::vector<OffloadDecision> offload_or_recompute(const Analysis& a, Candidate& 
       std::vector<Tier> tiers = best.tiers;
       set.erase(set.begin() + static_cast<ptrdiff_t>(i));
       tiers.erase(tiers.begin() + static_cast<ptrdiff_t>(i));
-      Candidate without = build(a, best.strategy, set, last, reduction, fixed, target, tiers, off);
+      Candidate without = build(a, best.strategy, set, tiers, off);
       const int64_t extra = without.flops == kNever
                                 ? -1
                                 : static_cast<int64_t>(std::max(0.0, without.flops - best.flops));

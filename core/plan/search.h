@@ -11,37 +11,6 @@
 
 namespace tessel::core::planning {
 
-// Threshold sets ("every candidate below a size") split a chain of large activations only by
-// keeping every smaller one too: resnet50 with batch norm at 2048² in 2 GiB ran layer1 and
-// layer2_0 as one 44-op segment in 12 rounds of recompute, because layer1's 256 MiB block
-// outputs came only with all 17 smaller ones (1.8 GiB). A local search from the best of them:
-// add, drop or move one checkpoint (to the candidate before or after it) while the plan gets
-// cheaper; every checkpoint keeps the tier the set had. Each round builds about three plans per
-// candidate.
-Candidate refine(const Analysis& a, Candidate best, const std::vector<NodeId>& candidates,
-                 NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t target,
-                 const Offloading& off, Candidate& smallest);
-
-// From `c`, its checkpoints offloaded, brings back the largest ones that still fit and make the
-// plan no dearer (the room a checkpoint takes can cost finer tiles elsewhere).
-Candidate bring_back_resident(const Analysis& a, Candidate c, NodeId last, NodeId reduction,
-                              const MemoryBreakdown& fixed, int64_t target, const Offloading& off);
-
-// The cheapest plan over strategies and checkpoint sets, every checkpoint resident or (when
-// `offloading`) the cheapest mix of tiers; `smallest` keeps the plan that needs the least budget.
-// `candidates` (empty when the checkpoints are given): outside the offloading search, each
-// strategy's best set is then refined by the local search above.
-// `bounded` (an offloading search beside a resident plan that fits): every set with all its
-// checkpoints offloaded, but only the cheapest of them per strategy brings checkpoints back
-// (bring_back_resident builds one plan per checkpoint: for every set, strategy and window it made
-// planning VGG-16 on a 200000² slide take over 400 s).
-Candidate search(const Analysis& a, const std::vector<Strategy>& strategies,
-                 const std::vector<std::vector<NodeId>>& sets,
-                 const std::vector<NodeId>& candidates, bool offloading, bool bounded,
-                 const PlanOptions& options, NodeId last, NodeId reduction,
-                 const MemoryBreakdown& fixed, int64_t target, const Offloading& off,
-                 Candidate& smallest);
-
 // Checkpoint sets to try: the caller's, else all candidates under a size threshold, for every
 // threshold.
 std::vector<std::vector<NodeId>> checkpoint_sets(const Analysis& a,
@@ -64,28 +33,68 @@ std::vector<int64_t> store_windows(const PlanOptions& options, int64_t target);
 // checkpoints may offload inner checkpoints too.
 Offloading offloading_with(const PlanOptions& options, int64_t window, bool offloading);
 
-// One search (resident or offloading) at each of `windows`, with the caller's `options` (not
-// a.options, whose prices the offloading search sets): its cheapest plan at the largest
-// window within kLargerWindowWorth of the cheapest, with that window's store settings. An
-// offloading plan that is only cheaper (`bounded`) must fit the scratch directory: the step
-// would refuse to start where a resident plan runs (VGG-16 on a 200000² slide in 8 GiB:
-// 2.6 TiB).
-std::pair<Candidate, Offloading> search_windows(const Analysis& a, const PlanOptions& options,
-                                                const std::vector<Strategy>& strategies,
-                                                const std::vector<std::vector<NodeId>>& sets,
-                                                const std::vector<NodeId>& candidates,
-                                                bool offloading, bool bounded, NodeId last,
-                                                NodeId reduction, const MemoryBreakdown& fixed,
-                                                int64_t target, const std::vector<int64_t>& windows,
-                                                const OffloadPrices& prices, Candidate& smallest);
+// One plan request's search over strategies, checkpoint sets and the store's windows: what every
+// candidate plan shares (the request's analysis, the caller's options, the checkpoint candidates
+// the local search moves) and the plan that needs the least budget so far (the error's figure
+// when none fits).
+class Search {
+ public:
+  // `candidates`: the checkpoint candidates (checkpoint_candidates before the last tiled node),
+  // which the local search may add, drop or move unless the caller gives the checkpoints.
+  Search(const Analysis& a, const PlanOptions& options, std::vector<NodeId> candidates);
+
+  // One search (resident or offloading) at each of `windows`, with the caller's `options` (not
+  // a.options, whose prices the offloading search sets): its cheapest plan at the largest
+  // window within kLargerWindowWorth of the cheapest, with that window's store settings. An
+  // offloading plan that is only cheaper (`bounded`) must fit the scratch directory: the step
+  // would refuse to start where a resident plan runs (VGG-16 on a 200000² slide in 8 GiB:
+  // 2.6 TiB).
+  std::pair<Candidate, Offloading> search_windows(const std::vector<Strategy>& strategies,
+                                                  const std::vector<std::vector<NodeId>>& sets,
+                                                  bool offloading, bool bounded,
+                                                  const std::vector<int64_t>& windows,
+                                                  const OffloadPrices& prices);
+
+  const Candidate& smallest() const { return smallest_; }
+  const std::vector<NodeId>& candidates() const { return candidates_; }
+
+ private:
+  // The cheapest plan over strategies and checkpoint sets, every checkpoint resident or (when
+  // `offloading`) the cheapest mix of tiers; smallest_ keeps the plan that needs the least budget.
+  // Outside the offloading search, each
+  // strategy's best set is then refined by the local search (refine).
+  // `bounded` (an offloading search beside a resident plan that fits): every set with all its
+  // checkpoints offloaded, but only the cheapest of them per strategy brings checkpoints back
+  // (bring_back_resident builds one plan per checkpoint: for every set, strategy and window it made
+  // planning VGG-16 on a 200000² slide take over 400 s).
+  Candidate search(const std::vector<Strategy>& strategies,
+                   const std::vector<std::vector<NodeId>>& sets, bool offloading, bool bounded,
+                   const Offloading& off);
+  // Threshold sets ("every candidate below a size") split a chain of large activations only by
+  // keeping every smaller one too: resnet50 with batch norm at 2048² in 2 GiB ran layer1 and
+  // layer2_0 as one 44-op segment in 12 rounds of recompute, because layer1's 256 MiB block
+  // outputs came only with all 17 smaller ones (1.8 GiB). A local search from the best of them:
+  // add, drop or move one checkpoint (to the candidate before or after it) while the plan gets
+  // cheaper; every checkpoint keeps the tier the set had. Each round builds about three plans per
+  // candidate.
+  Candidate refine(Candidate best, const Offloading& off);
+
+  const Analysis& a_;
+  const PlanOptions& options_;  // the caller's (a_.options carry the measured prices)
+  std::vector<NodeId> candidates_;
+  Candidate smallest_;
+};
+
+// From `c`, its checkpoints offloaded, brings back the largest ones that still fit and make the
+// plan no dearer (the room a checkpoint takes can cost finer tiles elsewhere).
+Candidate bring_back_resident(const Analysis& a, Candidate c, const Offloading& off);
 
 // DELTA: each checkpoint the chosen plan offloads stays in the tier only if moving it costs
 // no more than dropping it, so that the next segment recomputes it from the previous one.
 // Dropping one changes the others' halos: decide again after each drop. Returns the decisions,
 // the drops first.
-std::vector<OffloadDecision> offload_or_recompute(const Analysis& a, Candidate& best, NodeId last,
-                                                  NodeId reduction, const MemoryBreakdown& fixed,
-                                                  int64_t target, const Offloading& off,
+std::vector<OffloadDecision> offload_or_recompute(const Analysis& a, Candidate& best,
+                                                  const Offloading& off,
                                                   const OffloadPrices& prices);
 
 }  // namespace tessel::core::planning

@@ -28,18 +28,17 @@ Tier tier_at(const std::vector<Tier>& tiers, size_t n_bounds, size_t i) {
 // One segment of build(), from checkpoint bounds[i] to bounds[i + 1]: the bytes each of its
 // passes holds besides its tiles, the partitions that fit what the budget leaves, where its
 // barriers' inner checkpoints and its shared rows' kept rows go, and what it adds to the plan.
-// `plan` holds the segments before it; `base` is the model state and head, `held` the earlier
-// checkpoints alive while it runs.
+// `plan` holds the segments before it; `held` is the earlier checkpoints alive while it runs.
 class SegmentBuild {
  public:
-  SegmentBuild(const Analysis& a, const Offloading& off, Strategy strategy, int64_t budget,
-               const Plan& plan, size_t i, const std::vector<NodeId>& bounds,
-               const std::vector<Tier>& tiers, NodeId reduction, int64_t base, int64_t held)
-      : a(a), off(off), strategy(strategy), budget(budget), plan(plan), i(i), held(held) {
+  SegmentBuild(const Analysis& a, const Offloading& off, Strategy strategy, const Plan& plan,
+               size_t i, const std::vector<NodeId>& bounds, const std::vector<Tier>& tiers,
+               int64_t held)
+      : a(a), off(off), strategy(strategy), budget(a.target), plan(plan), i(i), held(held) {
     s.input = bounds[i];
     s.output = bounds[i + 1];
     const bool last_segment = i + 2 == bounds.size();
-    if (last_segment) s.reduction = reduction;
+    if (last_segment) s.reduction = a.reduction;
     // 2PS runs segments without barriers; those with run as OverL rows.
     if (strategy == Strategy::kRowsShared && !has_barrier(a.graph, s)) s.scheme = SharedRows{};
     out = a.shapes[static_cast<size_t>(s.output)];
@@ -82,6 +81,8 @@ class SegmentBuild {
     barriers = has_barrier(a.graph, s);
     inner = inner_checkpoints(a.graph, s.input, s.output);
     for (NodeId v : inner) inner_bytes += a.bytes(v);
+    const MemoryBreakdown& f = a.fixed;
+    const int64_t base = f.parameters + f.gradients + f.optimizer + f.tail;
     fwd_fixed = base + held + out_fwd + store_fwd;
     bwd_fixed = base + held + out_bwd + in_bwd + store_bwd;
   }
@@ -114,7 +115,7 @@ class SegmentBuild {
 
   // Adds the segment's cost to `cost`; returns its forward's and backward's bytes at their
   // peaks (as build's passes) and fills the segment's FLOPs and the store's blocks.
-  std::pair<MemoryBreakdown, MemoryBreakdown> account(PlanCost& cost, const MemoryBreakdown& fixed);
+  std::pair<MemoryBreakdown, MemoryBreakdown> account(PlanCost& cost);
 
   Segment s;
   int64_t out_bytes = 0;  // the output checkpoint's (0 for a reduction's)
@@ -431,8 +432,7 @@ void SegmentBuild::set_partitions() {
   }
 }
 
-std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost,
-                                                                  const MemoryBreakdown& fixed) {
+std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost) {
   const auto fc = worst_tile(a, s, s.forward);
   const auto bc = worst_tile(a, s, s.backward);
   s.forward_working_bytes = fc.forward_bytes;
@@ -459,7 +459,7 @@ std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost
   } else if (i > 0 && in_tier != Tier::kResident) {
     s.input_grad_blocks = off.grad_blocks(a, s, s.backward, plan.segments[i - 1].backward);
   }
-  MemoryBreakdown fwd_at = fixed, bwd_at = fixed;
+  MemoryBreakdown fwd_at = a.fixed, bwd_at = a.fixed;
   const int64_t shared_held = s.shared_tier() == Tier::kResident ? s.shared_bytes() : 0;
   fwd_at.checkpoints = held + out_fwd + store_fwd + inner_fwd + shared_held;
   fwd_at.working_set = fc.forward_bytes;
@@ -483,7 +483,6 @@ std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost
 // The plan's cost beyond its segments' (offloaded checkpoints at the halo-exact count), its
 // window, tail and prediction, and what the smallest budget of this segmentation is made of.
 void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offloading& off,
-                      NodeId last, NodeId reduction, const MemoryBreakdown& fixed,
                       const MemoryBreakdown& at_peak, bool never) {
   Plan& plan = c.plan;
   c.flops = never ? kNever : cost.total();
@@ -506,11 +505,12 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
   }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
   plan.write_behind_bytes = plan.offloads() ? off.write_behind_bytes() : 0;
-  plan.tail_input = reduction >= 0 ? reduction : last;
+  plan.tail_input = a.reduction >= 0 ? a.reduction : a.last;
   plan.predicted = at_peak;
   c.cost = never ? kNever : cost.total();
   plan.cost = cost;
   // What dominates the smallest budget this segmentation could reach.
+  const MemoryBreakdown& fixed = a.fixed;
   const int64_t model_state = fixed.parameters + fixed.gradients + fixed.optimizer;
   c.dominant = model_state * 2 >= c.needed
                    ? "parameters, gradients and optimizer state (" + format_bytes(model_state) + ")"
@@ -519,14 +519,15 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
 }
 
 Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>& checkpoints,
-                NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t budget,
                 const std::vector<Tier>& tiers, const Offloading& off) {
+  const MemoryBreakdown& fixed = a.fixed;
+  const int64_t budget = a.target;
   Candidate c;
   Plan& plan = c.plan;
   plan.strategy = strategy;
   std::vector<NodeId> bounds{0};
   for (NodeId v : checkpoints) bounds.push_back(v);
-  bounds.push_back(last);
+  bounds.push_back(a.last);
   const int64_t base = fixed.parameters + fixed.gradients + fixed.optimizer + fixed.tail;
   int64_t held = 0;  // checkpoints alive while this segment runs (forward)
   int64_t peak = base, finest_peak = base;
@@ -537,12 +538,12 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   std::vector<MemoryBreakdown> passes(2 * (bounds.size() - 1));
   std::vector<StoreShare> shares(passes.size());  // the store's part of each (as passes)
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-    SegmentBuild b(a, off, strategy, budget, plan, i, bounds, tiers, reduction, base, held);
+    SegmentBuild b(a, off, strategy, plan, i, bounds, tiers, held);
     b.choose_counts();
     finest_peak = std::max(finest_peak, b.finest_bytes());
     if (!b.fits_budget()) unfit = true;
     b.set_partitions();
-    const auto [fwd_at, bwd_at] = b.account(cost, fixed);
+    const auto [fwd_at, bwd_at] = b.account(cost);
     Segment& s = b.s;
     plan.tiled_flops += s.halo_flops;
     passes[2 * i] = fwd_at;
@@ -564,7 +565,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     plan.checkpoints.push_back(s.output);
     plan.segments.push_back(std::move(s));
   }
-  if (reduction >= 0) plan.checkpoints.pop_back();
+  if (a.reduction >= 0) plan.checkpoints.pop_back();
   if (off.partly_resident && budget > 0 && peak <= budget) {
     keep_partly_resident(a, plan, passes, shares, budget);
     std::tie(peak, at_peak) = highest(passes);
@@ -581,8 +582,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   c.set = checkpoints;
   c.tiers = tiers;
   c.needed = finest_peak;
-  finish_candidate(a, c, cost, off, last, reduction, fixed, at_peak,
-                   unfit || (budget > 0 && peak > budget));
+  finish_candidate(a, c, cost, off, at_peak, unfit || (budget > 0 && peak > budget));
   return c;
 }
 

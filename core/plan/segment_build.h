@@ -28,10 +28,9 @@ struct Candidate {
 std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& passes);
 
 // A plan from checkpoint set `checkpoints` with `strategy`: every segment's scheme and
-// partitions under `budget`, its price and its passes' peaks. `tiers[i]`: where segment i's
-// output checkpoint lives (the last segment's stays resident).
+// partitions under the request's target, its price and its passes' peaks. `tiers[i]`: where segment
+// i's output checkpoint lives (the last segment's stays resident).
 Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>& checkpoints,
-                NodeId last, NodeId reduction, const MemoryBreakdown& fixed, int64_t budget,
                 const std::vector<Tier>& tiers = {}, const Offloading& off = {});
 
 // Kept graphs: a segment whose tiles' autograd graphs fit the budget its passes leave free runs

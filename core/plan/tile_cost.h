@@ -114,6 +114,12 @@ struct Analysis {
   // (shared rows), else over `need`.
   TileCost compute_cost(NodeId input, NodeId output, const Region& tile,
                         const std::vector<Region>& need, const std::vector<Region>* computed) const;
+  // The request's ends: the last tiled node and the streaming reduction that closes it (-1:
+  // none); what every pass holds whatever the tiling (the model's state, the head); the budget
+  // plans aim at (the budget less the headroom; 0: none).
+  NodeId last = 0, reduction = -1;
+  MemoryBreakdown fixed = {};
+  int64_t target = 0;
 };
 
 // The tile that holds most: the middle one (border tiles lose their halo to clipping).
