@@ -1,6 +1,7 @@
 #include "gui/run_estimate.h"
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <chrono>

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <onnx/onnx_pb.h>
+#include <torch/nn/module.h>
 
 #include <bit>
 #include <cmath>

@@ -2,6 +2,8 @@
 // from the checkpoint's saved config, so a checkpoint is all a user needs to keep.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <filesystem>
 #include <optional>
 #include <string>

@@ -1,6 +1,8 @@
 #include "core/exec/executor.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/module.h>
 
 #include <spdlog/spdlog.h>
 

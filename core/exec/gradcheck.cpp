@@ -1,12 +1,15 @@
 #include "core/exec/gradcheck.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/module.h>
 
 #include <cmath>
 #include <limits>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/graph/fill.h"
 #include "core/tile_source.h"
 
 namespace tessel::core {

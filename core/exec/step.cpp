@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/nn/module.h>
 
 #include <spdlog/spdlog.h>
 

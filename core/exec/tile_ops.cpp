@@ -1,6 +1,8 @@
 #include "core/exec/tile_ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/module.h>
 
 #include <array>
 #if defined(__SSE2__)

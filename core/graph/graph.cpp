@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
 
 #include <cmath>
 #include <limits>
 
 #include "core/error.h"
+#include "core/graph/fill.h"
 
 namespace tessel::core {
 
@@ -562,6 +564,13 @@ void fill_on_cpu(const at::Tensor& t, Draw draw) {
 }
 
 }  // namespace
+
+int64_t parameter_elements(const Node& node) {
+  int64_t n = 0;
+  if (!node.layer) return n;
+  for (const auto& p : node.layer->parameters(false)) n += p.numel();
+  return n;
+}
 
 void fill_normal(const at::Tensor& t, double mean, double std, at::Generator& gen) {
   fill_on_cpu(t, [&](at::Tensor& x) { x.normal_(mean, std, gen); });

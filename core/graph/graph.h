@@ -3,8 +3,6 @@
 // named_parameters() and checkpoints see them ("<layer>.weight", "<layer>.bias").
 #pragma once
 
-#include <torch/nn/module.h>
-
 #include <array>
 #include <cstdint>
 #include <map>
@@ -14,6 +12,12 @@
 #include <vector>
 
 #include "core/graph/window.h"
+
+// The parameters' module, by reference only: the graph's structure (all the planner reads) builds
+// without LibTorch's headers (core/plan/ compiles without them).
+namespace torch::nn {
+class Module;
+}
 
 namespace tessel::core {
 
@@ -319,13 +323,10 @@ std::string describe(const Node& node);
 bool allocates_output(const Node& node);
 // Whether a pointwise op can overwrite its input (relu, leaky relu, sigmoid, tanh, affine).
 bool runs_in_place(const Node& node);
+// The elements of `node`'s parameters (its layer's, buffers not counted; 0 without a layer).
+int64_t parameter_elements(const Node& node);
 // The region of node `node`'s input `input_shape` that output region `out` reads, clipped to
 // the activation (DESIGN.md rule 1). Empty when the window is pure padding.
 Region needed_input(const Node& node, const Region& out, const Shape& input_shape);
-
-// Fill `t` in place from a CPU generator, whatever its device: a seed gives the same values on
-// the CPU and on a GPU, so a run or a check can be repeated on either.
-void fill_normal(const at::Tensor& t, double mean, double std, at::Generator& gen);
-void fill_uniform(const at::Tensor& t, double from, double to, at::Generator& gen);
 
 }  // namespace tessel::core

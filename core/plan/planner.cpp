@@ -48,10 +48,7 @@ MemoryBreakdown model_state_bytes(const Analysis& a) {
   const NodeId last = a.last, reduction = a.reduction;
   MemoryBreakdown fixed;
   int64_t params = 0;
-  for (const Node& n : graph.nodes()) {
-    if (!n.layer) continue;
-    for (const auto& p : n.layer->parameters(false)) params += p.numel();
-  }
+  for (const Node& n : graph.nodes()) params += parameter_elements(n);
   fixed.parameters = params * a.eb;
   fixed.gradients = params * a.eb;
   fixed.optimizer = static_cast<int64_t>(a.options.optimizer_state_per_param *

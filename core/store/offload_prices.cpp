@@ -1,6 +1,7 @@
 #include "core/store/offload_prices.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <spdlog/spdlog.h>
 

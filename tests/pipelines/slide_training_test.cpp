@@ -2,6 +2,7 @@
 // on the whole image read at once (the seam between core and io, DESIGN.md "TileSource").
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <iostream>

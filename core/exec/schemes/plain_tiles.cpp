@@ -1,6 +1,7 @@
 #include "core/exec/schemes/plain_tiles.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 namespace tessel::core {
 

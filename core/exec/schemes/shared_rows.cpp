@@ -6,6 +6,7 @@
 // tile store (SharedRows::kept_tier); with keep_graph the rows' graphs are kept, chained
 // through their kept rows, and one backward runs over all of them.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <map>
 #include <utility>
