@@ -60,69 +60,6 @@ at::Tensor to_compute(const at::Tensor& t, const at::TensorOptions& options) {
 
 at::Tensor seeded(const at::Tensor& y, const at::Tensor& seed) { return Seeded::apply(y, seed); }
 
-// ---- SchemeRun: what every scheme shares ----
-
-SchemeRun::SchemeRun(Step& step, int index) : step_(step), index_(index), s_(step.segment(index)) {}
-
-std::vector<Region> SchemeRun::needs(const Region& tile) const {
-  return segment_needs(step_.graph(), step_.plan().shapes, s_.input, s_.output, tile);
-}
-
-void SchemeRun::schedule_source() {
-  if (s_.input != 0) return;
-  std::vector<Region> schedule;
-  for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
-    schedule.push_back(forward_needs(s_.forward.tile(t))[0]);
-  }
-  step_.source().will_read(schedule);
-}
-
-void SchemeRun::schedule_forward() {
-  schedule_source();
-  const auto& stored_in = step_.stored(s_.input);
-  if (!stored_in || s_.input == 0) return;
-  for (int64_t t = step_.prescheduled(index_, false) ? 1 : 0; t < s_.forward.tiles(); ++t) {
-    step_.store()->schedule(stored_in->reads(needs(s_.forward.tile(t))[s_.input]));
-  }
-}
-
-StoredActivation* SchemeRun::stored_input_grad() {
-  if (!step_.wants_input_grad(s_) || !step_.stored(s_.input)) return nullptr;
-  const Segment& producer = step_.segment(index_ - 1);
-  auto& g = step_.stored_grad(s_.input);
-  g = std::make_unique<StoredActivation>(*step_.store(), step_.shape(s_.input),
-                                         s_.input_grad_blocks, producer.tier,
-                                         step_.tensor_options());
-  return g.get();
-}
-
-void SchemeRun::add_input_grad(StoredActivation* stored, at::Tensor& grad_in, const Region& r,
-                               const at::Tensor& g) {
-  if (stored != nullptr) {
-    stored->accumulate(r, g);
-  } else {
-    step_.add_into(grad_in, step_.shape(s_.input), r, g);
-  }
-}
-
-at::Tensor SchemeRun::input_grad_result(StoredActivation* stored, at::Tensor grad_in) {
-  if (stored != nullptr) {
-    stored->finish_additions();
-    return {};
-  }
-  if (step_.wants_input_grad(s_) && !grad_in.defined())
-    grad_in = step_.zeros(step_.shape(s_.input));
-  return grad_in;
-}
-
-std::unique_ptr<SchemeRun> make_scheme_run(Step& step, int index) {
-  const Segment& s = step.segment(index);
-  if (s.is<SharedRows>()) return shared_rows_run(step, index);
-  if (step.barriers(s).empty()) return plain_tiles_run(step, index);
-  if (s.is<SubSegments>()) return sub_segments_run(step, index);
-  return recompute_rounds_run(step, index);
-}
-
 // ---- Where a segment's forward output goes ----
 
 // A whole checkpoint, the store's blocks, or (the last segment before a global pool) the

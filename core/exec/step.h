@@ -30,6 +30,31 @@ namespace tessel::core {
 
 class Step;
 
+// Forward tiles that keep their autograd graph for the backward, by tile: each one's input tile
+// (a leaf whose gradient is the segment input's there) and its output.
+class KeptTiles {
+ public:
+  struct Tile {
+    at::Tensor input, output;
+  };
+  void reset(int64_t tiles) { tiles_.assign(static_cast<size_t>(tiles), {}); }
+  bool has(int64_t t) const {
+    return t < static_cast<int64_t>(tiles_.size()) &&
+           tiles_[static_cast<size_t>(t)].output.defined();
+  }
+  Tile& at(int64_t t) { return tiles_.at(static_cast<size_t>(t)); }
+  // Tile `t` with autograd, its graph kept: its input tile read by `read` (with autograd on, as
+  // the backward's recompute reads it), made a leaf (requiring a gradient when `grad`), and
+  // `run` on it. Returns the output, detached.
+  at::Tensor keep(int64_t t, bool grad, const std::function<TileTensor()>& read,
+                  const std::function<at::Tensor(const TileTensor&)>& run);
+  // Tile `t`'s input and output, let go here (undefined where the tile kept no graph).
+  std::pair<at::Tensor, at::Tensor> take(int64_t t);
+
+ private:
+  std::vector<Tile> tiles_;
+};
+
 // How one segment's scheme runs it: its forward tiles (the step writes each tile's output
 // where the segment's output goes) and its backward. Holds what the scheme keeps from the
 // forward to the backward (kept graphs, shared rows' kept rows, inner checkpoints).
@@ -66,6 +91,18 @@ class SchemeRun {
   // The backward's result for the input: `grad_in`, zeros where nothing reached it, nothing
   // when it went to the store (its additions finished).
   at::Tensor input_grad_result(StoredActivation* stored, at::Tensor grad_in);
+  // The input's gradient in the store (stored_input_grad), its blocks expecting one addition
+  // per backward tile, in the order the tiles run; nullptr where it is not stored.
+  StoredActivation* stored_input_grad_by_tiles();
+  // Backward tile `t`'s input tile and output: those `kept` from the forward, else the input
+  // read over `in_region` (a leaf requiring a gradient where the input's is wanted) and none.
+  std::pair<at::Tensor, at::Tensor> backward_input(KeptTiles& kept, int64_t t,
+                                                   const Region& in_region);
+  // The backward tiles, last first: `tile(t, need)` runs tile `t` over `need` (needs) and
+  // returns its input tile, whose gradient is added to the input's; the tiles' events and the
+  // previous segment's prefetch around them. Returns the input's gradient (input_grad_result).
+  using BackwardTile = std::function<at::Tensor(int64_t t, const std::vector<Region>& need)>;
+  at::Tensor run_backward_tiles(StoredActivation* stored_grad_in, const BackwardTile& tile);
 
   Step& step_;
   int index_;

@@ -13,7 +13,7 @@ void TilesRun::before_forward() {
   // The forward of a one-tile segment with barriers updates batch norm's running statistics
   // (once: the backward's recompute leaves them).
   step_.set_update_running(step_.training() && s_.is<WholeBarriers>());
-  kept_.assign(static_cast<size_t>(s_.forward.tiles()), {});
+  kept_.reset(s_.forward.tiles());
 }
 
 void TilesRun::after_forward() { step_.set_update_running(false); }
@@ -35,16 +35,9 @@ at::Tensor TilesRun::forward_tile(int64_t t, const Region& tile) {
   const std::vector<Region> need = needs(tile);
   const Region& in_region = need[static_cast<size_t>(s_.input)];
   if (!keeps(t)) return step_.run_tile(s_.input, s_.output, need, step_.read_input(s_, in_region));
-  at::AutoGradMode grad_mode(true);
-  KeptTile& k = kept_[static_cast<size_t>(t)];
-  k.input = step_.read_input(s_, in_region).tensor.detach();
-  if (step_.wants_input_grad(s_)) k.input.requires_grad_(true);
-  k.output = step_.run_tile(s_.input, s_.output, need, {k.input, in_region});
-  return k.output.detach();
-}
-
-bool TilesRun::is_kept(int64_t t) const {
-  return t < static_cast<int64_t>(kept_.size()) && kept_[static_cast<size_t>(t)].output.defined();
+  return kept_.keep(
+      t, step_.wants_input_grad(s_), [&] { return step_.read_input(s_, in_region); },
+      [&](const TileTensor& x) { return step_.run_tile(s_.input, s_.output, need, x); });
 }
 
 // The store's reads in the order the tiles make them: the input tile (unless the tile kept its
@@ -57,7 +50,7 @@ void TilesRun::schedule_backward(StoredActivation* stored_in, StoredActivation* 
     const Region tile = s_.backward.tile(t);
     const bool prescheduled =
         step_.prescheduled(index_, true) && t == s_.backward.tiles() - 1 && !has_barriers();
-    if (stored_in != nullptr && !is_kept(t) && !prescheduled) {
+    if (stored_in != nullptr && !kept_.has(t) && !prescheduled) {
       store->schedule(stored_in->reads(needs(tile)[static_cast<size_t>(s_.input)]));
     }
     if (stored_grad_out != nullptr) store->schedule(stored_grad_out->reads(tile));
@@ -65,35 +58,15 @@ void TilesRun::schedule_backward(StoredActivation* stored_in, StoredActivation* 
 }
 
 at::Tensor TilesRun::backward(const at::Tensor& grad_out) {
-  at::Tensor grad_in;
   StoredActivation* stored_in = step_.stored(s_.input).get();
   StoredActivation* stored_grad_out = step_.stored_grad(s_.output).get();
-  // The input's gradient goes to the store block by block, each after its last addition; the
-  // blocks follow this segment's backward tiles (core/plan/plan.h).
-  StoredActivation* stored_grad_in = stored_input_grad();
-  if (stored_grad_in != nullptr) {
-    std::vector<Region> additions;
-    for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
-      additions.push_back(needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)]);
-    }
-    stored_grad_in->expect_additions(additions);
-  }
+  StoredActivation* stored_grad_in = stored_input_grad_by_tiles();
   before_backward(grad_out);
   schedule_backward(stored_in, stored_grad_out);
   // Tiles in reverse order: kept tiles give their graphs back.
-  for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
-    if (t == 0 && step_.store() != nullptr) step_.preschedule(index_ - 1, /*backward=*/true);
-    step_.emit(index_, s_.backward, t, TileEvent::kBackward, false);
-    const std::vector<Region> need = needs(s_.backward.tile(t));
-    const Region& in_region = need[static_cast<size_t>(s_.input)];
-    const at::Tensor x = backward_tile(t, need, grad_out, stored_grad_out);
-    if (step_.wants_input_grad(s_) && x.grad().defined() && !in_region.empty()) {
-      add_input_grad(stored_grad_in, grad_in, in_region, x.grad());
-    }
-    ++step_.backward_tiles;
-    step_.emit(index_, s_.backward, t, TileEvent::kBackward, true);
-  }
-  return input_grad_result(stored_grad_in, grad_in);
+  return run_backward_tiles(stored_grad_in, [&](int64_t t, const std::vector<Region>& need) {
+    return backward_tile(t, need, grad_out, stored_grad_out);
+  });
 }
 
 // Backward tile `t` over `need`: its graph kept from the forward, else recomputed. Returns its
@@ -102,16 +75,7 @@ at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
                                    const at::Tensor& grad_out, StoredActivation* stored_grad_out) {
   const Region tile = s_.backward.tile(t);
   const Region& in_region = need[static_cast<size_t>(s_.input)];
-  at::Tensor x, y;
-  if (is_kept(t)) {
-    KeptTile& k = kept_[static_cast<size_t>(t)];
-    x = std::move(k.input);
-    y = std::move(k.output);
-    k = {};
-  } else {
-    x = step_.read_input(s_, in_region).tensor.detach();
-    if (step_.wants_input_grad(s_)) x.requires_grad_(true);
-  }
+  auto [x, y] = backward_input(kept_, t, in_region);
   at::AutoGradMode grad_mode(true);
   std::map<NodeId, TileTensor> acts;
   if (!y.defined()) {

@@ -31,17 +31,12 @@ class TilesRun : public SchemeRun {
   }
 
  private:
-  // A forward tile that keeps its autograd graph for the backward.
-  struct KeptTile {
-    at::Tensor input, output;
-  };
   bool keeps(int64_t t) const;
-  bool is_kept(int64_t t) const;
   void schedule_backward(StoredActivation* stored_in, StoredActivation* stored_grad_out);
   at::Tensor backward_tile(int64_t t, const std::vector<Region>& need, const at::Tensor& grad_out,
                            StoredActivation* stored_grad_out);
 
-  std::vector<KeptTile> kept_;  // by forward tile
+  KeptTiles kept_;
 };
 
 }  // namespace tessel::core

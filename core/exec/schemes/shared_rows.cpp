@@ -29,9 +29,6 @@ class SharedRowsRun : public SchemeRun {
   at::Tensor backward(const at::Tensor& grad_out) override;
 
  private:
-  struct KeptTile {
-    at::Tensor input, output;
-  };
   const SharedRow& row_of(Window rows) const;
   bool stored() const;
   at::Tensor run_row(const SharedRow& row, TileTensor input,
@@ -41,7 +38,6 @@ class SharedRowsRun : public SchemeRun {
   at::Tensor keep_graph_tile(int64_t t, const Region& in_region, const SharedRow& row);
   at::Tensor keep_last_tile(int64_t t, const Region& in_region, const SharedRow& row);
   void put_kept(int64_t t);
-  bool is_kept(int64_t t) const;
   void schedule_backward(StoredActivation* stored_in, StoredActivation* stored_grad_out);
   std::vector<at::Tensor> inherited_rows(int64_t t);
   at::Tensor backward_row(int64_t t, const at::Tensor& grad_out, StoredActivation* stored_grad_out);
@@ -55,7 +51,7 @@ class SharedRowsRun : public SchemeRun {
   // backward each ask for it, and its cost grows with the segment's depth (bench/NOTES.md,
   // sessions 30-31).
   mutable std::map<std::pair<int64_t, int64_t>, SharedRow> rows_;
-  std::vector<KeptTile> kept_;           // rows that keep their graphs, by row
+  KeptTiles kept_;                       // rows that keep their graphs
   std::vector<at::Tensor> last_leaves_;  // the inherited rows of a kept last row
   std::vector<at::Tensor>
       handed_back_;  // the backward's: the gradient for the row above's kept rows
@@ -93,7 +89,7 @@ const std::vector<at::Tensor>& SharedRowsRun::kept_before(int64_t t) const {
 void SharedRowsRun::before_forward() {
   shared_.assign(static_cast<size_t>(s_.forward.tiles()), {});
   shared_ids_.clear();
-  kept_.assign(static_cast<size_t>(s_.forward.tiles()), {});
+  kept_.reset(s_.forward.tiles());
 }
 
 at::Tensor SharedRowsRun::forward_tile(int64_t t, const Region& tile) {
@@ -116,28 +112,25 @@ at::Tensor SharedRowsRun::forward_tile(int64_t t, const Region& tile) {
 // row, for one backward over all of them (kept_graphs_backward).
 at::Tensor SharedRowsRun::keep_graph_tile(int64_t t, const Region& in_region,
                                           const SharedRow& row) {
-  at::AutoGradMode grad_mode(true);
-  KeptTile& k = kept_[static_cast<size_t>(t)];
-  k.input = step_.read_input(s_, in_region).tensor.detach();
-  if (step_.wants_input_grad(s_)) k.input.requires_grad_(true);
-  k.output = run_row(row, {k.input, in_region}, kept_before(t), &shared_[static_cast<size_t>(t)]);
+  at::Tensor y = kept_.keep(
+      t, step_.wants_input_grad(s_), [&] { return step_.read_input(s_, in_region); },
+      [&](const TileTensor& x) {
+        return run_row(row, x, kept_before(t), &shared_[static_cast<size_t>(t)]);
+      });
   if (t > 0) shared_[static_cast<size_t>(t) - 1].clear();  // the graph holds them
-  return k.output.detach();
+  return y;
 }
 
 // The last row of the last segment keeps its graph: the backward starts with it. Its
 // inherited rows are leaves, as in the backward's recompute.
 at::Tensor SharedRowsRun::keep_last_tile(int64_t t, const Region& in_region, const SharedRow& row) {
-  at::AutoGradMode grad_mode(true);
   last_leaves_.clear();
   for (const at::Tensor& k : kept_before(t)) {
     last_leaves_.push_back(k.defined() ? k.detach().requires_grad_(true) : at::Tensor());
   }
-  KeptTile& k = kept_[static_cast<size_t>(t)];
-  k.input = step_.read_input(s_, in_region).tensor.detach();
-  if (step_.wants_input_grad(s_)) k.input.requires_grad_(true);
-  k.output = run_row(row, {k.input, in_region}, last_leaves_, nullptr);
-  return k.output.detach();
+  return kept_.keep(
+      t, step_.wants_input_grad(s_), [&] { return step_.read_input(s_, in_region); },
+      [&](const TileTensor& x) { return run_row(row, x, last_leaves_, nullptr); });
 }
 
 // Row `t`'s kept rows to the store: each node's a block (any shape and dtype).
@@ -154,10 +147,6 @@ void SharedRowsRun::after_forward() {
   for (auto& kept : shared_) kept.clear();  // in the store
 }
 
-bool SharedRowsRun::is_kept(int64_t t) const {
-  return t < static_cast<int64_t>(kept_.size()) && kept_[static_cast<size_t>(t)].output.defined();
-}
-
 // The store's reads in the order the rows make them: the input's held rows (unless the row
 // kept its graph, or the previous segment already scheduled them), the rows the row above
 // kept, the output gradient's rows.
@@ -168,7 +157,7 @@ void SharedRowsRun::schedule_backward(StoredActivation* stored_in,
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
     const Region tile = s_.backward.tile(t);
     const bool prescheduled = step_.prescheduled(index_, true) && t == s_.backward.tiles() - 1;
-    if (stored_in != nullptr && !is_kept(t) && !prescheduled) {
+    if (stored_in != nullptr && !kept_.has(t) && !prescheduled) {
       store->schedule(stored_in->reads(needs(tile)[static_cast<size_t>(s_.input)]));
     }
     if (stored() && t > 0) {
@@ -184,31 +173,14 @@ void SharedRowsRun::schedule_backward(StoredActivation* stored_in,
 
 at::Tensor SharedRowsRun::backward(const at::Tensor& grad_out) {
   if (s_.keeps_graph()) return kept_graphs_backward(grad_out);
-  at::Tensor grad_in;
   StoredActivation* stored_in = step_.stored(s_.input).get();
   StoredActivation* stored_grad_out = step_.stored_grad(s_.output).get();
-  StoredActivation* stored_grad_in = stored_input_grad();
-  if (stored_grad_in != nullptr) {
-    std::vector<Region> additions;
-    for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
-      additions.push_back(needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)]);
-    }
-    stored_grad_in->expect_additions(additions);
-  }
+  StoredActivation* stored_grad_in = stored_input_grad_by_tiles();
   schedule_backward(stored_in, stored_grad_out);
   handed_back_.clear();
-  for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
-    if (t == 0 && step_.store() != nullptr) step_.preschedule(index_ - 1, /*backward=*/true);
-    step_.emit(index_, s_.backward, t, TileEvent::kBackward, false);
-    const Region in_region = needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)];
-    const at::Tensor x = backward_row(t, grad_out, stored_grad_out);
-    if (step_.wants_input_grad(s_) && x.grad().defined() && !in_region.empty()) {
-      add_input_grad(stored_grad_in, grad_in, in_region, x.grad());
-    }
-    ++step_.backward_tiles;
-    step_.emit(index_, s_.backward, t, TileEvent::kBackward, true);
-  }
-  return input_grad_result(stored_grad_in, grad_in);
+  return run_backward_tiles(stored_grad_in, [&](int64_t t, const std::vector<Region>& /*need*/) {
+    return backward_row(t, grad_out, stored_grad_out);
+  });
 }
 
 // The rows row `t - 1` kept (the forward's copies, or the store's), as leaves whose gradient
@@ -241,16 +213,7 @@ at::Tensor SharedRowsRun::backward_row(int64_t t, const at::Tensor& grad_out,
   const Region tile = s_.backward.tile(t);
   const SharedRow& row = row_of(tile.y);
   const Region& in_region = row.held[static_cast<size_t>(s_.input)];
-  at::Tensor x, y;
-  if (is_kept(t)) {
-    KeptTile& k = kept_[static_cast<size_t>(t)];
-    x = std::move(k.input);
-    y = std::move(k.output);
-    k = {};
-  } else {
-    x = step_.read_input(s_, in_region).tensor.detach();
-    if (step_.wants_input_grad(s_)) x.requires_grad_(true);
-  }
+  auto [x, y] = backward_input(kept_, t, in_region);
   at::AutoGradMode grad_mode(true);
   std::vector<at::Tensor> inherited, kept_views;
   if (y.defined()) {
@@ -286,7 +249,7 @@ at::Tensor SharedRowsRun::kept_graphs_backward(const at::Tensor& grad_out) {
   at::Tensor root;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
     step_.emit(index_, s_.backward, t, TileEvent::kBackward, false);
-    at::Tensor y = std::move(kept_.at(static_cast<size_t>(t)).output);
+    at::Tensor y = std::move(kept_.at(t).output);
     at::Tensor r = step_.output_root(s_, s_.backward.tile(t), y, grad_out, nullptr);
     if (r.defined() && r.requires_grad()) root = root.defined() ? root + r : r;
   }
@@ -297,7 +260,7 @@ at::Tensor SharedRowsRun::kept_graphs_backward(const at::Tensor& grad_out) {
   }
   at::Tensor grad_in;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
-    KeptTile& k = kept_.at(static_cast<size_t>(t));
+    KeptTiles::Tile& k = kept_.at(t);
     const Region in_region = needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)];
     if (step_.wants_input_grad(s_) && k.input.defined() && k.input.grad().defined() &&
         !in_region.empty()) {
