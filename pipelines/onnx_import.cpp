@@ -1,6 +1,8 @@
 #include "pipelines/onnx_import.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <cctype>
