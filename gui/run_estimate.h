@@ -35,8 +35,8 @@ struct RunEstimate {
 };
 
 // FLOPs of one training step under `plan`, as the planner's cost model prices a step
-// (core/plan/planner.cpp): each segment's forward tiles with their halos, then its backward: a
-// recompute of the forward (none when the segment keeps its graph) and the gradients, twice the
+// (core/plan/segment_build.cpp): each segment's forward tiles with their halos, then its backward:
+// a recompute of the forward (none when the segment keeps its graph) and the gradients, twice the
 // forward; and the planner's price of a tile beyond its FLOPs for every forward and backward tile.
 // Plain autograd (Strategy::kNone): forward and backward of the whole image. The plan does not
 // record the backward partition's halos or a barrier's extra passes: the forward's stand in.

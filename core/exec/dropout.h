@@ -15,7 +15,7 @@
 namespace tessel::core {
 
 // While one lives, spatial dropout is active with this seed on this thread (a training step:
-// core/exec/executor.cpp's train_step). Without one, spatial dropout is the identity (evaluation).
+// core/exec/executor.h's train_step). Without one, spatial dropout is the identity (evaluation).
 class DropoutScope {
  public:
   explicit DropoutScope(uint64_t seed);

@@ -50,8 +50,8 @@ PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded);
 PlanCost barrier_cost(const Analysis& a, const Segment& s);
 
 // What a segment run as sub-segments holds beyond its tiles in its backward at its fullest
-// (the executor's inner_backward): the inner checkpoints not yet passed, and the gradients of
-// those a later sub-segment has added into, each from the first addition until its own
+// (the executor's SubSegmentsRun::backward): the inner checkpoints not yet passed, and the
+// gradients of those a later sub-segment has added into, each from the first addition until its own
 // sub-segment has run; an inner checkpoint goes once its correction is added, before its
 // sub-segment (which reads only those before it).
 int64_t inner_backward_bytes(const Analysis& a, const Segment& s);

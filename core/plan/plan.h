@@ -225,8 +225,8 @@ struct OffloadDecision {
   bool offload = true;
 };
 
-// The planner's price of a training step (core/plan/planner.cpp), in FLOPs at Plan::prices, by what
-// it pays for: a model for choosing between plans (and strategies, under auto), not a
+// The planner's price of a training step (core/plan/segment_build.cpp), in FLOPs at Plan::prices,
+// by what it pays for: a model for choosing between plans (and strategies, under auto), not a
 // prediction of seconds.
 struct PlanCost {
   double compute = 0;  // forward, recompute and backward FLOPs with halos; barriers' extra passes

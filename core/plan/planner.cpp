@@ -66,19 +66,26 @@ MemoryBreakdown model_state_bytes(const Analysis& a) {
   return fixed;
 }
 
+// What the request fixes, in the plan it gets.
+void stamp_request(const Analysis& a, const Shape& input, int64_t budget, int64_t plain_flops,
+                   Plan& plan) {
+  plan.input = input;
+  plan.input_gradient = a.options.input_gradient;
+  plan.shapes = a.shapes;
+  plan.element_bytes = a.eb;
+  plan.budget_bytes = budget;
+  plan.plain_flops = plain_flops;
+}
+
 // Strategy::kNone: plain autograd keeps every activation (and max pool indices) of the whole
 // image; refused over the budget.
 Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t plain_flops) {
   const NodeId last = a.last;
   Plan plan;
   plan.strategy = Strategy::kNone;
-  plan.input = input;
-  plan.input_gradient = a.options.input_gradient;
-  plan.shapes = a.shapes;
-  plan.element_bytes = a.eb;
-  plan.budget_bytes = budget;
+  stamp_request(a, input, budget, plain_flops, plan);
   plan.tail_input = last;
-  plan.plain_flops = plan.tiled_flops = plain_flops;
+  plan.tiled_flops = plain_flops;
   const Shape& out = a.shapes[static_cast<size_t>(last)];
   const auto whole = a.tile_cost(0, last, Region{{0, out.height}, {0, out.width}});
   plan.predicted = a.fixed;
@@ -219,12 +226,7 @@ Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int
   size_write_behind(plan, a.target);
   plan.prices = c.prices;
   plan.decisions = std::move(decisions);
-  plan.input = input;
-  plan.input_gradient = a.options.input_gradient;
-  plan.shapes = a.shapes;
-  plan.element_bytes = a.eb;
-  plan.budget_bytes = budget;
-  plan.plain_flops = plain_flops;
+  stamp_request(a, input, budget, plain_flops, plan);
   for (const Segment& segment : plan.segments) check_scheme(a.graph, segment);
   return plan;
 }

@@ -88,7 +88,7 @@ Analysis::TileCost Analysis::compute_cost(NodeId input, NodeId output, const Reg
       }
     }
     // The no-grad forward runs relu-like ops in place on a fresh single-reader tensor
-    // (core/exec/executor.cpp): no new bytes.
+    // (core/exec/step.cpp run_node): no new bytes.
     const Node& producer = graph.node(n.inputs[0]);
     const bool inplace = runs_in_place(n) && producer.id != input &&
                          graph.consumers()[static_cast<size_t>(producer.id)].size() == 1 &&
