@@ -8,6 +8,7 @@
 
 #include <limits>
 
+#include "core/device/copies.h"
 #include "core/device/memory.h"
 #include "core/error.h"
 #include "core/exec/fault.h"

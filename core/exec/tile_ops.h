@@ -9,14 +9,9 @@
 
 #include "core/graph/graph.h"
 #include "core/graph/window.h"
+#include "core/store/tile_tensor.h"
 
 namespace tessel::core {
-
-// A piece of one activation: `tensor` (N×C×h×w) holds `region` (global coordinates).
-struct TileTensor {
-  at::Tensor tensor;
-  Region region;
-};
 
 // Node `node` on whole activations, with the op's own padding and ceil mode; `training`: batch
 // norm uses (and updates) the batch statistics, else its running ones.
@@ -32,14 +27,5 @@ at::Tensor forward_plain(const Node& node, const std::vector<at::Tensor>& inputs
 // statistic (core/exec/barrier.h).
 at::Tensor forward_tile(const Node& node, const Region& out, const std::vector<TileTensor>& inputs,
                         const std::vector<Shape>& input_shapes, bool may_overwrite_input = false);
-
-// dst.copy_(src) for tensors of the same sizes, also where one is channels-first and the other
-// channels-last (views of either included): ATen's strided copy takes 0.8-1.6 s per GiB
-// between the two on 2 cores, against 0.09 s for a plain copy; this one transposes each row in
-// cache-sized blocks (0.33-0.36 s per GiB). Not for autograd (a plain copy there).
-void copy_tile(const at::Tensor& dst, const at::Tensor& src);
-
-// `t` restricted to `want` (which must lie inside t.region). A view, no copy.
-at::Tensor crop(const TileTensor& t, const Region& want);
 
 }  // namespace tessel::core

@@ -4,8 +4,9 @@
 
 #include <algorithm>
 
+#include "core/device/copies.h"
 #include "core/error.h"
-#include "core/exec/tile_ops.h"
+#include "core/store/tile_tensor.h"
 
 namespace tessel::core {
 

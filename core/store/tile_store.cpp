@@ -2,32 +2,23 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
-#include <c10/core/StreamGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
-#include <csignal>
-#include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <exception>
-#include <map>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/device/copies.h"
 #include "core/error.h"
+#include "core/store/scratch_file.h"
 
 namespace tessel::core {
 
@@ -36,71 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string errno_text(int e) { return std::strerror(e); }
-
-// FNV-1a over 64-bit words in eight independent lanes (word i feeds lane i mod 8), folded with
-// the length at the end. One serial FNV chain waits for each multiply (~5.5 GB/s here); eight
-// lanes run at memory speed (~15 GB/s, bench/NOTES.md). Each step is a bijection of its lane, so
-// a change to any one word (a flipped byte) always changes the sum; a lost, stale or partial
-// write changes it but with odds of 2^-64.
-class Checksum {
- public:
-  static constexpr int64_t kStride = 64;  // bytes per round of the eight lanes
-
-  // In pieces: every piece but the last a multiple of kStride.
-  void update(const void* data, int64_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    int64_t i = 0;
-    for (; i + kStride <= bytes; i += kStride) {
-      uint64_t w[kLanes];
-      std::memcpy(w, p + i, kStride);
-      for (int k = 0; k < kLanes; ++k) lane_[k] = (lane_[k] ^ w[k]) * kPrime;
-    }
-    for (int k = 0; i < bytes; i += 8, ++k) {
-      uint64_t w = 0;
-      std::memcpy(&w, p + i, static_cast<size_t>(std::min<int64_t>(8, bytes - i)));
-      lane_[k] = (lane_[k] ^ w) * kPrime;
-    }
-    bytes_ += bytes;
-  }
-
-  uint64_t digest() const {
-    uint64_t h = (kBasis ^ static_cast<uint64_t>(bytes_)) * kPrime;
-    for (uint64_t l : lane_) h = (h ^ l) * kPrime;
-    return h;
-  }
-
- private:
-  static constexpr int kLanes = 8;
-  static constexpr uint64_t kBasis = 1469598103934665603ull, kPrime = 1099511628211ull;
-  uint64_t lane_[kLanes] = {kBasis,     kBasis + 1, kBasis + 2, kBasis + 3,
-                            kBasis + 4, kBasis + 5, kBasis + 6, kBasis + 7};
-  int64_t bytes_ = 0;
-};
-
-uint64_t checksum(const void* data, int64_t bytes) {
-  Checksum c;
-  c.update(data, bytes);
-  return c.digest();
-}
-
-// Direct I/O (the cold-disk case): offsets, lengths and buffers aligned to this, which covers
-// 512- and 4096-byte devices.
-constexpr int64_t kDirectAlign = 4096;
-// A write that needs a copy goes in pieces this large (a 1 MiB O_DIRECT write here runs at 1.8
-// GB/s, a 4 MiB one at 2.4), copied and checksummed 1 MiB at a time, while it is in cache.
-constexpr int64_t kBounceBytes = int64_t{4} << 20, kCopyBytes = int64_t{1} << 20;
-constexpr int64_t kSplitReadBytes = int64_t{1} << 20;  // direct reads this large go in two halves
-
-int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
-
-constexpr const char* kPrefix = "tessel-offload-";
 constexpr ptrdiff_t kSkipLimit = 256;  // how far ahead a read looks for itself in the schedule
-constexpr const char* kSuffix = ".scratch";
-
-std::atomic<int> g_file_counter{0};
-// How often the I/O thread checks that an accelerator's copy to host memory has landed.
-constexpr std::chrono::microseconds kPoll{50};
 
 }  // namespace
 
@@ -130,11 +57,17 @@ class TileStore::Impl {
     BlockId id;
   };
 
-  explicit Impl(TileStoreOptions o) : options(std::move(o)) {
-    if (options.scratch_dir.empty()) options.scratch_dir = fs::temp_directory_path();
+  explicit Impl(TileStoreOptions o)
+      : options(in_scratch_dir(std::move(o))),
+        file({options.scratch_dir, options.bypass_page_cache, options.direct_io}) {
     std::error_code ec;
-    if (fs::is_directory(options.scratch_dir, ec)) remove_stale_scratch_files(options.scratch_dir);
+    if (fs::is_directory(options.scratch_dir, ec)) ScratchFile::remove_stale(options.scratch_dir);
     io = std::thread([this] { run(); });
+  }
+
+  static TileStoreOptions in_scratch_dir(TileStoreOptions o) {
+    if (o.scratch_dir.empty()) o.scratch_dir = fs::temp_directory_path();
+    return o;
   }
 
   ~Impl() {
@@ -144,12 +77,6 @@ class TileStore::Impl {
     }
     cv.notify_all();
     io.join();
-    if (fd >= 0) ::close(fd);
-    if (direct_fd >= 0) ::close(direct_fd);
-    if (!file.empty()) {
-      std::error_code ec;
-      fs::remove(file, ec);
-    }
   }
 
   // Caller side ------------------------------------------------------------------------------
@@ -189,16 +116,19 @@ class TileStore::Impl {
     b.bytes = static_cast<int64_t>(tensor.numel()) * static_cast<int64_t>(tensor.element_size());
     if (tier == Tier::kHost) {
       // On a CPU build host memory is the compute device's: the block stays where it is.
-      b.host = tensor.is_cpu() ? b.resident : copy_async(b.resident, pinned(b), b.copied);
+      b.host = staging.copy(b.resident, Staging::host_options(b.options), b.copied);
       host_bytes += b.bytes;
-      written += tensor.is_cpu() ? 0 : b.bytes;
+      written += Staging::needs_host_copy(tensor.device()) ? b.bytes : 0;
       drop_unless_wanted(id);
     } else if (tier == Tier::kDisk) {
-      open_file();
-      // The I/O thread writes from host memory.
-      if (!tensor.is_cpu()) b.host = copy_async(b.resident, pinned(b), b.copied);
+      file.open();
+      // The I/O thread writes from host memory (`resident` itself on a CPU build, where keeping
+      // it as `host` too would keep it in memory after it is written).
+      if (Staging::needs_host_copy(tensor.device())) {
+        b.host = staging.copy(b.resident, Staging::host_options(b.options), b.copied);
+      }
       // Direct I/O writes whole aligned pages: each block starts on its own.
-      b.offset = take_extent(extent(b));
+      b.offset = file.take_extent(file.extent(b.bytes));
       b.writing = true;
       in_flight += b.bytes;
       in_flight_peak = std::max(in_flight_peak, in_flight);
@@ -248,7 +178,7 @@ class TileStore::Impl {
     if (b.tier == Tier::kHost) host_bytes -= b.bytes;
     if (b.tier == Tier::kDisk) {
       disk_bytes -= b.bytes;
-      if (b.offset >= 0) free_extents.emplace(extent(b), b.offset);
+      if (b.offset >= 0) file.free_extent(file.extent(b.bytes), b.offset);
     }
     b.offset = -1;
     b.resident = at::Tensor();
@@ -283,7 +213,7 @@ class TileStore::Impl {
     Block& b = it->second;
     b.taking = taking;
     if (!b.resident.defined() && b.tier == Tier::kHost) {
-      b.resident = copy_async(b.host, b.options, b.copied);
+      b.resident = staging.copy(b.host, b.options, b.copied);
     }
     if (!b.resident.defined() && !b.loading) {
       b.loading = true;
@@ -298,17 +228,9 @@ class TileStore::Impl {
   }
 
   // Block `b`'s tensor, ready for the compute stream.
-  at::Tensor on_compute_stream(Block& b) {
-    at::Tensor t = b.resident;
-    if (b.copied && !t.is_cpu()) {
-      // Made on the store's stream: the compute stream waits for the copy, and the caching
-      // allocator keeps the memory from the store's stream while the compute stream uses it.
-      const c10::impl::VirtualGuardImpl impl(t.device().type());
-      const c10::Stream compute = impl.getStream(t.device());
-      b.copied->block(compute);
-      impl.recordDataPtrOnStream(t.storage().data_ptr(), compute);
-    }
-    return t;
+  static at::Tensor on_compute_stream(const Block& b) {
+    Staging::use_on_compute_stream(b.resident, b.copied);
+    return b.resident;
   }
 
   void erase(BlockId id) {
@@ -345,7 +267,7 @@ class TileStore::Impl {
     s.read_bytes = read;
     s.host_bytes = host_bytes;
     s.disk_bytes = disk_bytes;
-    s.scratch_file_bytes = file_end;
+    s.scratch_file_bytes = file.size();
     s.disk_peak_bytes = disk_peak;
     s.in_flight_bytes = in_flight;
     s.in_flight_peak_bytes = in_flight_peak;
@@ -359,54 +281,6 @@ class TileStore::Impl {
       if (b.resident.defined()) s.resident_bytes += b.bytes;
     }
     return s;
-  }
-
-  // Accelerators ---------------------------------------------------------------------------
-  // Copies between an accelerator and host memory run on a stream of the store's own, so they
-  // overlap the compute stream's work; events order the two (DESIGN.md "Memory"). Unused on a
-  // CPU build, where the host tier is the compute device's memory.
-
-  static at::TensorOptions pinned(const Block& b) {
-    return b.options.device(at::kCPU).pinned_memory(true);
-  }
-
-  // `src` copied to a new tensor with `to`'s device (one of them an accelerator) on the store's
-  // stream, after the work the compute stream has queued so far (it may still be writing
-  // `src`); `done` records the copy's end.
-  at::Tensor copy_async(const at::Tensor& src, const at::TensorOptions& to,
-                        std::shared_ptr<c10::Event>& done) {
-    if (src.device() == to.device()) {
-      done.reset();
-      return src;  // a CPU build's host tier: the same memory
-    }
-    const c10::Device accel = src.is_cpu() ? to.device() : src.device();
-    const c10::impl::VirtualGuardImpl impl(accel.type());
-    const c10::Stream side = copy_stream(accel);
-    if (!src.is_cpu()) {
-      c10::Event queued(accel.type());
-      queued.record(impl.getStream(accel));
-      queued.block(side);
-    }
-    at::Tensor out;
-    {
-      const c10::StreamGuard guard(side);
-      out = at::empty(src.sizes(), to.memory_format(src.suggest_memory_format()))
-                .copy_(src, /*non_blocking=*/true);
-    }
-    // The caching allocator must not give `src`'s memory to the compute stream before the copy
-    // has read it (the caller may drop `src` right away).
-    if (!src.is_cpu()) impl.recordDataPtrOnStream(src.storage().data_ptr(), side);
-    done = std::make_shared<c10::Event>(accel.type());
-    done->record(side);
-    return out;
-  }
-
-  c10::Stream copy_stream(c10::Device device) {
-    std::lock_guard<std::mutex> lock(stream_mutex);
-    if (!side_stream || side_stream->device() != device) {
-      side_stream = c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device);
-    }
-    return *side_stream;
   }
 
   // Lock held from here on -------------------------------------------------------------------
@@ -423,29 +297,9 @@ class TileStore::Impl {
     if (it->second.tier == Tier::kHost) host_bytes -= it->second.bytes;
     if (it->second.tier == Tier::kDisk) disk_bytes -= it->second.bytes;
     if (it->second.tier == Tier::kDisk && it->second.offset >= 0) {
-      free_extents.emplace(extent(it->second), it->second.offset);
+      file.free_extent(file.extent(it->second.bytes), it->second.offset);
     }
     blocks.erase(it);
-  }
-
-  // The bytes block `b` takes in the scratch file (direct I/O writes whole aligned pages).
-  int64_t extent(const Block& b) const {
-    return direct_fd >= 0 ? round_up(b.bytes, kDirectAlign) : b.bytes;
-  }
-  // Where a block of `length` bytes goes: the smallest freed extent that holds it (the rest
-  // stays free), else the end of the file. Called with the lock held; an extent is freed only
-  // once no write or read of its block is in flight (erase defers until then).
-  int64_t take_extent(int64_t length) {
-    const auto fit = free_extents.lower_bound(length);
-    if (fit != free_extents.end()) {
-      const int64_t offset = fit->second, rest = fit->first - length;
-      free_extents.erase(fit);
-      if (rest > 0) free_extents.emplace(rest, offset + length);
-      return offset;
-    }
-    const int64_t offset = direct_fd >= 0 ? round_up(file_end, kDirectAlign) : file_end;
-    file_end = offset + length;
-    return offset;
   }
 
   // The blocks read within the window ahead (at least the next one).
@@ -475,46 +329,13 @@ class TileStore::Impl {
       Block& b = blocks[id];
       if (b.resident.defined() || b.loading || b.reserved) continue;
       if (b.tier == Tier::kHost) {
-        b.resident = copy_async(b.host, b.options, b.copied);
+        b.resident = staging.copy(b.host, b.options, b.copied);
       } else if (b.tier == Tier::kDisk) {
         b.loading = true;
         jobs.push_back({false, id});
       }
     }
     cv.notify_all();
-  }
-
-  void open_file() {
-    if (fd >= 0) return;
-    const fs::path& dir = options.scratch_dir;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    const fs::path path = dir / (kPrefix + std::to_string(::getpid()) + "-" +
-                                 std::to_string(g_file_counter++) + kSuffix);
-    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      const int e = errno;
-      throw ScratchError(
-          "cannot create a scratch file for offloaded checkpoints in " + dir.string() + ": " +
-          errno_text(e) +
-          "; choose a writable scratch directory (--scratch) or a larger memory budget");
-    }
-    file = path;
-    struct stat st {};
-    ::fstat(fd, &st);
-    inode = st.st_ino;
-    device = st.st_dev;
-    if (options.bypass_page_cache || options.direct_io) {
-      // The disk without the page cache's CPU work (a copy, allocating, charging and dropping
-      // pages: most of the I/O thread's time when it flushed and dropped each block). File
-      // systems without O_DIRECT (tmpfs on older kernels) keep the flush-and-drop path when
-      // bypassing, the page cache otherwise.
-      direct_fd = ::open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-      if (direct_fd < 0) {
-        spdlog::debug("no direct I/O on {} ({}): {} instead", path.string(), errno_text(errno),
-                      options.bypass_page_cache ? "flushing and dropping pages" : "the page cache");
-      }
-    }
   }
 
   // I/O thread --------------------------------------------------------------------------------
@@ -535,11 +356,12 @@ class TileStore::Impl {
         if (job.write) {
           const at::Tensor src = b.host.defined() ? b.host : b.resident;
           const std::shared_ptr<c10::Event> copied = b.copied;
+          const int64_t offset = b.offset, bytes = b.bytes;
           lock.unlock();
           // A block from an accelerator: its copy to host memory must have landed.
-          while (copied && !copied->query()) std::this_thread::sleep_for(kPoll);
+          Staging::wait(copied);
           const auto t0 = Clock::now();
-          const uint64_t sum = write_block(src, b.offset, b.bytes);
+          const uint64_t sum = file.write(static_cast<const char*>(src.data_ptr()), offset, bytes);
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           lock.lock();
           write_ms += ms;
@@ -556,7 +378,7 @@ class TileStore::Impl {
           const auto t0 = Clock::now();
           at::Tensor t = read_block(sizes, opts, format, offset, bytes, sum);
           std::shared_ptr<c10::Event> copied;
-          if (!opts.device().is_cpu()) t = copy_async(t, opts, copied);
+          t = staging.copy(t, opts, copied);
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           lock.lock();
           read_ms += ms;
@@ -580,143 +402,25 @@ class TileStore::Impl {
     }
   }
 
-  void write_all(int to, const char* p, int64_t bytes, int64_t offset) {
-    int64_t done = 0;
-    while (done < bytes) {
-      const ssize_t n = ::pwrite(to, p + done, static_cast<size_t>(bytes - done), offset + done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int e = n < 0 ? errno : ENOSPC;
-        const bool full = e == ENOSPC || e == EFBIG || e == EDQUOT;
-        throw ScratchError(
-            "cannot write offloaded checkpoints to the scratch file " + file.string() + ": " +
-            errno_text(e) +
-            (full ? " (the disk or its quota is full); free space there, choose another "
-                    "scratch directory (--scratch) or a larger memory budget"
-                  : ""));
-      }
-      done += n;
-    }
-  }
-
-  // Direct I/O: straight from the block while it is aligned, the rest (an unaligned block, the
-  // last partial page, zero-padded) through a bounce buffer, checksummed while it is in cache.
-  uint64_t write_direct(const char* p, int64_t offset, int64_t bytes) {
-    if (!bounce) {
-      bounce.reset(static_cast<char*>(std::aligned_alloc(kDirectAlign, kBounceBytes)));
-      if (!bounce) throw Error("out of memory for the tile store's I/O buffer");
-    }
-    Checksum sum;
-    int64_t done = 0;
-    if (reinterpret_cast<uintptr_t>(p) % kDirectAlign == 0) {
-      done = bytes / kDirectAlign * kDirectAlign;
-      sum.update(p, done);
-      write_all(direct_fd, p, done, offset);
-    }
-    while (done < bytes) {
-      const int64_t n = std::min(kBounceBytes, bytes - done);
-      for (int64_t i = 0; i < n; i += kCopyBytes) {
-        const int64_t m = std::min(kCopyBytes, n - i);
-        std::memcpy(bounce.get() + i, p + done + i, static_cast<size_t>(m));
-        sum.update(bounce.get() + i, m);
-      }
-      const int64_t padded = round_up(n, kDirectAlign);
-      std::memset(bounce.get() + n, 0, static_cast<size_t>(padded - n));
-      write_all(direct_fd, bounce.get(), padded, offset + done);
-      done += n;
-    }
-    return sum.digest();
-  }
-
-  uint64_t write_block(const at::Tensor& src, int64_t offset, int64_t bytes) {
-    const auto* p = static_cast<const char*>(src.data_ptr());
-    if (direct_fd >= 0) return write_direct(p, offset, bytes);
-    const uint64_t sum = checksum(p, bytes);
-    write_all(fd, p, bytes, offset);
-    if (options.bypass_page_cache) {
-      // Dirty pages cannot be dropped: write them out first, then drop them.
-      if (::sync_file_range(fd, offset, bytes,
-                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-                                SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
-        const int e = errno;
-        throw ScratchError("cannot flush offloaded checkpoints to the scratch file " +
-                           file.string() + ": " + errno_text(e));
-      }
-      ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
-    }
-    return sum;
-  }
-
-  // 0, an errno, or -1 when the file ends first.
-  static int read_all(int from, char* p, int64_t bytes, int64_t offset) {
-    int64_t done = 0;
-    while (done < bytes) {
-      const ssize_t n = ::pread(from, p + done, static_cast<size_t>(bytes - done), offset + done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return errno;
-      if (n == 0) return -1;
-      done += n;
-    }
-    return 0;
-  }
-
+  // Block bytes read back from the scratch file into host memory: aligned for direct I/O on a
+  // CPU build, pinned for an accelerator's block (which goes through the page cache).
   at::Tensor read_block(const std::vector<int64_t>& sizes, const at::TensorOptions& opts,
                         at::MemoryFormat format, int64_t offset, int64_t bytes, uint64_t sum) {
-    // Reading through our descriptor would still succeed after an unlink: check that the file
-    // on disk is still ours, so a deleted scratch file is an error, never stale data.
-    struct stat st {};
-    if (::stat(file.c_str(), &st) != 0 || st.st_ino != inode || st.st_dev != device) {
-      throw ScratchError(
-          "the scratch file " + file.string() +
-          " holding offloaded checkpoints was deleted or replaced while the step ran; "
-          "the step cannot continue (keep the scratch directory for Tessel alone)");
-    }
-    const bool direct = direct_fd >= 0 && opts.device().is_cpu();
-    at::Tensor host = direct ? aligned_empty(sizes, opts, format, round_up(bytes, kDirectAlign))
-                             : at::empty(sizes, opts.device(at::kCPU)
-                                                    .pinned_memory(!opts.device().is_cpu())
-                                                    .memory_format(format));
-    auto* p = static_cast<char*>(host.data_ptr());
-    // Direct reads take whole pages: the block's zero padding lands in the allocation's slack.
-    const int64_t length = direct ? round_up(bytes, kDirectAlign) : bytes;
-    // The device reads faster with two requests in flight (here 1.66 GB/s against 1.1 with
-    // one): a large direct read is split in two halves read at once.
-    const int64_t half =
-        direct && length >= kSplitReadBytes ? round_up(length / 2, kDirectAlign) : length;
-    int second = 0;
-    std::thread helper;
-    if (half < length) {
-      helper = std::thread(
-          [&] { second = read_all(direct_fd, p + half, length - half, offset + half); });
-    }
-    const int first = read_all(direct ? direct_fd : fd, p, half, offset);
-    if (helper.joinable()) helper.join();
-    if (first != 0 || second != 0) {
-      const int e = first != 0 ? first : second;
-      throw ScratchError("the scratch file " + file.string() +
-                         " is shorter than what was written (" +
-                         (e > 0 ? errno_text(e) : std::string("truncated")) +
-                         "); the offloaded checkpoints are lost and the step cannot continue");
-    }
-    // A block is read more than once (forward, backward): the next read must find a cold disk.
-    if (options.bypass_page_cache && !direct) {
-      ::posix_fadvise(fd, offset, bytes, POSIX_FADV_DONTNEED);
-    }
-    if (checksum(p, bytes) != sum) {
-      throw ScratchError("the scratch file " + file.string() +
-                         " was changed while the step ran (checksum mismatch); the offloaded "
-                         "checkpoints are lost and the step cannot continue");
-    }
-    return host;  // in host memory (pinned for an accelerator's block)
+    const bool direct = file.direct() && !Staging::needs_host_copy(opts.device());
+    at::Tensor host = direct ? aligned_empty(sizes, opts, format, file.extent(bytes))
+                             : at::empty(sizes, Staging::host_options(opts).memory_format(format));
+    file.read(static_cast<char*>(host.data_ptr()), offset, bytes, sum, direct);
+    return host;
   }
 
   // A CPU tensor whose data starts on a kDirectAlign boundary with room for `length` bytes,
   // carved from an ordinary allocation (so the memory tracker counts it).
   static at::Tensor aligned_empty(const std::vector<int64_t>& sizes, const at::TensorOptions& opts,
                                   at::MemoryFormat format, int64_t length) {
-    at::Tensor base = at::empty({length + kDirectAlign}, opts.dtype(at::kByte).device(at::kCPU));
+    constexpr int64_t kAlign = ScratchFile::kDirectAlign;
+    at::Tensor base = at::empty({length + kAlign}, opts.dtype(at::kByte).device(at::kCPU));
     auto* raw = static_cast<char*>(base.data_ptr());
-    char* p = raw + (kDirectAlign - reinterpret_cast<uintptr_t>(raw) % kDirectAlign) % kDirectAlign;
+    char* p = raw + (kAlign - reinterpret_cast<uintptr_t>(raw) % kAlign) % kAlign;
     const auto keep = [base](void*) mutable { base.reset(); };
     if (format == at::MemoryFormat::ChannelsLast) {
       return at::from_blob(p, sizes, c10::get_channels_last_strides_2d(sizes), keep,
@@ -726,10 +430,10 @@ class TileStore::Impl {
   }
 
   TileStoreOptions options;
+  ScratchFile file;  // the disk tier (created at its first block)
+  Staging staging;   // an accelerator's copies to and from host memory
   mutable std::mutex m;
   std::condition_variable cv;
-  std::mutex stream_mutex;                 // guards side_stream (both threads copy)
-  std::optional<c10::Stream> side_stream;  // an accelerator's copies (copy_async)
   std::unordered_map<BlockId, Block> blocks;
   std::unordered_set<BlockId> erased;
   std::deque<BlockId> reads_ahead;
@@ -737,21 +441,8 @@ class TileStore::Impl {
   std::exception_ptr error;
   bool stop = false;
   BlockId next_id = 0;
-  int fd = -1;
-  int direct_fd = -1;  // the same file with O_DIRECT, when bypassing the page cache
-  // The I/O thread's copy buffer for direct writes (kBounceBytes, outside the memory tracker's
-  // count like the page cache it replaces).
-  std::unique_ptr<char, decltype(&std::free)> bounce{nullptr, &std::free};
-  fs::path file;
-  ino_t inode = 0;
-  dev_t device = 0;
-  int64_t file_end = 0, in_flight = 0, in_flight_peak = 0, written = 0, read = 0, host_bytes = 0,
-          disk_bytes = 0;
+  int64_t in_flight = 0, in_flight_peak = 0, written = 0, read = 0, host_bytes = 0, disk_bytes = 0;
   int64_t disk_peak = 0;
-  // Extents of erased disk blocks (length → offset), reused: a step writes many times the bytes
-  // it holds at once (inner checkpoints, gradients stored pass after pass), and an append-only
-  // scratch file filled the disk (resnet50 4096² with offloaded inner checkpoints, 46 GB free).
-  std::multimap<int64_t, int64_t> free_extents;
   double read_wait_ms = 0, write_wait_ms = 0, write_ms = 0, read_ms = 0;
   int64_t unscheduled = 0;
   std::thread io;  // last: started after every member it uses
@@ -777,64 +468,17 @@ void TileStore::set_write_behind(int64_t bytes) { impl_->set_write_behind(bytes)
 TileStoreStats TileStore::stats() const { return impl_->stats(); }
 std::filesystem::path TileStore::scratch_file() const {
   std::lock_guard<std::mutex> lock(impl_->m);
-  return impl_->file;
+  return impl_->file.path();
 }
 
-void TileStore::check_scratch_dir(const fs::path& dir) {
-  const auto unusable = [&](const std::string& reason) {
-    return ScratchError("cannot use " + dir.string() + " as the scratch directory for offloaded " +
-                        "checkpoints: " + reason + "; choose a writable directory with --scratch");
-  };
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) throw unusable(error.message());
-  const fs::path probe = dir / (".tessel-scratch-probe-" + std::to_string(::getpid()));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw unusable(errno_text(errno));
-  ::close(fd);
-  fs::remove(probe, error);
-  remove_stale_scratch_files(dir);
-}
+void TileStore::check_scratch_dir(const fs::path& dir) { ScratchFile::check_dir(dir); }
 
 void TileStore::check_free_space(const fs::path& dir, int64_t bytes) {
-  const fs::path where = dir.empty() ? fs::temp_directory_path() : dir;
-  std::error_code error;
-  const fs::space_info space = fs::space(where, error);
-  if (error || bytes <= 0) return;  // an unusable directory fails with its own message
-  if (static_cast<uintmax_t>(bytes) <= space.available) return;
-  throw ScratchError("this step keeps up to " + format_bytes(bytes) +
-                     " of offloaded checkpoints in the scratch directory " + where.string() +
-                     ", which has " + format_bytes(static_cast<int64_t>(space.available)) +
-                     " free: free space there, choose another scratch directory (--scratch) or "
-                     "a larger memory budget");
+  ScratchFile::check_free_space(dir, bytes);
 }
 
-int TileStore::remove_stale_scratch_files(const std::filesystem::path& dir) {
-  int removed = 0;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0 || name.size() <= std::strlen(kSuffix) ||
-        name.compare(name.size() - std::strlen(kSuffix), std::string::npos, kSuffix) != 0) {
-      continue;
-    }
-    const std::string rest = name.substr(std::strlen(kPrefix));
-    long pid = 0;
-    try {
-      pid = std::stol(rest);
-    } catch (const std::exception&) {
-      continue;
-    }
-    // A process that no longer exists cannot be using its scratch file: it crashed.
-    if (pid <= 0 || (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) continue;
-    std::error_code rm;
-    if (fs::remove(entry.path(), rm)) {
-      spdlog::info("removed {} left by a run that ended without cleaning up",
-                   entry.path().string());
-      ++removed;
-    }
-  }
-  return removed;
+int TileStore::remove_stale_scratch_files(const fs::path& dir) {
+  return ScratchFile::remove_stale(dir);
 }
 
 }  // namespace tessel::core

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "core/device/copies.h"
 #include "core/device/device.h"
 #include "core/device/memory.h"
 #include "core/device/parallel.h"

@@ -13,6 +13,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/device/copies.h"
 #include "core/error.h"
 #include "core/exec/step.h"
 #include "core/plan/geometry.h"
