@@ -1,15 +1,41 @@
-// What a segment's scheme adds to the planner's price beyond its tiles (engine-internal): the
-// barriers' statistic passes and rounds of sums, sub-segments' rebuilt and dropped inner
-// checkpoints, the bytes a segment run as sub-segments holds in its backward, shared rows' joins.
+// The cost model's part that depends on a segment's scheme (engine-internal): what each
+// scheme adds to the planner's price beyond its tiles (scheme_cost, one overload per
+// alternative of Scheme, each in the scheme's own file in plan/schemes/), and the pieces of a
+// scheme's arithmetic the rest of the planner reads (sub-segments' work, rounds and backward
+// bytes; shared rows' joins).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <variant>
 #include <vector>
 
 #include "core/plan/tile_cost.h"
 
 namespace tessel::core::planning {
+
+// What segment `s`'s scheme adds to its price beyond its tiles' forward, recompute and backward.
+PlanCost scheme_cost(const Analysis& a, const Segment& s);
+
+// Per scheme. Plain tiles: nothing beyond the tiles. A kept graph: its saving is priced where
+// the segment keeps it (keep_graphs, plan/schemes/kept_graph.cpp). Whole barriers: one tile
+// each way, as LibTorch runs them.
+inline PlanCost scheme_cost(const Analysis&, const Segment&, const PlainTiles&) { return {}; }
+inline PlanCost scheme_cost(const Analysis&, const Segment&, const KeptGraph&) { return {}; }
+inline PlanCost scheme_cost(const Analysis&, const Segment&, const WholeBarriers&) { return {}; }
+// Shared rows (plan/schemes/shared_rows.cpp): the kept rows moved to the store and back where
+// they are not resident (SharedRows::kept_bytes), the joins' copies (joined_bytes).
+PlanCost scheme_cost(const Analysis& a, const Segment& s, const SharedRows& rows);
+// Sub-segments (plan/schemes/sub_segments.cpp): the backward rebuilds the inner checkpoints
+// (about one more forward), and the dropped ones' passes (dropped_cost).
+PlanCost scheme_cost(const Analysis& a, const Segment& s, const SubSegments& sub);
+// Recompute rounds (plan/schemes/recompute_rounds.cpp): in the forward, each barrier's
+// statistic pass recomputes its input over the shares of the forward tiles; in the backward,
+// each round of sums recomputes the segment's tiles and takes the gradient back to its
+// barriers. Steers the search to checkpoints that split chains of barriers.
+PlanCost scheme_cost(const Analysis& a, const Segment& s, const RecomputeRounds&);
+
+// --- Sub-segments' arithmetic (plan/schemes/sub_segments.cpp) ---
 
 // The FLOPs of the nodes (after, target] that the sub-segment computing all of `target` from
 // `leaves` runs (a leaf is read, not computed), and the bytes of the inner checkpoints among
@@ -43,12 +69,6 @@ std::vector<Region> reads_with_rounds(const Analysis::Additions& adds,
 // forwards' worth) of its sub-segment, and its leaves read (k − 1) more times each way.
 PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded);
 
-// What a segment's barriers add (core/exec/barrier.h): in the forward, each barrier's statistic
-// pass recomputes its input over the shares of the forward tiles; in the backward, each round
-// of sums recomputes the segment's tiles and takes the gradient back to its barriers. Steers the
-// search to checkpoints that split chains of barriers.
-PlanCost barrier_cost(const Analysis& a, const Segment& s);
-
 // What a segment run as sub-segments holds beyond its tiles in its backward at its fullest
 // (the executor's SubSegmentsRun::backward): the inner checkpoints not yet passed, and the
 // gradients of those a later sub-segment has added into, each from the first addition until its own
@@ -56,10 +76,14 @@ PlanCost barrier_cost(const Analysis& a, const Segment& s);
 // sub-segment (which reads only those before it).
 int64_t inner_backward_bytes(const Analysis& a, const Segment& s);
 
+// --- Shared by the schemes (cost_model.cpp) ---
+
 // Whether segment `s` holds a barrier: unless it runs as one tile (WholeBarriers),
 // its tiles run in several passes (core/exec/barrier.h), so the backward recomputes them and keeps
 // no graph.
 bool has_barrier(const Graph& graph, const Segment& s);
+
+// --- Shared rows' arithmetic (plan/schemes/shared_rows.cpp) ---
 
 // The bytes shared rows' concatenations copy in one pass over segment `s`. A row joins no
 // activation whole (core/exec/shared_row.h): it copies the rows it inherits into one piece with

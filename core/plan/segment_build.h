@@ -1,10 +1,11 @@
 // Building one candidate plan from a checkpoint set (engine-internal): each segment's scheme and
-// partitions under the budget (SegmentBuild, in segment_build.cpp), its passes' bytes, its price;
-// then the segments that keep their autograd graphs (keep_graphs.cpp).
+// partitions under the budget (SegmentBuild), its passes' bytes, its price; then the segments
+// that keep their autograd graphs (keep_graphs, plan/schemes/kept_graph.cpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/plan/offload_sizing.h"
@@ -26,6 +27,80 @@ struct Candidate {
 
 // The pass that holds most, and what it holds.
 std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& passes);
+
+// One segment of build(), from checkpoint bounds[i] to bounds[i + 1]: the bytes each of its
+// passes holds besides its tiles, the partitions that fit what the budget leaves, its scheme,
+// and what it adds to the plan. `plan` holds the segments before it; `held` is the earlier
+// checkpoints alive while it runs. What belongs to one scheme is in that scheme's file in
+// plan/schemes/ (named at each member below); the rest is segment_build.cpp.
+class SegmentBuild {
+ public:
+  SegmentBuild(const Analysis& a, const Offloading& off, Strategy strategy, const Plan& plan,
+               size_t i, const std::vector<NodeId>& bounds, const std::vector<Tier>& tiers,
+               int64_t held);
+
+  // Chooses the forward's and backward's tile counts, placing the barriers (whole, as
+  // sub-segments over inner checkpoints, or recomputed in rounds) and the shared rows' kept
+  // rows (resident, else in the store); -1 in `nf` or `nb` where no partition fits.
+  void choose_counts();
+  bool fits_budget() const { return nf >= 0 && nb >= 0; }
+  // The smallest a pass of this segment can hold: at the finest partition.
+  int64_t finest_bytes() const;
+  // Sets the partitions the counts chose (fixed ones where the options fix them), rows
+  // balanced where that holds no more.
+  void set_partitions();
+  // Adds the segment's cost to `cost`; returns its forward's and backward's bytes at their
+  // peaks (as build's passes) and fills the segment's FLOPs and the store's blocks.
+  std::pair<MemoryBreakdown, MemoryBreakdown> account(PlanCost& cost);
+
+  Segment s;
+  int64_t out_bytes = 0;  // the output checkpoint's (0 for a reduction's)
+  bool out_off = false;   // the output is offloaded
+  StoreShare fwd_share, bwd_share;
+
+ private:
+  void count_store(const std::vector<NodeId>& bounds, const std::vector<Tier>& tiers);
+  int64_t open_bytes(const Partition& p, bool exact) const;
+  // Whether `n` tiles fit `avail` bytes; shared rows also hold what every row keeps for the
+  // next (more with more rows: the search finds the fewest rows whose working set fits, then
+  // checks them with it).
+  bool fits(int64_t n, bool backward, int64_t avail, bool with_kept = false) const;
+  int64_t choose(bool backward) const;
+  Partition fixed_partition() const;
+  void place_barriers();
+  void balance_rows();
+
+  // plan/schemes/sub_segments.cpp
+  std::pair<int64_t, int64_t> inner_extra(Tier t) const;
+  void try_sub_segments();
+  void drop_inner();
+  int64_t sub_segments_open_bytes(const Partition& p, bool exact) const;
+  void sub_segments_blocks();
+
+  // plan/schemes/shared_rows.cpp
+  void store_kept_rows();
+  int64_t shared_rows_count(int64_t lo, bool backward, int64_t avail) const;
+  int64_t shared_rows_finest() const;
+  void balance_shared_rows();
+
+  const Analysis& a;
+  const Offloading& off;
+  const Strategy strategy;
+  const int64_t budget;
+  const Plan& plan;  // the segments before this one
+  const size_t i;
+  const int64_t held;
+  Shape out;
+  Tier in_tier = Tier::kResident;  // where the input checkpoint lives
+  bool in_off = false;             // the input is on disk (the host tier is RAM: counted)
+  int64_t cap = 0, out_fwd = 0, out_bwd = 0, in_bwd = 0, store_fwd = 0, store_bwd = 0;
+  bool barriers = false;
+  std::vector<NodeId> inner;
+  int64_t inner_bytes = 0;
+  // What each pass holds outside its tiles, and of that what inner checkpoints add.
+  int64_t fwd_fixed = 0, bwd_fixed = 0, inner_fwd = 0, inner_bwd = 0;
+  int64_t nf = -1, nb = -1;  // tile counts; 0: the options fix the partition
+};
 
 // A plan from checkpoint set `checkpoints` with `strategy`: every segment's scheme and
 // partitions under the request's target, its price and its passes' peaks. `tiers[i]`: where segment

@@ -1,4 +1,6 @@
-// Kept graphs: which segments keep their tiles' autograd graphs (declared in segment_build.h).
+// Kept graphs (KeptGraph, plan/plan.h; and the keep_graph flags of shared rows and whole
+// barriers) in the planner: which segments keep their tiles' autograd graphs, and what that
+// saves (declared in segment_build.h). The executor's side is exec/schemes/plain_tiles.cpp.
 #include "core/plan/segment_build.h"
 
 #include <algorithm>
