@@ -150,76 +150,138 @@ bool hook_kept(HeldRows& h, Window rows, const at::Tensor& g) {
   return true;
 }
 
-}  // namespace
-
-at::Tensor run_shared_row(const Graph& graph, const std::vector<Shape>& shapes, NodeId first,
-                          NodeId output, const SharedRow& row, TileTensor input,
-                          const std::vector<at::Tensor>& inherited, std::vector<at::Tensor>* kept,
-                          const std::vector<at::Tensor>* handed) {
-  const bool grad = at::GradMode::is_enabled();
-  std::vector<HeldRows> held(static_cast<size_t>(output) + 1);
-  std::vector<int> uses(static_cast<size_t>(output) + 1, 0);
-  for (NodeId v = first + 1; v <= output; ++v) {
-    for (NodeId p : graph.node(v).inputs) ++uses[static_cast<size_t>(p)];
+// One row of SharedRowRunner::run: the held rows by node, and the nodes whose kept rows get
+// the next row's gradient.
+class RowPass {
+ public:
+  RowPass(const Graph& graph, const std::vector<Shape>& shapes, NodeId first, NodeId output,
+          const SharedRow& row)
+      : graph_(graph),
+        shapes_(shapes),
+        first_(first),
+        output_(output),
+        row_(row),
+        held_(static_cast<size_t>(output) + 1),
+        uses_(static_cast<size_t>(output) + 1, 0) {
+    for (NodeId v = first + 1; v <= output; ++v) {
+      for (NodeId p : graph.node(v).inputs) ++uses_[static_cast<size_t>(p)];
+    }
   }
-  const at::TensorOptions options = input.tensor.options();
-  {
-    HeldRows& in = held[static_cast<size_t>(first)];
+
+  void start(TileTensor input) {
+    options_ = input.tensor.options();
+    HeldRows& in = held_[static_cast<size_t>(first_)];
     in.body = in.body_made = std::move(input.tensor);
     in.rows = input.region.y;
     in.x = input.region.x;
     in.split = in.rows.begin;
   }
-  if (kept != nullptr) kept->assign(static_cast<size_t>(output) + 1, at::Tensor());
-  // Nodes whose kept rows get the next row's gradient, held until every consumer has read
-  // them (a hook goes only on a piece this row's graph gives a gradient).
-  std::vector<NodeId> handed_to;
-  for (NodeId v = first + 1; v <= output; ++v) {
+
+  // Node `v`'s rows: those it computes, after `before` (the rows the previous row kept of it).
+  void compute(NodeId v, const at::Tensor& before) {
     const auto i = static_cast<size_t>(v);
-    const Node& node = graph.node(v);
-    const Region& computed = row.computed[i];
-    HeldRows& h = held[i];
-    h.rows = row.held[i].y;
-    h.x = row.held[i].x;
-    const at::Tensor& before = i < inherited.size() ? inherited[i] : at::Tensor();
+    const Node& node = graph_.node(v);
+    const Region& computed = row_.computed[i];
+    HeldRows& h = held_[i];
+    h.rows = row_.held[i].y;
+    h.x = row_.held[i].x;
     at::Tensor top;
     if (!computed.empty()) {
-      const int64_t split = body_begin(node, shapes, computed, held);
-      const Region top_rows{{computed.y.begin, split}, computed.x};
-      const Region body_rows{{split, computed.y.end}, computed.x};
-      std::vector<Shape> in_shapes;
-      for (NodeId p : node.inputs) in_shapes.push_back(shapes[static_cast<size_t>(p)]);
-      if (!top_rows.empty()) {
-        std::vector<TileTensor> ins;
-        for (NodeId p : node.inputs) {
-          const auto pi = static_cast<size_t>(p);
-          ins.push_back(cover(held[pi], needed_input(node, top_rows, shapes[pi]).y));
-        }
-        top = forward_tile(node, top_rows, ins, in_shapes);
-      }
-      if (!body_rows.empty()) {
-        std::vector<TileTensor> ins;
-        for (NodeId p : node.inputs) {
-          HeldRows& ph = held[static_cast<size_t>(p)];
-          ph.body_read = true;
-          ins.push_back({ph.body, {{ph.split, ph.rows.end}, ph.x}});
-        }
-        // In place as the executor's run_tile does, where the producer's body is a tensor of
-        // this row's own that nothing else reads.
-        const NodeId pid = node.inputs[0];
-        const bool overwrite = !grad && pid != first && allocates_output(graph.node(pid)) &&
-                               graph.consumers()[static_cast<size_t>(pid)].size() == 1;
-        h.body = h.body_made = forward_tile(node, body_rows, ins, in_shapes, overwrite);
-      }
+      const int64_t split = body_begin(node, shapes_, computed, held_);
+      top = compute_head(node, {{computed.y.begin, split}, computed.x});
+      compute_body(v, {{split, computed.y.end}, computed.x});
       h.split = split;
     } else {
       h.split = h.rows.end;
     }
     if (h.rows.empty()) {
-      h.head = at::empty({1, node.channels, 0, 0}, options);
+      h.head = at::empty({1, node.channels, 0, 0}, options_);
     } else {
       h.head = joined(before.defined() && before.size(2) > 0 ? before : at::Tensor(), top);
     }
+    check_rows(node, h);
+  }
+
+  // What node `v` keeps for the next row (into `kept`), or where the next row's gradient for
+  // it (`handed`) goes.
+  void keep(NodeId v, std::vector<at::Tensor>* kept, const std::vector<at::Tensor>* handed) {
+    const auto i = static_cast<size_t>(v);
+    const Region& keep = row_.kept[i];
+    const at::Tensor& g = handed != nullptr && i < handed->size() ? (*handed)[i] : at::Tensor();
+    if (g.defined() && !keep.empty()) {
+      handed_to_.push_back(v);
+    } else if (kept != nullptr && !keep.empty() && !at::GradMode::is_enabled()) {
+      (*kept)[i] = cover(held_[i], keep.y).tensor.clone();
+    } else if (kept != nullptr && !keep.empty()) {
+      (*kept)[i] = cover(held_[i], keep.y).tensor;
+    }
+  }
+
+  // Node `v`'s producers' rows go once every consumer has read them (those whose kept rows
+  // get the next row's gradient stay until it is hooked).
+  void release_inputs(NodeId v) {
+    for (NodeId p : graph_.node(v).inputs) {
+      const auto pi = static_cast<size_t>(p);
+      if (--uses_[pi] == 0 && !std::count(handed_to_.begin(), handed_to_.end(), p)) held_[pi] = {};
+    }
+  }
+
+  // The next row's gradients for the kept rows: hooked where this row's graph gives those rows
+  // a gradient, else returned in `kept` for the caller to seed.
+  void hand_gradients(std::vector<at::Tensor>* kept, const std::vector<at::Tensor>* handed) {
+    for (NodeId v : handed_to_) {
+      const auto i = static_cast<size_t>(v);
+      const Window keep = row_.kept[i].y;
+      if (!hook_kept(held_[i], keep, (*handed)[i]) && kept != nullptr) {
+        (*kept)[i] = cover(held_[i], keep).tensor;
+      }
+    }
+  }
+
+  at::Tensor output() const {
+    const HeldRows& out = held_[static_cast<size_t>(output_)];
+    return joined(out.head, out.body);
+  }
+
+ private:
+  std::vector<Shape> input_shapes(const Node& node) const {
+    std::vector<Shape> out;
+    for (NodeId p : node.inputs) out.push_back(shapes_[static_cast<size_t>(p)]);
+    return out;
+  }
+
+  // The rows computed from joined seams (reading some producer's head).
+  at::Tensor compute_head(const Node& node, const Region& rows) {
+    if (rows.empty()) return {};
+    std::vector<TileTensor> ins;
+    for (NodeId p : node.inputs) {
+      const auto pi = static_cast<size_t>(p);
+      ins.push_back(cover(held_[pi], needed_input(node, rows, shapes_[pi]).y));
+    }
+    return forward_tile(node, rows, ins, input_shapes(node));
+  }
+
+  // The rows computed from the producers' bodies alone.
+  void compute_body(NodeId v, const Region& rows) {
+    if (rows.empty()) return;
+    const Node& node = graph_.node(v);
+    std::vector<TileTensor> ins;
+    for (NodeId p : node.inputs) {
+      HeldRows& ph = held_[static_cast<size_t>(p)];
+      ph.body_read = true;
+      ins.push_back({ph.body, {{ph.split, ph.rows.end}, ph.x}});
+    }
+    // In place as the executor's run_tile does, where the producer's body is a tensor of this
+    // row's own that nothing else reads.
+    const NodeId pid = node.inputs[0];
+    const bool overwrite = !at::GradMode::is_enabled() && pid != first_ &&
+                           allocates_output(graph_.node(pid)) &&
+                           graph_.consumers()[static_cast<size_t>(pid)].size() == 1;
+    HeldRows& h = held_[static_cast<size_t>(v)];
+    h.body = h.body_made = forward_tile(node, rows, ins, input_shapes(node), overwrite);
+  }
+
+  static void check_rows(const Node& node, HeldRows& h) {
     const int64_t head_rows = h.head.defined() ? h.head.size(2) : 0;
     const int64_t body_rows = h.body.defined() ? h.body.size(2) : 0;
     if (!h.rows.empty() &&
@@ -229,30 +291,36 @@ at::Tensor run_shared_row(const Graph& graph, const std::vector<Shape>& shapes, 
                   std::to_string(h.rows.size()));
     }
     if (head_rows == 0 && !h.rows.empty()) h.head = at::Tensor();
-    const Region& keep = row.kept[i];
-    const at::Tensor& g = handed != nullptr && i < handed->size() ? (*handed)[i] : at::Tensor();
-    if (g.defined() && !keep.empty()) {
-      handed_to.push_back(v);
-    } else if (kept != nullptr && !keep.empty() && !grad) {
-      (*kept)[i] = cover(h, keep.y).tensor.clone();
-    } else if (kept != nullptr && !keep.empty()) {
-      (*kept)[i] = cover(h, keep.y).tensor;
-    }
-    if (v == output) break;
-    for (NodeId p : node.inputs) {
-      const auto pi = static_cast<size_t>(p);
-      if (--uses[pi] == 0 && !std::count(handed_to.begin(), handed_to.end(), p)) held[pi] = {};
-    }
   }
-  for (NodeId v : handed_to) {
+
+  const Graph& graph_;
+  const std::vector<Shape>& shapes_;
+  const NodeId first_, output_;
+  const SharedRow& row_;
+  std::vector<HeldRows> held_;
+  std::vector<int> uses_;
+  at::TensorOptions options_;
+  std::vector<NodeId> handed_to_;
+};
+
+}  // namespace
+
+at::Tensor SharedRowRunner::run(const SharedRow& row, TileTensor input,
+                                const std::vector<at::Tensor>& inherited,
+                                std::vector<at::Tensor>* kept,
+                                const std::vector<at::Tensor>* handed) {
+  RowPass pass(graph_, shapes_, first_, output_, row);
+  pass.start(std::move(input));
+  if (kept != nullptr) kept->assign(static_cast<size_t>(output_) + 1, at::Tensor());
+  for (NodeId v = first_ + 1; v <= output_; ++v) {
     const auto i = static_cast<size_t>(v);
-    const Window keep = row.kept[i].y;
-    if (!hook_kept(held[i], keep, (*handed)[i]) && kept != nullptr) {
-      (*kept)[i] = cover(held[i], keep).tensor;
-    }
+    pass.compute(v, i < inherited.size() ? inherited[i] : at::Tensor());
+    pass.keep(v, kept, handed);
+    if (v == output_) break;
+    pass.release_inputs(v);
   }
-  HeldRows& out = held[static_cast<size_t>(output)];
-  return joined(out.head, out.body);
+  pass.hand_gradients(kept, handed);
+  return pass.output();
 }
 
 }  // namespace tessel::core

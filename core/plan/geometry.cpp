@@ -49,16 +49,24 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
 
 namespace {
 
+// A walk back from `tile` of `target` to `input`; with `shares`, a barrier's input also holds
+// the tile's share of it, where the backward adds the barrier's correction.
+struct Walk {
+  NodeId input = 0, target = 0;
+  Region tile;
+  bool shares = false;
+};
+
 // The region of each node (input..target) that `tile` of `target` needs: the hull over each
 // node's consumers up to `target` of the windows they read, clipped (DESIGN.md rules 1-2),
-// except consumers `read` says are given rather than computed; with `shares`, a barrier's input
-// also holds the tile's share of it, where the backward adds the barrier's correction.
-// `extra`, when given: a region a node the tile reads also holds (a dropped inner checkpoint's
-// share).
-std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
-                               NodeId target, const Region& tile, bool shares,
-                               const std::function<bool(NodeId)>& read,
+// except consumers `read` says are given rather than computed. `extra`, when given: a region a
+// node the tile reads also holds (a dropped inner checkpoint's share).
+std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& shapes,
+                               const Walk& walk, const std::function<bool(NodeId)>& read,
                                const std::function<Region(NodeId)>& extra = nullptr) {
+  const NodeId input = walk.input, target = walk.target;
+  const Region& tile = walk.tile;
+  const bool shares = walk.shares;
   std::vector<Region> need(static_cast<size_t>(target) + 1);
   need[static_cast<size_t>(target)] = tile;
   const Shape& target_shape = shapes[static_cast<size_t>(target)];
@@ -148,28 +156,32 @@ std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId o
 }
 
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
-                                      NodeId input, const std::vector<NodeId>& leaves,
-                                      NodeId target, const Region& tile) {
-  return sub_segment_needs(graph, shapes, input, leaves, target, tile, {}, {}, {});
+                                      const SubSegment& sub, const Region& tile) {
+  static const std::vector<NodeId> none;
+  return sub_segment_needs(graph, shapes, sub, tile, {none, {}, {}});
 }
 
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
-                                      NodeId input, const std::vector<NodeId>& leaves,
-                                      NodeId target, const Region& tile,
-                                      const std::vector<NodeId>& dropped, const Region& out_tile,
-                                      const Shape& out) {
+                                      const SubSegment& sub, const Region& tile,
+                                      const DroppedShares& drops) {
+  const NodeId target = sub.target;
+  const std::vector<NodeId>& leaves = sub.leaves;
+  const std::vector<NodeId>& dropped = drops.dropped;
   std::vector<char> leaf(static_cast<size_t>(target) + 1, 0);
   for (NodeId l : leaves) {
     if (l <= target) leaf[static_cast<size_t>(l)] = 1;
   }
   std::vector<Region> extra(static_cast<size_t>(target) + 1);
   for (NodeId d : dropped) {
-    if (d < target)
-      extra[static_cast<size_t>(d)] = barrier_share(out_tile, out, shapes[static_cast<size_t>(d)]);
+    if (d < target) {
+      extra[static_cast<size_t>(d)] =
+          barrier_share(drops.out_tile, drops.out, shapes[static_cast<size_t>(d)]);
+    }
   }
   const auto read = [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; };
-  if (dropped.empty()) return needs_back(graph, shapes, input, target, tile, false, read);
-  return needs_back(graph, shapes, input, target, tile, /*shares=*/false, read,
+  const Walk walk{sub.input, target, tile, /*shares=*/false};
+  if (dropped.empty()) return needs_back(graph, shapes, walk, read);
+  return needs_back(graph, shapes, walk, read,
                     [&](NodeId v) { return extra[static_cast<size_t>(v)]; });
 }
 
@@ -195,8 +207,8 @@ std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,
   targets.push_back(s.output);
   for (NodeId t : targets) {
     const Shape& ts = shapes[static_cast<size_t>(t)];
-    const auto need =
-        sub_segment_needs(graph, shapes, s.input, leaves, t, Region{{0, ts.height}, {0, ts.width}});
+    const auto need = sub_segment_needs(graph, shapes, {s.input, leaves, t},
+                                        Region{{0, ts.height}, {0, ts.width}});
     for (size_t k = 0; k < s.dropped_inner().size(); ++k) {
       const NodeId d = s.dropped_inner()[k];
       if (d < t && !need[static_cast<size_t>(d)].empty()) readers[k].push_back(t);
@@ -273,8 +285,8 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
       if (r.empty()) continue;
       // A copy: the needs are a temporary (a reference into it dangled, and valgrind found the
       // plan's moved bytes read from freed memory, different from run to run).
-      const Region add = sub_segment_needs(graph, shapes, s.input, leaves, target, r,
-                                           s.dropped_inner(), tile, out)[static_cast<size_t>(v)];
+      const Region add = sub_segment_needs(graph, shapes, {s.input, leaves, target}, r,
+                                           {s.dropped_inner(), tile, out})[static_cast<size_t>(v)];
       if (!add.empty()) adds.push_back(add);
     }
     if (adds.empty()) return;
@@ -301,7 +313,7 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
 
 std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const Region& tile) {
-  return needs_back(graph, shapes, input, output, tile, /*shares=*/true,
+  return needs_back(graph, shapes, {input, output, tile, /*shares=*/true},
                     [](NodeId) { return false; });
 }
 

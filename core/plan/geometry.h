@@ -69,20 +69,32 @@ std::vector<std::vector<Region>> grad_additions(const Graph& graph,
                                                 const std::vector<Shape>& shapes, const Segment& s,
                                                 NodeId v, std::vector<NodeId>* readers = nullptr);
 
-// segment_needs for the sub-segment that computes `target` from `leaves` (the segment's input
-// and inner checkpoints before `target`, whose values are read, not computed): needs stop at
-// the leaves; no barrier shares (the corrections are added to the inner checkpoints' gradients).
+// A sub-segment of a segment from `input`: the nodes that compute `target` from `leaves` (the
+// segment's input and inner checkpoints before `target`, whose values are read, not computed).
+struct SubSegment {
+  NodeId input = 0;
+  const std::vector<NodeId>& leaves;
+  NodeId target = 0;
+};
+
+// Dropped inner checkpoints a sub-segment recomputes (SubSegments::dropped): at each it
+// computes, also the share of the segment's output tile `out_tile` (of `out`), where its
+// barriers' corrections are added.
+struct DroppedShares {
+  const std::vector<NodeId>& dropped;
+  Region out_tile;
+  Shape out;
+};
+
+// segment_needs for sub-segment `sub` over `tile` of its target: needs stop at the leaves; no
+// barrier shares (the corrections are added to the inner checkpoints' gradients).
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
-                                      NodeId input, const std::vector<NodeId>& leaves,
-                                      NodeId target, const Region& tile);
-// The same where the sub-segment recomputes dropped inner checkpoints (SubSegments::dropped):
-// at each it computes, also the share of the segment's output tile `out_tile` (of `out`), where
-// its barriers' corrections are added. Without `dropped`, the plain sub_segment_needs.
+                                      const SubSegment& sub, const Region& tile);
+// The same where the sub-segment recomputes dropped inner checkpoints. Without any, the plain
+// sub_segment_needs.
 std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shape>& shapes,
-                                      NodeId input, const std::vector<NodeId>& leaves,
-                                      NodeId target, const Region& tile,
-                                      const std::vector<NodeId>& dropped, const Region& out_tile,
-                                      const Shape& out);
+                                      const SubSegment& sub, const Region& tile,
+                                      const DroppedShares& drops);
 // Where each of segment `s`'s dropped inner checkpoints is recomputed (in dropped_inner's
 // order): the kept inner checkpoints (or the output) whose sub-segments read it.
 std::vector<std::vector<NodeId>> dropped_readers(const Graph& graph,

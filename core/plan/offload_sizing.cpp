@@ -90,8 +90,8 @@ int64_t Offloading::grad_strip_bytes(const Analysis& a, const Segment& s, const 
                            ? tile
                            : barrier_share(tile, out, a.shapes[static_cast<size_t>(reader)]);
       if (r.empty()) return std::vector<Region>{};
-      return sub_segment_needs(a.graph, a.shapes, s.input, leaves, reader, r, s.dropped_inner(),
-                               tile, out);
+      return sub_segment_needs(a.graph, a.shapes, {s.input, leaves, reader}, r,
+                               {s.dropped_inner(), tile, out});
     };
     std::vector<std::vector<Region>> by_row, by_col;
     for (int64_t d = -1; d <= 1; ++d) {
@@ -268,15 +268,15 @@ int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, 
   return n;
 }
 
-int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
-                   const Partition& blocks, int64_t window, bool reverse, int64_t resident) {
+std::vector<Region> tile_reads(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
+                               bool reverse) {
   std::vector<Region> regions;
   for (int64_t k = 0; k < part.tiles(); ++k) {
     const int64_t t = reverse ? part.tiles() - 1 - k : k;
     regions.push_back(
         segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(t))[static_cast<size_t>(v)]);
   }
-  return read_bytes(regions, blocks, a.graph.node(v).channels * a.eb, window, resident);
+  return regions;
 }
 
 void keep_partly_resident(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
@@ -366,8 +366,8 @@ std::vector<Region> forward_reads(const Analysis& a, const Segment& s, NodeId v)
                            ? tile
                            : barrier_share(tile, out, a.shapes[static_cast<size_t>(target)]);
       if (r.empty()) continue;
-      reads.push_back(sub_segment_needs(a.graph, a.shapes, s.input, leaves, target, r,
-                                        s.dropped_inner(), tile, out)[static_cast<size_t>(v)]);
+      reads.push_back(sub_segment_needs(a.graph, a.shapes, {s.input, leaves, target}, r,
+                                        {s.dropped_inner(), tile, out})[static_cast<size_t>(v)]);
     }
   }
   return reads;
@@ -420,7 +420,8 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
     const int64_t w = plan.window_bytes;
     const int64_t per_pixel = a.graph.node(s.output).channels * a.eb;
     s.moved_bytes = 2 * a.bytes(s.output) - s.resident_bytes +
-                    read_bytes(a, s, s.backward, s.output, next.input_grad_blocks, w, true);
+                    read_bytes(tile_reads(a, s, s.backward, s.output, true), next.input_grad_blocks,
+                               per_pixel, w);
     if (next.is<SubSegments>() && !next.is<WholeBarriers>()) {
       // Each sub-segment reading it reads it again (once more in each round of sums it runs);
       // its gradient adds up pass by pass.
@@ -432,9 +433,10 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
       s.moved_bytes +=
           reopened_bytes(next.input_grad_blocks, a.additions(next, next.input), per_pixel);
     } else {
-      s.moved_bytes +=
-          read_bytes(a, next, next.forward, s.output, s.blocks, w, false, s.resident_blocks) +
-          read_bytes(a, next, next.backward, s.output, s.blocks, w, true, s.resident_blocks);
+      s.moved_bytes += read_bytes(tile_reads(a, next, next.forward, s.output, false), s.blocks,
+                                  per_pixel, w, s.resident_blocks) +
+                       read_bytes(tile_reads(a, next, next.backward, s.output, true), s.blocks,
+                                  per_pixel, w, s.resident_blocks);
     }
   }
 }

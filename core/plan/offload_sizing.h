@@ -114,17 +114,19 @@ struct StoreShare {
   }
 };
 
-// Bytes read back from the tier when the tiles of `part` over segment `s`'s output read node
-// `v`, stored in `blocks` (of which the first `resident` stay resident), in the order the
-// executor runs them (`reverse`: the backward pass). A block is read whole; one read again
-// before the distinct blocks scheduled in between fill `window` bytes is still in memory (the
-// tile store keeps a block whose next read is within the window). The other activations read
-// in the same pass share the window, so this counts somewhat less than the store moves.
+// Bytes read back from the tier when `regions` are read in order from an activation stored in
+// `blocks` (of which the first `resident` stay resident), `per_pixel` bytes a pixel. A block is
+// read whole; one read again before the distinct blocks scheduled in between fill `window`
+// bytes is still in memory (the tile store keeps a block whose next read is within the
+// window). The other activations read in the same pass share the window, so this counts
+// somewhat less than the store moves.
 int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, int64_t per_pixel,
                    int64_t window, int64_t resident = 0);
 
-int64_t read_bytes(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
-                   const Partition& blocks, int64_t window, bool reverse, int64_t resident = 0);
+// The regions of node `v` the tiles of `part` over segment `s`'s output read, in the order the
+// executor runs them (`reverse`: the backward pass).
+std::vector<Region> tile_reads(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
+                               bool reverse);
 
 // Partly resident checkpoints: the budget an offloading plan leaves free in the passes an
 // offloaded checkpoint lives through (its segment's forward to the next segment's backward)

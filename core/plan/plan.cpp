@@ -349,49 +349,44 @@ int64_t stored_bytes(const Graph& graph, const Plan& plan, Tier tier) {
   return most;
 }
 
-std::string to_string(const Plan& plan, const Graph& graph) {
-  std::ostringstream os;
-  os << "plan: strategy " << to_string(plan.strategy) << ", input " << to_string(plan.input);
-  if (plan.budget_bytes > 0) os << ", budget " << format_bytes(plan.budget_bytes);
-  os << "\n";
-  if (plan.segments.empty()) {
-    os << "  one plain pass over the whole image (no tiling)\n";
-  }
-  // A table with columns as wide as their widest cell (widths in characters, not bytes: the
-  // cells hold "×" and "…").
-  std::vector<std::vector<std::string>> rows = {{"seg", "layers", "ops", "output", "fwd tiles",
-                                                 "bwd tiles", "checkpoint", "tier", "moved/step"}};
-  for (size_t i = 0; i < plan.segments.size(); ++i) {
-    const Segment& s = plan.segments[i];
-    const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
-    const int64_t out_bytes = out.channels * out.height * out.width * plan.element_bytes;
-    rows.push_back({
-        std::to_string(i),
-        graph.node(s.input + 1).name + " … " + graph.node(s.output).name,
-        std::to_string(s.output - s.input),
-        to_string(out),
-        std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()) +
-            (!s.is<SharedRows>() ? ""
-             : s.shared_tier() == Tier::kResident
-                 ? " shared (" + format_bytes(s.shared_bytes()) + " kept)"
-                 : " shared (" + format_bytes(s.shared_bytes()) + " kept, " +
-                       to_string(s.shared_tier()) + ")"),
-        (s.keeps_graph()
-             ? "graph kept"
-             : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols())) +
-            barrier_note(graph, s),
-        s.reduction >= 0 ? "none (" + describe(graph.node(s.reduction)) + " streamed)"
-                         : format_bytes(out_bytes),
-        s.reduction >= 0 ? "-"
-        : s.resident_bytes > 0
-            ? to_string(s.tier) + " (" + percent(s.resident_bytes, out_bytes) + " resident)"
-            : to_string(s.tier),
-        s.tier == Tier::kResident && s.inner_tier() == Tier::kResident &&
-                (!s.is<SharedRows>() || s.shared_tier() == Tier::kResident)
-            ? "-"
-            : format_bytes(s.moved_bytes + s.inner_moved_bytes),
-    });
-  }
+namespace {
+
+// Segment i's row of to_string's table.
+std::vector<std::string> segment_row(const Plan& plan, const Graph& graph, size_t i) {
+  const Segment& s = plan.segments[i];
+  const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+  const int64_t out_bytes = out.channels * out.height * out.width * plan.element_bytes;
+  return {
+      std::to_string(i),
+      graph.node(s.input + 1).name + " … " + graph.node(s.output).name,
+      std::to_string(s.output - s.input),
+      to_string(out),
+      std::to_string(s.forward.rows()) + "×" + std::to_string(s.forward.cols()) +
+          (!s.is<SharedRows>() ? ""
+           : s.shared_tier() == Tier::kResident
+               ? " shared (" + format_bytes(s.shared_bytes()) + " kept)"
+               : " shared (" + format_bytes(s.shared_bytes()) + " kept, " +
+                     to_string(s.shared_tier()) + ")"),
+      (s.keeps_graph()
+           ? "graph kept"
+           : std::to_string(s.backward.rows()) + "×" + std::to_string(s.backward.cols())) +
+          barrier_note(graph, s),
+      s.reduction >= 0 ? "none (" + describe(graph.node(s.reduction)) + " streamed)"
+                       : format_bytes(out_bytes),
+      s.reduction >= 0 ? "-"
+      : s.resident_bytes > 0
+          ? to_string(s.tier) + " (" + percent(s.resident_bytes, out_bytes) + " resident)"
+          : to_string(s.tier),
+      s.tier == Tier::kResident && s.inner_tier() == Tier::kResident &&
+              (!s.is<SharedRows>() || s.shared_tier() == Tier::kResident)
+          ? "-"
+          : format_bytes(s.moved_bytes + s.inner_moved_bytes),
+  };
+}
+
+// `rows` as a table with columns as wide as their widest cell (widths in characters, not
+// bytes: the cells hold "×" and "…").
+void write_table(std::ostream& os, const std::vector<std::vector<std::string>>& rows) {
   auto width = [](const std::string& text) {
     int64_t n = 0;
     for (unsigned char c : text) n += (c & 0xC0) != 0x80;  // UTF-8 code points
@@ -401,16 +396,80 @@ std::string to_string(const Plan& plan, const Graph& graph) {
   for (const auto& row : rows) {
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], width(row[c]));
   }
-  if (!plan.segments.empty()) {
-    for (const auto& row : rows) {
-      os << " ";
-      for (size_t c = 0; c < row.size(); ++c) {
-        os << "  " << row[c];
-        if (c + 1 < row.size())
-          os << std::string(static_cast<size_t>(widths[c] - width(row[c])), ' ');
-      }
-      os << "\n";
+  for (const auto& row : rows) {
+    os << " ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      os << "  " << row[c];
+      if (c + 1 < row.size())
+        os << std::string(static_cast<size_t>(widths[c] - width(row[c])), ' ');
     }
+    os << "\n";
+  }
+}
+
+// The store's window, write-behind and bytes moved, where the plan offloads.
+void write_offload(std::ostream& os, const Plan& plan, const Graph& graph) {
+  os << "offload: checkpoints beyond the budget move out and back, "
+     << format_bytes(plan.window_bytes) << " window ahead of use, ";
+  int64_t least = plan.write_behind_bytes, most = plan.write_behind_bytes;
+  for (const Segment& s : plan.segments) {
+    for (const int64_t b : {s.forward_write_behind, s.backward_write_behind}) {
+      if (b <= 0) continue;
+      least = std::min(least, b);
+      most = std::max(most, b);
+    }
+  }
+  os << format_bytes(least);
+  if (most > least) os << "–" << format_bytes(most);
+  os << " written behind, " << format_bytes(plan.moved_bytes()) << " moved per step";
+  const int64_t on_disk = stored_bytes(graph, plan, Tier::kDisk);
+  if (on_disk > 0) os << ", at most " << format_bytes(on_disk) << " on disk";
+  os << "\n";
+}
+
+// DELTA's offload-or-recompute decisions, at the prices the planner used.
+void write_decisions(std::ostream& os, const Plan& plan, const Graph& graph) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "offload or recompute (DELTA), %s prices: %.3g ns per byte moved, %.3g GFLOP/s "
+                "recompute\n",
+                plan.prices.given      ? "given"
+                : plan.prices.measured ? "measured"
+                                       : "guessed",
+                plan.prices.seconds_per_byte_moved * 1e9,
+                plan.prices.seconds_per_flop > 0 ? 1e-9 / plan.prices.seconds_per_flop : 0.0);
+  os << buf;
+  for (const OffloadDecision& d : plan.decisions) {
+    std::string recompute = "no plan without it fits";
+    if (d.recompute_flops >= 0) {
+      std::snprintf(buf, sizeof buf, "recompute %.3g FLOPs: %.3g s",
+                    static_cast<double>(d.recompute_flops), d.recompute_s);
+      recompute = buf;
+    }
+    std::snprintf(buf, sizeof buf, "move %s: %.3g s", format_bytes(d.moved_bytes).c_str(),
+                  d.offload_s);
+    os << "  " << graph.node(d.checkpoint).name << ": "
+       << (d.offload ? "offloaded (" + std::string(buf) + "; " + recompute + ")"
+                     : "dropped, recomputed (" + recompute + "; " + std::string(buf) + ")")
+       << "\n";
+  }
+}
+
+}  // namespace
+
+std::string to_string(const Plan& plan, const Graph& graph) {
+  std::ostringstream os;
+  os << "plan: strategy " << to_string(plan.strategy) << ", input " << to_string(plan.input);
+  if (plan.budget_bytes > 0) os << ", budget " << format_bytes(plan.budget_bytes);
+  os << "\n";
+  if (plan.segments.empty()) {
+    os << "  one plain pass over the whole image (no tiling)\n";
+  } else {
+    std::vector<std::vector<std::string>> rows = {{"seg", "layers", "ops", "output", "fwd tiles",
+                                                   "bwd tiles", "checkpoint", "tier",
+                                                   "moved/step"}};
+    for (size_t i = 0; i < plan.segments.size(); ++i) rows.push_back(segment_row(plan, graph, i));
+    write_table(os, rows);
   }
   const MemoryBreakdown& m = plan.predicted;
   os << "predicted peak " << format_bytes(m.total()) << ": parameters "
@@ -418,50 +477,8 @@ std::string to_string(const Plan& plan, const Graph& graph) {
      << format_bytes(m.optimizer) << ", checkpoints " << format_bytes(m.checkpoints)
      << ", tile working set " << format_bytes(m.working_set) << ", head " << format_bytes(m.tail)
      << "\n";
-  if (plan.offloads()) {
-    os << "offload: checkpoints beyond the budget move out and back, "
-       << format_bytes(plan.window_bytes) << " window ahead of use, ";
-    int64_t least = plan.write_behind_bytes, most = plan.write_behind_bytes;
-    for (const Segment& s : plan.segments) {
-      for (const int64_t b : {s.forward_write_behind, s.backward_write_behind}) {
-        if (b <= 0) continue;
-        least = std::min(least, b);
-        most = std::max(most, b);
-      }
-    }
-    os << format_bytes(least);
-    if (most > least) os << "–" << format_bytes(most);
-    os << " written behind, " << format_bytes(plan.moved_bytes()) << " moved per step";
-    const int64_t on_disk = stored_bytes(graph, plan, Tier::kDisk);
-    if (on_disk > 0) os << ", at most " << format_bytes(on_disk) << " on disk";
-    os << "\n";
-  }
-  if (!plan.decisions.empty()) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "offload or recompute (DELTA), %s prices: %.3g ns per byte moved, %.3g GFLOP/s "
-                  "recompute\n",
-                  plan.prices.given      ? "given"
-                  : plan.prices.measured ? "measured"
-                                         : "guessed",
-                  plan.prices.seconds_per_byte_moved * 1e9,
-                  plan.prices.seconds_per_flop > 0 ? 1e-9 / plan.prices.seconds_per_flop : 0.0);
-    os << buf;
-    for (const OffloadDecision& d : plan.decisions) {
-      std::string recompute = "no plan without it fits";
-      if (d.recompute_flops >= 0) {
-        std::snprintf(buf, sizeof buf, "recompute %.3g FLOPs: %.3g s",
-                      static_cast<double>(d.recompute_flops), d.recompute_s);
-        recompute = buf;
-      }
-      std::snprintf(buf, sizeof buf, "move %s: %.3g s", format_bytes(d.moved_bytes).c_str(),
-                    d.offload_s);
-      os << "  " << graph.node(d.checkpoint).name << ": "
-         << (d.offload ? "offloaded (" + std::string(buf) + "; " + recompute + ")"
-                       : "dropped, recomputed (" + recompute + "; " + std::string(buf) + ")")
-         << "\n";
-    }
-  }
+  if (plan.offloads()) write_offload(os, plan, graph);
+  if (!plan.decisions.empty()) write_decisions(os, plan, graph);
   if (plan.plain_flops > 0 && plan.tiled_flops > 0) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "forward FLOPs %.3g (halo recompute ×%.2f)\n",

@@ -44,175 +44,243 @@ Analysis::TileCost Analysis::compute_shared_cost(NodeId input, NodeId output, Wi
   return cost;
 }
 
+namespace {
+
+// One tile's walk through segment (input, output] for Analysis::compute_cost: each node's output
+// bytes over the tile's needs, what its backward keeps (its own bytes, or a producer's output
+// kept until the lowest node that saves it), the no-grad forward's peak, then the recompute's
+// and the gradients' peaks.
+class TileWalk {
+ public:
+  TileWalk(const Analysis& a, NodeId input, NodeId output, const std::vector<Region>& need)
+      : a_(a),
+        g_(a.graph),
+        input_(input),
+        output_(output),
+        need_(need),
+        out_bytes_(static_cast<size_t>(output) + 1, 0),
+        own_(static_cast<size_t>(output) + 1, 0),
+        kept_until_(static_cast<size_t>(output) + 1, -1) {}
+
+  // The no-grad forward: its peak and FLOPs (over `computed` where given, else the needs).
+  void forward(bool whole_tile, const std::vector<Region>* computed, Analysis::TileCost& cost);
+  // Backward of the tile: recompute (everything kept, plus transients), then gradients.
+  void backward(Analysis::TileCost& cost) const;
+
+ private:
+  int64_t& out_bytes(NodeId v) { return out_bytes_[static_cast<size_t>(v)]; }
+  int64_t out_bytes(NodeId v) const { return out_bytes_[static_cast<size_t>(v)]; }
+  // v's output is kept by autograd until the backward of `by` at least.
+  void keep(NodeId v, NodeId by) {
+    NodeId& k = kept_until_[static_cast<size_t>(v)];
+    k = k < 0 ? by : std::min(k, by);
+  }
+  int64_t pad_copy(const Node& n, const Region& r) const;
+  int64_t forward_scratch(const Node& n, const Region& r, int64_t b) const;
+  void keeps(const Node& n, int64_t pad_copy, bool whole_tile);
+  int64_t recompute_peak() const;
+  static int64_t backward_scratch(const Node& n, int64_t out, int64_t grad_in, int64_t eb);
+
+  const Analysis& a_;
+  const Graph& g_;
+  const NodeId input_, output_;
+  const std::vector<Region>& need_;
+  std::vector<int64_t> out_bytes_, own_;
+  // kept_until_[v]: the lowest node whose backward still needs v's output (v's output is kept
+  // by autograd until then); -1 when nobody saves it.
+  std::vector<NodeId> kept_until_;
+};
+
+// An explicit pad copies the input window; the op pads symmetric borders itself
+// (core/exec/tile_ops.cpp), so only windows that cross one border more than the other copy.
+int64_t TileWalk::pad_copy(const Node& n, const Region& r) const {
+  if (n.kind != OpKind::kConv && n.kind != OpKind::kMaxPool && n.kind != OpKind::kAvgPool) return 0;
+  const Shape& in = a_.shapes[static_cast<size_t>(n.inputs[0])];
+  const Region window{input_window(n.axis_op(0), r.y), input_window(n.axis_op(1), r.x)};
+  const Region inside = intersect(window, Region{{0, in.height}, {0, in.width}});
+  const bool asymmetric = inside.y.begin - window.y.begin != window.y.end - inside.y.end ||
+                          inside.x.begin - window.x.begin != window.x.end - inside.x.end;
+  if (r.empty() || !asymmetric) return 0;
+  return g_.node(n.inputs[0]).channels * window.area() * a_.eb;
+}
+
+// What node `n` allocates beside its output (`b` bytes over `r`) in the no-grad forward.
+int64_t TileWalk::forward_scratch(const Node& n, const Region& r, int64_t b) const {
+  // oneDNN reorders the larger of a conv's input and output into a scratch buffer
+  // (measured: peak above live = output + max(input, output)).
+  // Both passes also copy the weight twice (its channels-last or blocked reorder and, in the
+  // backward, the weight gradient before it is added to .grad): measured 2.0–2.3× the
+  // weight above the activations for darknet19's 512→1024 convs on 32² tiles.
+  const int64_t in_bytes = out_bytes(n.inputs[0]);
+  const int64_t weights = 2 * weight_elements(n) * a_.eb;
+  // A channel norm copies its input channels-last and its output back.
+  const bool channel_norm = n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm;
+  // Dropout's mask is hashed in int64 (core/exec/dropout.cpp): two such tensors at once, and
+  // the mask in the tile's dtype.
+  const bool dropout = n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kDropout;
+  return n.kind == OpKind::kConv ? std::max(in_bytes, b) + weights
+         : channel_norm          ? 2 * b
+         : dropout               ? 2 * elements(n, r) * 8 + b
+                                 : 0;
+}
+
+// What node `n`'s backward keeps.
+void TileWalk::keeps(const Node& n, int64_t pad_copy, bool whole_tile) {
+  const NodeId v = n.id;
+  const int64_t b = out_bytes(v);
+  switch (n.kind) {
+    case OpKind::kConv:
+    case OpKind::kMaxPool:
+      if (pad_copy > 0) {
+        own_[static_cast<size_t>(v)] += pad_copy;
+      } else {
+        keep(n.inputs[0], v);
+      }
+      if (n.kind == OpKind::kMaxPool) {
+        own_[static_cast<size_t>(v)] += elements(n, need_[static_cast<size_t>(v)]) * 8;
+      }
+      break;
+    case OpKind::kPointwise:
+      if (n.pointwise == Pointwise::kRelu || n.pointwise == Pointwise::kSigmoid ||
+          n.pointwise == Pointwise::kTanh) {
+        keep(v, v);
+      } else if (n.pointwise == Pointwise::kChannelNorm) {
+        // layer_norm keeps its channels-last copy of the input.
+        own_[static_cast<size_t>(v)] += b;
+      } else if (n.pointwise != Pointwise::kIdentity && n.pointwise != Pointwise::kScalar) {
+        keep(n.inputs[0], v);
+      }
+      break;
+    case OpKind::kBinary:
+      if (n.binary == Binary::kMul || n.binary == Binary::kDiv) {
+        for (NodeId p : n.inputs) keep(p, v);
+      }
+      break;
+    case OpKind::kBarrier:
+      // The tile form (LibTorch's batch norm kernel with the statistic as constants, or
+      // SE's scale) keeps its input; the correction on the tile's share of the input keeps
+      // a centred copy of it. A one-tile segment runs its barriers whole, as LibTorch does
+      // (WholeBarriers): the input, no correction.
+      keep(n.inputs[0], v);
+      if (!whole_tile) own_[static_cast<size_t>(v)] += out_bytes(n.inputs[0]);
+      break;
+    default:
+      break;
+  }
+}
+
+void TileWalk::forward(bool whole_tile, const std::vector<Region>* computed,
+                       Analysis::TileCost& cost) {
+  std::vector<int> left(out_bytes_.size(), 0);  // consumers yet to run, by node
+  for (NodeId v = input_ + 1; v <= output_; ++v) {
+    for (NodeId p : g_.node(v).inputs) ++left[static_cast<size_t>(p)];
+  }
+  out_bytes(input_) = elements(g_.node(input_), need_[static_cast<size_t>(input_)]) * a_.eb;
+  // The no-grad forward converts the input tile to channels-last: a second copy at the start.
+  int64_t live = out_bytes(input_), peak = 2 * live;
+  for (NodeId v = input_ + 1; v <= output_; ++v) {
+    const Node& n = g_.node(v);
+    const Region& r = need_[static_cast<size_t>(v)];
+    const int64_t b = elements(n, r) * a_.eb;
+    out_bytes(v) = b;
+    const int64_t pad = pad_copy(n, r);
+    // The no-grad forward runs relu-like ops in place on a fresh single-reader tensor
+    // (core/exec/step.cpp run_node): no new bytes.
+    const Node& producer = g_.node(n.inputs[0]);
+    const bool inplace = runs_in_place(n) && producer.id != input_ &&
+                         g_.consumers()[static_cast<size_t>(producer.id)].size() == 1 &&
+                         allocates_output(producer);
+    peak = std::max(peak, live + (inplace ? 0 : b + pad + forward_scratch(n, r, b)));
+    live += b;
+    cost.flops += flops(n, computed != nullptr ? (*computed)[static_cast<size_t>(v)] : r);
+    for (NodeId p : n.inputs) {
+      if (--left[static_cast<size_t>(p)] == 0) live -= out_bytes(p);
+    }
+    keeps(n, pad, whole_tile);
+  }
+  cost.forward_bytes = peak;
+}
+
+// Recompute with autograd: what is kept so far, the node's input when nothing keeps it, its
+// output, and a conv's scratch.
+int64_t TileWalk::recompute_peak() const {
+  int64_t peak = 0, kept_so_far = out_bytes(input_);
+  for (NodeId v = input_ + 1; v <= output_; ++v) {
+    const size_t i = static_cast<size_t>(v);
+    const Node& n = g_.node(v);
+    const NodeId p = n.inputs[0];
+    const int64_t in_bytes = out_bytes(p);
+    const int64_t unkept_input =
+        kept_until_[static_cast<size_t>(p)] < 0 && p != input_ ? in_bytes : 0;
+    const int64_t scratch = n.kind == OpKind::kConv
+                                ? std::max(in_bytes, out_bytes_[i]) + 2 * weight_elements(n) * a_.eb
+                                : 0;
+    peak = std::max(peak, kept_so_far + unkept_input + out_bytes_[i] + own_[i] + scratch);
+    kept_so_far += own_[i] + (kept_until_[i] >= 0 ? out_bytes_[i] : 0);
+  }
+  return peak;
+}
+
+// What node `n`'s backward allocates beside its input gradients (`grad_in` bytes) and its
+// output gradient (`out`). A conv's backward also reorders the output gradient and its input
+// (measured: input gradient + output + max(input, output / 4) above the live gradients).
+int64_t TileWalk::backward_scratch(const Node& n, int64_t out, int64_t grad_in, int64_t eb) {
+  if (n.kind == OpKind::kConv)
+    return out + std::max(grad_in, out / 4) + 2 * weight_elements(n) * eb;
+  if ((n.kind == OpKind::kPointwise &&
+       (n.pointwise == Pointwise::kAffine || n.pointwise == Pointwise::kScale)) ||
+      n.kind == OpKind::kBarrier) {
+    return out;  // the scale's gradient: grad · x in full before it is summed per channel
+  }
+  if (n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm) {
+    return 2 * out;  // the channels-last gradient and its copy back
+  }
+  return 0;
+}
+
+void TileWalk::backward(Analysis::TileCost& cost) const {
+  int64_t kept = 0;
+  std::vector<int64_t> freed_at(out_bytes_.size(), 0);  // bytes released when v's backward ran
+  for (NodeId v = input_; v <= output_; ++v) {
+    const size_t i = static_cast<size_t>(v);
+    kept += own_[i];
+    freed_at[i] += own_[i];
+    if (kept_until_[i] >= 0) {
+      kept += out_bytes_[i];
+      freed_at[static_cast<size_t>(kept_until_[i])] += out_bytes_[i];
+    }
+  }
+  int64_t bwd_peak = recompute_peak();
+  // Gradients flow down; each node frees what it kept once its backward ran.
+  int64_t held = kept;
+  const auto out_index = static_cast<size_t>(output_);
+  cost.kept_bytes = kept + (kept_until_[out_index] < 0 ? out_bytes_[out_index] : 0);
+  cost.kept_output_bytes = out_bytes_[out_index];
+  const auto in_index = static_cast<size_t>(input_);
+  cost.kept_input_bytes = kept_until_[in_index] >= 0 ? out_bytes_[in_index] : 0;
+  for (NodeId v = output_; v > input_; --v) {
+    const Node& n = g_.node(v);
+    const int64_t out = out_bytes(v);
+    int64_t grad_in = 0;
+    for (NodeId p : n.inputs) grad_in += out_bytes(p);
+    bwd_peak = std::max(bwd_peak, held + out + grad_in + backward_scratch(n, out, grad_in, a_.eb));
+    held -= freed_at[static_cast<size_t>(v)];
+  }
+  cost.backward_bytes = bwd_peak;
+}
+
+}  // namespace
+
 Analysis::TileCost Analysis::compute_cost(NodeId input, NodeId output, const Region& tile,
                                           const std::vector<Region>& need,
                                           const std::vector<Region>* computed) const {
-  const size_t count = static_cast<size_t>(output) + 1;
   const Shape& out_shape = shapes[static_cast<size_t>(output)];
   const bool whole_tile = options.whole_barriers && tile.y.begin == 0 && tile.x.begin == 0 &&
                           tile.y.end == out_shape.height && tile.x.end == out_shape.width;
   TileCost cost;
-  std::vector<int> uses(count, 0);
-  for (NodeId v = input + 1; v <= output; ++v) {
-    for (NodeId p : graph.node(v).inputs) ++uses[static_cast<size_t>(p)];
-  }
-  std::vector<int64_t> out_bytes(count, 0), own(count, 0);
-  // kept_until[v]: the lowest node whose backward still needs v's output (v's output is kept
-  // by autograd until then); -1 when nobody saves it.
-  std::vector<NodeId> kept_until(count, -1);
-  auto keep = [&](NodeId v, NodeId by) {
-    NodeId& k = kept_until[static_cast<size_t>(v)];
-    k = k < 0 ? by : std::min(k, by);
-  };
-  out_bytes[static_cast<size_t>(input)] =
-      elements(graph.node(input), need[static_cast<size_t>(input)]) * eb;
-  // The no-grad forward converts the input tile to channels-last: a second copy at the start.
-  int64_t live = out_bytes[static_cast<size_t>(input)], peak = 2 * live;
-  std::vector<int> left = uses;
-  for (NodeId v = input + 1; v <= output; ++v) {
-    const Node& n = graph.node(v);
-    const Region& r = need[static_cast<size_t>(v)];
-    const int64_t b = elements(n, r) * eb;
-    out_bytes[static_cast<size_t>(v)] = b;
-    // An explicit pad copies the input window; the op pads symmetric borders itself
-    // (core/exec/tile_ops.cpp), so only windows that cross one border more than the other copy.
-    int64_t pad_copy = 0;
-    if (n.kind == OpKind::kConv || n.kind == OpKind::kMaxPool || n.kind == OpKind::kAvgPool) {
-      const Shape& in = shapes[static_cast<size_t>(n.inputs[0])];
-      const Region window{input_window(n.axis_op(0), r.y), input_window(n.axis_op(1), r.x)};
-      const Region inside = intersect(window, Region{{0, in.height}, {0, in.width}});
-      const bool asymmetric = inside.y.begin - window.y.begin != window.y.end - inside.y.end ||
-                              inside.x.begin - window.x.begin != window.x.end - inside.x.end;
-      if (!r.empty() && asymmetric) {
-        pad_copy = graph.node(n.inputs[0]).channels * window.area() * eb;
-      }
-    }
-    // The no-grad forward runs relu-like ops in place on a fresh single-reader tensor
-    // (core/exec/step.cpp run_node): no new bytes.
-    const Node& producer = graph.node(n.inputs[0]);
-    const bool inplace = runs_in_place(n) && producer.id != input &&
-                         graph.consumers()[static_cast<size_t>(producer.id)].size() == 1 &&
-                         allocates_output(producer);
-    // oneDNN reorders the larger of a conv's input and output into a scratch buffer
-    // (measured: peak above live = output + max(input, output)).
-    // Both passes also copy the weight twice (its channels-last or blocked reorder and, in the
-    // backward, the weight gradient before it is added to .grad): measured 2.0–2.3× the
-    // weight above the activations for darknet19's 512→1024 convs on 32² tiles.
-    const int64_t in_bytes = out_bytes[static_cast<size_t>(n.inputs[0])];
-    const int64_t weights = 2 * weight_elements(n) * eb;
-    // A channel norm copies its input channels-last and its output back.
-    const bool channel_norm =
-        n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm;
-    // Dropout's mask is hashed in int64 (core/exec/dropout.cpp): two such tensors at once, and
-    // the mask in the tile's dtype.
-    const bool dropout = n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kDropout;
-    const int64_t scratch = n.kind == OpKind::kConv ? std::max(in_bytes, b) + weights
-                            : channel_norm          ? 2 * b
-                            : dropout               ? 2 * elements(n, r) * 8 + b
-                                                    : 0;
-    peak = std::max(peak, live + (inplace ? 0 : b + pad_copy + scratch));
-    live += b;
-    cost.flops += flops(n, computed != nullptr ? (*computed)[static_cast<size_t>(v)] : r);
-    for (NodeId p : n.inputs) {
-      if (--left[static_cast<size_t>(p)] == 0) live -= out_bytes[static_cast<size_t>(p)];
-    }
-    // What this node's backward keeps.
-    switch (n.kind) {
-      case OpKind::kConv:
-      case OpKind::kMaxPool:
-        if (pad_copy > 0) {
-          own[static_cast<size_t>(v)] += pad_copy;
-        } else {
-          keep(n.inputs[0], v);
-        }
-        if (n.kind == OpKind::kMaxPool) own[static_cast<size_t>(v)] += elements(n, r) * 8;
-        break;
-      case OpKind::kPointwise:
-        if (n.pointwise == Pointwise::kRelu || n.pointwise == Pointwise::kSigmoid ||
-            n.pointwise == Pointwise::kTanh) {
-          keep(v, v);
-        } else if (n.pointwise == Pointwise::kChannelNorm) {
-          // layer_norm keeps its channels-last copy of the input.
-          own[static_cast<size_t>(v)] += b;
-        } else if (n.pointwise != Pointwise::kIdentity && n.pointwise != Pointwise::kScalar) {
-          keep(n.inputs[0], v);
-        }
-        break;
-      case OpKind::kBinary:
-        if (n.binary == Binary::kMul || n.binary == Binary::kDiv) {
-          for (NodeId p : n.inputs) keep(p, v);
-        }
-        break;
-      case OpKind::kBarrier:
-        // The tile form (LibTorch's batch norm kernel with the statistic as constants, or
-        // SE's scale) keeps its input; the correction on the tile's share of the input keeps
-        // a centred copy of it. A one-tile segment runs its barriers whole, as LibTorch does
-        // (WholeBarriers): the input, no correction.
-        keep(n.inputs[0], v);
-        if (!whole_tile) own[static_cast<size_t>(v)] += in_bytes;
-        break;
-      default:
-        break;
-    }
-  }
-  cost.forward_bytes = peak;
-
-  // Backward of the tile: recompute (everything kept, plus transients), then gradients.
-  int64_t kept = 0;
-  std::vector<int64_t> freed_at(count, 0);  // bytes released when node v's backward ran
-  for (NodeId v = input; v <= output; ++v) {
-    const size_t i = static_cast<size_t>(v);
-    kept += own[i];
-    freed_at[i] += own[i];
-    if (kept_until[i] >= 0) {
-      kept += out_bytes[i];
-      freed_at[static_cast<size_t>(kept_until[i])] += out_bytes[i];
-    }
-  }
-  // Recompute with autograd: what is kept so far, the node's input when nothing keeps it,
-  // its output, and a conv's scratch.
-  int64_t bwd_peak = 0, kept_so_far = out_bytes[static_cast<size_t>(input)];
-  for (NodeId v = input + 1; v <= output; ++v) {
-    const size_t i = static_cast<size_t>(v);
-    const Node& n = graph.node(v);
-    const NodeId p = n.inputs[0];
-    const int64_t in_bytes = out_bytes[static_cast<size_t>(p)];
-    const int64_t unkept_input =
-        kept_until[static_cast<size_t>(p)] < 0 && p != input ? in_bytes : 0;
-    const int64_t scratch = n.kind == OpKind::kConv
-                                ? std::max(in_bytes, out_bytes[i]) + 2 * weight_elements(n) * eb
-                                : 0;
-    bwd_peak = std::max(bwd_peak, kept_so_far + unkept_input + out_bytes[i] + own[i] + scratch);
-    kept_so_far += own[i] + (kept_until[i] >= 0 ? out_bytes[i] : 0);
-  }
-  // Gradients flow down; each node frees what it kept once its backward ran. A conv's
-  // backward also reorders the output gradient and its input (measured: input gradient +
-  // output + max(input, output / 4) above the live gradients).
-  int64_t held = kept;
-  const auto out_index = static_cast<size_t>(output);
-  cost.kept_bytes = kept + (kept_until[out_index] < 0 ? out_bytes[out_index] : 0);
-  cost.kept_output_bytes = out_bytes[out_index];
-  const auto in_index = static_cast<size_t>(input);
-  cost.kept_input_bytes = kept_until[in_index] >= 0 ? out_bytes[in_index] : 0;
-  for (NodeId v = output; v > input; --v) {
-    const Node& n = graph.node(v);
-    const int64_t out = out_bytes[static_cast<size_t>(v)];
-    int64_t grad_in = 0;
-    for (NodeId p : n.inputs) grad_in += out_bytes[static_cast<size_t>(p)];
-    int64_t scratch = 0;
-    if (n.kind == OpKind::kConv) {
-      scratch = out + std::max(grad_in, out / 4) + 2 * weight_elements(n) * eb;
-    } else if ((n.kind == OpKind::kPointwise &&
-                (n.pointwise == Pointwise::kAffine || n.pointwise == Pointwise::kScale)) ||
-               n.kind == OpKind::kBarrier) {
-      scratch = out;  // the scale's gradient: grad · x in full before it is summed per channel
-    } else if (n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm) {
-      scratch = 2 * out;  // the channels-last gradient and its copy back
-    }
-    bwd_peak = std::max(bwd_peak, held + out + grad_in + scratch);
-    held -= freed_at[static_cast<size_t>(v)];
-  }
-  cost.backward_bytes = bwd_peak;
+  TileWalk walk(*this, input, output, need);
+  walk.forward(whole_tile, computed, cost);
+  walk.backward(cost);
   if (output == reduction_input) {
     const int64_t extra = reduction_bytes_per_position * tile.area();
     cost.forward_bytes += extra;

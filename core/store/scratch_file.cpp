@@ -72,7 +72,6 @@ uint64_t checksum(const void* data, int64_t bytes) {
   return c.digest();
 }
 
-constexpr int64_t kDirectAlign = ScratchFile::kDirectAlign;
 // A write that needs a copy goes in pieces this large (a 1 MiB O_DIRECT write here runs at 1.8
 // GB/s, a 4 MiB one at 2.4), copied and checksummed 1 MiB at a time, while it is in cache.
 constexpr int64_t kBounceBytes = int64_t{4} << 20, kCopyBytes = int64_t{1} << 20;

@@ -305,7 +305,8 @@ TEST(Barriers, SubSegmentsComputeEachOpOnce) {
     targets.push_back(output);
     for (NodeId t : targets) {
       const Shape& ts = shapes[static_cast<size_t>(t)];
-      const auto need = sub_segment_needs(g, shapes, 0, leaves, t, {{0, ts.height}, {0, ts.width}});
+      const auto need =
+          sub_segment_needs(g, shapes, {0, leaves, t}, {{0, ts.height}, {0, ts.width}});
       for (NodeId v = 1; v <= t; ++v) {
         const bool leaf = v != t && std::find(inner.begin(), inner.end(), v) != inner.end();
         computed[static_cast<size_t>(v)] += !leaf && !need[static_cast<size_t>(v)].empty();

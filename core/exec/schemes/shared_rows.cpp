@@ -77,8 +77,8 @@ at::Tensor SharedRowsRun::run_row(const SharedRow& row, TileTensor input,
                                   const std::vector<at::Tensor>& inherited,
                                   std::vector<at::Tensor>* kept,
                                   const std::vector<at::Tensor>* handed) {
-  return run_shared_row(step_.graph(), step_.plan().shapes, s_.input, s_.output, row,
-                        step_.in_tile_format(std::move(input)), inherited, kept, handed);
+  return SharedRowRunner(step_.graph(), step_.plan().shapes, s_.input, s_.output)
+      .run(row, step_.in_tile_format(std::move(input)), inherited, kept, handed);
 }
 
 const std::vector<at::Tensor>& SharedRowsRun::kept_before(int64_t t) const {

@@ -138,8 +138,8 @@ std::vector<NodeId> SubSegmentsRun::readers(NodeId v) const {
 // checkpoints it recomputes over their shares at least (their barriers' corrections).
 std::vector<Region> SubSegmentsRun::sub_needs(NodeId target, const Region& r,
                                               const Region& tile) const {
-  return sub_segment_needs(step_.graph(), step_.plan().shapes, s_.input, leaves_, target, r,
-                           s_.dropped_inner(), tile, step_.shape(s_.output));
+  return sub_segment_needs(step_.graph(), step_.plan().shapes, {s_.input, leaves_, target}, r,
+                           {s_.dropped_inner(), tile, step_.shape(s_.output)});
 }
 
 const std::vector<NodeId>& SubSegmentsRun::interior(NodeId target) const {

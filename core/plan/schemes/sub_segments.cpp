@@ -18,7 +18,7 @@ namespace tessel::core::planning {
 SubSegmentWork sub_segment_work(const Analysis& a, const Segment& s,
                                 const std::vector<NodeId>& leaves, NodeId target, NodeId after) {
   const Shape& ts = a.shapes[static_cast<size_t>(target)];
-  const auto need = sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
+  const auto need = sub_segment_needs(a.graph, a.shapes, {s.input, leaves, target},
                                       Region{{0, ts.height}, {0, ts.width}});
   SubSegmentWork w;
   for (NodeId v = std::max(after, s.input) + 1; v <= target; ++v) {
@@ -120,7 +120,7 @@ int64_t inner_backward_bytes(const Analysis& a, const Segment& s) {
   std::set<NodeId> grads;  // inner checkpoints whose gradient exists
   auto add_reads = [&](NodeId target) {
     const Shape& t = a.shapes[static_cast<size_t>(target)];
-    const auto need = sub_segment_needs(a.graph, a.shapes, s.input, leaves, target,
+    const auto need = sub_segment_needs(a.graph, a.shapes, {s.input, leaves, target},
                                         Region{{0, t.height}, {0, t.width}});
     for (NodeId l : inner) {
       if (l < target && !need[static_cast<size_t>(l)].empty()) grads.insert(l);
