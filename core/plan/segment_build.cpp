@@ -28,9 +28,15 @@ Tier tier_at(const std::vector<Tier>& tiers, size_t n_bounds, size_t i) {
 }  // namespace
 
 SegmentBuild::SegmentBuild(const Analysis& a, const Offloading& off, Strategy strategy,
-                           const Plan& plan, size_t i, const std::vector<NodeId>& bounds,
-                           const std::vector<Tier>& tiers, int64_t held)
-    : a(a), off(off), strategy(strategy), budget(a.target), plan(plan), i(i), held(held) {
+                           const SoFar& so_far, size_t i)
+    : a(a),
+      off(off),
+      strategy(strategy),
+      budget(a.target),
+      plan(so_far.plan),
+      i(i),
+      held(so_far.held) {
+  const std::vector<NodeId>& bounds = so_far.bounds;
   s.input = bounds[i];
   s.output = bounds[i + 1];
   const bool last_segment = i + 2 == bounds.size();
@@ -39,7 +45,7 @@ SegmentBuild::SegmentBuild(const Analysis& a, const Offloading& off, Strategy st
   if (strategy == Strategy::kRowsShared && !has_barrier(a.graph, s)) s.scheme = SharedRows{};
   out = a.shapes[static_cast<size_t>(s.output)];
   out_bytes = s.reduction >= 0 ? 0 : a.bytes(s.output);
-  count_store(bounds, tiers);
+  count_store(bounds, so_far.tiers);
   // Barriers' inner checkpoints: held whole in the forward, and in the backward as
   // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
   // input's goes to the store at the end, so it holds no open blocks while tiles add into it).
@@ -312,7 +318,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   std::vector<MemoryBreakdown> passes(2 * (bounds.size() - 1));
   std::vector<StoreShare> shares(passes.size());  // the store's part of each (as passes)
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-    SegmentBuild b(a, off, strategy, plan, i, bounds, tiers, held);
+    SegmentBuild b(a, off, strategy, {plan, bounds, tiers, held}, i);
     b.choose_counts();
     finest_peak = std::max(finest_peak, b.finest_bytes());
     if (!b.fits_budget()) unfit = true;

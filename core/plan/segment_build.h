@@ -35,9 +35,17 @@ std::pair<int64_t, MemoryBreakdown> highest(const std::vector<MemoryBreakdown>& 
 // plan/schemes/ (named at each member below); the rest is segment_build.cpp.
 class SegmentBuild {
  public:
-  SegmentBuild(const Analysis& a, const Offloading& off, Strategy strategy, const Plan& plan,
-               size_t i, const std::vector<NodeId>& bounds, const std::vector<Tier>& tiers,
-               int64_t held);
+  // Where the candidate stands when segment i is built: the segments before it (`plan`), the
+  // checkpoint bounds and their tiers (as build's), the earlier checkpoints held meanwhile.
+  struct SoFar {
+    const Plan& plan;
+    const std::vector<NodeId>& bounds;
+    const std::vector<Tier>& tiers;
+    int64_t held = 0;
+  };
+
+  SegmentBuild(const Analysis& a, const Offloading& off, Strategy strategy, const SoFar& so_far,
+               size_t i);
 
   // Chooses the forward's and backward's tile counts, placing the barriers (whole, as
   // sub-segments over inner checkpoints, or recomputed in rounds) and the shared rows' kept
