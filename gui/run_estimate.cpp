@@ -41,7 +41,7 @@ std::string size_text(int64_t height, int64_t width) {
 
 double step_flops(const core::Plan& plan) {
   if (plan.segments.empty()) return 3.0 * static_cast<double>(plan.plain_flops);
-  const double per_tile = core::PlanOptions().flops_per_tile;
+  const double per_tile = core::PlanOptions().prices.per_tile;
   double flops = 0;
   for (const core::Segment& s : plan.segments) {
     const auto forward = static_cast<double>(s.halo_flops);
@@ -52,7 +52,7 @@ double step_flops(const core::Plan& plan) {
 }
 
 double forward_flops(const core::Plan& plan) {
-  const double per_tile = core::PlanOptions().flops_per_tile;
+  const double per_tile = core::PlanOptions().prices.per_tile;
   double tiles = 0;
   for (const core::Segment& s : plan.segments) tiles += static_cast<double>(s.forward.tiles());
   return static_cast<double>(plan.tiled_flops) + per_tile * tiles;

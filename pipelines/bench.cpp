@@ -143,10 +143,10 @@ BenchResult bench_step(const BenchPoint& p) {
   core::PlanOptions options;
   options.strategy = p.strategy;
   options.offload = parse_offload(p.offload);
-  options.keep_graphs = p.keep_graphs;
-  if (!p.recompute_inner) options.drop_inner = core::PlanOptions::DropInner::kNever;
-  options.offload_window_bytes = p.offload_window_bytes;
-  options.measure_prices = [&] {
+  options.overrides.keep_graphs = p.keep_graphs;
+  if (!p.recompute_inner) options.overrides.drop_inner = core::PlanOptions::DropInner::kNever;
+  options.overrides.window_bytes = p.offload_window_bytes;
+  options.prices.measure = [&] {
     if (!p.prices) return core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
     core::OffloadPrices given = *p.prices;  // not probed; the scratch disk's room is this one's
     given.disk_free_bytes = core::scratch_free_bytes(options.auto_tier, p.scratch_dir);
@@ -164,14 +164,14 @@ BenchResult bench_step(const BenchPoint& p) {
     // The last candidates may lie past the last tiled layer: drop those.
     for (; !set.empty(); set.pop_back()) {
       core::PlanOptions unlimited = options;
-      unlimited.checkpoints = set;
+      unlimited.overrides.checkpoints = set;
       try {
         (void)core::make_plan(graph, input, 0, unlimited);
         break;
       } catch (const Error&) {
       }
     }
-    options.checkpoints = set;
+    options.overrides.checkpoints = set;
   }
   core::Plan plan;
   const int64_t limit = p.strategy == core::Strategy::kNone && p.budget_bytes == 0

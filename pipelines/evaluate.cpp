@@ -37,7 +37,7 @@ core::Plan plan_for(const TrainedModel& model, int64_t height, int64_t width,
   options.optimizer_state_per_param = 0;  // no optimizer in inference
   // Offload or recompute at this machine's prices, when the planner prices offloading plans:
   // measured where the scratch file goes.
-  options.measure_prices = [tier = options.auto_tier, scratch_dir, device = model.device] {
+  options.prices.measure = [tier = options.auto_tier, scratch_dir, device = model.device] {
     return core::measure_offload_prices(tier, scratch_dir, device);
   };
   return core::make_plan(model.graph, {3, height, width},

@@ -152,11 +152,11 @@ PlanReport plan_model(const PlanRequest& r) {
   mo.in_channels = graph.node(graph.input()).channels;
   core::PlanOptions o;
   o.strategy = r.strategy;
-  if (r.keep_inner) o.drop_inner = core::PlanOptions::DropInner::kNever;
+  if (r.keep_inner) o.overrides.drop_inner = core::PlanOptions::DropInner::kNever;
   if (r.prices) {
-    o.measure_prices = [prices = *r.prices] { return prices; };
+    o.prices.measure = [prices = *r.prices] { return prices; };
   } else {
-    o.measure_prices = [&] { return core::measure_offload_prices(o.auto_tier); };
+    o.prices.measure = [&] { return core::measure_offload_prices(o.auto_tier); };
   }
   PlanReport report;
   report.plan = core::make_plan(graph, {mo.in_channels, r.height, r.width}, r.budget_bytes, o);
@@ -196,18 +196,18 @@ core::Graph gradcheck_network(const GradcheckRequest& r) {
 // Every checkpoint candidate a checkpoint, so there is as much to offload as the network
 // allows (the last candidates may lie past the last tiled layer: drop those).
 void offload_everything(const core::Graph& graph, const core::Shape& input, core::PlanOptions& o) {
-  o.offload_window_bytes = 16 << 10;
-  o.offload_block_bytes = 2 << 10;
+  o.overrides.window_bytes = 16 << 10;
+  o.overrides.block_bytes = 2 << 10;
   std::vector<core::NodeId> checkpoints = core::checkpoint_candidates(graph);
   for (; !checkpoints.empty(); checkpoints.pop_back()) {
-    o.checkpoints = checkpoints;
+    o.overrides.checkpoints = checkpoints;
     try {
       (void)core::make_plan(graph, input, 0, o);
       break;
     } catch (const Error&) {
     }
   }
-  o.checkpoints = checkpoints;
+  o.overrides.checkpoints = checkpoints;
 }
 
 core::Plan gradcheck_plan(const core::Graph& graph, const core::Shape& input,
@@ -217,16 +217,16 @@ core::Plan gradcheck_plan(const core::Graph& graph, const core::Shape& input,
   o.element_bytes = r.float64 ? 8 : 4;
   o.input_gradient = r.input_gradient;
   if (r.prices) {
-    o.measure_prices = [prices = *r.prices] { return prices; };
+    o.prices.measure = [prices = *r.prices] { return prices; };
   } else if (r.budget_bytes > 0) {
-    o.measure_prices = [&] { return core::measure_offload_prices(o.auto_tier, r.scratch_dir); };
+    o.prices.measure = [&] { return core::measure_offload_prices(o.auto_tier, r.scratch_dir); };
   }
   if (r.budget_bytes == 0) {
     if (r.tile > 0) {
-      o.tile_size = r.tile;
+      o.overrides.tile_size = r.tile;
     } else {
-      o.tiles_y = 3;
-      o.tiles_x = 3;
+      o.overrides.tiles_y = 3;
+      o.overrides.tiles_x = 3;
     }
   } else if (r.tile > 0) {
     throw Error("--tile and --budget: the budget's plan picks its own tiles; give one of them");

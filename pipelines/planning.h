@@ -28,7 +28,8 @@ struct PlanRequest {
   // Offload and recompute prices to plan at instead of this machine's measured ones (another
   // machine's: a GPU's, from its bench step JSON line; or fixed, to compare two planners).
   std::optional<core::OffloadPrices> prices;
-  bool keep_inner = false;  // every inner checkpoint kept (core::PlanOptions::drop_inner kNever)
+  bool keep_inner =
+      false;  // every inner checkpoint kept (core::PlanOptions::Overrides::drop_inner kNever)
 };
 
 struct PlanReport {

@@ -459,7 +459,7 @@ class Trainer {
     // Asked for by the planner only when it prices offloading plans (no plan with every
     // checkpoint resident fits, or the resident one recomputes much); measured once per process
     // and scratch directory (core/store/offload_prices.h).
-    plan_options_.measure_prices = [this] {
+    plan_options_.prices.measure = [this] {
       const core::OffloadPrices p =
           core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_, device_);
       if (!prices_logged_) {

@@ -62,7 +62,7 @@ std::vector<Region> reads_with_rounds(const Analysis::Additions& adds,
 // sums before its owner's backward (the owner's sub-segment recomputed, and its backward from
 // the owner down to the barrier, priced as that part's forward). `compute` in FLOPs; `moved`:
 // the bytes those passes read of offloaded inner checkpoints (each round reads the owner's
-// leaves and its gradient again), priced at PlanOptions::flops_per_byte_moved when `offloaded`.
+// leaves and its gradient again), priced at PlanOptions::Prices::per_byte_moved when `offloaded`.
 // Rounds in a chain of dropped ones reread the same leaves: resnet50's layer1 with every barrier
 // input dropped read each 1 GiB block output 8 times a step. A dropped fork is computed by each
 // of its k readers instead of once: (k − 1) more forwards, recomputes and backwards (two

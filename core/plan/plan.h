@@ -230,9 +230,9 @@ struct OffloadDecision {
 // prediction of seconds.
 struct PlanCost {
   double compute = 0;  // forward, recompute and backward FLOPs with halos; barriers' extra passes
-  double tiles = 0;    // PlanOptions::flops_per_tile per tile run
-  double copies = 0;   // shared rows' concatenations, at PlanOptions::flops_per_byte_copied
-  double moved = 0;    // bytes to the offload tier and back, at PlanOptions::flops_per_byte_moved
+  double tiles = 0;    // PlanOptions::Prices::per_tile per tile run
+  double copies = 0;   // shared rows' concatenations, at PlanOptions::Prices::per_byte_copied
+  double moved = 0;    // bytes to the offload tier and back, at PlanOptions::Prices::per_byte_moved
   double total() const { return compute + tiles + copies + moved; }
   PlanCost& operator+=(const PlanCost& o) {
     compute += o.compute;

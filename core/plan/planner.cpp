@@ -156,13 +156,13 @@ struct Choice {
 // tile's price just changed, and a cost at the guess against one at the measured prices would
 // compare two units.
 void measure_prices(Analysis& a, const PlanOptions& options, Choice& c) {
-  if (!options.measure_prices) return;
-  const OffloadPrices measured = options.measure_prices();
+  if (!options.prices.measure) return;
+  const OffloadPrices measured = options.prices.measure();
   if (measured.seconds_per_byte_moved <= 0 || measured.seconds_per_flop <= 0) return;
   c.prices = measured;
-  a.options.flops_per_byte_moved = c.prices.seconds_per_byte_moved / c.prices.seconds_per_flop;
-  a.options.flops_per_tile =
-      options.flops_per_tile * kGuessedSecondsPerFlop / c.prices.seconds_per_flop;
+  a.options.prices.per_byte_moved = c.prices.seconds_per_byte_moved / c.prices.seconds_per_flop;
+  a.options.prices.per_tile =
+      options.prices.per_tile * kGuessedSecondsPerFlop / c.prices.seconds_per_flop;
   if (c.best.cost != kNever) c.best = build(a, c.best.strategy, c.best.set, c.best.tiers, c.off);
 }
 
@@ -181,12 +181,12 @@ Choice choose(Analysis& a, const PlanOptions& options, Search& search, int64_t p
   const std::vector<std::vector<NodeId>> sets = checkpoint_sets(a, search.candidates());
   const std::vector<int64_t> windows = store_windows(options, a.target);
   Choice c{Candidate{}, offloading_with(options, windows.back(), false),
-           OffloadPrices{options.flops_per_byte_moved * kGuessedSecondsPerFlop,
+           OffloadPrices{options.prices.per_byte_moved * kGuessedSecondsPerFlop,
                          kGuessedSecondsPerFlop, false}};
   for (const bool offloading : {false, true}) {
     const bool resident_fits = c.best.cost != kNever && !recomputes_barriers(a.graph, c.best.plan);
     const bool bounded =
-        offloading && resident_fits && options.measure_prices &&
+        offloading && resident_fits && options.prices.measure &&
         c.best.plan.cost.compute > kRecomputeWorth * 4.0 * static_cast<double>(plain_flops);
     if (offloading && ((resident_fits && !bounded) || options.offload != Offload::kAuto)) break;
     if (offloading) measure_prices(a, options, c);

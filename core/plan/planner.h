@@ -12,24 +12,10 @@
 
 namespace tessel::core {
 
+// A plan request's options, grouped by who sets them: the request (every caller, from its
+// configuration), the cost model's prices (guessed here, measured where asked), and overrides
+// of the planner's own choices (tests, benchmarks, the CLI's expert flags).
 struct PlanOptions {
-  Strategy strategy = Strategy::kAuto;
-  int64_t element_bytes = 4;             // float32; 8 for float64
-  double optimizer_state_per_param = 1;  // SGD with momentum 1, Adam 2, plain SGD 0
-  bool input_gradient = false;           // a gradient for the image is kept (saliency)
-  bool streaming_reduction = true;       // a global pool after the last tiled op closes it
-  // Plans aim at budget × (1 − headroom), for allocator effects the model does not capture
-  // (on vgg-mini 1024²–4096² its prediction was within 4% of the measured peak). Below a few
-  // MiB a fixed slack dominates instead: tiny at 128² and 256² measured 0.17–0.41 MiB above the
-  // prediction whatever the tile count (1 to 14 tiles), nothing at 512² in 4 MiB
-  // (bench/NOTES.md), so budgets under ~4 MiB are exceeded by up to ~0.4 MiB.
-  double headroom = 0.08;
-  // Fixed partitions instead of the budget search (tests, benchmarks). A tile size in output
-  // pixels of each segment, or a count of tiles per axis.
-  std::optional<int64_t> tile_size;
-  std::optional<int64_t> tiles_y, tiles_x;
-  // Checkpoints at these nodes instead of the search (each must be a valid cut point).
-  std::optional<std::vector<NodeId>> checkpoints;
   // Offload (core/store/tile_store.h): kAuto moves checkpoints out of the budget when no plan with
   // every checkpoint resident fits (any checkpoint set), keeping as many resident as fit, or,
   // with measured prices, when the resident plan recomputes much and an offloading plan costs
@@ -37,54 +23,79 @@ struct PlanOptions {
   // the cheapest wins, moved bytes priced below; kHost and kDisk move
   // every checkpoint a later segment reads (tests, `tessel gradcheck --offload disk`).
   enum class Offload { kNever, kAuto, kHost, kDisk };
-  // Segments whose tiles' autograd graphs fit what the budget leaves free keep them from the
-  // forward to the backward instead of recomputing (latest segments first; budgeted plans only).
-  bool keep_graphs = true;
-  // Segments with barriers keep their barriers' inputs whole (inner checkpoints, resident) where
-  // the budget has room, and run as sub-segments (core/plan/plan.h); false: they always recompute.
-  bool inner_checkpoints = true;
-  // Where inner checkpoints live. Unset: resident where the budget has room; in a plan that
-  // offloads (kAuto's offloading search), in auto_tier where it has not (else the segment
-  // recomputes in rounds). Set: there always (tests; kResident: never offloaded).
-  std::optional<Tier> inner_tier;
   // DELTA per inner checkpoint (SubSegments::dropped). kPriced: an offloaded inner checkpoint
   // is dropped, and recomputed by the sub-segments that read it, where that costs less than
   // moving it at the prices; kNever: every one kept; kAlways: every one a plan may drop
   // (misplaced_drops), resident or offloaded (tests).
   enum class DropInner { kPriced, kNever, kAlways };
-  DropInner drop_inner = DropInner::kPriced;
-  // A segment with barriers that fits as one tile in both passes runs them whole, as plain
-  // LibTorch does (WholeBarriers); false: such a segment runs the tiled schemes with
-  // its one tile (tests).
-  bool whole_barriers = true;
+
+  // --- The request ---
+  Strategy strategy = Strategy::kAuto;
+  int64_t element_bytes = 4;             // float32; 8 for float64
+  double optimizer_state_per_param = 1;  // SGD with momentum 1, Adam 2, plain SGD 0
+  bool input_gradient = false;           // a gradient for the image is kept (saliency)
+  bool streaming_reduction = true;       // a global pool after the last tiled op closes it
   Offload offload = Offload::kAuto;
   Tier auto_tier = Tier::kDisk;  // where kAuto offloads: disk on CPU builds
-  // The tile store's read-ahead and write-behind. 0: the planner picks 1/4, 1/8 or 1/16 of the
-  // budget (core/plan/planner.cpp), or 64 MiB without a budget.
-  int64_t offload_window_bytes = 0;
-  int64_t offload_block_bytes = 0;  // the store's unit; 0: window / 16, 1 MiB to window / 4
-  // The price of a byte moved to the tier and back, in FLOPs of recompute (a CPU's ~100 GFLOP/s
-  // against a disk's ~1 GB/s), comparing offloading plans with each other. Offloading is priced
-  // against resident plans only at measured prices (measure_prices): with this guess it put
-  // vgg-mini 8192² in 1 GiB on disk although a resident plan fit, and made planning VGG-16 on
-  // 200000² take 25 s instead of 0.4 s.
-  double flops_per_byte_moved = 100;
-  // The price of a tile beyond its FLOPs, in FLOPs: reading and cropping its inputs, oneDNN's
-  // primitives for a new shape, a small tile's poorer use of the caches. Measured on vgg-mini
-  // 1024² (2 cores): 302 tiles took 1.0 s more than 38, ~0.15 s of it halo FLOPs, so ~3 ms a
-  // tile; priced at 2 ms at the guessed 100 GFLOP/s. It keeps the search from buying a few
-  // bytes with thousands of tiles (bench/NOTES.md, session 14).
-  double flops_per_tile = 2e8;
-  // Shared rows (Strategy::kRowsShared): the price of a byte their concatenations copy, in
-  // FLOPs (a copy reads and writes it at memory speed, ~10 GB/s, against ~100 GFLOP/s; measured
-  // on 2 EPYC cores: 7.5–19 GB/s, 5–13 FLOPs a byte, bench/NOTES.md session 30).
-  double flops_per_byte_copied = 10;
-  // The machine's measured prices (core/store/offload_prices.h), asked for once, only when
-  // offloading is priced (no plan with every checkpoint resident fits, or the resident one
-  // recomputes much; see make_plan): they replace the guess above, and each checkpoint the plan
-  // would offload is kept in the tier or dropped and recomputed, whichever costs less (DELTA).
-  // Empty: the guess, as 100 GFLOP/s against flops_per_byte_moved.
-  std::function<OffloadPrices()> measure_prices;
+  // Plans aim at budget × (1 − headroom), for allocator effects the model does not capture
+  // (bench/NOTES.md: within 4% on vgg-mini 1024²–4096²). Below a few MiB a fixed slack of up to
+  // ~0.4 MiB dominates instead, so budgets under ~4 MiB are exceeded by that much.
+  double headroom = 0.08;
+
+  // --- The cost model's prices, in FLOPs of recompute ---
+  struct Prices {
+    // A byte moved to the offload tier and back (a CPU's ~100 GFLOP/s against a disk's ~1 GB/s),
+    // comparing offloading plans with each other. Offloading is priced against resident plans
+    // only at measured prices (measure): with this guess it put plans on disk that fit resident
+    // (bench/NOTES.md).
+    double per_byte_moved = 100;
+    // A tile beyond its FLOPs: reading and cropping its inputs, oneDNN's primitives for a new
+    // shape, a small tile's poorer use of the caches (~3 ms a tile on 2 cores, bench/NOTES.md
+    // session 14). It keeps the search from buying a few bytes with thousands of tiles.
+    double per_tile = 2e8;
+    // A byte shared rows' concatenations copy (memory speed against compute: 5–13 FLOPs a byte
+    // measured on 2 EPYC cores, bench/NOTES.md session 30).
+    double per_byte_copied = 10;
+    // The machine's measured prices (core/store/offload_prices.h), asked for once, only when
+    // offloading is priced (no plan with every checkpoint resident fits, or the resident one
+    // recomputes much; see make_plan): they replace per_byte_moved's guess, and each checkpoint
+    // the plan would offload is kept in the tier or dropped and recomputed, whichever costs less
+    // (DELTA). Empty: the guess, as 100 GFLOP/s against per_byte_moved.
+    std::function<OffloadPrices()> measure;
+  };
+  Prices prices;
+
+  // --- Overrides of the planner's own choices ---
+  struct Overrides {
+    // Fixed partitions instead of the budget search: a tile size in output pixels of each
+    // segment, or a count of tiles per axis.
+    std::optional<int64_t> tile_size;
+    std::optional<int64_t> tiles_y, tiles_x;
+    // Checkpoints at these nodes instead of the search (each must be a valid cut point).
+    std::optional<std::vector<NodeId>> checkpoints;
+    // Segments whose tiles' autograd graphs fit what the budget leaves free keep them from the
+    // forward to the backward instead of recomputing (latest segments first; budgeted plans
+    // only); false: never.
+    bool keep_graphs = true;
+    // Segments with barriers keep their barriers' inputs whole (inner checkpoints, resident)
+    // where the budget has room, and run as sub-segments (core/plan/plan.h); false: they always
+    // recompute.
+    bool inner_checkpoints = true;
+    // Where inner checkpoints live. Unset: resident where the budget has room; in a plan that
+    // offloads (kAuto's offloading search), in auto_tier where it has not (else the segment
+    // recomputes in rounds). Set: there always (kResident: never offloaded).
+    std::optional<Tier> inner_tier;
+    DropInner drop_inner = DropInner::kPriced;
+    // A segment with barriers that fits as one tile in both passes runs them whole, as plain
+    // LibTorch does (WholeBarriers); false: such a segment runs the tiled schemes with its one
+    // tile.
+    bool whole_barriers = true;
+    // The tile store's read-ahead and write-behind. 0: the planner picks 1/4, 1/8 or 1/16 of
+    // the budget (core/plan/planner.cpp), or 64 MiB without a budget.
+    int64_t window_bytes = 0;
+    int64_t block_bytes = 0;  // the store's unit; 0: window / 16, 1 MiB to window / 4
+  };
+  Overrides overrides;
 };
 
 // DELTA's offload-or-recompute choice for one checkpoint, at `prices`: offload when moving

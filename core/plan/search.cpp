@@ -108,7 +108,8 @@ Candidate Search::search(const std::vector<Strategy>& strategies,
     if (offloading && bounded) {
       best_here = bring_back_resident(a, std::move(best_here), off);
     }
-    if (!offloading && !options_.checkpoints && !candidates_.empty() && best_here.cost != kNever) {
+    if (!offloading && !options_.overrides.checkpoints && !candidates_.empty() &&
+        best_here.cost != kNever) {
       best_here = refine(std::move(best_here), off);
     }
     if (best_here.cost < best.cost) best = std::move(best_here);
@@ -120,8 +121,8 @@ std::vector<std::vector<NodeId>> checkpoint_sets(const Analysis& a,
                                                  const std::vector<NodeId>& candidates) {
   const Graph& graph = a.graph;
   std::vector<std::vector<NodeId>> sets;
-  if (a.options.checkpoints) {
-    for (NodeId v : *a.options.checkpoints) {
+  if (a.options.overrides.checkpoints) {
+    for (NodeId v : *a.options.overrides.checkpoints) {
       if (std::find(candidates.begin(), candidates.end(), v) == candidates.end()) {
         throw Error("node " + std::to_string(v) + " (" +
                     (v >= 0 && v < graph.size() ? graph.node(v).name : std::string("?")) +
@@ -129,7 +130,7 @@ std::vector<std::vector<NodeId>> checkpoint_sets(const Analysis& a,
                     "skips over, before the last tiled layer");
       }
     }
-    std::vector<NodeId> sorted = *a.options.checkpoints;
+    std::vector<NodeId> sorted = *a.options.overrides.checkpoints;
     std::sort(sorted.begin(), sorted.end());
     sets.push_back(sorted);
     return sets;
@@ -147,7 +148,7 @@ std::vector<std::vector<NodeId>> checkpoint_sets(const Analysis& a,
 }
 
 std::vector<int64_t> store_windows(const PlanOptions& options, int64_t target) {
-  if (options.offload_window_bytes > 0) return {options.offload_window_bytes};
+  if (options.overrides.window_bytes > 0) return {options.overrides.window_bytes};
   if (target <= 0) return {int64_t{64} << 20};
   std::vector<int64_t> windows;
   for (int64_t share : {4, 8, 16}) windows.push_back(std::max<int64_t>(target / share, 4096));
@@ -156,11 +157,13 @@ std::vector<int64_t> store_windows(const PlanOptions& options, int64_t target) {
 
 Offloading offloading_with(const PlanOptions& options, int64_t window, bool offloading) {
   Offloading o;
-  o.inner_tier = options.inner_tier.value_or(offloading ? options.auto_tier : Tier::kResident);
-  o.force_inner = options.inner_tier.has_value() && *options.inner_tier != Tier::kResident;
+  o.inner_tier =
+      options.overrides.inner_tier.value_or(offloading ? options.auto_tier : Tier::kResident);
+  o.force_inner =
+      options.overrides.inner_tier.has_value() && *options.overrides.inner_tier != Tier::kResident;
   o.window_bytes = window;
-  o.block_bytes =
-      options.offload_block_bytes > 0 ? options.offload_block_bytes : default_block_bytes(window);
+  o.block_bytes = options.overrides.block_bytes > 0 ? options.overrides.block_bytes
+                                                    : default_block_bytes(window);
   o.partly_resident = options.offload == PlanOptions::Offload::kAuto;
   return o;
 }
@@ -212,7 +215,7 @@ std::vector<OffloadDecision> offload_or_recompute(const Analysis& a, Candidate& 
   std::vector<OffloadDecision> decisions, drops;
   count_moved_bytes(a, best.plan);
   for (bool dropped = best.plan.offloads() && a.options.offload == PlanOptions::Offload::kAuto &&
-                      !a.options.checkpoints;
+                      !a.options.overrides.checkpoints;
        dropped;) {
     dropped = false;
     decisions.clear();

@@ -118,12 +118,13 @@ bool SegmentBuild::fits(int64_t n, bool backward, int64_t avail, bool with_kept)
 }
 
 Partition SegmentBuild::fixed_partition() const {
-  if (a.options.tiles_y) {
-    return Partition::even(
-        out.height, out.width, *a.options.tiles_y,
-        row_strategy(strategy) ? 1 : a.options.tiles_x.value_or(*a.options.tiles_y));
+  if (a.options.overrides.tiles_y) {
+    return Partition::even(out.height, out.width, *a.options.overrides.tiles_y,
+                           row_strategy(strategy) ? 1
+                                                  : a.options.overrides.tiles_x.value_or(
+                                                        *a.options.overrides.tiles_y));
   }
-  const int64_t t = std::max<int64_t>(1, *a.options.tile_size);
+  const int64_t t = std::max<int64_t>(1, *a.options.overrides.tile_size);
   return Partition::even(out.height, out.width, (out.height + t - 1) / t,
                          row_strategy(strategy) ? 1 : (out.width + t - 1) / t);
 }
@@ -145,7 +146,8 @@ int64_t SegmentBuild::open_bytes(const Partition& p, bool exact) const {
 // 1 without a budget; -1: none fits).
 int64_t SegmentBuild::choose(bool backward) const {
   const int64_t fixed_bytes = backward ? bwd_fixed : fwd_fixed;
-  if (a.options.tiles_y || a.options.tile_size) return 0;  // fixed partition below
+  if (a.options.overrides.tiles_y || a.options.overrides.tile_size)
+    return 0;  // fixed partition below
   if (budget <= 0) return 1;
   const int64_t avail = budget - fixed_bytes;
   if (avail <= 0) return -1;
@@ -172,12 +174,12 @@ int64_t SegmentBuild::choose(bool backward) const {
 void SegmentBuild::place_barriers() {
   const bool one_tile = nf == 0 ? fixed_partition().tiles() == 1 : nf == 1 && nb == 1;
   if (!barriers) return;
-  if (a.options.whole_barriers && one_tile) {
+  if (a.options.overrides.whole_barriers && one_tile) {
     s.scheme = WholeBarriers{};
     return;
   }
   s.scheme = RecomputeRounds{};  // unless sub-segments fit
-  if (a.options.inner_checkpoints) try_sub_segments();
+  if (a.options.overrides.inner_checkpoints) try_sub_segments();
 }
 
 int64_t SegmentBuild::finest_bytes() const {
@@ -238,7 +240,7 @@ std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost
   cost.compute += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
                   3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles());
   cost.tiles +=
-      a.options.flops_per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
+      a.options.prices.per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
   // What the rows keep, from this forward to this backward.
   if (auto* rows = s.as<SharedRows>()) rows->kept_bytes = fc.shared_kept_bytes;
   cost += scheme_cost(a, s);
@@ -271,7 +273,7 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
   for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.tier != Tier::kResident) {
-      cost.moved += a.options.flops_per_byte_moved * 5.0 *
+      cost.moved += a.options.prices.per_byte_moved * 5.0 *
                     static_cast<double>(a.bytes(s.output) - s.resident_bytes);
     }
   }
@@ -280,7 +282,7 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
   for (const Segment& s : plan.segments) {
     if (s.inner_tier() == Tier::kResident) continue;
     for (NodeId v : kept_inner(a.graph, s)) {
-      cost.moved += a.options.flops_per_byte_moved * 5.0 * static_cast<double>(a.bytes(v));
+      cost.moved += a.options.prices.per_byte_moved * 5.0 * static_cast<double>(a.bytes(v));
     }
   }
   plan.window_bytes = plan.offloads() ? off.window_bytes : 0;
@@ -353,7 +355,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   // Kept graphs are part of the plan the search prices: a segmentation whose later segments
   // keep their graphs recomputes less (vgg-mini 2048² in 1 GiB: grid and rows keep two of
   // three segments' graphs; shared rows, priced without them, took one segment that keeps none).
-  if (a.options.keep_graphs && budget > 0 && peak <= budget && !unfit) {
+  if (a.options.overrides.keep_graphs && budget > 0 && peak <= budget && !unfit) {
     cost -= keep_graphs(a, plan, passes, budget);
     std::tie(peak, at_peak) = highest(passes);
   }

@@ -275,8 +275,9 @@ Analysis::TileCost Analysis::compute_cost(NodeId input, NodeId output, const Reg
                                           const std::vector<Region>& need,
                                           const std::vector<Region>* computed) const {
   const Shape& out_shape = shapes[static_cast<size_t>(output)];
-  const bool whole_tile = options.whole_barriers && tile.y.begin == 0 && tile.x.begin == 0 &&
-                          tile.y.end == out_shape.height && tile.x.end == out_shape.width;
+  const bool whole_tile = options.overrides.whole_barriers && tile.y.begin == 0 &&
+                          tile.x.begin == 0 && tile.y.end == out_shape.height &&
+                          tile.x.end == out_shape.width;
   TileCost cost;
   TileWalk walk(*this, input, output, need);
   walk.forward(whole_tile, computed, cost);

@@ -110,7 +110,7 @@ TEST(AttentionPool, MatchesWithOffloadedCheckpointsAndABarrier) {
     Graph g = attention_network(head, /*barrier=*/true);
     for (const bool offload : {false, true}) {
       PlanOptions o = fixed_tiles(Strategy::kGrid, 3, 2);
-      o.checkpoints = checkpoint_candidates(g);
+      o.overrides.checkpoints = checkpoint_candidates(g);
       if (offload) o.offload = PlanOptions::Offload::kDisk;
       const Plan plan = make_plan(g, {2, h, w}, 0, o);
       ASSERT_EQ(plan.segments.back().reduction, attention_node(g)) << to_string(plan, g);

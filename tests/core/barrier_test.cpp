@@ -29,14 +29,14 @@ using test::random_image;
 // `base`'s checkpoints, offload, reduction and inner checkpoints' options over fixed tiles.
 PlanOptions with_tiles(const PlanOptions& base, Strategy strategy, int64_t ty, int64_t tx) {
   PlanOptions o = fixed_tiles(strategy, ty, tx);
-  o.checkpoints = base.checkpoints;
+  o.overrides.checkpoints = base.overrides.checkpoints;
   o.offload = base.offload;
   o.streaming_reduction = base.streaming_reduction;
-  o.inner_checkpoints = base.inner_checkpoints;
-  o.inner_tier = base.inner_tier;
-  o.drop_inner = base.drop_inner;
-  o.offload_window_bytes = base.offload_window_bytes;
-  o.offload_block_bytes = base.offload_block_bytes;
+  o.overrides.inner_checkpoints = base.overrides.inner_checkpoints;
+  o.overrides.inner_tier = base.overrides.inner_tier;
+  o.overrides.drop_inner = base.overrides.drop_inner;
+  o.overrides.window_bytes = base.overrides.window_bytes;
+  o.overrides.block_bytes = base.overrides.block_bytes;
   return o;
 }
 
@@ -56,7 +56,7 @@ int expect_exact(Graph& g, const std::string& what, int64_t h, int64_t w, const 
   for (const bool inner : {true, false}) {
     for (const auto& [strategy, ty, tx] : partitions) {
       PlanOptions o = with_tiles(base, strategy, ty, tx);
-      o.inner_checkpoints = inner;
+      o.overrides.inner_checkpoints = inner;
       const Plan plan = make_plan(g, {g.node(0).channels, h, w}, 0, o);
       for (const Segment& s : plan.segments) {
         for (NodeId v = s.input + 1; v <= s.output; ++v) with_barrier += g.node(v).is_barrier();
@@ -109,7 +109,7 @@ TEST(Barriers, MatchWithStreamingReductionAndCheckpoints) {
   g.linear(g.flatten(gap), 3, "fc");
   const int64_t h = 29, w = 26;
   PlanOptions o;
-  o.checkpoints = checkpoint_candidates(g);
+  o.overrides.checkpoints = checkpoint_candidates(g);
   EXPECT_GT(expect_exact(g, "residual+head", h, w, random_image(2, h, w, 4), o), 0);
 }
 
@@ -117,7 +117,7 @@ TEST(Barriers, MatchWithOffloadedCheckpoints) {
   Graph g = residual_network();
   const int64_t h = 25, w = 21;
   PlanOptions o;
-  o.checkpoints = checkpoint_candidates(g);
+  o.overrides.checkpoints = checkpoint_candidates(g);
   o.offload = PlanOptions::Offload::kDisk;
   EXPECT_GT(expect_exact(g, "residual offloaded", h, w, random_image(2, h, w, 6), o), 0);
   // Sub-segments read an offloaded input and send its gradient to the store: the plans above
@@ -145,12 +145,13 @@ TEST(Barriers, OffloadedInnerCheckpointsMatch) {
   for (const Tier tier : {Tier::kDisk, Tier::kHost}) {
     for (const bool checkpoints : {false, true}) {
       PlanOptions o;
-      o.inner_tier = tier;
-      o.drop_inner = PlanOptions::DropInner::kNever;  // every one in the store (see below)
-      o.offload_window_bytes = 16 << 10;
-      o.offload_block_bytes = 2 << 10;
+      o.overrides.inner_tier = tier;
+      o.overrides.drop_inner =
+          PlanOptions::DropInner::kNever;  // every one in the store (see below)
+      o.overrides.window_bytes = 16 << 10;
+      o.overrides.block_bytes = 2 << 10;
       if (checkpoints) {
-        o.checkpoints = checkpoint_candidates(g);
+        o.overrides.checkpoints = checkpoint_candidates(g);
         o.offload = PlanOptions::Offload::kDisk;
       }
       const std::string what = "inner " + to_string(tier) + (checkpoints ? ", checkpoints" : "");
@@ -183,12 +184,12 @@ TEST(Barriers, RecomputedInnerCheckpointsMatch) {
   for (const Tier tier : {Tier::kResident, Tier::kDisk}) {
     for (const bool checkpoints : {false, true}) {
       PlanOptions o;
-      o.inner_tier = tier;
-      o.drop_inner = PlanOptions::DropInner::kAlways;
-      o.offload_window_bytes = 16 << 10;
-      o.offload_block_bytes = 2 << 10;
+      o.overrides.inner_tier = tier;
+      o.overrides.drop_inner = PlanOptions::DropInner::kAlways;
+      o.overrides.window_bytes = 16 << 10;
+      o.overrides.block_bytes = 2 << 10;
       if (checkpoints) {
-        o.checkpoints = checkpoint_candidates(g);
+        o.overrides.checkpoints = checkpoint_candidates(g);
         o.offload = PlanOptions::Offload::kDisk;
       }
       o.streaming_reduction = !checkpoints;
@@ -217,9 +218,9 @@ TEST(Barriers, PlannerRecomputesInnerCheckpointsCheaperThanMovingThem) {
   options.norm = models::Norm::kBatch;
   Graph g = models::build_model("resnet50", options);
   PlanOptions o;
-  o.measure_prices = [] { return OffloadPrices{1.1e-9, 1.0 / 270e9, true}; };
+  o.prices.measure = [] { return OffloadPrices{1.1e-9, 1.0 / 270e9, true}; };
   const Plan plan = make_plan(g, {3, 4096, 4096}, int64_t{2} << 30, o);
-  o.drop_inner = PlanOptions::DropInner::kNever;
+  o.overrides.drop_inner = PlanOptions::DropInner::kNever;
   const Plan kept = make_plan(g, {3, 4096, 4096}, int64_t{2} << 30, o);
   size_t dropped = 0;
   for (const Segment& s : plan.segments) {
@@ -274,7 +275,7 @@ TEST(Barriers, MeasuredPricesCompareTheResidentPlanInTheSameUnits) {
   options.norm = models::Norm::kBatch;
   Graph g = models::build_model("resnet50", options);
   PlanOptions o;
-  o.measure_prices = [] { return OffloadPrices{1e-13, 1e-15, true}; };
+  o.prices.measure = [] { return OffloadPrices{1e-13, 1e-15, true}; };
   const Plan plan = make_plan(g, {3, 4096, 4096}, int64_t{2} << 30, o);
   EXPECT_TRUE(plan.prices.measured) << to_string(plan, g);
   int recomputing = 0;
@@ -332,9 +333,10 @@ TEST(Barriers, KeptInnerCheckpointsMatch) {
   PlanOptions o;
   o.element_bytes = 8;
   o.strategy = Strategy::kGrid;
-  o.whole_barriers = false;  // the plan's one-tile segments would run their barriers whole
-  o.tiles_y = 2;             // tiled: a check of one tile compares plain with plain
-  o.tiles_x = 2;
+  o.overrides.whole_barriers =
+      false;                // the plan's one-tile segments would run their barriers whole
+  o.overrides.tiles_y = 2;  // tiled: a check of one tile compares plain with plain
+  o.overrides.tiles_x = 2;
   const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
   int kept = 0;
   for (const Segment& s : plan.segments) kept += s.keeps_inner() ? 1 : 0;
@@ -371,8 +373,8 @@ TEST(Barriers, OneTileSegmentsRunThemWholeAndMatch) {
     const bool keep = variant % 2 == 0;
     PlanOptions o;
     o.element_bytes = 8;
-    o.checkpoints = variant < 2 ? checkpoint_candidates(g) : std::vector<NodeId>{};
-    o.keep_graphs = keep;
+    o.overrides.checkpoints = variant < 2 ? checkpoint_candidates(g) : std::vector<NodeId>{};
+    o.overrides.keep_graphs = keep;
     const Plan plan = make_plan(g, {2, h, w}, int64_t{1} << 30, o);
     int whole = 0, kept = 0;
     for (const Segment& s : plan.segments) {
@@ -393,9 +395,9 @@ TEST(Barriers, OneTileSegmentsRunThemWholeAndMatch) {
     PlanOptions o;
     o.element_bytes = 8;
     o.strategy = Strategy::kGrid;
-    o.tile_size = 12;
-    o.checkpoints = checkpoint_candidates(g);
-    o.inner_checkpoints = inner;
+    o.overrides.tile_size = 12;
+    o.overrides.checkpoints = checkpoint_candidates(g);
+    o.overrides.inner_checkpoints = inner;
     const Plan plan = make_plan(g, {2, h, w}, 0, o);
     int whole = 0, tiled = 0;
     for (const Segment& s : plan.segments) {
@@ -439,10 +441,10 @@ TEST(Barriers, TiledInferenceEqualsPlain) {
     for (const Tier tier : {Tier::kResident, Tier::kDisk}) {
       for (const auto& [ty, tx] : {std::pair<int64_t, int64_t>{3, 2}, {1, 4}}) {
         PlanOptions o = fixed_tiles(Strategy::kGrid, ty, tx);
-        o.inner_checkpoints = inner;
-        o.inner_tier = tier;
-        o.offload_window_bytes = 16 << 10;
-        o.offload_block_bytes = 2 << 10;
+        o.overrides.inner_checkpoints = inner;
+        o.overrides.inner_tier = tier;
+        o.overrides.window_bytes = 16 << 10;
+        o.overrides.block_bytes = 2 << 10;
         const Plan plan = make_plan(g, {2, h, w}, 0, o);
         int offloaded = 0;
         for (const Segment& s : plan.segments) {
@@ -488,8 +490,8 @@ TEST(Barriers, AtASegmentsInputMatch) {
     g.module().to(test_device(), at::kDouble);
     randomise(g, 11);
     PlanOptions o = fixed_tiles(Strategy::kGrid, 2, 2);
-    if (variant & 2) o.checkpoints = std::vector<NodeId>{2};
-    o.inner_checkpoints = variant < 2;
+    if (variant & 2) o.overrides.checkpoints = std::vector<NodeId>{2};
+    o.overrides.inner_checkpoints = variant < 2;
     const Plan plan = make_plan(g, {2, 13, 11}, 0, o);
     ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
     const auto c = compare_with_plain(g, plan, random_image(2, 13, 11, 3), 5);
@@ -522,30 +524,31 @@ TEST(Barriers, RandomNetworksWithBarriersMatchPlainAutograd) {
     o.input_gradient = seed % 3 == 0;  // training's step, and a third with the image's gradient
     o.streaming_reduction = pick(0, 3) != 0;
     // Half of the offloading cases run sub-segments (reading an offloaded input), half recompute.
-    o.inner_checkpoints = seed % 4 == 0 ? seed % 8 == 4 : seed % 2 == 1;
+    o.overrides.inner_checkpoints = seed % 4 == 0 ? seed % 8 == 4 : seed % 2 == 1;
     std::vector<NodeId> checkpoints;
     for (NodeId v : checkpoint_candidates(g)) {
       if (seed % 4 == 0 || pick(0, 2) == 0) checkpoints.push_back(v);
     }
     if (seed % 4 == 0) {
       o.offload = PlanOptions::Offload::kDisk;
-      o.offload_window_bytes = 16 << 10;
-      o.offload_block_bytes = 2 << 10;
+      o.overrides.window_bytes = 16 << 10;
+      o.overrides.block_bytes = 2 << 10;
     }
     // A third of the sub-segment cases keep their inner checkpoints in the tile store.
-    if (o.inner_checkpoints && seed % 3 == 0) {
-      o.inner_tier = Tier::kDisk;
-      o.offload_window_bytes = 16 << 10;
-      o.offload_block_bytes = 2 << 10;
+    if (o.overrides.inner_checkpoints && seed % 3 == 0) {
+      o.overrides.inner_tier = Tier::kDisk;
+      o.overrides.window_bytes = 16 << 10;
+      o.overrides.block_bytes = 2 << 10;
     }
     // Some of the sub-segment cases recompute every barrier input they can (dropped_inner), the
     // others keep every one (at these sizes the prices would drop most).
-    o.drop_inner = o.inner_checkpoints && seed % 5 < 2 ? PlanOptions::DropInner::kAlways
-                                                       : PlanOptions::DropInner::kNever;
+    o.overrides.drop_inner = o.overrides.inner_checkpoints && seed % 5 < 2
+                                 ? PlanOptions::DropInner::kAlways
+                                 : PlanOptions::DropInner::kNever;
     Plan plan;
     // A checkpoint after the last tiled layer is not a candidate: drop the last until it plans.
     for (;; checkpoints.pop_back()) {
-      o.checkpoints = checkpoints;
+      o.overrides.checkpoints = checkpoints;
       try {
         plan = make_plan(g, in, 0, o);
         break;

@@ -59,7 +59,7 @@ RandomCase random_case(uint64_t seed, std::mt19937_64& rng, int64_t max_ty, int6
   for (NodeId v : checkpoint_candidates(c.graph)) {
     if (pick(0, one_in - 1) == 0) ckpts.push_back(v);
   }
-  c.options.checkpoints = ckpts;
+  c.options.overrides.checkpoints = ckpts;
   return c;
 }
 
@@ -76,7 +76,7 @@ TEST(TiledStep, RandomNetworksMatchPlainAutograd) {
       plan = make_plan(g, in, 0, o);
     } catch (const tessel::Error&) {
       // A checkpoint after the last tiled layer is not a candidate: plan without them.
-      o.checkpoints.reset();
+      o.overrides.checkpoints.reset();
       plan = make_plan(g, in, 0, o);
     }
     // Every fourth case the plan training makes under a budget (its search picks the tiles,
@@ -128,11 +128,12 @@ TEST(TiledStep, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
     o.input_gradient = seed % 2 == 0;
     const int64_t unlimited = int64_t{1} << 40;
     auto plan_for = [&](int64_t budget, bool keep) {
-      o.keep_graphs = keep;
+      o.overrides.keep_graphs = keep;
       try {
         return make_plan(g, in, budget, o);
       } catch (const tessel::Error&) {
-        o.checkpoints.reset();  // a checkpoint after the last tiled layer: plan without them
+        o.overrides.checkpoints
+            .reset();  // a checkpoint after the last tiled layer: plan without them
         return make_plan(g, in, budget, o);
       }
     };
@@ -323,8 +324,8 @@ TEST(TiledStep, ImagesSmallerThanOneTileMatch) {
   g.module().to(test_device(), at::kDouble);
   randomise(g, 42);
   PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
-  o.tile_size = 64;
-  o.tiles_y.reset();
+  o.overrides.tile_size = 64;
+  o.overrides.tiles_y.reset();
   const Plan plan = make_plan(g, {2, 9, 11}, 0, o);
   const auto c = compare_with_plain(g, plan, random_image(2, 9, 11, 4), 4);
   EXPECT_LT(c.worst(), kTolerance) << c.to_string();
@@ -341,7 +342,7 @@ TEST(TiledStep, BudgetedPlansOfTheShippedModelsMatch) {
       PlanOptions o;
       o.strategy = s;
       o.element_bytes = 8;
-      o.tile_size = 5;
+      o.overrides.tile_size = 5;
       const Plan plan = make_plan(g, {3, 67, 53}, 0, o);
       const auto c = compare_with_plain(g, plan, random_image(3, 67, 53, 8), 8);
       EXPECT_LT(c.worst(), kTolerance) << name << " " << to_string(s) << "\n"
@@ -393,7 +394,7 @@ TEST(Events, EveryTileStartsAndFinishesInScheduleOrderInBothPasses) {
   // Checkpoints named: at a fixed tile count the search would rather run fewer segments.
   const std::vector<NodeId> candidates = checkpoint_candidates(g);
   ASSERT_GE(candidates.size(), 2u);
-  o.checkpoints = std::vector<NodeId>(candidates.begin(), candidates.begin() + 2);
+  o.overrides.checkpoints = std::vector<NodeId>(candidates.begin(), candidates.begin() + 2);
   const Plan plan = make_plan(g, {2, 40, 36}, 0, o);
   TensorTileSource source(random_image(2, 40, 36, 1));
   Recorder recorder;
@@ -536,9 +537,9 @@ TEST(TiledStep, OnePixelTilesThroughResnetDownsamplingMatch) {
   }
   ASSERT_GE(act7, 0);
   PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
-  o.tiles_y.reset();
-  o.tile_size = 1;
-  o.checkpoints = std::vector<NodeId>{act7};
+  o.overrides.tiles_y.reset();
+  o.overrides.tile_size = 1;
+  o.overrides.checkpoints = std::vector<NodeId>{act7};
   const Plan plan = make_plan(g, {3, 24, 24}, 0, o);
   const auto c = compare_with_plain(g, plan, random_image(3, 24, 24, 4), 1);
   EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();

@@ -27,8 +27,8 @@ inline PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
   PlanOptions o;
   o.strategy = s;
   o.element_bytes = 8;
-  o.tiles_y = ty;
-  o.tiles_x = tx;
+  o.overrides.tiles_y = ty;
+  o.overrides.tiles_x = tx;
   return o;
 }
 
@@ -40,10 +40,10 @@ inline bool has_parameters(Graph& g) { return !g.module().parameters().empty(); 
 // from the unbudgeted plan's peak) at which it tiles: the budget search's own schemes (kept
 // graphs, rounds, inner checkpoints, offload). None when no budget tiles before one is refused.
 inline std::optional<Plan> tiling_budget_plan(const Graph& g, const Shape& in, PlanOptions o) {
-  o.tiles_y.reset();
-  o.tiles_x.reset();
-  o.tile_size.reset();
-  o.checkpoints.reset();
+  o.overrides.tiles_y.reset();
+  o.overrides.tiles_x.reset();
+  o.overrides.tile_size.reset();
+  o.overrides.checkpoints.reset();
   int64_t budget = make_plan(g, in, 0, o).predicted.total();
   for (int i = 0; i < 12; ++i) {
     budget = budget * 2 / 3;

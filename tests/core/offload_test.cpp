@@ -68,11 +68,11 @@ PlanOptions forced_disk(Strategy s, int64_t ty, int64_t tx, int64_t window_bytes
   PlanOptions o;
   o.strategy = s;
   o.element_bytes = 8;
-  o.tiles_y = ty;
-  o.tiles_x = tx;
+  o.overrides.tiles_y = ty;
+  o.overrides.tiles_x = tx;
   o.offload = PlanOptions::Offload::kDisk;
-  o.offload_window_bytes = window_bytes;
-  o.offload_block_bytes = block_bytes;
+  o.overrides.window_bytes = window_bytes;
+  o.overrides.block_bytes = block_bytes;
   return o;
 }
 
@@ -92,7 +92,7 @@ std::vector<NodeId> every_checkpoint(const Graph& g, const Shape& in) {
   std::vector<NodeId> c = checkpoint_candidates(g);
   while (!c.empty()) {
     PlanOptions o;
-    o.checkpoints = c;
+    o.overrides.checkpoints = c;
     try {
       (void)make_plan(g, in, 0, o);
       return c;
@@ -395,7 +395,7 @@ TEST(Offload, RandomNetworksWithEveryCheckpointOnDiskMatchPlainAutograd) {
     o.input_gradient = seed % 3 == 0 || g.module().parameters().empty();
     o.streaming_reduction = pick(0, 3) != 0;
     // Every candidate a checkpoint: as many offloaded activations as the network allows.
-    o.checkpoints = every_checkpoint(g, in);
+    o.overrides.checkpoints = every_checkpoint(g, in);
     const Plan plan = make_plan(g, in, 0, o);
     if (plan.offloads()) ++offloaded;
     ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
@@ -424,7 +424,7 @@ TEST(Offload, ShippedModelsWithCheckpointsOnDiskAndInHostMemoryMatchPlainAutogra
                         PlanOptions::Offload::kHost}) {
         PlanOptions o = forced_disk(s, 3, 2, 8192, 2048);
         o.offload = tier;
-        o.checkpoints = every_checkpoint(g, {3, 67, 53});
+        o.overrides.checkpoints = every_checkpoint(g, {3, 67, 53});
         const Plan plan = make_plan(g, {3, 67, 53}, 0, o);
         ASSERT_EQ(plan.offloads(), tier != PlanOptions::Offload::kNever) << to_string(plan, g);
         const auto c = compare_with_plain(g, plan, random_image(3, 67, 53, 8), 8, so);
@@ -460,7 +460,7 @@ TEST(Offload, EveryTileFormatMatchesPlainAutograd) {
         for (auto tier : {PlanOptions::Offload::kNever, PlanOptions::Offload::kHost}) {
           PlanOptions o = forced_disk(s, 3, s == Strategy::kGrid ? 2 : 1, 8192, 2048);
           o.offload = tier;
-          o.checkpoints = every_checkpoint(g, {3, 67, 53});
+          o.overrides.checkpoints = every_checkpoint(g, {3, 67, 53});
           const Plan plan = make_plan(g, {3, 67, 53}, 0, o);
           ASSERT_GT(std::count_if(plan.segments.begin(), plan.segments.end(),
                                   [](const Segment& seg) { return seg.forward.tiles() > 1; }),
@@ -518,7 +518,7 @@ TEST_P(PeakUnderBudget, CheckpointsSeveralTimesTheBudgetRunWithinTheBudget) {
   const Shape in{3, 512, 512};
   PlanOptions o;
   o.strategy = GetParam();
-  o.checkpoints = every_checkpoint(g, in);
+  o.overrides.checkpoints = every_checkpoint(g, in);
   // Smallest budget that plans, searching down from an all-resident one.
   Plan resident = make_plan(g, in, 0, o);
   int64_t checkpoint_bytes = 0;
@@ -600,8 +600,8 @@ TEST(Offload, OffloadedInnerCheckpointsRunWithinTheBudget) {
   for (const auto drop : {PlanOptions::DropInner::kNever, PlanOptions::DropInner::kAlways}) {
     const bool dropping = drop == PlanOptions::DropInner::kAlways;
     PlanOptions o;
-    o.inner_tier = Tier::kDisk;
-    o.drop_inner = drop;
+    o.overrides.inner_tier = Tier::kDisk;
+    o.overrides.drop_inner = drop;
     // The largest budget whose plan keeps inner checkpoints in the store (or drops them) over
     // at least 3×3 backward tiles, searching down from one that holds every activation. (Much
     // smaller ones only add tiles: 77×77 at the smallest, minutes a step.)
@@ -674,7 +674,7 @@ TEST(Offload, PlansThatOffloadUnderATightBudgetMatchPlainAutograd) {
       PlanOptions o;
       o.strategy = s;
       o.element_bytes = 8;
-      o.checkpoints = every_checkpoint(g, in);
+      o.overrides.checkpoints = every_checkpoint(g, in);
       Plan plan;
       for (int64_t b = int64_t{64} << 20; b > (int64_t{1} << 16); b = b * 7 / 8) {
         try {
@@ -706,7 +706,7 @@ TEST(Offload, PartlyResidentCheckpointsMatchPlainAutogradAndMoveWhatThePlanSays)
     PlanOptions o;
     o.strategy = s;
     o.element_bytes = 8;
-    o.checkpoints = every_checkpoint(g, in);
+    o.overrides.checkpoints = every_checkpoint(g, in);
     Plan plan;
     int64_t budget = 0;
     const Segment* partly = nullptr;
@@ -750,8 +750,8 @@ TEST(Offload, ResidentBlocksAreCountedOnceInThePassesAfterTheirReader) {
   PlanOptions o;
   o.strategy = Strategy::kGrid;
   o.element_bytes = 8;
-  o.keep_graphs = false;
-  o.checkpoints = every_checkpoint(g, in);
+  o.overrides.keep_graphs = false;
+  o.overrides.checkpoints = every_checkpoint(g, in);
   auto bytes = [&](const Plan& plan, NodeId v) {
     const Shape& s = plan.shapes[static_cast<size_t>(v)];
     return s.channels * s.height * s.width * 8;
@@ -807,7 +807,7 @@ TEST(Offload, MeasuredPricesDecideEachCheckpointAndGradientsStayExactEitherWay) 
     o.strategy = Strategy::kGrid;
     o.element_bytes = 8;
     int calls = 0;
-    o.measure_prices = [&calls, seconds_per_byte] {
+    o.prices.measure = [&calls, seconds_per_byte] {
       ++calls;
       return OffloadPrices{seconds_per_byte, 1e-11, true};
     };
@@ -858,7 +858,7 @@ TEST(Offload, MemoryEventsCarryTheTiers) {
   ScratchDir dir;
   Graph g = float64_model("tiny", 5);
   PlanOptions o = forced_disk(Strategy::kGrid, 3, 2);
-  o.checkpoints = every_checkpoint(g, {2, 40, 36});
+  o.overrides.checkpoints = every_checkpoint(g, {2, 40, 36});
   const Plan plan = make_plan(g, {2, 40, 36}, 0, o);
   TensorTileSource source(random_image(2, 40, 36, 1));
   TierRecorder recorder;
@@ -877,7 +877,7 @@ Plan small_offloaded_plan(Graph& g) {
   g.module().to(test_device(), at::kDouble);
   randomise(g, 5);
   PlanOptions o = forced_disk(Strategy::kGrid, 3, 2);
-  o.checkpoints = every_checkpoint(g, {2, 40, 36});
+  o.overrides.checkpoints = every_checkpoint(g, {2, 40, 36});
   return make_plan(g, {2, 40, 36}, 0, o);
 }
 
@@ -1003,7 +1003,7 @@ TEST(OffloadPlan, AResidentPlanThatRecomputesMuchIsPricedAgainstOffloading) {
                      int64_t disk_free_bytes = -1) {
     PlanOptions o;
     o.strategy = Strategy::kGrid;
-    o.measure_prices = [&calls, seconds_per_byte, disk_free_bytes] {
+    o.prices.measure = [&calls, seconds_per_byte, disk_free_bytes] {
       ++calls;
       // The guess's 100 GFLOP/s.
       return OffloadPrices{seconds_per_byte, 1e-11, true, disk_free_bytes};

@@ -113,7 +113,7 @@ TEST(Planner, RowsAreBalancedByTheirInputWindow) {
   Graph g = models::build_model("vgg-mini");
   PlanOptions o;
   o.strategy = Strategy::kRows;
-  o.tiles_y = 7;
+  o.overrides.tiles_y = 7;
   const Plan plan = make_plan(g, {3, 1000, 300}, 0, o);
   const Segment& s = plan.segments[0];
   int64_t lo = INT64_MAX, hi = 0;
@@ -230,8 +230,8 @@ TEST(Memory, PredictedPeakIsWithin15PercentOfMeasured) {
     for (int64_t size : {384, 640, 1024}) {
       PlanOptions o;
       o.strategy = Strategy::kGrid;
-      o.tiles_y = 3;
-      o.tiles_x = 2;
+      o.overrides.tiles_y = 3;
+      o.overrides.tiles_x = 2;
       const Plan plan = make_plan(g, {3, size, size}, 0, o);
       at::Tensor image = at::rand({1, 3, size, size});
       TensorTileSource source(image);
@@ -261,7 +261,7 @@ TEST(Planner, KeepsTheRequestedRowCountWhenBalancing) {
   for (int64_t rows : {2, 3, 5}) {
     PlanOptions o;
     o.strategy = Strategy::kRows;
-    o.tiles_y = rows;
+    o.overrides.tiles_y = rows;
     const Plan plan = make_plan(g, {3, 200, 150}, 0, o);
     for (const Segment& s : plan.segments) {
       EXPECT_EQ(s.forward.rows(), std::min(rows, plan.shapes[static_cast<size_t>(s.output)].height))

@@ -26,8 +26,8 @@ at::Tensor random_image(int64_t h, int64_t w, uint64_t seed) {
 Plan tiled_plan(const Graph& g, int64_t h, int64_t w, Strategy s) {
   PlanOptions o;
   o.strategy = s;
-  o.tiles_y = 3;
-  o.tiles_x = s == Strategy::kRows ? 1 : 3;
+  o.overrides.tiles_y = 3;
+  o.overrides.tiles_x = s == Strategy::kRows ? 1 : 3;
   return make_plan(g, {3, h, w}, 0, o);
 }
 

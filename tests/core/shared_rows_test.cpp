@@ -110,7 +110,7 @@ Case random_case(uint64_t seed) {
   for (NodeId v : checkpoint_candidates(c.graph)) {
     if (pick(0, 2) == 0) ckpts.push_back(v);
   }
-  c.options.checkpoints = ckpts;
+  c.options.overrides.checkpoints = ckpts;
   return c;
 }
 
@@ -118,7 +118,7 @@ Plan plan_for(Case& c, int64_t budget = 0) {
   try {
     return make_plan(c.graph, c.input, budget, c.options);
   } catch (const tessel::Error&) {
-    c.options.checkpoints.reset();  // a checkpoint after the last tiled layer
+    c.options.overrides.checkpoints.reset();  // a checkpoint after the last tiled layer
     return make_plan(c.graph, c.input, budget, c.options);
   }
 }
@@ -157,10 +157,10 @@ TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
     Case c = random_case(seed + 100);
     c.options.offload = seed % 2 ? PlanOptions::Offload::kDisk : PlanOptions::Offload::kHost;
     // The kept rows in the store too (SharedRows::kept_tier), in one case in four in host memory.
-    if (seed % 4 != 0) c.options.inner_tier = seed % 4 == 1 ? Tier::kHost : Tier::kDisk;
+    if (seed % 4 != 0) c.options.overrides.inner_tier = seed % 4 == 1 ? Tier::kHost : Tier::kDisk;
     // Small blocks: many per row, the rows' regions cut across them.
-    c.options.offload_window_bytes = 4096 * static_cast<int64_t>(1 + seed % 4);
-    c.options.offload_block_bytes = 512 * static_cast<int64_t>(1 + seed % 3);
+    c.options.overrides.window_bytes = 4096 * static_cast<int64_t>(1 + seed % 4);
+    c.options.overrides.block_bytes = 512 * static_cast<int64_t>(1 + seed % 3);
     const Plan plan = plan_for(c);
     shared += shared_segments(plan);
     const Comparison r = expect_plain(c, plan, seed, seed + 100);
@@ -168,8 +168,8 @@ TEST(SharedRows, OffloadedCheckpointsMatchPlainAutograd) {
       EXPECT_GT(r.offload_bytes, 0) << to_string(plan, c.graph);
     }
     for (const Segment& s : plan.segments) {
-      if (c.options.inner_tier && s.is<SharedRows>() && s.shared_bytes() > 0) {
-        EXPECT_EQ(s.shared_tier(), *c.options.inner_tier);
+      if (c.options.overrides.inner_tier && s.is<SharedRows>() && s.shared_bytes() > 0) {
+        EXPECT_EQ(s.shared_tier(), *c.options.overrides.inner_tier);
         ++stored;
       }
     }
@@ -185,7 +185,7 @@ TEST(SharedRows, SegmentsThatKeepTheirGraphsMatchPlainAutograd) {
   int kept = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
     Case c = random_case(seed + 300);
-    c.options.keep_graphs = true;
+    c.options.overrides.keep_graphs = true;
     const Plan plan = plan_for(c, int64_t{1} << 40);
     for (const Segment& s : plan.segments)
       kept += s.is<SharedRows>() && s.keeps_graph() && s.forward.rows() > 1;
@@ -250,7 +250,7 @@ TEST(SharedRows, ForwardFlopsArePlains) {
   const Graph g = models::build_model("vgg-mini", mo);
   const Shape in{3, 2048, 2048};
   PlanOptions o;
-  o.tiles_y = 16;
+  o.overrides.tiles_y = 16;
   o.strategy = Strategy::kRowsShared;
   const Plan shared = make_plan(g, in, 0, o);
   o.strategy = Strategy::kRows;
@@ -284,9 +284,9 @@ TEST(SharedRows, AutoChoosesAmongGridRowsAndSharedRows) {
   const Graph g = models::build_model("vgg-mini");
   const Shape in{3, 1024, 2048};
   const int64_t budget = int64_t{160} << 20;
-  for (const double copied : {0.0, PlanOptions{}.flops_per_byte_copied}) {
+  for (const double copied : {0.0, PlanOptions{}.prices.per_byte_copied}) {
     PlanOptions o;
-    o.flops_per_byte_copied = copied;
+    o.prices.per_byte_copied = copied;
     const Plan chosen = make_plan(g, in, budget, o);
     double cheapest = std::numeric_limits<double>::infinity();
     Strategy best = Strategy::kAuto;

@@ -105,8 +105,8 @@ TEST_P(ImportedSteps, TiledStepsMatchPlainAutograd) {
   core::PlanOptions o;
   o.strategy = core::Strategy::kGrid;
   o.element_bytes = 8;
-  o.tiles_y = 3;
-  o.tiles_x = 3;
+  o.overrides.tiles_y = 3;
+  o.overrides.tiles_x = 3;
   const core::Plan plan = core::make_plan(g, input, 0, o);
   bool tiled = false;
   for (const core::Segment& s : plan.segments) tiled = tiled || s.forward.tiles() > 1;
@@ -580,8 +580,8 @@ TEST(TrainModeImport, TiledStepGivesPyTorchsTrainModeGradients) {
     core::PlanOptions o;
     o.strategy = strategy;
     o.element_bytes = 8;
-    o.tiles_y = ty;
-    o.tiles_x = tx;
+    o.overrides.tiles_y = ty;
+    o.overrides.tiles_x = tx;
     const core::Plan plan = core::make_plan(g, {3, image.size(2), image.size(3)}, 0, o);
     int tiled_barriers = 0;
     for (const core::Segment& s : plan.segments) {

@@ -77,8 +77,8 @@ TinyPlans tiny_in_float64(const core::TileSource& source) {
   core::PlanOptions o;
   o.strategy = core::Strategy::kGrid;
   o.element_bytes = 8;
-  o.tiles_y = 3;
-  o.tiles_x = 4;
+  o.overrides.tiles_y = 3;
+  o.overrides.tiles_x = 4;
   const core::Shape in{3, source.height(), source.width()};
   t.tiled = core::make_plan(t.graph, in, 0, o);
   o.strategy = core::Strategy::kNone;
@@ -101,7 +101,7 @@ TEST(SlideTraining, TiledStepOverASlideMatchesPlainAutogradOnTheWholeImage) {
       core::randomise(g, 3);
       core::PlanOptions o;
       o.strategy = core::Strategy::kRows;
-      o.tiles_y = 7;
+      o.overrides.tiles_y = 7;
       const core::Plan tiled = core::make_plan(g, {3, slide.height(), slide.width()}, 0, o);
       o.strategy = core::Strategy::kNone;
       const core::Plan plain = core::make_plan(g, {3, slide.height(), slide.width()}, 0, o);

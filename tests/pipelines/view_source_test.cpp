@@ -99,7 +99,7 @@ TEST(ViewTileSource, TiledTrainingOnAViewMatchesPlainAutogradOnTheTransformedIma
     core::PlanOptions o;
     o.strategy = strategy;
     o.element_bytes = 8;
-    o.tile_size = 7;
+    o.overrides.tile_size = 7;
     const core::Plan plan = core::make_plan(g, {3, source.height(), source.width()}, 0, o);
     core::train_step(g, plan, source, target, loss);
     std::vector<at::Tensor> out;

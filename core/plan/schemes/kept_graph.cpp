@@ -97,8 +97,8 @@ PlanCost keep_graph(const Analysis& a, Segment& s, int64_t working) {
                      static_cast<double>(s.backward.tiles());
   saved.compute += 3.0 * bwd - 2.0 * fwd;
   saved.tiles +=
-      a.options.flops_per_tile * static_cast<double>(s.backward.tiles() - s.forward.tiles());
-  if (s.is<SharedRows>()) saved.copies += a.options.flops_per_byte_copied * joined_bytes(a, s);
+      a.options.prices.per_tile * static_cast<double>(s.backward.tiles() - s.forward.tiles());
+  if (s.is<SharedRows>()) saved.copies += a.options.prices.per_byte_copied * joined_bytes(a, s);
   if (auto* rows = s.as<SharedRows>()) {
     rows->keep_graph = true;
   } else if (auto* whole = s.as<WholeBarriers>()) {

@@ -32,7 +32,7 @@ PlanCost scheme_cost(const Analysis& a, const Segment& s, const RecomputeRounds&
   flops += 3.0 * static_cast<double>(back.flops) * static_cast<double>(s.backward.tiles()) *
            static_cast<double>(rounds.size());
   c.compute = flops;
-  c.tiles = a.options.flops_per_tile *
+  c.tiles = a.options.prices.per_tile *
             static_cast<double>(rounds.size() * (s.forward.tiles() + s.backward.tiles()));
   return c;
 }

@@ -21,9 +21,9 @@ PlanCost scheme_cost(const Analysis& a, const Segment& s, const SharedRows& rows
   // recompute.
   PlanCost c;
   if (rows.kept_tier != Tier::kResident) {
-    c.moved = a.options.flops_per_byte_moved * 2.0 * static_cast<double>(rows.kept_bytes);
+    c.moved = a.options.prices.per_byte_moved * 2.0 * static_cast<double>(rows.kept_bytes);
   }
-  c.copies = 2.0 * a.options.flops_per_byte_copied * joined_bytes(a, s);
+  c.copies = 2.0 * a.options.prices.per_byte_copied * joined_bytes(a, s);
   return c;
 }
 

@@ -98,7 +98,7 @@ PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded) {
     }
   }
   c.compute = f;
-  c.moved = offloaded ? a.options.flops_per_byte_moved * bytes : 0;
+  c.moved = offloaded ? a.options.prices.per_byte_moved * bytes : 0;
   return c;
 }
 
@@ -182,20 +182,20 @@ void SegmentBuild::try_sub_segments() {
   }
 }
 
-// DELTA per inner checkpoint (PlanOptions::drop_inner): an offloaded inner checkpoint is dropped
-// where recomputing it costs less than moving it (written, read by the forward and the backward,
-// its gradient written and read: five passes, as finish_candidate prices it). A barrier's input
-// is recomputed in the one sub-segment that reads it (its statistic pass, a round of sums for
+// DELTA per inner checkpoint (PlanOptions::Overrides::drop_inner): an offloaded inner checkpoint is
+// dropped where recomputing it costs less than moving it (written, read by the forward and the
+// backward, its gradient written and read: five passes, as finish_candidate prices it). A barrier's
+// input is recomputed in the one sub-segment that reads it (its statistic pass, a round of sums for
 // each of its barriers), a fork in each sub-segment that reads it (dropped_cost). In order,
 // each against the set dropped before it. resnet50 train-mode BN at 4096² in 2 GiB moved 116 GiB
 // a step through inner checkpoints on disk with every one kept.
 void SegmentBuild::drop_inner() {
   using Drop = PlanOptions::DropInner;
-  const Drop mode = a.options.drop_inner;
+  const Drop mode = a.options.overrides.drop_inner;
   SubSegments* sub = s.as<SubSegments>();
   if (sub == nullptr || mode == Drop::kNever) return;
   if (mode == Drop::kPriced && sub->tier == Tier::kResident) return;
-  const double per_byte = 5.0 * a.options.flops_per_byte_moved;
+  const double per_byte = 5.0 * a.options.prices.per_byte_moved;
   const bool offloaded = s.inner_tier() != Tier::kResident;
   double extra = 0;
   // In order. (Forks first, then barrier inputs, was priced worse at 4096², at a CPU's prices
