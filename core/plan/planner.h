@@ -38,8 +38,9 @@ struct PlanOptions {
   Offload offload = Offload::kAuto;
   Tier auto_tier = Tier::kDisk;  // where kAuto offloads: disk on CPU builds
   // Plans aim at budget × (1 − headroom), for allocator effects the model does not capture
-  // (bench/NOTES.md: within 4% on vgg-mini 1024²–4096²). Below a few MiB a fixed slack of up to
-  // ~0.4 MiB dominates instead, so budgets under ~4 MiB are exceeded by that much.
+  // (within 4% on vgg-mini 1024²–4096²). Below a few MiB a fixed slack of up to ~0.4 MiB
+  // dominates instead, so budgets under ~4 MiB are exceeded by that much (bench/NOTES.md,
+  // session 41).
   double headroom = 0.08;
 
   // --- The cost model's prices, in FLOPs of recompute ---
@@ -47,7 +48,7 @@ struct PlanOptions {
     // A byte moved to the offload tier and back (a CPU's ~100 GFLOP/s against a disk's ~1 GB/s),
     // comparing offloading plans with each other. Offloading is priced against resident plans
     // only at measured prices (measure): with this guess it put plans on disk that fit resident
-    // (bench/NOTES.md).
+    // (bench/NOTES.md, session 41).
     double per_byte_moved = 100;
     // A tile beyond its FLOPs: reading and cropping its inputs, oneDNN's primitives for a new
     // shape, a small tile's poorer use of the caches (~3 ms a tile on 2 cores, bench/NOTES.md
