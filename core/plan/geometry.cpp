@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/graph/node_vec.h"
 
 namespace tessel::core {
 
@@ -18,14 +19,14 @@ std::vector<std::vector<NodeId>> barrier_rounds(const Graph& graph, NodeId input
   const size_t k = pending.size();
   std::vector<std::vector<char>> reach(k, std::vector<char>(k, 0));
   for (size_t i = 0; i < k; ++i) {
-    std::vector<char> seen(static_cast<size_t>(output) + 1, 0);
-    seen[static_cast<size_t>(pending[i])] = 1;
+    NodeVec<char> seen(output + 1, 0);
+    seen[pending[i]] = 1;
     for (NodeId v = pending[i] + 1; v <= output; ++v) {
       for (NodeId p : graph.node(v).inputs) {
-        if (p >= pending[i] && seen[static_cast<size_t>(p)]) seen[static_cast<size_t>(v)] = 1;
+        if (p >= pending[i] && seen[p]) seen[v] = 1;
       }
     }
-    for (size_t j = 0; j < k; ++j) reach[i][j] = j != i && seen[static_cast<size_t>(pending[j])];
+    for (size_t j = 0; j < k; ++j) reach[i][j] = j != i && seen[pending[j]];
   }
   std::vector<std::vector<NodeId>> rounds;
   std::vector<char> done(k, 0);
@@ -96,22 +97,22 @@ std::vector<Region> needs_back(const Graph& graph, const std::vector<Shape>& sha
 // For each node of segment (input, output], the indices in `targets` (the inner checkpoints
 // `leaves` in order, then the output) of the sub-segments that compute it: those it leads to
 // without passing a leaf. A target computes itself.
-std::vector<std::vector<int>> computed_by(const Graph& graph, NodeId input, NodeId output,
-                                          const std::vector<NodeId>& leaves) {
-  std::vector<char> leaf(static_cast<size_t>(output) + 1, 0);
-  for (NodeId l : leaves) leaf[static_cast<size_t>(l)] = 1;
+NodeVec<std::vector<int>> computed_by(const Graph& graph, NodeId input, NodeId output,
+                                      const std::vector<NodeId>& leaves) {
+  NodeVec<char> leaf(output + 1, 0);
+  for (NodeId l : leaves) leaf[l] = 1;
   std::vector<NodeId> targets = leaves;
   targets.push_back(output);
-  std::vector<std::vector<int>> by(static_cast<size_t>(output) + 1);
-  std::vector<char> mark(static_cast<size_t>(output) + 1);
+  NodeVec<std::vector<int>> by(output + 1);
+  NodeVec<char> mark(output + 1);
   for (size_t i = 0; i < targets.size(); ++i) {
     std::fill(mark.begin(), mark.end(), 0);
-    mark[static_cast<size_t>(targets[i])] = 1;
+    mark[targets[i]] = 1;
     for (NodeId v = targets[i]; v > input; --v) {
-      if (!mark[static_cast<size_t>(v)]) continue;
-      by[static_cast<size_t>(v)].push_back(static_cast<int>(i));
+      if (!mark[v]) continue;
+      by[v].push_back(static_cast<int>(i));
       for (NodeId p : graph.node(v).inputs) {
-        if (p > input && !leaf[static_cast<size_t>(p)]) mark[static_cast<size_t>(p)] = 1;
+        if (p > input && !leaf[p]) mark[p] = 1;
       }
     }
   }
@@ -138,10 +139,10 @@ std::vector<NodeId> inner_checkpoints(const Graph& graph, NodeId input, NodeId o
     const auto by = computed_by(graph, input, output, out);
     std::vector<NodeId> forks;
     for (NodeId v = input + 1; v < output; ++v) {
-      const auto& mine = by[static_cast<size_t>(v)];
+      const auto& mine = by[v];
       if (mine.size() < 2) continue;
       for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
-        if (c <= output && by[static_cast<size_t>(c)] != mine) {
+        if (c <= output && by[c] != mine) {
           forks.push_back(v);
           break;
         }
@@ -167,22 +168,20 @@ std::vector<Region> sub_segment_needs(const Graph& graph, const std::vector<Shap
   const NodeId target = sub.target;
   const std::vector<NodeId>& leaves = sub.leaves;
   const std::vector<NodeId>& dropped = drops.dropped;
-  std::vector<char> leaf(static_cast<size_t>(target) + 1, 0);
+  NodeVec<char> leaf(target + 1, 0);
   for (NodeId l : leaves) {
-    if (l <= target) leaf[static_cast<size_t>(l)] = 1;
+    if (l <= target) leaf[l] = 1;
   }
-  std::vector<Region> extra(static_cast<size_t>(target) + 1);
+  NodeVec<Region> extra(target + 1);
   for (NodeId d : dropped) {
     if (d < target) {
-      extra[static_cast<size_t>(d)] =
-          barrier_share(drops.out_tile, drops.out, shapes[static_cast<size_t>(d)]);
+      extra[d] = barrier_share(drops.out_tile, drops.out, shapes[static_cast<size_t>(d)]);
     }
   }
-  const auto read = [&](NodeId c) { return c != target && leaf[static_cast<size_t>(c)]; };
+  const auto read = [&](NodeId c) { return c != target && leaf[c]; };
   const Walk walk{sub.input, target, tile, /*shares=*/false};
   if (dropped.empty()) return needs_back(graph, shapes, walk, read);
-  return needs_back(graph, shapes, walk, read,
-                    [&](NodeId v) { return extra[static_cast<size_t>(v)]; });
+  return needs_back(graph, shapes, walk, read, [&](NodeId v) { return extra[v]; });
 }
 
 std::vector<NodeId> kept_inner(const Graph& graph, const Segment& s) {
@@ -320,42 +319,41 @@ std::vector<Region> segment_needs(const Graph& graph, const std::vector<Shape>& 
 namespace {
 // Shared rows: the rows [0, done[v]) of each node of segment (input, output] that output rows
 // [0, e) need, clipped (DESIGN.md rule 1).
-std::vector<int64_t> rows_done(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
-                               NodeId output, int64_t e) {
-  std::vector<int64_t> done(static_cast<size_t>(output) + 1, 0);
-  done[static_cast<size_t>(output)] = e;
+NodeVec<int64_t> rows_done(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                           NodeId output, int64_t e) {
+  NodeVec<int64_t> done(output + 1, 0);
+  done[output] = e;
   for (NodeId v = output - 1; v >= input; --v) {
     const Window bounds{0, shapes[static_cast<size_t>(v)].height};
     int64_t d = 0;
     for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
-      if (c > output || done[static_cast<size_t>(c)] == 0) continue;
-      const Window w = intersect(
-          input_window(graph.node(c).axis_op(0), {0, done[static_cast<size_t>(c)]}), bounds);
+      if (c > output || done[c] == 0) continue;
+      const Window w = intersect(input_window(graph.node(c).axis_op(0), {0, done[c]}), bounds);
       if (!w.empty()) d = std::max(d, w.end);
     }
-    done[static_cast<size_t>(v)] = d;
+    done[v] = d;
   }
   return done;
 }
 
 // The first row of each node that the rows after `from` (rows_done of the rows before them)
 // still read, up to `all` (rows_done of the whole output); the node's height when none.
-std::vector<int64_t> rows_first(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
-                                NodeId output, const std::vector<int64_t>& from,
-                                const std::vector<int64_t>& all) {
-  std::vector<int64_t> first(static_cast<size_t>(output) + 1, 0);
-  first[static_cast<size_t>(output)] = from[static_cast<size_t>(output)];
+NodeVec<int64_t> rows_first(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                            NodeId output, const NodeVec<int64_t>& from,
+                            const NodeVec<int64_t>& all) {
+  NodeVec<int64_t> first(output + 1, 0);
+  first[output] = from[output];
   for (NodeId v = output - 1; v >= input; --v) {
     const Window bounds{0, shapes[static_cast<size_t>(v)].height};
     int64_t f = bounds.end;
     for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
       if (c > output) continue;
-      const Window left{from[static_cast<size_t>(c)], all[static_cast<size_t>(c)]};
+      const Window left{from[c], all[c]};
       if (left.empty()) continue;
       const Window w = intersect(input_window(graph.node(c).axis_op(0), left), bounds);
       if (!w.empty()) f = std::min(f, w.begin);
     }
-    first[static_cast<size_t>(v)] = f;
+    first[v] = f;
   }
   return first;
 }
@@ -381,10 +379,10 @@ SharedRow shared_row(const Graph& graph, const std::vector<Shape>& shapes, NodeI
   };
   for (NodeId v = input; v <= output; ++v) {
     const auto i = static_cast<size_t>(v);
-    row.held[i] = region(v, std::min(first_a[i], done_a[i]), done_b[i]);
+    row.held[i] = region(v, std::min(first_a[v], done_a[v]), done_b[v]);
     if (v == input) continue;
-    row.computed[i] = region(v, done_a[i], done_b[i]);
-    row.kept[i] = region(v, first_b[i], done_b[i]);
+    row.computed[i] = region(v, done_a[v], done_b[v]);
+    row.kept[i] = region(v, first_b[v], done_b[v]);
   }
   return row;
 }

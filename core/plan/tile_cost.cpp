@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "core/graph/node_vec.h"
 #include "core/plan/geometry.h"
 
 namespace tessel::core::planning {
@@ -58,9 +59,9 @@ class TileWalk {
         input_(input),
         output_(output),
         need_(need),
-        out_bytes_(static_cast<size_t>(output) + 1, 0),
-        own_(static_cast<size_t>(output) + 1, 0),
-        kept_until_(static_cast<size_t>(output) + 1, -1) {}
+        out_bytes_(output + 1, 0),
+        own_(output + 1, 0),
+        kept_until_(output + 1, -1) {}
 
   // The no-grad forward: its peak and FLOPs (over `computed` where given, else the needs).
   void forward(bool whole_tile, const std::vector<Region>* computed, Analysis::TileCost& cost);
@@ -68,11 +69,9 @@ class TileWalk {
   void backward(Analysis::TileCost& cost) const;
 
  private:
-  int64_t& out_bytes(NodeId v) { return out_bytes_[static_cast<size_t>(v)]; }
-  int64_t out_bytes(NodeId v) const { return out_bytes_[static_cast<size_t>(v)]; }
   // v's output is kept by autograd until the backward of `by` at least.
   void keep(NodeId v, NodeId by) {
-    NodeId& k = kept_until_[static_cast<size_t>(v)];
+    NodeId& k = kept_until_[v];
     k = k < 0 ? by : std::min(k, by);
   }
   int64_t pad_copy(const Node& n, const Region& r) const;
@@ -85,10 +84,10 @@ class TileWalk {
   const Graph& g_;
   const NodeId input_, output_;
   const std::vector<Region>& need_;
-  std::vector<int64_t> out_bytes_, own_;
+  NodeVec<int64_t> out_bytes_, own_;
   // kept_until_[v]: the lowest node whose backward still needs v's output (v's output is kept
   // by autograd until then); -1 when nobody saves it.
-  std::vector<NodeId> kept_until_;
+  NodeVec<NodeId> kept_until_;
 };
 
 // An explicit pad copies the input window; the op pads symmetric borders itself
@@ -111,7 +110,7 @@ int64_t TileWalk::forward_scratch(const Node& n, const Region& r, int64_t b) con
   // Both passes also copy the weight twice (its channels-last or blocked reorder and, in the
   // backward, the weight gradient before it is added to .grad): measured 2.0–2.3× the
   // weight above the activations for darknet19's 512→1024 convs on 32² tiles.
-  const int64_t in_bytes = out_bytes(n.inputs[0]);
+  const int64_t in_bytes = out_bytes_[n.inputs[0]];
   const int64_t weights = 2 * weight_elements(n) * a_.eb;
   // A channel norm copies its input channels-last and its output back.
   const bool channel_norm = n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm;
@@ -127,17 +126,17 @@ int64_t TileWalk::forward_scratch(const Node& n, const Region& r, int64_t b) con
 // What node `n`'s backward keeps.
 void TileWalk::keeps(const Node& n, int64_t pad_copy, bool whole_tile) {
   const NodeId v = n.id;
-  const int64_t b = out_bytes(v);
+  const int64_t b = out_bytes_[v];
   switch (n.kind) {
     case OpKind::kConv:
     case OpKind::kMaxPool:
       if (pad_copy > 0) {
-        own_[static_cast<size_t>(v)] += pad_copy;
+        own_[v] += pad_copy;
       } else {
         keep(n.inputs[0], v);
       }
       if (n.kind == OpKind::kMaxPool) {
-        own_[static_cast<size_t>(v)] += elements(n, need_[static_cast<size_t>(v)]) * 8;
+        own_[v] += elements(n, need_[static_cast<size_t>(v)]) * 8;
       }
       break;
     case OpKind::kPointwise:
@@ -146,7 +145,7 @@ void TileWalk::keeps(const Node& n, int64_t pad_copy, bool whole_tile) {
         keep(v, v);
       } else if (n.pointwise == Pointwise::kChannelNorm) {
         // layer_norm keeps its channels-last copy of the input.
-        own_[static_cast<size_t>(v)] += b;
+        own_[v] += b;
       } else if (n.pointwise != Pointwise::kIdentity && n.pointwise != Pointwise::kScalar) {
         keep(n.inputs[0], v);
       }
@@ -162,7 +161,7 @@ void TileWalk::keeps(const Node& n, int64_t pad_copy, bool whole_tile) {
       // a centred copy of it. A one-tile segment runs its barriers whole, as LibTorch does
       // (WholeBarriers): the input, no correction.
       keep(n.inputs[0], v);
-      if (!whole_tile) own_[static_cast<size_t>(v)] += out_bytes(n.inputs[0]);
+      if (!whole_tile) own_[v] += out_bytes_[n.inputs[0]];
       break;
     default:
       break;
@@ -171,18 +170,18 @@ void TileWalk::keeps(const Node& n, int64_t pad_copy, bool whole_tile) {
 
 void TileWalk::forward(bool whole_tile, const std::vector<Region>* computed,
                        Analysis::TileCost& cost) {
-  std::vector<int> left(out_bytes_.size(), 0);  // consumers yet to run, by node
+  NodeVec<int> left(out_bytes_.size(), 0);  // consumers yet to run, by node
   for (NodeId v = input_ + 1; v <= output_; ++v) {
-    for (NodeId p : g_.node(v).inputs) ++left[static_cast<size_t>(p)];
+    for (NodeId p : g_.node(v).inputs) ++left[p];
   }
-  out_bytes(input_) = elements(g_.node(input_), need_[static_cast<size_t>(input_)]) * a_.eb;
+  out_bytes_[input_] = elements(g_.node(input_), need_[static_cast<size_t>(input_)]) * a_.eb;
   // The no-grad forward converts the input tile to channels-last: a second copy at the start.
-  int64_t live = out_bytes(input_), peak = 2 * live;
+  int64_t live = out_bytes_[input_], peak = 2 * live;
   for (NodeId v = input_ + 1; v <= output_; ++v) {
     const Node& n = g_.node(v);
     const Region& r = need_[static_cast<size_t>(v)];
     const int64_t b = elements(n, r) * a_.eb;
-    out_bytes(v) = b;
+    out_bytes_[v] = b;
     const int64_t pad = pad_copy(n, r);
     // The no-grad forward runs relu-like ops in place on a fresh single-reader tensor
     // (core/exec/step.cpp run_node): no new bytes.
@@ -194,7 +193,7 @@ void TileWalk::forward(bool whole_tile, const std::vector<Region>* computed,
     live += b;
     cost.flops += flops(n, computed != nullptr ? (*computed)[static_cast<size_t>(v)] : r);
     for (NodeId p : n.inputs) {
-      if (--left[static_cast<size_t>(p)] == 0) live -= out_bytes(p);
+      if (--left[p] == 0) live -= out_bytes_[p];
     }
     keeps(n, pad, whole_tile);
   }
@@ -204,14 +203,13 @@ void TileWalk::forward(bool whole_tile, const std::vector<Region>* computed,
 // Recompute with autograd: what is kept so far, the node's input when nothing keeps it, its
 // output, and a conv's scratch.
 int64_t TileWalk::recompute_peak() const {
-  int64_t peak = 0, kept_so_far = out_bytes(input_);
+  int64_t peak = 0, kept_so_far = out_bytes_[input_];
   for (NodeId v = input_ + 1; v <= output_; ++v) {
-    const size_t i = static_cast<size_t>(v);
+    const NodeId i = v;
     const Node& n = g_.node(v);
     const NodeId p = n.inputs[0];
-    const int64_t in_bytes = out_bytes(p);
-    const int64_t unkept_input =
-        kept_until_[static_cast<size_t>(p)] < 0 && p != input_ ? in_bytes : 0;
+    const int64_t in_bytes = out_bytes_[p];
+    const int64_t unkept_input = kept_until_[p] < 0 && p != input_ ? in_bytes : 0;
     const int64_t scratch = n.kind == OpKind::kConv
                                 ? std::max(in_bytes, out_bytes_[i]) + 2 * weight_elements(n) * a_.eb
                                 : 0;
@@ -240,31 +238,31 @@ int64_t TileWalk::backward_scratch(const Node& n, int64_t out, int64_t grad_in, 
 
 void TileWalk::backward(Analysis::TileCost& cost) const {
   int64_t kept = 0;
-  std::vector<int64_t> freed_at(out_bytes_.size(), 0);  // bytes released when v's backward ran
+  NodeVec<int64_t> freed_at(out_bytes_.size(), 0);  // bytes released when v's backward ran
   for (NodeId v = input_; v <= output_; ++v) {
-    const size_t i = static_cast<size_t>(v);
+    const NodeId i = v;
     kept += own_[i];
     freed_at[i] += own_[i];
     if (kept_until_[i] >= 0) {
       kept += out_bytes_[i];
-      freed_at[static_cast<size_t>(kept_until_[i])] += out_bytes_[i];
+      freed_at[kept_until_[i]] += out_bytes_[i];
     }
   }
   int64_t bwd_peak = recompute_peak();
   // Gradients flow down; each node frees what it kept once its backward ran.
   int64_t held = kept;
-  const auto out_index = static_cast<size_t>(output_);
+  const NodeId out_index = output_;
   cost.kept_bytes = kept + (kept_until_[out_index] < 0 ? out_bytes_[out_index] : 0);
   cost.kept_output_bytes = out_bytes_[out_index];
-  const auto in_index = static_cast<size_t>(input_);
+  const NodeId in_index = input_;
   cost.kept_input_bytes = kept_until_[in_index] >= 0 ? out_bytes_[in_index] : 0;
   for (NodeId v = output_; v > input_; --v) {
     const Node& n = g_.node(v);
-    const int64_t out = out_bytes(v);
+    const int64_t out = out_bytes_[v];
     int64_t grad_in = 0;
-    for (NodeId p : n.inputs) grad_in += out_bytes(p);
+    for (NodeId p : n.inputs) grad_in += out_bytes_[p];
     bwd_peak = std::max(bwd_peak, held + out + grad_in + backward_scratch(n, out, grad_in, a_.eb));
-    held -= freed_at[static_cast<size_t>(v)];
+    held -= freed_at[v];
   }
   cost.backward_bytes = bwd_peak;
 }
