@@ -26,4 +26,34 @@ at::Tensor TensorTileSource::read(const Region& r) {
   return image_.slice(2, r.y.begin, r.y.end).slice(3, r.x.begin, r.x.end);
 }
 
+void TensorTileSource::set_background(Background background) {
+  const CellMask& cells = background.cells;
+  if (cells.height() != height() || cells.width() != width()) {
+    throw Error("background cells over " + std::to_string(cells.height()) + "×" +
+                std::to_string(cells.width()) + " for a " + std::to_string(height()) + "×" +
+                std::to_string(width()) + " image");
+  }
+  if (static_cast<int64_t>(background.value.size()) != channels()) {
+    throw Error("background colour of " + std::to_string(background.value.size()) +
+                " channels for an image of " + std::to_string(channels()));
+  }
+  const at::Tensor colour =
+      at::tensor(background.value, at::TensorOptions().dtype(at::kDouble)).view({1, -1, 1, 1});
+  for (int64_t r = 0; r < cells.rows(); ++r) {
+    for (int64_t c = 0; c < cells.cols(); ++c) {
+      if (!cells.cell_in(r, c)) continue;
+      const at::Tensor pixels = read(cells.cell(r, c)).to(at::kDouble);
+      if (!at::equal(pixels, colour.expand_as(pixels))) {
+        throw Error("background cell " + to_string(cells.cell(r, c)) +
+                    " does not hold the background colour");
+      }
+    }
+  }
+  background_ = std::move(background);
+}
+
+const Background* TensorTileSource::background() const {
+  return background_ ? &*background_ : nullptr;
+}
+
 }  // namespace tessel::core

@@ -4,11 +4,21 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "core/graph/cells.h"
 #include "core/graph/window.h"
 
 namespace tessel::core {
+
+// The part of an image that holds one constant colour (glass a tissue mask fills, the outside
+// of a training ROI), which the engine computes once per node rather than tile by tile
+// (core/plan/glass.h): its cells, and the colour as read() returns it, per channel.
+struct Background {
+  CellMask cells;
+  std::vector<double> value;
+};
 
 class TileSource {
  public:
@@ -21,6 +31,9 @@ class TileSource {
   virtual at::Tensor read(const Region& r) = 0;
   // The engine's schedule of upcoming reads, in order, so a source can prefetch (optional).
   virtual void will_read(const std::vector<Region>& upcoming) {}
+  // The image's constant region, where it has one (nullptr: none declared). A source that
+  // declares one guarantees every pixel in its cells reads exactly `value`.
+  virtual const Background* background() const { return nullptr; }
 };
 
 // A whole image already in memory (1×C×H×W): tests, small images, the plain reference.
@@ -32,9 +45,14 @@ class TensorTileSource : public TileSource {
   int64_t width() const override;
   at::Tensor read(const Region& r) override;
   const at::Tensor& image() const { return image_; }
+  // Declares the image's constant region; throws tessel::Error where a pixel in its cells does
+  // not hold the value, or the cells do not cover the image.
+  void set_background(Background background);
+  const Background* background() const override;
 
  private:
   at::Tensor image_;
+  std::optional<Background> background_;
 };
 
 }  // namespace tessel::core

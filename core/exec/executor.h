@@ -45,6 +45,9 @@ struct StepOptions {
   // precision (core/device/device.h tile_formats). Benchmarks compare them; results do not change.
   std::optional<TileFormats> tile_formats;
   Fault inject = Fault::kNone;  // tiled steps only
+  // Glass tiles (core/plan/glass.h) are computed once, where the image declares a background
+  // (TileSource::background); false runs them like any tile (for comparison).
+  bool glass = true;
 };
 
 struct StepResult {
@@ -59,6 +62,7 @@ struct StepResult {
   int64_t measured_peak_reserved_bytes = -1;
   double forward_ms = 0, backward_ms = 0;
   int64_t forward_tiles = 0, backward_tiles = 0;
+  int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;  // of those, glass (not run)
   // Offload: the tile store's bytes moved to and from the host or disk tier, the most held on
   // disk at once and the scratch file's size, the time its I/O thread spent moving them and the
   // time the step waited for them (transfers not hidden behind compute), by reads and writes.

@@ -202,9 +202,10 @@ void restore_buffers(Graph& graph, const Named& saved) {
 }
 
 Outcome run(Graph& graph, const Plan& plan, const at::Tensor& image, const LossFn& loss,
-            const StepOptions& options) {
+            const StepOptions& options, const Background* background) {
   for (auto& p : graph.module().parameters()) p.mutable_grad() = at::Tensor();
   TensorTileSource source(image);
+  if (background != nullptr) source.set_background(*background);
   Outcome o;
   o.step = train_step(graph, plan, source, at::Tensor(), loss, options);
   for (auto& p : graph.module().named_parameters()) {
@@ -321,13 +322,38 @@ double gradient_scale(const Outcome& reference) {
   return scale;
 }
 
-Comparison compare(const Outcome& a, const Outcome& b, double loss_scale) {
+// Where the image has a background, its gradient there is compared as a sum per channel, and
+// pixel by pixel elsewhere. A max pool's window inside the uniform region holds values equal in
+// exact arithmetic: plain routes its gradient to the one its rounding makes largest, the tiled
+// step to another, and both are the gradient. Every position such a window reads has its cone in
+// the background, so the choice moves the image's gradient only within the background and keeps
+// its sum there (and every parameter's gradient: those positions share one Jacobian).
+void add_input_grad(Comparison& c, const Outcome& a, const Outcome& b, double zero,
+                    const Background* background) {
+  const at::Tensor& ga = a.step.input_grad;
+  const at::Tensor& gb = b.step.input_grad;
+  if (background == nullptr || !ga.defined() || !gb.defined() || ga.sizes() != gb.sizes()) {
+    c.quantities.push_back(quantity("input gradient", ga, gb, zero));
+    return;
+  }
+  const at::Tensor glass = background_pixels(*background).to(ga.device());
+  const auto off = [&](const at::Tensor& g) { return g.masked_fill(glass, 0); };
+  const auto sum = [&](const at::Tensor& g) {
+    return g.masked_fill(glass.logical_not(), 0).sum({2, 3}, false, at::kDouble);
+  };
+  c.quantities.push_back(quantity("input gradient", off(ga), off(gb), zero));
+  c.quantities.push_back(quantity("input gradient's sum over the background", sum(ga), sum(gb),
+                                  zero * static_cast<double>(background->cells.area())));
+}
+
+Comparison compare(const Outcome& a, const Outcome& b, double loss_scale,
+                   const Background* background = nullptr) {
   const double zero = kZeroScale * gradient_scale(b);
   Comparison c;
   c.quantities.push_back(quantity("loss", a.step.loss, b.step.loss, kZeroScale * loss_scale));
   c.quantities.push_back(quantity("output", a.step.logits, b.step.logits, 0));
   if (a.step.input_grad.defined() || b.step.input_grad.defined()) {
-    c.quantities.push_back(quantity("input gradient", a.step.input_grad, b.step.input_grad, zero));
+    add_input_grad(c, a, b, zero, background);
   }
   add_named(c, "gradient of ", a.grads, b.grads, zero);
   add_named(c, "buffer ", a.buffers, b.buffers, 0);
@@ -357,23 +383,28 @@ bool tiles(const Plan& plan) {
 }
 
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
-                              uint64_t seed, const StepOptions& options) {
+                              uint64_t seed, const StepOptions& options,
+                              const Background* background) {
   const c10::Device device = device_of(graph, image_anywhere);
   const at::Tensor image = image_anywhere.to(device);
   const CheckLoss loss(graph, plan, seed, device, image.scalar_type());
   // Both steps start from the same running statistics (batch norm in training updates them).
   const Named before = buffers_of(graph);
-  const Outcome tiled = run(graph, plan, image, loss.fn(), check_options(plan, options, true));
+  const Outcome tiled =
+      run(graph, plan, image, loss.fn(), check_options(plan, options, true), background);
   restore_buffers(graph, before);
   const Outcome reference =
-      run(graph, plain_of(plan), image, loss.fn(), check_options(plan, options, false));
-  Comparison c = compare(tiled, reference, loss.scale(reference.step.logits));
+      run(graph, plain_of(plan), image, loss.fn(), check_options(plan, options, false), nullptr);
+  Comparison c = compare(tiled, reference, loss.scale(reference.step.logits), background);
   c.offload_bytes = tiled.step.offload.written_bytes + tiled.step.offload.read_bytes;
+  c.glass_forward_tiles = tiled.step.glass_forward_tiles;
+  c.glass_backward_tiles = tiled.step.glass_backward_tiles;
   return c;
 }
 
 PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
-                                  uint64_t seed, const StepOptions& options) {
+                                  uint64_t seed, const StepOptions& options,
+                                  const Background* background) {
   const c10::Device device = device_of(graph, image_anywhere);
   const at::Tensor image = image_anywhere.to(device);
   const at::ScalarType dtype = image.scalar_type();
@@ -383,7 +414,8 @@ PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tens
     restore_buffers(graph, before);
     StepOptions o = check_options(plan, options, tiled);
     if (t == at::kDouble) o.precision = Precision::kFloat32;
-    return run(graph, p, x, CheckLoss(graph, plan, seed, device, t).fn(), o);
+    return run(graph, p, x, CheckLoss(graph, plan, seed, device, t).fn(), o,
+               tiled ? background : nullptr);
   };
   const Outcome tiled_low = step(plan, image, dtype, true);
   const Outcome plain_low = step(plain, image, dtype, false);
@@ -398,13 +430,96 @@ PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tens
   for (auto& p : graph.module().parameters()) p.mutable_grad() = at::Tensor();  // float64 grads
   const CheckLoss loss(graph, plan, seed, device, at::kDouble);
   PrecisionCheck check;
-  check.tiled_vs_plain = compare(tiled_low, plain_low, loss.scale(plain_exact.step.logits));
+  check.tiled_vs_plain =
+      compare(tiled_low, plain_low, loss.scale(plain_exact.step.logits), background);
   check.tiled_vs_plain.offload_bytes =
       tiled_low.step.offload.written_bytes + tiled_low.step.offload.read_bytes;
-  check.plain_floor = compare(plain_low, plain_exact, loss.scale(plain_exact.step.logits));
-  check.tiled_floor = compare(tiled_low, tiled_exact, loss.scale(tiled_exact.step.logits));
-  check.exact = compare(tiled_exact, plain_exact, loss.scale(plain_exact.step.logits));
+  check.plain_floor =
+      compare(plain_low, plain_exact, loss.scale(plain_exact.step.logits), background);
+  check.tiled_floor =
+      compare(tiled_low, tiled_exact, loss.scale(tiled_exact.step.logits), background);
+  check.exact = compare(tiled_exact, plain_exact, loss.scale(plain_exact.step.logits), background);
+  check.tiled_vs_plain.glass_forward_tiles = tiled_low.step.glass_forward_tiles;
+  check.tiled_vs_plain.glass_backward_tiles = tiled_low.step.glass_backward_tiles;
   return check;
+}
+
+namespace {
+
+// A smooth random field over rows × cols cells: normal noise on a grid of about 4 × 4 steps
+// (blobs a quarter of the image across, as tissue fragments on a slide), bilinearly upsampled.
+at::Tensor smooth_field(int64_t rows, int64_t cols, at::Generator& gen) {
+  const int64_t step = std::max<int64_t>(2, std::min(rows, cols) / 4);
+  const int64_t coarse_rows = rows / step + 2, coarse_cols = cols / step + 2;
+  const at::Tensor coarse = at::randn({1, 1, coarse_rows, coarse_cols}, gen, at::kDouble);
+  return at::upsample_bilinear2d(coarse, {rows, cols}, /*align_corners=*/false).view({rows, cols});
+}
+
+// Bridges one cell wide across the field: a few rows and columns set to `value` over a random
+// stretch.
+void add_bridges(at::Tensor& glass, bool value, at::Generator& gen) {
+  const int64_t rows = glass.size(0), cols = glass.size(1);
+  const at::Tensor picks = at::randint(1 << 20, {8}, gen, at::kLong);
+  const auto pick = [&](int i, int64_t n) {
+    return picks[i].item<int64_t>() % std::max<int64_t>(1, n);
+  };
+  for (int i = 0; i < 2; ++i) {
+    const int64_t r = pick(4 * i, rows), c0 = pick(4 * i + 1, cols);
+    glass[r].slice(0, c0, std::min(cols, c0 + cols / 2 + 1)).fill_(value);
+    const int64_t c = pick(4 * i + 2, cols), r0 = pick(4 * i + 3, rows);
+    glass.select(1, c).slice(0, r0, std::min(rows, r0 + rows / 2 + 1)).fill_(value);
+  }
+}
+
+}  // namespace
+
+Background synthetic_background(const Shape& shape, int64_t cell, double fraction, uint64_t seed) {
+  if (cell < 1) throw Error("background cells must be at least one pixel");
+  if (!(fraction >= 0 && fraction <= 1)) {
+    throw Error("a background fraction is between 0 and 1, got " + std::to_string(fraction));
+  }
+  const int64_t rows = (shape.height + cell - 1) / cell, cols = (shape.width + cell - 1) / cell;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 2654435761ULL + 17);
+  at::Tensor glass = at::zeros({rows, cols}, at::kBool);
+  if (fraction >= 1) {
+    glass.fill_(true);
+  } else if (fraction > 0) {
+    const at::Tensor field = smooth_field(rows, cols, gen);
+    const int64_t k = std::clamp<int64_t>(
+        static_cast<int64_t>(fraction * static_cast<double>(rows * cols)), 1, rows * cols);
+    const double level = std::get<0>(field.flatten().kthvalue(k)).item<double>();
+    glass = field <= level;
+    add_bridges(glass, /*value=*/false, gen);
+    add_bridges(glass, /*value=*/true, gen);
+  }
+  Background b;
+  const at::Tensor flags = glass.to(at::kByte).flatten().contiguous();
+  b.cells = CellMask::grid(
+      shape.height, shape.width, cell,
+      std::vector<uint8_t>(flags.data_ptr<uint8_t>(), flags.data_ptr<uint8_t>() + flags.numel()));
+  const at::Tensor colour = at::rand({shape.channels}, gen, at::kDouble) * 2 - 1;
+  for (int64_t c = 0; c < shape.channels; ++c) b.value.push_back(colour[c].item<double>());
+  return b;
+}
+
+at::Tensor background_pixels(const Background& background) {
+  const CellMask& cells = background.cells;
+  at::Tensor mask = at::zeros({1, 1, cells.height(), cells.width()}, at::kBool);
+  for (int64_t r = 0; r < cells.rows(); ++r) {
+    for (int64_t c = 0; c < cells.cols(); ++c) {
+      if (!cells.cell_in(r, c)) continue;
+      const Region x = cells.cell(r, c);
+      mask.slice(2, x.y.begin, x.y.end).slice(3, x.x.begin, x.x.end).fill_(true);
+    }
+  }
+  return mask;
+}
+
+at::Tensor paint_background(const at::Tensor& image, const Background& background) {
+  const at::Tensor colour = at::tensor(background.value, at::TensorOptions().dtype(at::kDouble))
+                                .view({1, -1, 1, 1})
+                                .to(image.options());
+  return at::where(background_pixels(background).to(image.device()), colour, image);
 }
 
 }  // namespace tessel::core

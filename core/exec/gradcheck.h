@@ -12,6 +12,7 @@
 #include "core/exec/executor.h"
 #include "core/graph/graph.h"
 #include "core/plan/planner.h"
+#include "core/tile_source.h"
 
 namespace tessel::core {
 
@@ -36,6 +37,8 @@ struct Quantity {
 struct Comparison {
   std::vector<Quantity> quantities;  // loss, output, input gradient, parameters, buffers
   int64_t offload_bytes = 0;         // the tiled step's bytes to and from the host or disk tier
+  // The tiled step's glass tiles, not run (core/exec/glass.h): the check of glass checks them.
+  int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;
 
   // The largest max_error; +infinity where any quantity has a fault or a NaN error (a NaN never
   // compares below a bar, and neither does this).
@@ -93,8 +96,13 @@ void randomise(Graph& graph, uint64_t seed);
 // vanishes or saturates). Both steps run as `plan` was made: with the image's gradient exactly
 // where plan.input_gradient says (training's step has none); options.input_gradient must not
 // ask for more. options.inject, if any, goes to the tiled step only.
+// `background`, when given, is the image's constant region, declared to the tiled step's source
+// (TileSource::background; the plain step reads the same pixels). The image's gradient is then
+// compared pixel by pixel off it and as a sum per channel over it (where a max pool's window
+// inside it holds ties, plain and tiled may route to different positions in it, both exact).
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
-                              uint64_t seed, const StepOptions& options = {});
+                              uint64_t seed, const StepOptions& options = {},
+                              const Background* background = nullptr);
 
 // A check in a reduced precision (float32, tf32, bf16: the graph's dtype and options.precision):
 // four steps from the same weights and running statistics, tiled and plain, each also in
@@ -111,7 +119,19 @@ struct PrecisionCheck {
   }
 };
 PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tensor& image,
-                                  uint64_t seed, const StepOptions& options = {});
+                                  uint64_t seed, const StepOptions& options = {},
+                                  const Background* background = nullptr);
+
+// A seeded background over an image of `shape` for checks and benchmarks (`gradcheck
+// --background F`, `bench step --background F`): cells of `cell` pixels, about `fraction` of
+// them constant, as blobs with holes (a smooth random field's level set) crossed by bridges one
+// cell wide (tissue through glass and glass through tissue: regions narrower than a receptive
+// field). Fraction 0: none; 1: every cell. Its colour a seeded value per channel.
+Background synthetic_background(const Shape& shape, int64_t cell, double fraction, uint64_t seed);
+// The pixels of `background`'s cells (1×1×H×W bool, on the CPU).
+at::Tensor background_pixels(const Background& background);
+// `image` (1×C×H×W) with `background`'s cells painted its colour.
+at::Tensor paint_background(const at::Tensor& image, const Background& background);
 
 // Whether some segment of `plan` runs as more than one tile: a plan that does not compares plain
 // with plain, and a check of it cannot fail.

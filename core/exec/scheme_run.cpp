@@ -18,6 +18,7 @@ void SchemeRun::schedule_source() {
   if (s_.input != 0) return;
   std::vector<Region> schedule;
   for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
+    if (step_.glass(index_).forward[static_cast<size_t>(t)] != 0) continue;  // not read
     schedule.push_back(forward_needs(s_.forward.tile(t))[0]);
   }
   step_.source().will_read(schedule);
@@ -28,6 +29,7 @@ void SchemeRun::schedule_forward() {
   const auto& stored_in = step_.stored(s_.input);
   if (!stored_in || s_.input == 0) return;
   for (int64_t t = step_.prescheduled(index_, false) ? 1 : 0; t < s_.forward.tiles(); ++t) {
+    if (step_.glass(index_).forward[static_cast<size_t>(t)] != 0) continue;
     step_.store()->schedule(stored_in->reads(needs(s_.forward.tile(t))[s_.input]));
   }
 }
@@ -96,6 +98,7 @@ StoredActivation* SchemeRun::stored_input_grad_by_tiles() {
   if (stored == nullptr) return nullptr;
   std::vector<Region> additions;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+    if (step_.glass(index_).backward[static_cast<size_t>(t)] != 0) continue;  // adds nothing
     additions.push_back(needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)]);
   }
   stored->expect_additions(additions);
@@ -111,7 +114,7 @@ at::Tensor SchemeRun::run_backward_tiles(StoredActivation* stored_grad_in,
     const std::vector<Region> need = needs(s_.backward.tile(t));
     const Region& in_region = need[static_cast<size_t>(s_.input)];
     const at::Tensor x = tile(t, need);
-    if (step_.wants_input_grad(s_) && x.grad().defined() && !in_region.empty()) {
+    if (step_.wants_input_grad(s_) && x.defined() && x.grad().defined() && !in_region.empty()) {
       add_input_grad(stored_grad_in, grad_in, in_region, x.grad());
     }
     ++step_.backward_tiles;

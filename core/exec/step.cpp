@@ -172,7 +172,9 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
       checkpoints_(graph.size()),
       stored_(graph.size()),
       stored_grads_(graph.size()),
-      barrier_states_(graph.size()) {
+      barrier_states_(graph.size()),
+      uniform_(graph.size()),
+      glass_grads_(graph.size()) {
   if (options.inject == Fault::kHalo) {
     const int halo = halo_fault_segment(graph, plan);
     if (halo < 0) throw Error("cannot inject halo: every tile reads its whole input");
@@ -189,10 +191,31 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
       TileStore::check_free_space(o.scratch_dir, stored_bytes(graph, plan, Tier::kDisk));
     store_ = std::make_unique<TileStore>(o);
   }
+  find_glass();
   for (int i = 0; i < segments(); ++i) runs_.push_back(make_scheme_run(*this, i));
 }
 
 Step::~Step() = default;
+
+// Each segment's glass tiles (core/plan/glass.h), where the image declares a background.
+void Step::find_glass() {
+  const Background* background = options_.glass ? source_.background() : nullptr;
+  CellMask image;
+  if (background != nullptr && background->cells.height() == shape(0).height &&
+      background->cells.width() == shape(0).width) {
+    image = background->cells;
+    uniform_[0] = at::tensor(background->value, at::TensorOptions().dtype(at::kDouble))
+                      .view({1, -1, 1, 1})
+                      .to(tensor_options_);
+  }
+  glass_ = plan_glass(graph_, plan_, image, training_, options_.input_gradient);
+  for (int i = 0; i < segments(); ++i) {
+    if (!glass_[static_cast<size_t>(i)].obstacle.empty()) {
+      spdlog::debug("segment {} runs its glass tiles: {}", i,
+                    glass_[static_cast<size_t>(i)].obstacle);
+    }
+  }
+}
 
 // The store's write-behind for the pass about to run: the plan's for it (make_plan sizes it
 // from the pass's slack), else the plan's one.
@@ -223,6 +246,7 @@ void Step::forward_segment(int index) {
     const Region tile = s.forward.tile(t);
     out.add(tile, run.forward_tile(t, tile));
     ++forward_tiles;
+    glass_forward_tiles += glass(index).forward[static_cast<size_t>(t)];
     emit(index, s.forward, t, TileEvent::kForward, true);
   }
   run.after_forward();
@@ -541,6 +565,9 @@ void Step::preschedule(int next, bool backward) {
   const Partition& part = backward ? n.backward : n.forward;
   const int64_t first = backward ? part.tiles() - 1 : 0;
   if (backward && n.keeps_graph()) return;
+  const SegmentGlass& g = glass(next);
+  if ((backward ? g.backward : g.forward)[static_cast<size_t>(first)] != 0)
+    return;  // a glass tile reads nothing
   store_->schedule(stored->reads(run(next).needs(part.tile(first))[n.input]));
   (backward ? prescheduled_backward_ : prescheduled_forward_) = next;
 }

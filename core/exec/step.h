@@ -22,6 +22,7 @@
 #include "core/exec/tile_ops.h"
 #include "core/graph/graph.h"
 #include "core/graph/node_vec.h"
+#include "core/plan/glass.h"
 #include "core/plan/plan.h"
 #include "core/store/stored_activation.h"
 #include "core/store/tile_store.h"
@@ -99,8 +100,9 @@ class SchemeRun {
   std::pair<at::Tensor, at::Tensor> backward_input(KeptTiles& kept, int64_t t,
                                                    const Region& in_region);
   // The backward tiles, last first: `tile(t, need)` runs tile `t` over `need` (needs) and
-  // returns its input tile, whose gradient is added to the input's; the tiles' events and the
-  // previous segment's prefetch around them. Returns the input's gradient (input_grad_result).
+  // returns its input tile, whose gradient is added to the input's (undefined for a glass tile);
+  // the tiles' events and the previous segment's prefetch around them. Returns the input's gradient
+  // (input_grad_result).
   using BackwardTile = std::function<at::Tensor(int64_t t, const std::vector<Region>& need)>;
   at::Tensor run_backward_tiles(StoredActivation* stored_grad_in, const BackwardTile& tile);
 
@@ -157,6 +159,7 @@ class Step {
   at::Tensor backward(at::Tensor grad);
 
   int64_t forward_tiles = 0, backward_tiles = 0;
+  int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;  // of those, glass (not run)
   TileStoreStats store_stats() const { return store_ ? store_->stats() : TileStoreStats{}; }
 
   // ---- For the schemes ----
@@ -173,6 +176,13 @@ class Step {
   std::unique_ptr<StoredActivation>& stored_grad(NodeId v) { return stored_grads_[v]; }
   std::unique_ptr<BarrierState>& barrier_state(NodeId v) { return barrier_states_[v]; }
   SchemeRun& run(int index) { return *runs_[static_cast<size_t>(index)]; }
+  // Segment `index`'s glass tiles (none where the image declares no background, the step does
+  // not skip glass, or the segment's ops or scheme cannot: find_glass).
+  const SegmentGlass& glass(int index) const { return glass_[static_cast<size_t>(index)]; }
+  // A checkpoint's uniform value (1×C×1×1; the image's background colour), and the sum of its
+  // gradient over the positions the next segment's glass tiles read (core/exec/glass.h).
+  at::Tensor& uniform(NodeId v) { return uniform_[v]; }
+  at::Tensor& glass_grad(NodeId v) { return glass_grads_[v]; }
   void set_update_running(bool on) { update_running_ = on; }
 
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
@@ -239,6 +249,7 @@ class Step {
 
  private:
   class Output;
+  void find_glass();
   void forward_segment(int index);
   TileTensor read_input_exactly(const Segment& s, const Region& r);
   TileTensor short_halo(const Segment& s, TileTensor t);
@@ -266,6 +277,8 @@ class Step {
   NodeVec<std::unique_ptr<BarrierState>> barrier_states_;
   at::Tensor reduced_, reduced_index_;            // streaming reduction result (and argmax for max)
   std::unique_ptr<AttentionStream> attention_;    // a streaming attention pool's sums
+  std::vector<SegmentGlass> glass_;               // by segment
+  NodeVec<at::Tensor> uniform_, glass_grads_;     // core/exec/glass.h
   std::vector<std::unique_ptr<SchemeRun>> runs_;  // by segment
   int prescheduled_forward_ = -1, prescheduled_backward_ = -1;
 };

@@ -14,6 +14,7 @@ void TilesRun::before_forward() {
   // (once: the backward's recompute leaves them).
   step_.set_update_running(step_.training() && s_.is<WholeBarriers>());
   kept_.reset(s_.forward.tiles());
+  glass_.before_forward();
 }
 
 void TilesRun::after_forward() { step_.set_update_running(false); }
@@ -23,7 +24,7 @@ void TilesRun::after_forward() { step_.set_update_running(false); }
 // same tiles: backward starts with it, so it is not recomputed (for a one-tile plan, no
 // recompute at all). Its graph is no larger than that tile's backward.
 bool TilesRun::keeps(int64_t t) const {
-  if (!step_.training()) return false;
+  if (!step_.training() || glass_.forward(t)) return false;
   if (s_.keeps_graph()) return true;
   const bool same_tiles =
       s_.forward.y_edges == s_.backward.y_edges && s_.forward.x_edges == s_.backward.x_edges;
@@ -32,6 +33,7 @@ bool TilesRun::keeps(int64_t t) const {
 }
 
 at::Tensor TilesRun::forward_tile(int64_t t, const Region& tile) {
+  if (glass_.forward(t)) return glass_.output_tile(tile);
   const std::vector<Region> need = needs(tile);
   const Region& in_region = need[static_cast<size_t>(s_.input)];
   if (!keeps(t)) return step_.run_tile(s_.input, s_.output, need, step_.read_input(s_, in_region));
@@ -50,7 +52,7 @@ void TilesRun::schedule_backward(StoredActivation* stored_in, StoredActivation* 
     const Region tile = s_.backward.tile(t);
     const bool prescheduled =
         step_.prescheduled(index_, true) && t == s_.backward.tiles() - 1 && !has_barriers();
-    if (stored_in != nullptr && !kept_.has(t) && !prescheduled) {
+    if (stored_in != nullptr && !kept_.has(t) && !prescheduled && !glass_.backward(t)) {
       store->schedule(stored_in->reads(needs(tile)[static_cast<size_t>(s_.input)]));
     }
     if (stored_grad_out != nullptr) store->schedule(stored_grad_out->reads(tile));
@@ -63,10 +65,17 @@ at::Tensor TilesRun::backward(const at::Tensor& grad_out) {
   StoredActivation* stored_grad_in = stored_input_grad_by_tiles();
   before_backward(grad_out);
   schedule_backward(stored_in, stored_grad_out);
-  // Tiles in reverse order: kept tiles give their graphs back.
-  return run_backward_tiles(stored_grad_in, [&](int64_t t, const std::vector<Region>& need) {
-    return backward_tile(t, need, grad_out, stored_grad_out);
-  });
+  // Tiles in reverse order: kept tiles give their graphs back; glass tiles give their output
+  // gradient's sum to the column, which runs after them.
+  at::Tensor grad_in =
+      run_backward_tiles(stored_grad_in, [&](int64_t t, const std::vector<Region>& need) {
+        if (!glass_.backward(t)) return backward_tile(t, need, grad_out, stored_grad_out);
+        glass_.add_output_grad(s_.backward.tile(t), grad_out, stored_grad_out);
+        ++step_.glass_backward_tiles;
+        return at::Tensor();
+      });
+  glass_.after_backward();
+  return grad_in;
 }
 
 // Backward tile `t` over `need`: its graph kept from the forward, else recomputed. Returns its

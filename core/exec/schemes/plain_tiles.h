@@ -8,13 +8,14 @@
 #include <map>
 #include <vector>
 
+#include "core/exec/glass.h"
 #include "core/exec/step.h"
 
 namespace tessel::core {
 
 class TilesRun : public SchemeRun {
  public:
-  using SchemeRun::SchemeRun;
+  TilesRun(Step& step, int index) : SchemeRun(step, index), glass_(step, index) {}
   void before_forward() override;
   at::Tensor forward_tile(int64_t t, const Region& tile) override;
   void after_forward() override;
@@ -37,6 +38,7 @@ class TilesRun : public SchemeRun {
                            StoredActivation* stored_grad_out);
 
   KeptTiles kept_;
+  GlassRun glass_;  // the glass tiles, not run (core/exec/glass.h)
 };
 
 }  // namespace tessel::core

@@ -1,0 +1,111 @@
+#include "core/graph/cells.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace tessel::core {
+
+namespace {
+
+void check_edges(const std::vector<int64_t>& edges, const char* axis) {
+  if (edges.size() < 2 || edges.front() != 0) {
+    throw Error(std::string("cell mask: the ") + axis + " edges must start at 0 and hold a cell");
+  }
+  for (size_t i = 1; i < edges.size(); ++i) {
+    if (edges[i] <= edges[i - 1]) {
+      throw Error(std::string("cell mask: the ") + axis + " edges must increase");
+    }
+  }
+}
+
+// The cells [first, last) of `edges` that window `w` (inside [0, edges.back())) overlaps.
+std::pair<int64_t, int64_t> cells_over(const std::vector<int64_t>& edges, Window w) {
+  const auto first = std::upper_bound(edges.begin(), edges.end(), w.begin) - edges.begin() - 1;
+  const auto last = std::lower_bound(edges.begin(), edges.end(), w.end) - edges.begin();
+  return {first, last};
+}
+
+}  // namespace
+
+CellMask::CellMask(std::vector<int64_t> y_edges, std::vector<int64_t> x_edges,
+                   std::vector<uint8_t> in)
+    : y_edges_(std::move(y_edges)), x_edges_(std::move(x_edges)), in_(std::move(in)) {
+  check_edges(y_edges_, "row");
+  check_edges(x_edges_, "column");
+  const int64_t n = rows() * cols();
+  if (static_cast<int64_t>(in_.size()) != n) {
+    throw Error("cell mask: " + std::to_string(in_.size()) + " flags for " + std::to_string(n) +
+                " cells");
+  }
+  const auto stride = static_cast<size_t>(cols() + 1);
+  out_sum_.assign(static_cast<size_t>(rows() + 1) * stride, 0);
+  for (int64_t r = 0; r < rows(); ++r) {
+    int64_t row_out = 0;
+    for (int64_t c = 0; c < cols(); ++c) {
+      row_out += cell_in(r, c) ? 0 : 1;
+      out_sum_[static_cast<size_t>(r + 1) * stride + static_cast<size_t>(c + 1)] =
+          out_sum_[static_cast<size_t>(r) * stride + static_cast<size_t>(c + 1)] + row_out;
+    }
+  }
+}
+
+CellMask CellMask::grid(int64_t height, int64_t width, int64_t cell, std::vector<uint8_t> in) {
+  if (cell < 1) throw Error("cell mask: cells must be at least one position wide");
+  const auto edges = [cell](int64_t size) {
+    std::vector<int64_t> e;
+    for (int64_t v = 0; v < size; v += cell) e.push_back(v);
+    e.push_back(size);
+    return e;
+  };
+  return {edges(height), edges(width), std::move(in)};
+}
+
+bool CellMask::cell_in(int64_t row, int64_t col) const {
+  return in_[static_cast<size_t>(row * cols() + col)] != 0;
+}
+
+Region CellMask::cell(int64_t row, int64_t col) const {
+  const auto r = static_cast<size_t>(row);
+  const auto c = static_cast<size_t>(col);
+  return {{y_edges_[r], y_edges_[r + 1]}, {x_edges_[c], x_edges_[c + 1]}};
+}
+
+int64_t CellMask::out_cells(int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
+  const auto stride = static_cast<size_t>(cols() + 1);
+  const auto at = [&](int64_t r, int64_t c) {
+    return out_sum_[static_cast<size_t>(r) * stride + static_cast<size_t>(c)];
+  };
+  return at(r1, c1) - at(r0, c1) - at(r1, c0) + at(r0, c0);
+}
+
+bool CellMask::contains(const Region& r) const {
+  if (r.empty()) return true;
+  if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return false;
+  const auto [r0, r1] = cells_over(y_edges_, r.y);
+  const auto [c0, c1] = cells_over(x_edges_, r.x);
+  return out_cells(r0, r1, c0, c1) == 0;
+}
+
+int64_t CellMask::area() const {
+  int64_t a = 0;
+  for (int64_t r = 0; r < rows(); ++r) {
+    for (int64_t c = 0; c < cols(); ++c) {
+      if (cell_in(r, c)) a += cell(r, c).area();
+    }
+  }
+  return a;
+}
+
+double CellMask::fraction() const {
+  const int64_t all = height() * width();
+  return all == 0 ? 0.0 : static_cast<double>(area()) / static_cast<double>(all);
+}
+
+std::string to_string(const CellMask& m) {
+  return std::to_string(m.rows()) + "×" + std::to_string(m.cols()) + " cells over " +
+         std::to_string(m.height()) + "×" + std::to_string(m.width()) + ", " +
+         std::to_string(static_cast<int>(m.fraction() * 100.0 + 0.5)) + "% in";
+}
+
+}  // namespace tessel::core

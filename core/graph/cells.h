@@ -1,0 +1,49 @@
+// A set of positions of one activation as cells of a grid, each wholly in the set or not: the
+// constant region of an image (glass a tissue mask fills, the outside of a training ROI) and,
+// after each segment, the positions it found uniform (the union of its glass tiles). Asks
+// "does this region lie wholly inside?" in constant time (a summed-area table).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph/window.h"
+
+namespace tessel::core {
+
+class CellMask {
+ public:
+  CellMask() = default;  // the empty set over no positions
+  // Cells between consecutive `y_edges` and `x_edges` (each from 0, increasing, ending at the
+  // activation's size), `in` row-major (1: the cell is in the set). Throws tessel::Error on a
+  // grid that does not fit.
+  CellMask(std::vector<int64_t> y_edges, std::vector<int64_t> x_edges, std::vector<uint8_t> in);
+  // Square cells of `cell` positions (the last row and column clipped) over height × width.
+  static CellMask grid(int64_t height, int64_t width, int64_t cell, std::vector<uint8_t> in);
+
+  int64_t height() const { return y_edges_.empty() ? 0 : y_edges_.back(); }
+  int64_t width() const { return x_edges_.empty() ? 0 : x_edges_.back(); }
+  int64_t rows() const { return static_cast<int64_t>(y_edges_.size()) - 1; }
+  int64_t cols() const { return static_cast<int64_t>(x_edges_.size()) - 1; }
+  bool cell_in(int64_t row, int64_t col) const;
+  Region cell(int64_t row, int64_t col) const;
+  // Whether every position of `r` is in the set: false where `r` reaches outside the activation
+  // (the part outside is padding, never uniform); true for an empty `r`.
+  bool contains(const Region& r) const;
+  // Positions in the set, and their share of the activation (0 for an empty one).
+  int64_t area() const;
+  double fraction() const;
+  bool none() const { return area() == 0; }
+
+ private:
+  int64_t out_cells(int64_t r0, int64_t r1, int64_t c0, int64_t c1) const;  // cells [r0,r1)×[c0,c1)
+
+  std::vector<int64_t> y_edges_, x_edges_;
+  std::vector<uint8_t> in_;
+  std::vector<int64_t> out_sum_;  // (rows+1)×(cols+1): cells not in the set above and left
+};
+
+std::string to_string(const CellMask& m);
+
+}  // namespace tessel::core

@@ -1,0 +1,76 @@
+// Glass under tiling: which tiles of a segment see nothing but the image's constant region, so
+// their activations are one vector per node and need not be computed tile by tile. Pure: shapes,
+// regions and cell masks (core/graph/cells.h); the executor's side is core/exec/glass.h.
+//
+// A network's ops are translation-equivariant: where a position's window lies wholly in a
+// region that holds one value (and reads no padding), its value is the same vector everywhere.
+// A tile is glass when every node's region it needs (segment_needs) reads no padding and its
+// input region lies in the input's uniform positions: then its whole cone is uniform, and its
+// output is the segment's uniform value. Its backward is linear in its output gradient with the
+// same Jacobians everywhere, so what it adds to a parameter's gradient depends on that gradient's
+// sum over the tile alone (core/exec/glass.h does the sum once for all glass tiles).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/graph/cells.h"
+#include "core/graph/graph.h"
+#include "core/plan/plan.h"
+
+namespace tessel::core {
+
+// Why segment `s` cannot skip glass in a step (`training`: a backward follows), or "" where it
+// can: an op that is not the same at every position (dropout while training), one that reads a
+// statistic of the whole activation in this step (a barrier), a scheme that does not skip glass
+// yet (shared rows), or a global max pool closing it (its ties with the uniform value).
+std::string glass_obstacle(const Graph& graph, const Segment& s, bool training);
+
+// Whether the regions `need` (segment_needs of one tile) read no padding: every node of (input,
+// output] reads only positions inside its inputs.
+bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId input, NodeId output,
+                  const std::vector<Region>& need);
+
+// A segment's glass tiles, by tile of its forward and backward partitions (1: glass).
+struct SegmentGlass {
+  std::vector<uint8_t> forward, backward;
+  std::string obstacle;  // why it has none though its input has uniform positions (glass_obstacle)
+  // The output positions the next segment may take as uniform: the backward's glass tiles,
+  // whose gradient this segment takes as a sum (empty where its backward skips none); without
+  // a backward, the forward's.
+  CellMask output;
+
+  int64_t forward_count() const;
+  int64_t backward_count() const;
+  bool any() const { return forward_count() + backward_count() > 0; }
+  // The share of the output the forward's glass tiles cover.
+  double forward_fraction(const Partition& part) const;
+};
+
+// Segment `s`'s glass tiles over `input`, its input's uniform positions. `training`: a backward
+// follows; `skip_backward`: it may skip glass tiles (false where the input's gradient is wanted
+// position by position: the image's, when asked for). Without a backward, the output's uniform
+// positions are the forward's glass tiles.
+SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                         const CellMask& input, bool training, bool skip_backward);
+
+// Every segment's glass tiles in a step of `plan` on an image whose uniform positions are
+// `image` (cells over the image; empty: none): each segment's input is uniform where the
+// previous one's glass tiles cover it (SegmentGlass::output). `image_gradient`: the image's
+// gradient is wanted (then the first segment's backward runs its glass tiles).
+std::vector<SegmentGlass> plan_glass(const Graph& graph, const Plan& plan, const CellMask& image,
+                                     bool training, bool image_gradient);
+
+// What a plan's glass saves: the share of the image that is uniform, and of the forward's
+// predicted FLOPs (each segment's halo_flops by the share of its output its glass tiles cover).
+struct GlassSummary {
+  double image_fraction = 0;
+  double flops_fraction = 0;
+  int64_t forward_tiles = 0, glass_forward_tiles = 0;
+  int64_t backward_tiles = 0, glass_backward_tiles = 0;
+};
+GlassSummary summarize(const Plan& plan, const CellMask& image,
+                       const std::vector<SegmentGlass>& glass);
+
+}  // namespace tessel::core

@@ -1,0 +1,255 @@
+// Glass computed once (core/plan/glass.h, core/exec/glass.h): tiles that see only the image's
+// background are not run, and the step still gives plain autograd's outputs and gradients on
+// the whole image (float64, 1e-10), on backgrounds with holes and bridges one cell wide, that
+// touch the border, cover everything or nothing.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/device/device.h"
+#include "core/error.h"
+#include "core/exec/fault.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/geometry.h"
+#include "core/plan/glass.h"
+#include "core/plan/planner.h"
+#include "models/zoo.h"
+#include "tests/core/first_law.h"
+
+namespace tessel::core {
+namespace {
+
+using test::fixed_tiles;
+using test::kTolerance;
+using test::random_image;
+
+TEST(CellMask, ContainsOnlyRegionsWhollyInsideItsCells) {
+  // 3×4 cells of 4 pixels over 10×15 (the last row and column clipped).
+  const CellMask m = CellMask::grid(10, 15, 4,
+                                    {1, 1, 0, 1,  //
+                                     1, 1, 1, 1,  //
+                                     0, 1, 1, 1});
+  EXPECT_EQ(m.rows(), 3);
+  EXPECT_EQ(m.cols(), 4);
+  EXPECT_TRUE(m.contains({{0, 8}, {0, 8}}));
+  EXPECT_FALSE(m.contains({{0, 8}, {0, 9}}));   // reaches cell (0, 2)
+  EXPECT_TRUE(m.contains({{4, 8}, {0, 15}}));   // the full middle row
+  EXPECT_FALSE(m.contains({{4, 9}, {0, 4}}));   // reaches cell (2, 0)
+  EXPECT_TRUE(m.contains({{8, 10}, {4, 15}}));  // the clipped last row
+  EXPECT_FALSE(m.contains({{-1, 2}, {0, 2}}));  // padding is never uniform
+  EXPECT_FALSE(m.contains({{8, 11}, {4, 8}}));
+  EXPECT_TRUE(m.contains({{3, 3}, {0, 15}}));  // empty
+  EXPECT_EQ(m.area(), 150 - 16 - 8);
+  EXPECT_THROW(CellMask({0, 4}, {0, 4}, {1, 1}), Error);
+  EXPECT_THROW(CellMask({0, 4, 4}, {0, 4}, {1, 1}), Error);
+}
+
+TEST(SyntheticBackground, CoversAboutTheFractionAskedWithBridges) {
+  const Shape image{3, 200, 180};
+  for (double f : {0.1, 0.3, 0.6}) {
+    const Background b = synthetic_background(image, 4, f, 7);
+    EXPECT_NEAR(b.cells.fraction(), f, 0.12) << f;
+    EXPECT_EQ(b.value.size(), 3U);
+  }
+  EXPECT_EQ(synthetic_background(image, 4, 0.0, 7).cells.area(), 0);
+  EXPECT_EQ(synthetic_background(image, 4, 1.0, 7).cells.area(), 200 * 180);
+  EXPECT_THROW(synthetic_background(image, 4, 1.5, 7), Error);
+  // Seeded.
+  const Background a = synthetic_background(image, 4, 0.3, 9),
+                   b = synthetic_background(image, 4, 0.3, 9);
+  EXPECT_EQ(a.cells.area(), b.cells.area());
+  EXPECT_EQ(a.value, b.value);
+}
+
+TEST(TensorTileSource, RefusesABackgroundItsPixelsDoNotHold) {
+  const at::Tensor image = random_image(2, 20, 24, 3);
+  const Background b = synthetic_background({2, 20, 24}, 4, 0.5, 3);
+  TensorTileSource source(image);
+  EXPECT_THROW(source.set_background(b), Error);  // not painted
+  TensorTileSource painted(paint_background(image, b));
+  EXPECT_NO_THROW(painted.set_background(b));
+  Background wrong = b;
+  wrong.cells = CellMask::grid(20, 23, 4, std::vector<uint8_t>(5 * 6, 0));
+  EXPECT_THROW(painted.set_background(wrong), Error);
+}
+
+// A small network with padding everywhere, a downsampling conv, a residual join and a max pool,
+// closed by `head`.
+Graph glass_network(const models::ModelOptions& head) {
+  Graph g(2);
+  NodeId x = g.relu(g.conv(g.input(), ConvSpec(2, 4, 3).padding(1)));
+  NodeId y = g.conv(g.relu(g.conv(x, ConvSpec(4, 4, 3).padding(1))), ConvSpec(4, 4, 3).padding(1));
+  x = g.add(x, y);
+  x = g.max_pool(x, PoolSpec(2).stride(2));
+  x = g.relu(g.conv(x, ConvSpec(4, 6, 3).stride(2).padding(1)));
+  x = g.frozen_batch_norm(g.conv(x, ConvSpec(6, 6, 3).padding(1)), "bn");
+  x = g.relu(x);
+  models::add_head(g, x, head);
+  g.module().to(test_device(), at::kDouble);
+  randomise(g, 5);
+  return g;
+}
+
+struct GlassCase {
+  double fraction;
+  int64_t h, w, cell;
+};
+
+Comparison check(Graph& g, const Plan& plan, const GlassCase& gc, uint64_t seed,
+                 const StepOptions& options = {}) {
+  const Shape in = plan.shapes[0];
+  const Background b = synthetic_background(in, gc.cell, gc.fraction, seed);
+  const at::Tensor image =
+      paint_background(random_image(in.channels, in.height, in.width, seed), b);
+  return compare_with_plain(g, plan, image, seed, options, &b);
+}
+
+NodeId first_of(const Graph& g, OpKind kind) {
+  for (const Node& n : g.nodes()) {
+    if (n.kind == kind) return n.id;
+  }
+  return -1;
+}
+
+// Checkpoint sets of glass_network: none, after the max pool, and after it and the downsampling
+// conv's relu: glass handed from segment to segment.
+std::vector<std::vector<NodeId>> checkpoint_sets(const Graph& g) {
+  const NodeId pool = first_of(g, OpKind::kMaxPool);
+  return {{}, {pool}, {pool, pool + 2}};
+}
+
+std::string counts(const Comparison& c) {
+  return "glass tiles " + std::to_string(c.glass_forward_tiles) + " forward, " +
+         std::to_string(c.glass_backward_tiles) + " backward\n";
+}
+
+TEST(Glass, SkippedTilesGivePlainAutogradsGradients) {
+  for (bool attention : {false, true}) {
+    models::ModelOptions head;
+    head.classes = 3;
+    if (attention) head.attention = models::AttentionHead{};
+    Graph g = glass_network(head);
+    for (const auto& ckpts : checkpoint_sets(g)) {
+      for (const GlassCase gc :
+           {GlassCase{0.3, 97, 83, 4}, GlassCase{0.6, 171, 149, 3}, GlassCase{1.0, 67, 71, 5}}) {
+        PlanOptions o = fixed_tiles(Strategy::kGrid, 9, 8);
+        o.overrides.checkpoints = ckpts;
+        const Plan plan = make_plan(g, {2, gc.h, gc.w}, 0, o);
+        ASSERT_TRUE(tiles(plan));
+        const Comparison c = check(g, plan, gc, 31);
+        const std::string what = "attention " + std::to_string(attention) + " checkpoints " +
+                                 std::to_string(ckpts.size()) + " fraction " +
+                                 std::to_string(gc.fraction) + "\n" + counts(c);
+        EXPECT_LT(c.worst(), kTolerance) << what << to_string(plan, g) << c.to_string();
+        if (gc.fraction >= 0.6) {
+          EXPECT_GT(c.glass_forward_tiles, 0) << what;
+          EXPECT_GT(c.glass_backward_tiles, 0) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(Glass, KeptGraphsAndTheImageGradientMatch) {
+  Graph g = glass_network({});
+  for (bool image_gradient : {false, true}) {
+    for (bool keep : {false, true}) {
+      PlanOptions o = fixed_tiles(Strategy::kGrid, 9, 6);
+      o.input_gradient = image_gradient;
+      o.overrides.keep_graphs = keep;
+      o.overrides.checkpoints = checkpoint_sets(g)[2];
+      const Plan plan = make_plan(g, {2, 181, 121}, 0, o);
+      ASSERT_TRUE(tiles(plan));
+      StepOptions so;
+      so.input_gradient = image_gradient;
+      const Comparison c = check(g, plan, {0.8, 181, 121, 3}, 12, so);
+      EXPECT_LT(c.worst(), kTolerance)
+          << "image gradient " << image_gradient << " keep " << keep << "\n"
+          << counts(c) << to_string(plan, g) << c.to_string();
+      EXPECT_GT(c.glass_forward_tiles, 0) << counts(c);
+      // The image's gradient, pixel by pixel, needs the first segment's tiles run backward.
+      if (!image_gradient) {
+        EXPECT_GT(c.glass_backward_tiles, 0) << counts(c);
+      }
+    }
+  }
+}
+
+// Full-width rows read the border's padding at every node, so none is glass (yet); the step is
+// the dense one.
+TEST(Glass, RowsMatchAndSkipNothingAtPaddedBorders) {
+  Graph g = glass_network({});
+  PlanOptions o = fixed_tiles(Strategy::kRows, 12, 1);
+  o.overrides.checkpoints = checkpoint_sets(g)[2];
+  const Plan plan = make_plan(g, {2, 181, 61}, 0, o);
+  const Comparison c = check(g, plan, {0.8, 181, 61, 3}, 12);
+  EXPECT_LT(c.worst(), kTolerance) << counts(c) << c.to_string();
+  EXPECT_EQ(c.glass_forward_tiles + c.glass_backward_tiles, 0);
+}
+
+TEST(Glass, NoBackgroundSkipsNothingAndAllBackgroundMatches) {
+  Graph g = glass_network({});
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 5, 5);
+  o.overrides.checkpoints = checkpoint_sets(g)[1];
+  const Plan plan = make_plan(g, {2, 77, 69}, 0, o);
+  const Comparison none = check(g, plan, {0.0, 77, 69, 4}, 3);
+  EXPECT_LT(none.worst(), kTolerance) << none.to_string();
+  EXPECT_EQ(none.glass_forward_tiles + none.glass_backward_tiles, 0);
+  const Comparison all = check(g, plan, {1.0, 77, 69, 4}, 3);
+  EXPECT_LT(all.worst(), kTolerance) << all.to_string();
+  // Every tile whose cone reads no padding is glass: the inner ones.
+  EXPECT_GT(all.glass_forward_tiles, 0) << counts(all);
+}
+
+TEST(Glass, OffloadedCheckpointsMatch) {
+  Graph g = glass_network({});
+  for (auto tier : {PlanOptions::Offload::kHost, PlanOptions::Offload::kDisk}) {
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 8, 7);
+    o.offload = tier;
+    o.overrides.window_bytes = 8192;
+    o.overrides.block_bytes = 2048;
+    o.overrides.checkpoints = checkpoint_sets(g)[2];
+    const Plan plan = make_plan(g, {2, 163, 147}, 0, o);
+    ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
+    const Comparison c = check(g, plan, {0.7, 163, 147, 3}, 21);
+    EXPECT_LT(c.worst(), kTolerance) << counts(c) << to_string(plan, g) << c.to_string();
+    EXPECT_GT(c.glass_backward_tiles, 0) << counts(c);
+  }
+}
+
+TEST(Glass, ShippedModelsMatch) {
+  for (const std::string name : {"tiny", "resnet18"}) {
+    models::ModelOptions mo;
+    mo.in_channels = 3;
+    Graph g = models::build_model(name, mo);
+    g.module().to(test_device(), at::kDouble);
+    randomise(g, 8);
+    PlanOptions o;
+    o.strategy = Strategy::kGrid;
+    o.element_bytes = 8;
+    o.overrides.tile_size = 8;
+    // Checkpoints at every block: segments whose receptive fields fit inside the glass.
+    o.overrides.checkpoints = checkpoint_candidates(g);
+    const Plan plan = make_plan(g, {3, 233, 211}, 0, o);
+    const Comparison c = check(g, plan, {0.8, 233, 211, 8}, 8);
+    EXPECT_LT(c.worst(), kTolerance) << name << "\n"
+                                     << counts(c) << to_string(plan, g) << c.to_string();
+    EXPECT_GT(c.glass_forward_tiles, 0) << name << " " << counts(c) << to_string(plan, g);
+  }
+}
+
+TEST(Glass, InjectedFaultsStillFail) {
+  Graph g = glass_network({});
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 5, 4);
+  o.overrides.checkpoints = checkpoint_sets(g)[1];
+  const Plan plan = make_plan(g, {2, 81, 77}, 0, o);
+  for (Fault f : {Fault::kHalo, Fault::kNanGrad}) {
+    StepOptions so;
+    so.inject = f;
+    const Comparison c = check(g, plan, {0.5, 81, 77, 3}, 4, so);
+    EXPECT_GT(c.worst(), 1e-6) << to_string(f) << "\n" << c.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace tessel::core
