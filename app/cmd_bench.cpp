@@ -14,6 +14,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                 checkpoints_under = "0", offload_window = "0", device = "cpu",
                 precision = "float32", norm = "frozen", pool = "avg", tile_format = "auto", prices;
     int repeat = 3, warmup = 1;
+    int64_t tile = 0;
+    std::optional<double> background;
+    bool no_glass = false;
     bool keep_resident = false, cold_disk = false, page_cache = false, print_plan = false,
          recompute_all = false, keep_inner = false;
   };
@@ -90,6 +93,14 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                   "(channels-last forward, recompute as read), contiguous or channels-last")
       ->check(CLI::IsMember({"auto", "cpu", "contiguous", "channels-last"}))
       ->capture_default_str();
+  cmd->add_option("--tile", args->tile, "Tile size in output pixels (0: the planner's)")
+      ->capture_default_str();
+  cmd->add_option("--background", args->background,
+                  "Paint a seeded constant background over about this fraction of the image "
+                  "(0 to 1) and declare it: the step skips its glass tiles")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--no-glass", args->no_glass,
+                "With --background: run the glass tiles all the same (the comparison point)");
   cmd->add_flag("--print-plan", args->print_plan,
                 "Print the plan the point ran (tessel plan's table) to standard error");
   cmd->callback([args, &registry] {
@@ -119,6 +130,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.device = args->device;
       p.precision = core::parse_precision(args->precision);
       p.tile_format = args->tile_format;
+      p.tile = args->tile;
+      p.background = args->background;
+      p.glass = !args->no_glass;
       const pipelines::BenchResult r = pipelines::bench_step(p);
       if (args->print_plan) std::cerr << r.plan << "\n";
       std::cout << pipelines::to_json(p, r) << "\n";

@@ -1,4 +1,6 @@
 // `tessel plan` and `tessel gradcheck`: the engine's plan for a model, and its first law checked.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -84,6 +86,15 @@ void print_floored(const core::Comparison& c) {
             << (names.size() > 1 ? ", ..." : "") << "\n";
 }
 
+// The background the check painted, what the plan skips, and what the step skipped.
+void print_glass(const core::GlassSummary& g, const core::Comparison& c) {
+  std::cout << fmt::format(
+      "background: {:.1f}% of the image uniform; glass tiles (not run): {} of {} forward, {} of "
+      "{} backward (the plan: {} and {}), {:.1f}% of the forward's FLOPs\n",
+      100.0 * g.image_fraction, c.glass_forward_tiles, g.forward_tiles, c.glass_backward_tiles,
+      g.backward_tiles, g.glass_forward_tiles, g.glass_backward_tiles, 100.0 * g.flops_fraction);
+}
+
 void print_report(const pipelines::GradcheckReport& report, const std::string& precision,
                   const std::string& offload) {
   const auto& c = report.comparison;
@@ -103,6 +114,7 @@ void print_report(const pipelines::GradcheckReport& report, const std::string& p
     std::cout << "offload (" << offload << "): " << core::format_bytes(c.offload_bytes)
               << " moved\n";
   }
+  if (report.glass) print_glass(*report.glass, c);
   std::cout << c.faults();
   const char* verdict = report.passed() ? "PASS" : "FAIL";
   if (report.float64) {
@@ -205,6 +217,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     std::string norm = "frozen", pool = "avg", budget = "0", prices, inject = "none";
     bool ungated = false, input_gradient = false, every_quantity = false;
     int64_t branches = 1;
+    std::optional<double> background;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -269,6 +282,11 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   cmd->add_option("--device", args->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one, else the CPU)")
       ->capture_default_str();
+  cmd->add_option("--background", args->background,
+                  "Paint a seeded constant background over about this fraction of the image "
+                  "(0 to 1: blobs with holes and thin bridges) and declare it, so the tiled step "
+                  "skips its glass tiles")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->callback([args, &registry] {
     registry.selected = [args] {
       const std::string precision = args->float32 ? "float32" : args->precision;
@@ -296,6 +314,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
         r.scratch_dir = args->scratch;
         r.input_gradient = args->input_gradient;
         r.inject = core::parse_fault(args->inject);
+        r.background = args->background;
         report = pipelines::gradcheck(r);
       } catch (const Error& e) {
         std::cerr << "tessel: error: " << e.what() << "\n";

@@ -42,8 +42,9 @@ void TensorTileSource::set_background(Background background) {
   for (int64_t r = 0; r < cells.rows(); ++r) {
     for (int64_t c = 0; c < cells.cols(); ++c) {
       if (!cells.cell_in(r, c)) continue;
-      const at::Tensor pixels = read(cells.cell(r, c)).to(at::kDouble);
-      if (!at::equal(pixels, colour.expand_as(pixels))) {
+      // In the image's dtype: what a pixel holds is the colour as that dtype rounds it.
+      const at::Tensor pixels = read(cells.cell(r, c));
+      if (!at::equal(pixels, colour.to(pixels.options()).expand_as(pixels))) {
         throw Error("background cell " + to_string(cells.cell(r, c)) +
                     " does not hold the background colour");
       }

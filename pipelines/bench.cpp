@@ -18,9 +18,12 @@
 #include "core/device/runtime.h"
 #include "core/error.h"
 #include "core/exec/executor.h"
+#include "core/exec/gradcheck.h"
+#include "core/plan/glass.h"
 #include "core/plan/planner.h"
 #include "core/store/offload_prices.h"
 #include "models/zoo.h"
+#include "pipelines/planning.h"
 #include "pipelines/run_files.h"
 
 namespace tessel::pipelines {
@@ -146,6 +149,7 @@ BenchResult bench_step(const BenchPoint& p) {
   options.overrides.keep_graphs = p.keep_graphs;
   if (!p.recompute_inner) options.overrides.drop_inner = core::PlanOptions::DropInner::kNever;
   options.overrides.window_bytes = p.offload_window_bytes;
+  if (p.tile > 0) options.overrides.tile_size = p.tile;
   options.prices.measure = [&] {
     if (!p.prices) return core::measure_offload_prices(options.auto_tier, p.scratch_dir, device);
     core::OffloadPrices given = *p.prices;  // not probed; the scratch disk's room is this one's
@@ -218,6 +222,16 @@ BenchResult bench_step(const BenchPoint& p) {
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(p.seed);
   core::TensorTileSource source(at::rand({1, 3, p.height, p.width}, gen));
+  if (p.background) {
+    core::Background b =
+        core::synthetic_background(input, background_cell(input), *p.background, p.seed);
+    source = core::TensorTileSource(core::paint_background(source.image(), b));
+    const core::GlassSummary g = core::summarize(
+        plan, b.cells, core::plan_glass(graph, plan, b.cells, /*training=*/true, false));
+    r.background_fraction = g.image_fraction;
+    r.glass_flops_fraction = g.flops_fraction;
+    source.set_background(std::move(b));
+  }
   torch::optim::SGD optimizer(graph.module().parameters(),
                               torch::optim::SGDOptions(1e-3).momentum(0.9));
   const at::Tensor target = at::zeros({1}, at::TensorOptions(at::kLong).device(device));
@@ -237,6 +251,7 @@ BenchResult bench_step(const BenchPoint& p) {
     if (p.page_cache) step_options.direct_io = false;
     step_options.precision = p.precision;
     step_options.tile_formats = tile_formats;
+    step_options.glass = p.glass;
     if (record) {
       timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
@@ -263,6 +278,8 @@ BenchResult bench_step(const BenchPoint& p) {
         std::max(r.measured_peak_reserved_bytes, s.measured_peak_reserved_bytes);
     r.forward_tiles = s.forward_tiles;
     r.backward_tiles = s.backward_tiles;
+    r.glass_forward_tiles = s.glass_forward_tiles;
+    r.glass_backward_tiles = s.glass_backward_tiles;
     r.moved_bytes.push_back(s.offload.written_bytes + s.offload.read_bytes);
     r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload.disk_peak_bytes);
     r.transfer_ms.push_back(s.offload.write_ms + s.offload.read_ms);
@@ -322,6 +339,17 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   for (bool k : r.kept_graphs) kept += k ? 1 : 0;
   j["segments_kept"] = kept;
   j["checkpoints_under_bytes"] = p.checkpoints_under_bytes;
+  j["tile"] = p.tile;
+  if (p.background) {
+    j["background"] = *p.background;
+    j["glass"] = p.glass;
+    j["background_fraction"] = r.background_fraction;
+    j["glass_flops_fraction"] = r.glass_flops_fraction;
+    j["glass_forward_tiles"] = r.glass_forward_tiles;
+    j["glass_backward_tiles"] = r.glass_backward_tiles;
+    j["forward_tiles"] = r.forward_tiles;
+    j["backward_tiles"] = r.backward_tiles;
+  }
   j["checkpoint_bytes"] = r.checkpoint_bytes;
   j["offloaded_bytes"] = r.offloaded_bytes;
   j["moved_bytes_predicted"] = r.predicted_moved_bytes;

@@ -60,6 +60,12 @@ struct BenchPoint {
   std::string device = "cpu";        // core::resolve_device: cpu, cuda, cuda:N, auto
   core::Precision precision = core::Precision::kFloat32;
   std::string tile_format = "auto";  // core::parse_tile_formats: auto, cpu, contiguous, ...
+  // A seeded constant background over about this fraction of the image (core::
+  // synthetic_background), declared to the step, whose glass tiles are then not run; `glass`
+  // false runs them all the same (the comparison point).
+  std::optional<double> background;
+  bool glass = true;
+  int64_t tile = 0;  // tile size in output pixels (PlanOptions::Overrides); 0: the planner's
 };
 
 struct BenchResult {
@@ -101,6 +107,10 @@ struct BenchResult {
   std::vector<double> transfer_ms, wait_ms;
   std::vector<double> read_wait_ms, write_wait_ms, forward_wait_ms;  // wait_ms's parts
   int64_t unscheduled_reads = 0;  // the last timed step's (the store reads those on demand)
+  // With a background: its share of the image, the share of the forward's FLOPs the plan's
+  // glass tiles skip (core::GlassSummary), and the glass tiles the last step skipped.
+  double background_fraction = 0, glass_flops_fraction = 0;
+  int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;
 };
 
 BenchResult bench_step(const BenchPoint& point);

@@ -261,6 +261,11 @@ bool has_running_statistics(core::Graph& graph) {
 
 }  // namespace
 
+// A synthetic background's cells: about 64 across the image's shorter side, at least 2 pixels.
+int64_t background_cell(const core::Shape& image) {
+  return std::max<int64_t>(2, std::min(image.height, image.width) / 64);
+}
+
 GradcheckReport gradcheck(const GradcheckRequest& r) {
   core::Graph graph = gradcheck_network(r);
   const core::Shape input{graph.node(graph.input()).channels, r.height, r.width};
@@ -282,8 +287,16 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
         "larger --size");
   }
   auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
-  const at::Tensor image = at::randn({1, input.channels, r.height, r.width}, gen, dtype);
+  at::Tensor image = at::randn({1, input.channels, r.height, r.width}, gen, dtype);
   GradcheckReport report;
+  std::optional<core::Background> background;
+  if (r.background) {
+    background = core::synthetic_background(input, background_cell(input), *r.background, r.seed);
+    image = core::paint_background(image, *background);
+    report.glass = core::summarize(
+        plan, background->cells,
+        core::plan_glass(graph, plan, background->cells, /*training=*/true, r.input_gradient));
+  }
   report.float64 = r.float64;
   report.precision = r.precision;
   report.plan_table = core::to_string(plan, graph);
@@ -302,11 +315,13 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   if (!r.float64) so.precision = r.precision;
   try {
     if (r.float64) {
-      report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so);
+      report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so,
+                                                   background ? &*background : nullptr);
     } else {
       // Float32 rounds, and bf16 far more; by how much depends on the network, the loss and
       // the quantity: each side's own rounding against float64, and the first law in float64.
-      core::PrecisionCheck check = core::check_in_precision(graph, plan, image, r.seed, so);
+      core::PrecisionCheck check = core::check_in_precision(graph, plan, image, r.seed, so,
+                                                            background ? &*background : nullptr);
       report.comparison = std::move(check.tiled_vs_plain);
       report.floor = std::move(check.plain_floor);
       report.tiled_floor = std::move(check.tiled_floor);

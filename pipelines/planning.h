@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/exec/gradcheck.h"
+#include "core/plan/glass.h"
 #include "core/plan/plan.h"
 #include "core/plan/planner.h"
 
@@ -69,6 +70,9 @@ struct GradcheckRequest {
   // Training's step has no image gradient; true checks the step that also returns it.
   bool input_gradient = false;
   core::Fault inject = core::Fault::kNone;  // a deliberate fault in the tiled step
+  // The image with a seeded background covering about this fraction of it (0 to 1;
+  // core::synthetic_background), declared to the tiled step, which skips its glass tiles.
+  std::optional<double> background;
 };
 
 struct GradcheckReport {
@@ -84,6 +88,9 @@ struct GradcheckReport {
   std::vector<std::string> schemes;  // core::schemes_of the plan checked
   int64_t tiled_barriers = 0;        // barrier nodes in segments of more than one tile
   std::string device;                // where both steps ran: "cpu", "cuda:0"
+  // With a background: the share of the image it covers, and what the plan skips
+  // (core::summarize: glass tiles, the forward's FLOPs).
+  std::optional<core::GlassSummary> glass;
   // The tiled step threw (an engine error during the check): a failure, with its message.
   std::string step_error;
   bool passed() const {
@@ -94,6 +101,10 @@ struct GradcheckReport {
   }
   static constexpr double kFloat64Bar = 1e-10;
 };
+
+// The cells of a synthetic background (`--background F`) over an image: about 64 across its
+// shorter side, at least 2 pixels.
+int64_t background_cell(const core::Shape& image);
 
 // Throws tessel::Error where the check cannot be made: a bad model or size, a plan that does
 // not tile (it would compare plain with plain), a fault the network cannot take.

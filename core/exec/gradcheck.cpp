@@ -497,8 +497,9 @@ Background synthetic_background(const Shape& shape, int64_t cell, double fractio
   b.cells = CellMask::grid(
       shape.height, shape.width, cell,
       std::vector<uint8_t>(flags.data_ptr<uint8_t>(), flags.data_ptr<uint8_t>() + flags.numel()));
-  const at::Tensor colour = at::rand({shape.channels}, gen, at::kDouble) * 2 - 1;
-  for (int64_t c = 0; c < shape.channels; ++c) b.value.push_back(colour[c].item<double>());
+  // Held exactly by float32 images too.
+  const at::Tensor colour = (at::rand({shape.channels}, gen, at::kDouble) * 2 - 1).to(at::kFloat);
+  for (int64_t c = 0; c < shape.channels; ++c) b.value.push_back(colour[c].item<float>());
   return b;
 }
 

@@ -127,6 +127,22 @@ TEST(Cli, GradcheckFailsEveryInjectedFault) {
   EXPECT_NE(whole.output.find("no halo can be shortened"), std::string::npos) << whole.output;
 }
 
+// A painted, declared background: the plan's glass and the tiles the step skipped are printed,
+// the check passes, and an injected fault still fails it.
+TEST(Cli, GradcheckWithABackgroundSkipsGlassTilesAndStillFailsAFault) {
+  const CliRun run = run_cli("gradcheck --model tiny --size 160x144 --tile 3 --background 0.7");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("% of the image uniform; glass tiles (not run): "), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("glass tiles (not run): 0 of"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("PASS"), std::string::npos) << run.output;
+  const CliRun halo =
+      run_cli("gradcheck --model tiny --size 160x144 --tile 3 --background 0.7 --inject halo");
+  EXPECT_EQ(halo.exit_code, 1) << halo.output;
+  const CliRun bad = run_cli("gradcheck --model tiny --background 1.5");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+}
+
 // The attention head and budgeted plans from the command line: the schemes a budget picks are
 // reported, and the image's gradient is compared only when asked for.
 TEST(Cli, GradcheckChecksAttentionHeadsAndBudgetedPlans) {
