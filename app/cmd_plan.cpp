@@ -162,6 +162,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     bool keep_inner = false;
     int64_t classes = 2;
     bool json = false;
+    std::optional<double> background;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("plan", "Print how a training step runs under a memory budget");
@@ -187,6 +188,10 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->add_flag("--keep-inner-checkpoints", args->keep_inner, kKeepInnerCheckpointsHelp);
   cmd->add_option("--prices", args->prices, kPricesHelp);
+  cmd->add_option("--background", args->background,
+                  "Plan for an image whose constant background covers about this fraction of it "
+                  "(a seeded synthetic one, 0 to 1): glass tiles priced as not run, and reported")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->callback([args, &registry] {
     registry.selected = [args] {
       pipelines::PlanRequest r;
@@ -198,6 +203,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       r.classes = args->classes;
       r.norm = args->norm;
       if (!args->prices.empty()) r.prices = parse_prices(args->prices);
+      r.background = args->background;
       r.keep_inner = args->keep_inner;
       const auto report = pipelines::plan_model(r);
       std::cout << (args->json ? report.json + "\n" : report.table);

@@ -177,6 +177,12 @@ BenchResult bench_step(const BenchPoint& p) {
     }
     options.overrides.checkpoints = set;
   }
+  std::optional<core::Background> background;
+  if (p.background) {
+    background = core::synthetic_background(input, background_cell(input), *p.background, p.seed);
+    // --no-glass runs the same plan (its tiles chosen knowing the glass) dense.
+    options.background = std::make_shared<core::CellMask>(background->cells);
+  }
   core::Plan plan;
   const int64_t limit = p.strategy == core::Strategy::kNone && p.budget_bytes == 0
                             ? p.memory_limit_bytes
@@ -222,15 +228,14 @@ BenchResult bench_step(const BenchPoint& p) {
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(p.seed);
   core::TensorTileSource source(at::rand({1, 3, p.height, p.width}, gen));
-  if (p.background) {
-    core::Background b =
-        core::synthetic_background(input, background_cell(input), *p.background, p.seed);
-    source = core::TensorTileSource(core::paint_background(source.image(), b));
-    const core::GlassSummary g = core::summarize(
-        plan, b.cells, core::plan_glass(graph, plan, b.cells, /*training=*/true, false));
+  if (background) {
+    source = core::TensorTileSource(core::paint_background(source.image(), *background));
+    const core::GlassSummary g =
+        core::summarize(plan, background->cells,
+                        core::plan_glass(graph, plan, background->cells, /*training=*/true, false));
     r.background_fraction = g.image_fraction;
     r.glass_flops_fraction = g.flops_fraction;
-    source.set_background(std::move(b));
+    source.set_background(*std::move(background));
   }
   torch::optim::SGD optimizer(graph.module().parameters(),
                               torch::optim::SGDOptions(1e-3).momentum(0.9));

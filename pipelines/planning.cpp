@@ -83,6 +83,15 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
     });
   }
   j["segments"] = segments;
+  if (plan.glass.any_background()) {
+    const core::GlassSummary& g = plan.glass;
+    j["glass"] = {{"background_fraction", g.image_fraction},
+                  {"flops_fraction", g.flops_fraction},
+                  {"forward_tiles", g.forward_tiles},
+                  {"glass_forward_tiles", g.glass_forward_tiles},
+                  {"backward_tiles", g.backward_tiles},
+                  {"glass_backward_tiles", g.glass_backward_tiles}};
+  }
   const core::MemoryBreakdown& m = plan.predicted;
   j["predicted_bytes"] = {{"parameters", m.parameters},
                           {"gradients", m.gradients},
@@ -158,8 +167,13 @@ PlanReport plan_model(const PlanRequest& r) {
   } else {
     o.prices.measure = [&] { return core::measure_offload_prices(o.auto_tier); };
   }
+  const core::Shape input{mo.in_channels, r.height, r.width};
+  if (r.background) {
+    o.background = std::make_shared<core::CellMask>(
+        core::synthetic_background(input, background_cell(input), *r.background, 1).cells);
+  }
   PlanReport report;
-  report.plan = core::make_plan(graph, {mo.in_channels, r.height, r.width}, r.budget_bytes, o);
+  report.plan = core::make_plan(graph, input, r.budget_bytes, o);
   report.table = core::to_string(report.plan, graph);
   report.json = plan_json(report.plan, graph);
   return report;
@@ -211,8 +225,9 @@ void offload_everything(const core::Graph& graph, const core::Shape& input, core
 }
 
 core::Plan gradcheck_plan(const core::Graph& graph, const core::Shape& input,
-                          const GradcheckRequest& r) {
+                          const GradcheckRequest& r, const core::Background* background) {
   core::PlanOptions o;
+  if (background != nullptr) o.background = std::make_shared<core::CellMask>(background->cells);
   o.strategy = r.strategy;
   o.element_bytes = r.float64 ? 8 : 4;
   o.input_gradient = r.input_gradient;
@@ -278,7 +293,11 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
     throw Error("--inject nan-stat: " + (r.network ? std::string("this network") : r.model) +
                 " has no running statistics (batch norm has them: --norm batch)");
   }
-  const core::Plan plan = gradcheck_plan(graph, input, r);
+  std::optional<core::Background> background;
+  if (r.background) {
+    background = core::synthetic_background(input, background_cell(input), *r.background, r.seed);
+  }
+  const core::Plan plan = gradcheck_plan(graph, input, r, background ? &*background : nullptr);
   require_tiles(graph, plan, r);
   if (r.inject == core::Fault::kHalo && core::halo_fault_segment(graph, plan) < 0) {
     throw Error(
@@ -289,13 +308,9 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
   at::Tensor image = at::randn({1, input.channels, r.height, r.width}, gen, dtype);
   GradcheckReport report;
-  std::optional<core::Background> background;
-  if (r.background) {
-    background = core::synthetic_background(input, background_cell(input), *r.background, r.seed);
+  if (background) {
     image = core::paint_background(image, *background);
-    report.glass = core::summarize(
-        plan, background->cells,
-        core::plan_glass(graph, plan, background->cells, /*training=*/true, r.input_gradient));
+    report.glass = plan.glass;
   }
   report.float64 = r.float64;
   report.precision = r.precision;

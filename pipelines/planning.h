@@ -31,6 +31,9 @@ struct PlanRequest {
   std::optional<core::OffloadPrices> prices;
   bool keep_inner =
       false;  // every inner checkpoint kept (core::PlanOptions::Overrides::drop_inner kNever)
+  // A seeded synthetic background over about this fraction of the image (as gradcheck's):
+  // the plan prices and reports its glass tiles.
+  std::optional<double> background;
 };
 
 struct PlanReport {
@@ -90,7 +93,7 @@ struct GradcheckReport {
   std::string device;                // where both steps ran: "cpu", "cuda:0"
   // With a background: the share of the image it covers, and what the plan skips
   // (core::summarize: glass tiles, the forward's FLOPs).
-  std::optional<core::GlassSummary> glass;
+  std::optional<core::GlassSummary> glass;  // as the plan says (core::Plan::glass)
   // The tiled step threw (an engine error during the check): a failure, with its message.
   std::string step_error;
   bool passed() const {

@@ -62,14 +62,7 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
 std::vector<SegmentGlass> plan_glass(const Graph& graph, const Plan& plan, const CellMask& image,
                                      bool training, bool image_gradient);
 
-// What a plan's glass saves: the share of the image that is uniform, and of the forward's
-// predicted FLOPs (each segment's halo_flops by the share of its output its glass tiles cover).
-struct GlassSummary {
-  double image_fraction = 0;
-  double flops_fraction = 0;
-  int64_t forward_tiles = 0, glass_forward_tiles = 0;
-  int64_t backward_tiles = 0, glass_backward_tiles = 0;
-};
+// What `plan`'s glass saves (GlassSummary) over `image`, given its segments' glass tiles.
 GlassSummary summarize(const Plan& plan, const CellMask& image,
                        const std::vector<SegmentGlass>& glass);
 

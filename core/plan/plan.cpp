@@ -457,6 +457,25 @@ void write_decisions(std::ostream& os, const Plan& plan, const Graph& graph) {
 
 }  // namespace
 
+namespace {
+
+// The background's share, the glass tiles and the FLOPs they hold, and the margin at the edges.
+void write_glass(std::ostream& os, const GlassSummary& g) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "background %.1f%% of the image: glass tiles (computed once, not run) %lld of %lld "
+                "forward and %lld of %lld backward, %.1f%% of the forward's FLOPs; tiles at the "
+                "tissue's edges run %.1f%% more than the tissue\n",
+                100.0 * g.image_fraction, static_cast<long long>(g.glass_forward_tiles),
+                static_cast<long long>(g.forward_tiles),
+                static_cast<long long>(g.glass_backward_tiles),
+                static_cast<long long>(g.backward_tiles), 100.0 * g.flops_fraction,
+                100.0 * std::max(0.0, g.image_fraction - g.flops_fraction));
+  os << buf;
+}
+
+}  // namespace
+
 std::string to_string(const Plan& plan, const Graph& graph) {
   std::ostringstream os;
   os << "plan: strategy " << to_string(plan.strategy) << ", input " << to_string(plan.input);
@@ -486,6 +505,7 @@ std::string to_string(const Plan& plan, const Graph& graph) {
                   static_cast<double>(plan.tiled_flops) / static_cast<double>(plan.plain_flops));
     os << buf;
   }
+  if (plan.glass.any_background()) write_glass(os, plan.glass);
   if (plan.cost.total() > 0) {
     // The search's price of the step, what auto compared, and what it is made of.
     const PlanCost& c = plan.cost;

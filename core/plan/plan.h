@@ -250,6 +250,19 @@ struct PlanCost {
   }
 };
 
+// What a plan's glass tiles (core/plan/glass.h) save, where the image has a background: its
+// share of the image, the glass tiles of the forward and backward partitions, and the share of
+// the forward's predicted FLOPs they hold (each segment's halo_flops by the share of its output
+// its glass tiles cover). The uniform share less the FLOPs' is the margin tiles lose at the
+// tissue's edges (a tile is glass only when all it reads is).
+struct GlassSummary {
+  double image_fraction = 0;
+  double flops_fraction = 0;
+  int64_t forward_tiles = 0, glass_forward_tiles = 0;
+  int64_t backward_tiles = 0, glass_backward_tiles = 0;
+  bool any_background() const { return image_fraction > 0; }
+};
+
 struct Plan {
   Strategy strategy = Strategy::kNone;
   Shape input;
@@ -275,6 +288,8 @@ struct Plan {
   // (kept in the tier, or dropped and recomputed).
   OffloadPrices prices;
   std::vector<OffloadDecision> decisions;
+  // Made for an image with a background (PlanOptions::background): what its glass saves.
+  GlassSummary glass;
   int64_t moved_bytes() const;
   bool offloads() const;
 };

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 
+#include "core/graph/cells.h"
 #include "core/graph/graph.h"
 #include "core/plan/plan.h"
 
@@ -42,6 +44,9 @@ struct PlanOptions {
   // dominates instead, so budgets under ~4 MiB are exceeded by that much (bench/NOTES.md,
   // session 41).
   double headroom = 0.08;
+  // The image's uniform positions (TileSource::background's cells), where it has a background:
+  // the search prices glass tiles as not run (core/plan/glass.h), and the plan reports them.
+  std::shared_ptr<const CellMask> background;
 
   // --- The cost model's prices, in FLOPs of recompute ---
   struct Prices {

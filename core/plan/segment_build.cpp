@@ -6,6 +6,7 @@
 
 #include "core/plan/cost_model.h"
 #include "core/plan/geometry.h"
+#include "core/plan/glass.h"
 
 namespace tessel::core::planning {
 
@@ -300,6 +301,32 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
                          format_bytes(c.needed - model_state) + ")";
 }
 
+namespace {
+
+// What the plan's glass tiles (core/plan/glass.h) do not cost, over the request's background:
+// their FLOPs in both passes and their price per tile; the plan's summary of them.
+PlanCost glass_savings(const Analysis& a, Plan& plan) {
+  const CellMask& image = *a.options.background;
+  plan.shapes = a.shapes;  // as the finished plan's (make_plan)
+  const Shape& in = plan.shapes.front();
+  if (image.height() != in.height || image.width() != in.width) return {};
+  const std::vector<SegmentGlass> glass =
+      plan_glass(a.graph, plan, image, /*training=*/true, a.options.input_gradient);
+  plan.glass = summarize(plan, image, glass);
+  PlanCost saved;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    const auto forward = static_cast<double>(glass[i].forward_count());
+    const auto backward = static_cast<double>(glass[i].backward_count());
+    saved.compute += static_cast<double>(worst_tile(a, s, s.forward).flops) * forward +
+                     3.0 * static_cast<double>(worst_tile(a, s, s.backward).flops) * backward;
+    saved.tiles += a.options.prices.per_tile * (forward + backward);
+  }
+  return saved;
+}
+
+}  // namespace
+
 Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>& checkpoints,
                 const std::vector<Tier>& tiers, const Offloading& off) {
   const MemoryBreakdown& fixed = a.fixed;
@@ -359,6 +386,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     cost -= keep_graphs(a, plan, passes, budget);
     std::tie(peak, at_peak) = highest(passes);
   }
+  if (a.options.background) cost -= glass_savings(a, plan);
   c.passes = std::move(passes);
   c.strategy = strategy;
   c.set = checkpoints;

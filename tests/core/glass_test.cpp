@@ -253,3 +253,28 @@ TEST(Glass, InjectedFaultsStillFail) {
 
 }  // namespace
 }  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+// The planner's count of glass tiles (Plan::glass, what `tessel plan` reports and the search
+// prices) is the step's.
+TEST(Glass, ThePlanCountsTheTilesTheStepSkips) {
+  Graph g = glass_network({});
+  const Shape in{2, 171, 149};
+  const Background b = synthetic_background(in, 3, 0.6, 31);
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 9, 8);
+  o.overrides.checkpoints = checkpoint_sets(g)[2];
+  o.background = std::make_shared<CellMask>(b.cells);
+  const Plan plan = make_plan(g, in, 0, o);
+  EXPECT_NEAR(plan.glass.image_fraction, b.cells.fraction(), 1e-12);
+  EXPECT_GT(plan.glass.flops_fraction, 0.0);
+  const Comparison c = check(g, plan, {0.6, 171, 149, 3}, 31);
+  EXPECT_LT(c.worst(), kTolerance) << c.to_string();
+  EXPECT_EQ(plan.glass.glass_forward_tiles, c.glass_forward_tiles);
+  EXPECT_EQ(plan.glass.glass_backward_tiles, c.glass_backward_tiles);
+  EXPECT_GT(c.glass_backward_tiles, 0);
+}
+
+}  // namespace
+}  // namespace tessel::core
