@@ -46,6 +46,7 @@ CellMask::CellMask(std::vector<int64_t> y_edges, std::vector<int64_t> x_edges,
       row_out += cell_in(r, c) ? 0 : 1;
       out_sum_[static_cast<size_t>(r + 1) * stride + static_cast<size_t>(c + 1)] =
           out_sum_[static_cast<size_t>(r) * stride + static_cast<size_t>(c + 1)] + row_out;
+      if (cell_in(r, c)) area_ += cell(r, c).area();
     }
   }
 }
@@ -85,16 +86,6 @@ bool CellMask::contains(const Region& r) const {
   const auto [r0, r1] = cells_over(y_edges_, r.y);
   const auto [c0, c1] = cells_over(x_edges_, r.x);
   return out_cells(r0, r1, c0, c1) == 0;
-}
-
-int64_t CellMask::area() const {
-  int64_t a = 0;
-  for (int64_t r = 0; r < rows(); ++r) {
-    for (int64_t c = 0; c < cols(); ++c) {
-      if (cell_in(r, c)) a += cell(r, c).area();
-    }
-  }
-  return a;
 }
 
 double CellMask::fraction() const {

@@ -32,9 +32,9 @@ class CellMask {
   // (the part outside is padding, never uniform); true for an empty `r`.
   bool contains(const Region& r) const;
   // Positions in the set, and their share of the activation (0 for an empty one).
-  int64_t area() const;
+  int64_t area() const { return area_; }
   double fraction() const;
-  bool none() const { return area() == 0; }
+  bool none() const { return area_ == 0; }
 
  private:
   int64_t out_cells(int64_t r0, int64_t r1, int64_t c0, int64_t c1) const;  // cells [r0,r1)×[c0,c1)
@@ -42,6 +42,7 @@ class CellMask {
   std::vector<int64_t> y_edges_, x_edges_;
   std::vector<uint8_t> in_;
   std::vector<int64_t> out_sum_;  // (rows+1)×(cols+1): cells not in the set above and left
+  int64_t area_ = 0;
 };
 
 std::string to_string(const CellMask& m);

@@ -94,17 +94,23 @@ double SegmentGlass::forward_fraction(const Partition& part) const {
   return all == 0 ? 0.0 : static_cast<double>(area) / static_cast<double>(all);
 }
 
+SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                           const CellMask& input, bool training, bool image_gradient) {
+  std::string obstacle = input.none() ? "" : glass_obstacle(graph, s, training);
+  const bool skip_backward = s.input != 0 || !image_gradient;
+  SegmentGlass g =
+      glass_tiles(graph, shapes, s, obstacle.empty() ? input : CellMask(), training, skip_backward);
+  g.obstacle = std::move(obstacle);
+  return g;
+}
+
 std::vector<SegmentGlass> plan_glass(const Graph& graph, const Plan& plan, const CellMask& image,
                                      bool training, bool image_gradient) {
   std::vector<SegmentGlass> out;
-  CellMask uniform = image;
+  out.reserve(plan.segments.size());  // each segment reads the previous one's output mask
   for (const Segment& s : plan.segments) {
-    std::string obstacle = uniform.none() ? "" : glass_obstacle(graph, s, training);
-    if (!obstacle.empty()) uniform = {};
-    const bool skip_backward = s.input != 0 || !image_gradient;
-    out.push_back(glass_tiles(graph, plan.shapes, s, uniform, training, skip_backward));
-    out.back().obstacle = std::move(obstacle);
-    uniform = out.back().output;
+    const CellMask& uniform = out.empty() ? image : out.back().output;
+    out.push_back(segment_glass(graph, plan.shapes, s, uniform, training, image_gradient));
   }
   return out;
 }

@@ -55,6 +55,12 @@ struct SegmentGlass {
 SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
                          const CellMask& input, bool training, bool skip_backward);
 
+// Segment `s`'s glass tiles in a step over `input`, its input's uniform positions: none where
+// glass_obstacle says so; the backward's none in the first segment where the image's gradient
+// is wanted (`image_gradient`: it is wanted position by position).
+SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                           const CellMask& input, bool training, bool image_gradient);
+
 // Every segment's glass tiles in a step of `plan` on an image whose uniform positions are
 // `image` (cells over the image; empty: none): each segment's input is uniform where the
 // previous one's glass tiles cover it (SegmentGlass::output). `image_gradient`: the image's

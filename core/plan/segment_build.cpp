@@ -1,6 +1,7 @@
 #include "core/plan/segment_build.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -215,6 +216,53 @@ void SegmentBuild::set_partitions() {
   }
 }
 
+namespace {
+
+// What running `s` over partitions `f` and `b` costs where its glass tiles over `uniform` are not
+// run: the other tiles' FLOPs (each at the partition's worst tile) and price per tile.
+double glass_priced(const Analysis& a, Segment s, const Partition& f, const Partition& b,
+                    const CellMask& uniform) {
+  s.forward = f;
+  s.backward = b;
+  const SegmentGlass g =
+      segment_glass(a.graph, a.shapes, s, uniform, /*training=*/true, a.options.input_gradient);
+  const auto run_f = static_cast<double>(f.tiles() - g.forward_count());
+  const auto run_b = static_cast<double>(b.tiles() - g.backward_count());
+  return static_cast<double>(worst_tile(a, s, f).flops) * run_f +
+         3.0 * static_cast<double>(worst_tile(a, s, b).flops) * run_b +
+         a.options.prices.per_tile * (run_f + run_b);
+}
+
+// Finer grids refine_for_glass tries: the backward's tiles split by each factor, while the tiles
+// stay at least kFinest output positions a side and a segment holds at most kMostTiles.
+constexpr int64_t kGlassFactors[] = {2, 3, 4, 6, 8, 12, 16};
+constexpr int64_t kFinest = 4;
+constexpr int64_t kMostTiles = 2048;
+
+}  // namespace
+
+void SegmentBuild::refine_for_glass(const CellMask& uniform) {
+  if (nf <= 0 || nb <= 0 || strategy != Strategy::kGrid || uniform.none() ||
+      !glass_obstacle(a.graph, s, /*training=*/true).empty()) {
+    return;
+  }
+  double best = glass_priced(a, s, s.forward, s.backward, uniform);
+  std::optional<Partition> chosen;
+  for (int64_t k : kGlassFactors) {
+    const int64_t rows = s.backward.rows() * k, cols = s.backward.cols() * k;
+    if (rows * kFinest > out.height || cols * kFinest > out.width || rows * cols > kMostTiles) {
+      break;
+    }
+    const Partition p = Partition::even(out.height, out.width, rows, cols);
+    const double price = glass_priced(a, s, p, p, uniform);
+    if (price < best) {
+      best = price;
+      chosen = p;
+    }
+  }
+  if (chosen) s.forward = s.backward = *chosen;
+}
+
 // Balanced rows, unless balancing by input rows makes the heaviest row heavier or changes the
 // row count (when every row needs the whole input, fewer rows read as little; a count the
 // caller or the budget search chose is kept).
@@ -346,12 +394,25 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   // What each pass holds at its peak: segment i's forward at 2i, its backward at 2i + 1.
   std::vector<MemoryBreakdown> passes(2 * (bounds.size() - 1));
   std::vector<StoreShare> shares(passes.size());  // the store's part of each (as passes)
+  // The input's uniform positions for each segment in turn (the background, then what each
+  // segment's glass tiles cover).
+  const Shape& image = a.shapes.front();
+  CellMask uniform;
+  if (a.options.background && a.options.background->height() == image.height &&
+      a.options.background->width() == image.width) {
+    uniform = *a.options.background;
+  }
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     SegmentBuild b(a, off, strategy, {plan, bounds, tiers, held}, i);
     b.choose_counts();
     finest_peak = std::max(finest_peak, b.finest_bytes());
     if (!b.fits_budget()) unfit = true;
     b.set_partitions();
+    if (!uniform.none()) {
+      b.refine_for_glass(uniform);
+      uniform =
+          segment_glass(a.graph, a.shapes, b.s, uniform, true, a.options.input_gradient).output;
+    }
     const auto [fwd_at, bwd_at] = b.account(cost);
     Segment& s = b.s;
     plan.tiled_flops += s.halo_flops;
