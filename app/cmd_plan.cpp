@@ -14,6 +14,8 @@
 #include "pipelines/planning.h"
 #ifndef TESSEL_ENGINE_ONLY
 #include "pipelines/network.h"
+#include "pipelines/slide_input.h"
+#include "pipelines/train_config.h"
 #endif
 
 namespace tessel::app {
@@ -163,6 +165,8 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     int64_t classes = 2;
     bool json = false;
     std::optional<double> background;
+    std::string slide, roi;
+    std::vector<std::string> overrides;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("plan", "Print how a training step runs under a memory budget");
@@ -172,7 +176,8 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
          "resnet18, resnet34, resnet50), or a checkpoint that holds one (NET.h5 from tessel "
          "import)")
       ->capture_default_str();
-  cmd->add_option("--size", args->size, "Image size WIDTHxHEIGHT in pixels")->required();
+  cmd->add_option("--size", args->size,
+                  "Image size WIDTHxHEIGHT in pixels (or --slide: the slide's own)");
   cmd->add_option("--budget", args->budget, "Memory budget, e.g. 2GiB, 512MiB")
       ->capture_default_str();
   cmd->add_option("--strategy", args->strategy,
@@ -192,8 +197,36 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
                   "Plan for an image whose constant background covers about this fraction of it "
                   "(a seeded synthetic one, 0 to 1): glass tiles priced as not run, and reported")
       ->check(CLI::Range(0.0, 1.0));
+#ifndef TESSEL_ENGINE_ONLY
+  cmd->add_option("--slide", args->slide,
+                  "Plan for this slide as training sees it: its resolution, tissue box and "
+                  "tissue_fill's background (glass), the model and budget from key=value "
+                  "settings (docs/train-config.md)");
+  cmd->add_option("--roi", args->roi, "With --slide: a GeoJSON region to train on (its box)");
+  cmd->add_option(
+      "overrides", args->overrides,
+      "With --slide: key=value settings (model=, budget=, mpp=, tissue_fill=true, ...)");
+#endif
   cmd->callback([args, &registry] {
     registry.selected = [args] {
+#ifndef TESSEL_ENGINE_ONLY
+      if (!args->slide.empty()) {
+        // The run's settings (model, budget, resolution, tissue_fill, ...) as training reads them.
+        // No manifest is read; the config's own check requires one, so a placeholder stands in.
+        std::vector<std::string> settings{"manifest=none.csv"};
+        settings.insert(settings.end(), args->overrides.begin(), args->overrides.end());
+        const pipelines::TrainConfig config = pipelines::load_train_config("", settings);
+        pipelines::SlideOptions options;
+        options.roi = args->roi;
+        const pipelines::SlidePlan p = pipelines::plan_slide(config, args->slide, options);
+        std::cout << p.description << p.table;
+        return 0;
+      }
+      if (!args->overrides.empty() || !args->roi.empty()) {
+        throw Error("tessel plan: key=value settings and --roi go with --slide");
+      }
+#endif
+      if (args->size.empty()) throw Error("tessel plan: give --size WIDTHxHEIGHT, or --slide");
       pipelines::PlanRequest r;
       r.model = args->model;
       r.network = checkpoint_network(args->model);

@@ -10,6 +10,8 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only barriers  train-mode batch norm and group norm against frozen batch norm
   bench/run --only attention  the attention-MIL head against the max-pool head, memory by size
   bench/run --only rows  grid, overlapping rows (OverL) and shared rows (2PS) under one budget
+  bench/run --only glass  synthetic slides at 10-100% tissue: glass computed once against dense
+                          (BENCH_GLASS_SIZES=2048 BENCH_GLASS_MODELS=vgg-mini for a short run)
                              (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
@@ -605,6 +607,84 @@ def run_rows_section(args):
     report_section(args, table, out, ROWS_TABLE_BEGIN, ROWS_TABLE_END, points)
 
 
+# Glass computed once (docs/glass.md): synthetic slides whose background covers 90, 70, 40 and
+# 0% of the image (tissue 10, 30, 60, 100%), each step with its glass tiles skipped, the same plan
+# run dense (--no-glass), and today's dense step (no background: the planner's own plan). The
+# bar: the glass step within 1.25 × dense × (tissue + the margin the plan reports), i.e.
+# 1.25 × dense × (1 − the share of FLOPs its glass tiles hold); at 100% tissue no slower than
+# dense. (model, norm, size, budget) cases, repeat, warmup.
+GLASS_FULL = ([("vgg-mini", "frozen", 4096, "1GiB"), ("resnet50", "frozen", 4096, "2GiB"),
+               ("resnet50", "batch", 4096, "2GiB")], 1, 1)
+GLASS_QUICK = ([("tiny", "frozen", 192, "1MiB")], 1, 0)
+GLASS_BACKGROUNDS = [0.9, 0.7, 0.4, 0.0]
+GLASS_TABLE_BEGIN = "<!-- glass table: bench/run --only glass writes between these lines -->"
+GLASS_TABLE_END = "<!-- end of glass table -->"
+
+
+def glass_table(points):
+    out = ["| model | norm | size | tissue | glass FLOPs | step s | same plan dense s | dense s | "
+           "× dense | bar × dense | within | glass tiles fwd | measured peak MiB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        if p.get("variant") != "glass":
+            continue
+        head = f"| {p['model']} | {p['norm']} | {p['height']}² | {100 * (1 - p['background']):.0f}% |"
+        same = [q for q in points if q["model"] == p["model"] and q["norm"] == p["norm"]
+                and q["height"] == p["height"]]
+        dense = next((q for q in same if q.get("variant") == "dense"), None)
+        nog = next((q for q in same if q.get("variant") == "no-glass"
+                    and q.get("background") == p["background"]), None)
+        if p["status"] != "ok" or dense is None or dense["status"] != "ok":
+            out.append(head + f" – | – | – | – | – | – | – | {p['status']} "
+                       f"{p.get('message', '')[:50]} | – |")
+            continue
+        flops = p.get("glass_flops_fraction", 0.0)
+        step, base = p["step_ms_median"], dense["step_ms_median"]
+        bar = 1.25 * (1 - flops) if p["background"] > 0 else 1.05
+        same_s = f"{nog['step_ms_median'] / 1000:.1f}" if nog and nog["status"] == "ok" else "–"
+        out.append(head + f" {100 * flops:.0f}% | {step / 1000:.1f} | {same_s} | "
+                   f"{base / 1000:.1f} | {step / base:.2f} | {bar:.2f} | "
+                   f"{'yes' if step / base <= bar else 'NO'} | "
+                   f"{p.get('glass_forward_tiles', 0)}/{p.get('forward_tiles', 0)} | "
+                   f"{fmt_mib(p['measured_peak_bytes'])} |")
+    return "\n".join(out)
+
+
+def run_glass_section(args):
+    cases, repeat, warmup = GLASS_QUICK if args.quick else GLASS_FULL
+    if os.environ.get("BENCH_GLASS_SIZES"):
+        sizes = [int(x) for x in os.environ["BENCH_GLASS_SIZES"].split(",")]
+        cases = [(m, n, size, b) for m, n, _, b in cases for size in sizes]
+    if os.environ.get("BENCH_GLASS_MODELS"):
+        keep = os.environ["BENCH_GLASS_MODELS"].split(",")
+        cases = [c for c in cases if f"{c[0]}:{c[1]}" in keep or c[0] in keep]
+    points, out = [], None
+    for model, norm, size, budget in cases:
+        base = ["--norm", norm, "--budget", budget, "--prices", "100,100"]
+        variants = [(base, "auto", {"variant": "dense", "norm": norm, "budget": budget})]
+        for b in GLASS_BACKGROUNDS:
+            labels = {"norm": norm, "budget": budget, "background": b}
+            variants.append((base + ["--background", str(b)], "auto",
+                             dict(labels, variant="glass")))
+            if b > 0:
+                variants.append((base + ["--background", str(b), "--no-glass"], "auto",
+                                 dict(labels, variant="no-glass")))
+        more, out = run_variant_points(args, "glass", model, [size], variants, repeat, warmup)
+        points += more
+    with open(out, "w") as f:
+        for p in points:
+            f.write(json.dumps(p) + "\n")
+    stamp = datetime.date.today().isoformat()
+    table = (f"Measured by `bench/run --only glass` on {stamp}. Machine: {machine()}. "
+             f"Threads: {points[0].get('threads', '?')}. Synthetic slides (a seeded background "
+             f"over 1 − tissue of the image, blobs with holes and one-cell bridges); the planner's "
+             f"plan for each under the budget at fixed prices (100 ns/byte, 100 GFLOP/s); 'same "
+             f"plan dense' runs the glass step's plan without skipping; 'dense' is the plan "
+             f"without a background. Bar: 1.25 × (1 − glass FLOPs) × dense (at 100% tissue "
+             f"1.05). Median of {repeat} step(s) after {warmup} warmup.\n\n" + glass_table(points))
+    report_section(args, table, out, GLASS_TABLE_BEGIN, GLASS_TABLE_END, points)
+
+
 # Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
 # local ranks over loopback TCP, each at 1 thread. Kept apart from the step benchmark above.
 DIST_MODELS = ["vgg-mini", "vgg16"]
@@ -696,7 +776,7 @@ def main():
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
     ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers", "attention",
-                                       "rows"],
+                                       "rows", "glass"],
                     default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
@@ -719,6 +799,9 @@ def main():
         return
     if args.only == "attention":
         run_attention_section(args)
+        return
+    if args.only == "glass":
+        run_glass_section(args)
         return
 
     scenarios = QUICK if args.quick else FULL

@@ -19,6 +19,8 @@ struct TileEvent {
   Region out;  // the tile, in the segment's output activation
   Pass pass = kForward;
   bool done = false;  // false: started; true: finished
+  // A glass tile (docs/glass.md): computed once for the whole background, not run itself.
+  bool glass = false;
 };
 
 struct MemorySample {

@@ -26,16 +26,16 @@ at::Tensor TensorTileSource::read(const Region& r) {
   return image_.slice(2, r.y.begin, r.y.end).slice(3, r.x.begin, r.x.end);
 }
 
-void TensorTileSource::set_background(Background background) {
+void check_background(TileSource& source, const Background& background) {
   const CellMask& cells = background.cells;
-  if (cells.height() != height() || cells.width() != width()) {
+  if (cells.height() != source.height() || cells.width() != source.width()) {
     throw Error("background cells over " + std::to_string(cells.height()) + "×" +
-                std::to_string(cells.width()) + " for a " + std::to_string(height()) + "×" +
-                std::to_string(width()) + " image");
+                std::to_string(cells.width()) + " for a " + std::to_string(source.height()) + "×" +
+                std::to_string(source.width()) + " image");
   }
-  if (static_cast<int64_t>(background.value.size()) != channels()) {
+  if (static_cast<int64_t>(background.value.size()) != source.channels()) {
     throw Error("background colour of " + std::to_string(background.value.size()) +
-                " channels for an image of " + std::to_string(channels()));
+                " channels for an image of " + std::to_string(source.channels()));
   }
   const at::Tensor colour =
       at::tensor(background.value, at::TensorOptions().dtype(at::kDouble)).view({1, -1, 1, 1});
@@ -43,13 +43,17 @@ void TensorTileSource::set_background(Background background) {
     for (int64_t c = 0; c < cells.cols(); ++c) {
       if (!cells.cell_in(r, c)) continue;
       // In the image's dtype: what a pixel holds is the colour as that dtype rounds it.
-      const at::Tensor pixels = read(cells.cell(r, c));
+      const at::Tensor pixels = source.read(cells.cell(r, c));
       if (!at::equal(pixels, colour.to(pixels.options()).expand_as(pixels))) {
         throw Error("background cell " + to_string(cells.cell(r, c)) +
                     " does not hold the background colour");
       }
     }
   }
+}
+
+void TensorTileSource::set_background(Background background) {
+  check_background(*this, background);
   background_ = std::move(background);
 }
 

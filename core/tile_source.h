@@ -36,6 +36,10 @@ class TileSource {
   virtual const Background* background() const { return nullptr; }
 };
 
+// Throws tessel::Error where `background` does not fit `source` (its size, its channels) or a
+// pixel in its cells does not read its colour (every cell read: tests and small images).
+void check_background(TileSource& source, const Background& background);
+
 // A whole image already in memory (1×C×H×W): tests, small images, the plain reference.
 class TensorTileSource : public TileSource {
  public:

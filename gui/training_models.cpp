@@ -39,7 +39,7 @@ void TileStateModel::apply(const core::TileEvent& e) {
   max_row_ = std::max(max_row_, e.row);
   max_col_ = std::max(max_col_, e.col);
   if (e.done) {
-    states_[i] = TileState::kDone;
+    states_[i] = e.glass ? TileState::kGlass : TileState::kDone;
     ++tiles_done_;
   } else {
     states_[i] = e.pass == core::TileEvent::kForward ? TileState::kForward : TileState::kBackward;

@@ -19,7 +19,8 @@
 
 namespace tessel::gui {
 
-enum class TileState : uint8_t { kPending, kForward, kBackward, kDone };
+// kGlass: a tile that sees only the background, computed once for all of them (docs/glass.md).
+enum class TileState : uint8_t { kPending, kForward, kBackward, kDone, kGlass };
 
 // The tiles of the segment and pass that runs now. A new (segment, pass) starts a new grid of
 // pending tiles: partitions differ between segments and between forward and backward.

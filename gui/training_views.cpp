@@ -42,6 +42,8 @@ QColor TileProgressWidget::colour(TileState state) {
       return QColor(255, 140, 0, 170);
     case TileState::kDone:
       return QColor(30, 180, 80, 70);
+    case TileState::kGlass:
+      return QColor(180, 220, 235, 40);  // glass: computed once, the slide shows through
   }
   return {};
 }

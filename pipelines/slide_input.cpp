@@ -8,8 +8,11 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/plan/planner.h"
+#include "core/store/offload_prices.h"
 #include "io/roi.h"
 #include "io/tissue.h"
+#include "pipelines/network.h"
 
 namespace tessel::pipelines {
 namespace {
@@ -154,6 +157,36 @@ void check_input_size(const core::Graph& graph, const TrainConfig& config, int64
       "too small at {}: {}×{} px, and the network {} needs at least {}×{} px (use a finer "
       "resolution or a larger region)",
       resolution, width, height, config.model, min_w, min_h));
+}
+
+SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
+                     const SlideOptions& options) {
+  const SlideInput in = open_slide_input(config, slide, options);
+  const core::TileSource& source = *in.view;
+  const int64_t classes = config.classes.empty() ? 2 : static_cast<int64_t>(config.classes.size());
+  const Network network = build_network(config.model, model_options(config, classes));
+  check_input_size(network.graph, config, source.height(), source.width());
+  core::PlanOptions o;
+  o.offload = core::PlanOptions::Offload::kAuto;
+  o.prices.measure = [&] { return core::measure_offload_prices(o.auto_tier); };
+  const core::Background* background = config.glass ? source.background() : nullptr;
+  if (background != nullptr) o.background = std::make_shared<core::CellMask>(background->cells);
+  SlidePlan out;
+  out.plan = core::make_plan(network.graph, {3, source.height(), source.width()},
+                             core::parse_bytes(config.budget), o);
+  out.table = core::to_string(out.plan, network.graph);
+  out.description = fmt::format(
+      "slide {}: level {} × {:.3g} (level-0 pixels per pixel {:.3g}), {}×{} px seen{}; {}\n",
+      slide.string(), in.choice.level, in.choice.scale, in.level0_per_pixel, source.width(),
+      source.height(),
+      in.crop == core::Region{{0, in.pixels->height()}, {0, in.pixels->width()}}
+          ? ""
+          : " (cropped to " + core::to_string(in.crop) + ")",
+      background != nullptr ? fmt::format("background (tissue_fill) {:.1f}% of it",
+                                          100.0 * background->cells.fraction())
+      : config.tissue_fill  ? "no background (the tissue mask covers it all, or glass: false)"
+                            : "no background (tissue_fill: false)");
+  return out;
 }
 
 }  // namespace tessel::pipelines

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/graph/graph.h"
+#include "core/plan/plan.h"
 #include "core/tile_source.h"
 #include "io/resolution.h"
 #include "io/slide.h"
@@ -51,6 +52,18 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
                             TissueMaskCache* tissue_masks = nullptr);
 
 io::Resolution resolution_of(const TrainConfig& config);
+
+// `tessel plan --slide`: the plan training makes for one slide as `config` says (resolution,
+// tissue_bbox, tissue_fill and glass, model, head and budget) and the ROI in `options`: the
+// image the engine sees and, where tissue_fill gives it a background, its glass (core::Plan::
+// glass). Throws tessel::Error naming the slide.
+struct SlidePlan {
+  core::Plan plan;
+  std::string table;        // core::to_string(plan)
+  std::string description;  // the slide, its level and scale, the image's size, its background
+};
+SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
+                     const SlideOptions& options = {});
 
 // Throws tessel::Error when `height`×`width` pixels (a slide or ROI at `config`'s resolution) are
 // too small for `graph`: the size, the resolution and the smallest size the network takes, not

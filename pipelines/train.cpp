@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "core/device/device.h"
 #include "core/device/memory.h"
@@ -696,13 +697,31 @@ class Trainer {
     return slide_options(entry.metadata, manifest_.path, entry.line);
   }
 
-  const core::Plan& plan_for(int64_t height, int64_t width) {
-    const auto key = std::make_pair(height, width);
+  // The plan for a slide's image: by its size, and where it has a background whose glass the
+  // step skips (tissue_fill, config key glass), by slide too: the planner picks tiles for its
+  // glass (a flipped or rotated view of it gets the same plan; the step finds its glass tiles
+  // anew, so only how many it finds can differ).
+  const core::Plan& plan_for(const core::TileSource& source, const std::string& slide) {
+    const int64_t height = source.height(), width = source.width();
+    const core::Background* background = config_.glass ? source.background() : nullptr;
+    const PlanKey key{height, width, background != nullptr ? slide : ""};
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       check_input_size(*graph_, config_, height, width);
-      core::Plan plan = core::make_plan(*graph_, {3, height, width}, budget_bytes_, plan_options_);
+      core::PlanOptions options = plan_options_;
+      if (background != nullptr) {
+        options.background = std::make_shared<core::CellMask>(background->cells);
+      }
+      core::Plan plan = core::make_plan(*graph_, {3, height, width}, budget_bytes_, options);
       spdlog::debug("plan for {}×{}:\n{}", width, height, core::to_string(plan, *graph_));
+      if (plan.glass.any_background()) {
+        const core::GlassSummary& g = plan.glass;
+        spdlog::info(
+            "{}: background {:.0f}% of the image; {} of {} tiles glass (computed once), {:.0f}% "
+            "of the forward's FLOPs",
+            slide, 100.0 * g.image_fraction, g.glass_forward_tiles, g.forward_tiles,
+            100.0 * g.flops_fraction);
+      }
       it = plans_.emplace(key, std::move(plan)).first;
     }
     return it->second;
@@ -799,6 +818,7 @@ class Trainer {
     options.scratch_dir = scratch_dir_;
     options.precision = precision_;
     options.inject = request_.inject;
+    options.glass = config_.glass;
     return options;
   }
 
@@ -826,7 +846,7 @@ class Trainer {
       const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
       progress.width = source->width();
-      const core::Plan& plan = plan_for(progress.height, progress.width);
+      const core::Plan& plan = plan_for(*source, entry.slide.string());
       progress.predicted_peak_bytes = plan.predicted.total();
       progress.budget_bytes = budget_bytes_;
       if (request_.observer) request_.observer->on_slide(progress);
@@ -920,7 +940,7 @@ class Trainer {
         const std::shared_ptr<core::TileSource>& source = input.view;
         progress.height = source->height();
         progress.width = source->width();
-        const core::Plan& plan = plan_for(progress.height, progress.width);
+        const core::Plan& plan = plan_for(*source, entry.slide.string());
         progress.predicted_peak_bytes = plan.predicted.total();
         progress.budget_bytes = budget_bytes_;
         if (request_.observer) request_.observer->on_slide(progress);
@@ -1173,7 +1193,8 @@ class Trainer {
   core::PlanOptions plan_options_;
   fs::path scratch_dir_;  // the disk tier's: --scratch or the run folder
   bool prices_logged_ = false;
-  std::map<std::pair<int64_t, int64_t>, core::Plan> plans_;
+  using PlanKey = std::tuple<int64_t, int64_t, std::string>;  // height, width, slide (glass)
+  std::map<PlanKey, core::Plan> plans_;
   TissueMaskCache tissue_masks_;
   Position position_;
   double lr_ = 0;

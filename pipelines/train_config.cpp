@@ -99,6 +99,7 @@ const std::map<std::string, Setter>& setters() {
       {"base_mpp", set_optional(&TrainConfig::base_mpp, "microns per pixel, a number")},
       {"tissue_bbox", set(&TrainConfig::tissue_bbox, "true or false")},
       {"tissue_fill", set(&TrainConfig::tissue_fill, "true or false")},
+      {"glass", set(&TrainConfig::glass, "true or false")},
       {"model", set(&TrainConfig::model, "a model name")},
       {"pool", set(&TrainConfig::pool, "avg, max or attention")},
       {"attention_hidden", set(&TrainConfig::attention_hidden, "a whole number")},
@@ -327,6 +328,7 @@ std::string TrainConfig::to_yaml() const {
   optional("base_mpp", base_mpp);
   out << YAML::Key << "tissue_bbox" << YAML::Value << tissue_bbox;
   out << YAML::Key << "tissue_fill" << YAML::Value << tissue_fill;
+  out << YAML::Key << "glass" << YAML::Value << glass;
   out << YAML::Key << "model" << YAML::Value << model;
   out << YAML::Key << "pool" << YAML::Value << pool;
   out << YAML::Key << "attention_hidden" << YAML::Value << attention_hidden;

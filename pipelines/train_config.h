@@ -25,6 +25,9 @@ struct TrainConfig {
   std::optional<double> base_mpp;  // mpp of level 0 for slides that do not record it
   bool tissue_bbox = false;        // train on the tissue's bounding box only
   bool tissue_fill = false;        // pixels off the tissue mask become glass-white
+  // Where the image has a constant background (tissue_fill's glass), it is computed once, not
+  // tile by tile (core/plan/glass.h); false computes it like tissue (for comparison).
+  bool glass = true;
   // Model
   std::string model = "vgg-mini";
   // The head's pooling: avg or max (a global pool), or attention (attention-MIL over every

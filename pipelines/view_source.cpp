@@ -2,9 +2,68 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
 #include "core/error.h"
 
 namespace tessel::pipelines {
+
+namespace {
+
+// The mask pixel (as read() picks it: the one under the pixel's centre) of each of `size` image
+// positions along an axis.
+std::vector<int64_t> mask_index(int64_t size, double per, int64_t mask_size) {
+  std::vector<int64_t> index(static_cast<size_t>(size));
+  for (int64_t v = 0; v < size; ++v) {
+    const auto i = static_cast<int64_t>(std::floor((static_cast<double>(v) + 0.5) / per));
+    index[static_cast<size_t>(v)] = std::clamp<int64_t>(i, 0, mask_size - 1);
+  }
+  return index;
+}
+
+// The runs of equal mask pixels along an axis: their edges, and the mask pixel of each.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> runs(const std::vector<int64_t>& index) {
+  std::vector<int64_t> edges{0}, of;
+  for (size_t v = 0; v < index.size(); ++v) {
+    if (v > 0 && index[v] == index[v - 1]) continue;
+    if (v > 0) edges.push_back(static_cast<int64_t>(v));
+    of.push_back(index[v]);
+  }
+  edges.push_back(static_cast<int64_t>(index.size()));
+  return {edges, of};
+}
+
+}  // namespace
+
+std::optional<core::Background> filled_cells(const at::Tensor& keep, double per_y, double per_x,
+                                             int64_t height, int64_t width,
+                                             const std::vector<float>& fill) {
+  const auto [y_edges, y_of] = runs(mask_index(height, per_y, keep.size(0)));
+  const auto [x_edges, x_of] = runs(mask_index(width, per_x, keep.size(1)));
+  const at::Tensor k = keep.to(at::kBool).contiguous();
+  const bool* kept = k.data_ptr<bool>();
+  std::vector<uint8_t> in;
+  in.reserve(y_of.size() * x_of.size());
+  bool any = false;
+  for (int64_t my : y_of) {
+    for (int64_t mx : x_of) {
+      const bool glass = !kept[my * k.size(1) + mx];
+      in.push_back(glass ? 1 : 0);
+      any = any || glass;
+    }
+  }
+  if (!any) return std::nullopt;
+  core::Background b;
+  b.cells = core::CellMask(y_edges, x_edges, std::move(in));
+  b.value.assign(fill.begin(), fill.end());
+  return b;
+}
+
+const core::Background* MaskedTileSource::background() const {
+  return background_ ? &*background_ : nullptr;
+}
 
 View random_view(View base, bool flips, bool rotations, double color_jitter, std::mt19937_64& rng) {
   const auto coin = [&rng] { return (rng() >> 11) % 2 == 1; };
@@ -59,9 +118,7 @@ at::Tensor ViewTileSource::read(const core::Region& r) {
   if (view_.flip_y) dims.push_back(2);
   if (view_.flip_x) dims.push_back(3);
   if (!dims.empty()) t = t.flip(dims);
-  const bool colour =
-      view_.scale != std::array<float, 3>{1, 1, 1} || view_.shift != std::array<float, 3>{0, 0, 0};
-  if (colour && t.size(1) == 3) {
+  if (!view_.is_identity_colour() && t.size(1) == 3) {
     const at::Tensor scale =
         at::tensor(at::ArrayRef<float>(view_.scale.data(), 3)).view({1, 3, 1, 1});
     const at::Tensor shift =
@@ -69,6 +126,80 @@ at::Tensor ViewTileSource::read(const core::Region& r) {
     t = t * scale.to(t.scalar_type()) + shift.to(t.scalar_type());
   }
   return t.contiguous();
+}
+
+namespace {
+
+// The cells of `m` within `crop`, shifted to start at 0.
+core::CellMask cropped(const core::CellMask& m, const core::Region& crop) {
+  const auto axis = [](const std::vector<int64_t>& edges, core::Window w) {
+    std::vector<int64_t> out{0};
+    std::vector<int64_t> index;  // the source cell of each output cell
+    for (size_t i = 0; i + 1 < edges.size(); ++i) {
+      const int64_t lo = std::max(edges[i], w.begin), hi = std::min(edges[i + 1], w.end);
+      if (hi <= lo) continue;
+      out.push_back(hi - w.begin);
+      index.push_back(static_cast<int64_t>(i));
+    }
+    return std::make_pair(out, index);
+  };
+  std::vector<int64_t> y_edges, y_of, x_edges, x_of;
+  std::tie(y_edges, y_of) = axis(m.y_edges(), crop.y);
+  std::tie(x_edges, x_of) = axis(m.x_edges(), crop.x);
+  std::vector<uint8_t> in;
+  for (int64_t r : y_of) {
+    for (int64_t c : x_of) in.push_back(m.cell_in(r, c) ? 1 : 0);
+  }
+  return {y_edges, x_edges, in};
+}
+
+// Edges of an axis mirrored (a flip).
+std::vector<int64_t> mirrored(const std::vector<int64_t>& edges) {
+  std::vector<int64_t> out;
+  const int64_t size = edges.back();
+  for (auto it = edges.rbegin(); it != edges.rend(); ++it) out.push_back(size - *it);
+  return out;
+}
+
+// `m` transposed and flipped as a view is (View: flip(transpose(crop))).
+core::CellMask oriented(const core::CellMask& m, const View& v) {
+  const int64_t rows = v.transpose ? m.cols() : m.rows(), cols = v.transpose ? m.rows() : m.cols();
+  std::vector<int64_t> y_edges = v.transpose ? m.x_edges() : m.y_edges();
+  std::vector<int64_t> x_edges = v.transpose ? m.y_edges() : m.x_edges();
+  if (v.flip_y) y_edges = mirrored(y_edges);
+  if (v.flip_x) x_edges = mirrored(x_edges);
+  std::vector<uint8_t> in;
+  in.reserve(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t tr = v.flip_y ? rows - 1 - r : r, tc = v.flip_x ? cols - 1 - c : c;
+      in.push_back((v.transpose ? m.cell_in(tc, tr) : m.cell_in(tr, tc)) ? 1 : 0);
+    }
+  }
+  return {y_edges, x_edges, in};
+}
+
+}  // namespace
+
+const core::Background* ViewTileSource::background() const {
+  if (background_made_) return background_ ? &*background_ : nullptr;
+  background_made_ = true;
+  const core::Background* b = source_->background();
+  if (b == nullptr) return nullptr;
+  core::CellMask cells = oriented(cropped(b->cells, view_.crop), view_);
+  if (cells.none()) return nullptr;
+  // The colour as read() changes a pixel: in float32, then exact in double.
+  std::vector<double> value = b->value;
+  if (!view_.is_identity_colour() && value.size() == 3) {
+    for (size_t c = 0; c < 3; ++c) {
+      const float changed =
+          (at::tensor(static_cast<float>(value[c])) * view_.scale[c] + view_.shift[c])
+              .item<float>();
+      value[c] = changed;
+    }
+  }
+  background_ = core::Background{std::move(cells), std::move(value)};
+  return &*background_;
 }
 
 void ViewTileSource::will_read(const std::vector<core::Region>& upcoming) {
@@ -91,6 +222,7 @@ MaskedTileSource::MaskedTileSource(std::shared_ptr<core::TileSource> source, at:
   if (static_cast<int64_t>(fill.size()) != source_->channels()) {
     throw Error("the fill value needs one number per channel");
   }
+  background_ = filled_cells(mask_, per_y_, per_x_, height(), width(), fill);
 }
 
 at::Tensor MaskedTileSource::read(const core::Region& r) {

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "core/tile_source.h"
@@ -23,6 +24,9 @@ struct View {
   std::array<float, 3> shift{0, 0, 0};
 
   bool is_identity_geometry() const { return !transpose && !flip_y && !flip_x; }
+  bool is_identity_colour() const {
+    return scale == std::array<float, 3>{1, 1, 1} && shift == std::array<float, 3>{0, 0, 0};
+  }
 };
 
 // A random view for training: a random flip (`flips`), a random multiple of 90° (`rotations`),
@@ -40,16 +44,27 @@ class ViewTileSource : public core::TileSource {
 
   // The source region a view region comes from (before transpose and flips are applied).
   core::Region source_region(const core::Region& r) const;
+  // The source's background seen through the view: its cells cropped, transposed and flipped,
+  // its colour changed as the pixels are.
+  const core::Background* background() const override;
 
  private:
   std::shared_ptr<core::TileSource> source_;
   View view_;
   int64_t height_ = 0, width_ = 0;
+  mutable std::optional<core::Background> background_;  // made at the first ask
+  mutable bool background_made_ = false;
 };
 
 // Another source with the pixels off a mask replaced by a fixed value per channel: the tissue
 // mask's "background" for training on tissue only. Each pixel is judged by the mask pixel under
 // its centre, so a pixel's value never depends on the window it is read in.
+// The cells of an image of height × width whose pixels MaskedTileSource fills (the mask pixel
+// under each pixel's centre is off), with the fill value; none where no mask pixel is off.
+std::optional<core::Background> filled_cells(const at::Tensor& keep, double per_y, double per_x,
+                                             int64_t height, int64_t width,
+                                             const std::vector<float>& fill);
+
 class MaskedTileSource : public core::TileSource {
  public:
   // `mask` (mask_height × mask_width, non-zero = keep) covers the image at `pixels_per_mask_x`
@@ -63,12 +78,16 @@ class MaskedTileSource : public core::TileSource {
   void will_read(const std::vector<core::Region>& upcoming) override {
     source_->will_read(upcoming);
   }
+  // The filled pixels: a cell per run of rows and columns under one mask pixel, in the set
+  // where that mask pixel is off; the fill value. None where every mask pixel keeps.
+  const core::Background* background() const override;
 
  private:
   std::shared_ptr<core::TileSource> source_;
   at::Tensor mask_;  // bool, mask_height × mask_width
   double per_x_, per_y_;
   at::Tensor fill_;  // 1×C×1×1
+  std::optional<core::Background> background_;
 };
 
 }  // namespace tessel::pipelines

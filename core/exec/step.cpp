@@ -535,6 +535,9 @@ void Step::emit(int segment, const Partition& part, int64_t index, TileEvent::Pa
   e.out = part.tile(index);
   e.pass = pass;
   e.done = done;
+  const SegmentGlass& g = glass(segment);
+  const std::vector<uint8_t>& flags = pass == TileEvent::kForward ? g.forward : g.backward;
+  e.glass = index < static_cast<int64_t>(flags.size()) && flags[static_cast<size_t>(index)] != 0;
   options_.observer->on_tile(e);
   const MemoryReading reading = done ? memory_reading(tensor_options_.device()) : MemoryReading{};
   if (reading.live < 0) return;

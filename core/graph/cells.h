@@ -26,6 +26,8 @@ class CellMask {
   int64_t width() const { return x_edges_.empty() ? 0 : x_edges_.back(); }
   int64_t rows() const { return static_cast<int64_t>(y_edges_.size()) - 1; }
   int64_t cols() const { return static_cast<int64_t>(x_edges_.size()) - 1; }
+  const std::vector<int64_t>& y_edges() const { return y_edges_; }
+  const std::vector<int64_t>& x_edges() const { return x_edges_; }
   bool cell_in(int64_t row, int64_t col) const;
   Region cell(int64_t row, int64_t col) const;
   // Whether every position of `r` is in the set: false where `r` reaches outside the activation

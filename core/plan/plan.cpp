@@ -464,8 +464,8 @@ void write_glass(std::ostream& os, const GlassSummary& g) {
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "background %.1f%% of the image: glass tiles (computed once, not run) %lld of %lld "
-                "forward and %lld of %lld backward, %.1f%% of the forward's FLOPs; tiles at the "
-                "tissue's edges run %.1f%% more than the tissue\n",
+                "forward and %lld of %lld backward, %.1f%% of the forward's FLOPs; glass still "
+                "computed in tiles that also see tissue: %.1f%% of the image\n",
                 100.0 * g.image_fraction, static_cast<long long>(g.glass_forward_tiles),
                 static_cast<long long>(g.forward_tiles),
                 static_cast<long long>(g.glass_backward_tiles),

@@ -52,6 +52,18 @@ class TrainingModelsTest : public QObject {
     QCOMPARE(model.rect(3), QRectF(10, 10, 10, 10));
   }
 
+  void glassTilesFinishAsGlassNotAsDone() {
+    TileStateModel model;
+    core::TileEvent e = tile(0, 1, 4, core::TileEvent::kForward, false);
+    e.glass = true;
+    model.apply(e);
+    e.done = true;
+    model.apply(e);
+    QCOMPARE(model.state(1), TileState::kGlass);
+    QCOMPARE(model.count(TileState::kDone), 0);
+    QCOMPARE(model.tiles_done(), 1);
+  }
+
   void theGridsExtentIsKnownBeforeAllItsTilesHaveRun() {
     TileStateModel model;
     // 3 rows × 2 columns of 10 px tiles. Only the first seen: guessed near-square, 3 columns.

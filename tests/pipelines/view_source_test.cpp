@@ -12,6 +12,7 @@
 #include "core/exec/gradcheck.h"
 #include "core/plan/planner.h"
 #include "models/zoo.h"
+#include "pipelines/slide_input.h"
 
 namespace tessel::pipelines {
 namespace {
@@ -140,6 +141,88 @@ TEST(MaskedTileSource, FillsPixelsOffTheMaskAndEveryWindowAgreesWithTheWholeImag
     const at::Tensor want = whole.index({at::indexing::Slice(), at::indexing::Slice(),
                                          at::indexing::Slice(y0, y1), at::indexing::Slice(x0, x1)});
     ASSERT_TRUE(at::equal(masked.read({{y0, y1}, {x0, x1}}), want));
+  }
+}
+
+// The filled pixels are declared as the image's background (core::TileSource::background), and
+// a view declares them cropped, transposed, flipped and colour-changed: every declared cell reads
+// the declared colour (core::check_background), and the cells are exactly the filled pixels.
+TEST(MaskedTileSource, DeclaresItsFilledPixelsThroughEveryView) {
+  const at::Tensor image = at::rand({1, 3, 29, 41});
+  const at::Tensor mask = (at::arange(35).view({5, 7}) % 3 != 0).to(at::kByte);
+  auto masked = std::make_shared<MaskedTileSource>(std::make_shared<core::TensorTileSource>(image),
+                                                   mask, 41.0 / 7, 29.0 / 5,
+                                                   std::vector<float>{-1.0F, 0.25F, 2.0F});
+  ASSERT_NE(masked->background(), nullptr);
+  core::check_background(*masked, *masked->background());
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 16; ++trial) {
+    View v = random_view({}, true, true, 0.2, rng);
+    v.crop = {{static_cast<int64_t>(rng() % 6), 29 - static_cast<int64_t>(rng() % 6)},
+              {static_cast<int64_t>(rng() % 6), 41 - static_cast<int64_t>(rng() % 6)}};
+    ViewTileSource view(masked, v);
+    const core::Background* b = view.background();
+    ASSERT_NE(b, nullptr);
+    core::check_background(view, *b);
+    // Every filled pixel is in a cell: the area matches the pixels holding the colour off a
+    // random image (which never does by chance).
+    const at::Tensor whole = view.read({{0, view.height()}, {0, view.width()}}).to(at::kDouble);
+    const at::Tensor colour = at::tensor(b->value, at::kDouble).view({1, 3, 1, 1});
+    const int64_t filled = whole.eq(colour).all(1).sum().item<int64_t>();
+    EXPECT_EQ(filled, b->cells.area()) << "trial " << trial;
+  }
+  // A mask that keeps everything declares nothing.
+  MaskedTileSource all(std::make_shared<core::TensorTileSource>(image), at::ones({5, 7}, at::kByte),
+                       41.0 / 7, 29.0 / 5, {0.0F, 0.0F, 0.0F});
+  EXPECT_EQ(all.background(), nullptr);
+}
+
+// A real slide with tissue_fill (CMU-1 at 4 µm/px): its filled glass is declared, the step skips
+// the glass tiles, and the loss and every parameter's gradient are plain autograd's on the whole
+// image read at once (float64). The image's gradient is not compared: the fill's flat regions
+// tie under max pooling (docs/glass.md).
+TEST(MaskedTileSource, GlassOfARealSlideGivesPlainAutogradsGradients) {
+  TrainConfig config;
+  config.manifest = "none.csv";
+  config.tissue_fill = true;
+  config.mpp = 4.0;
+  const SlideInput in =
+      open_slide_input(config, std::string(TESSEL_SHARED_SLIDES) + "/cmu-1-small-region.svs");
+  core::TileSource& source = *in.view;
+  const core::Background* background = source.background();
+  ASSERT_NE(background, nullptr);
+  EXPECT_GT(background->cells.fraction(), 0.3);
+  core::Graph g = models::build_model("tiny");
+  g.module().to(at::kDouble);
+  core::randomise(g, 4);
+  const core::Shape shape{3, source.height(), source.width()};
+  core::PlanOptions o;
+  o.strategy = core::Strategy::kGrid;
+  o.element_bytes = 8;
+  o.overrides.tile_size = 6;
+  o.background = std::make_shared<core::CellMask>(background->cells);
+  const core::Plan tiled = core::make_plan(g, shape, 0, o);
+  o.strategy = core::Strategy::kNone;
+  const core::Plan plain = core::make_plan(g, shape, 0, o);
+  core::TensorTileSource whole(source.read({{0, shape.height}, {0, shape.width}}));
+  const core::LossFn loss = [](const at::Tensor& logits, const at::Tensor&) {
+    return at::cross_entropy_loss(logits, at::ones({1}, at::kLong));
+  };
+  const auto step = [&](const core::Plan& plan, core::TileSource& s, core::StepResult& r) {
+    for (auto& p : g.module().parameters()) p.mutable_grad() = at::Tensor();
+    r = core::train_step(g, plan, s, at::Tensor(), loss);
+    std::vector<at::Tensor> out;
+    for (auto& p : g.module().parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  core::StepResult a, b;
+  const auto glass = step(tiled, source, a);
+  const auto reference = step(plain, whole, b);
+  EXPECT_GT(a.glass_forward_tiles, 0) << core::to_string(tiled, g);
+  EXPECT_GT(a.glass_backward_tiles, 0);
+  EXPECT_LT(core::relative_error(a.loss, b.loss), 1e-10);
+  for (size_t i = 0; i < glass.size(); ++i) {
+    EXPECT_LT(core::relative_error(glass[i], reference[i]), 1e-10) << "parameter " << i;
   }
 }
 
