@@ -463,7 +463,7 @@ def run_variant_points(args, name, model, sizes, variants, repeat, warmup):
                 points.append(p)
                 f.write(json.dumps(p) + "\n")
                 f.flush()
-                print(f"bench: {name} {model} {size}² {' '.join(labels.values())} {strategy}: "
+                print(f"bench: {name} {model} {size}² {' '.join(str(v) for v in labels.values())} {strategy}: "
                       f"{p['status']} {p.get('step_ms_median', 0) / 1000:.2f} s/step", flush=True)
     return points, out
 

@@ -218,8 +218,15 @@ void SegmentBuild::set_partitions() {
 
 namespace {
 
+// A tile's overhead beyond its FLOPs, per op it runs, in FLOPs (200 µs at 100 GFLOP/s): the
+// finer grids glass asked for measured about 2.8 ms a tile beyond their FLOPs for vgg-mini's
+// 16-op segments and 10 ms for resnet50's, on 2 EPYC cores, where PlanOptions::Prices::per_tile
+// (2 ms whatever the ops) priced them at 1.2× dense against 1.76× measured (bench/NOTES.md,
+// session 42). Only refine_for_glass uses it, so plans without a background are as before.
+constexpr double kPerOpTile = 2e7;
+
 // What running `s` over partitions `f` and `b` costs where its glass tiles over `uniform` are not
-// run: the other tiles' FLOPs (each at the partition's worst tile) and price per tile.
+// run: the other tiles' FLOPs (each at the partition's worst tile) and overhead per tile.
 double glass_priced(const Analysis& a, Segment s, const Partition& f, const Partition& b,
                     const CellMask& uniform) {
   s.forward = f;
@@ -228,9 +235,11 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
       segment_glass(a.graph, a.shapes, s, uniform, /*training=*/true, a.options.input_gradient);
   const auto run_f = static_cast<double>(f.tiles() - g.forward_count());
   const auto run_b = static_cast<double>(b.tiles() - g.backward_count());
+  const double per_tile =
+      std::max(a.options.prices.per_tile, kPerOpTile * static_cast<double>(s.output - s.input));
   return static_cast<double>(worst_tile(a, s, f).flops) * run_f +
          3.0 * static_cast<double>(worst_tile(a, s, b).flops) * run_b +
-         a.options.prices.per_tile * (run_f + run_b);
+         per_tile * (run_f + run_b);
 }
 
 // Finer grids refine_for_glass tries: the backward's tiles split by each factor, while the tiles
