@@ -1,6 +1,7 @@
 #include "core/graph/cells.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -96,7 +97,7 @@ double CellMask::fraction() const {
 std::string to_string(const CellMask& m) {
   return std::to_string(m.rows()) + "×" + std::to_string(m.cols()) + " cells over " +
          std::to_string(m.height()) + "×" + std::to_string(m.width()) + ", " +
-         std::to_string(static_cast<int>(m.fraction() * 100.0 + 0.5)) + "% in";
+         std::to_string(std::lround(m.fraction() * 100.0)) + "% in";
 }
 
 }  // namespace tessel::core

@@ -238,8 +238,7 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
   const double per_tile =
       std::max(a.options.prices.per_tile, kPerOpTile * static_cast<double>(s.output - s.input));
   return static_cast<double>(worst_tile(a, s, f).flops) * run_f +
-         3.0 * static_cast<double>(worst_tile(a, s, b).flops) * run_b +
-         per_tile * (run_f + run_b);
+         3.0 * static_cast<double>(worst_tile(a, s, b).flops) * run_b + per_tile * (run_f + run_b);
 }
 
 // Finer grids refine_for_glass tries: the backward's tiles split by each factor, while the tiles
