@@ -19,7 +19,6 @@
 #include "core/error.h"
 #include "core/exec/executor.h"
 #include "core/exec/gradcheck.h"
-#include "core/plan/glass.h"
 #include "core/plan/planner.h"
 #include "core/store/offload_prices.h"
 #include "models/zoo.h"
@@ -230,11 +229,8 @@ BenchResult bench_step(const BenchPoint& p) {
   core::TensorTileSource source(at::rand({1, 3, p.height, p.width}, gen));
   if (background) {
     source = core::TensorTileSource(core::paint_background(source.image(), *background));
-    const core::GlassSummary g =
-        core::summarize(plan, background->cells,
-                        core::plan_glass(graph, plan, background->cells, /*training=*/true, false));
-    r.background_fraction = g.image_fraction;
-    r.glass_flops_fraction = g.flops_fraction;
+    r.background_fraction = plan.glass.image_fraction;  // the planner's, which knew the background
+    r.glass_flops_fraction = plan.glass.flops_fraction;
     source.set_background(*std::move(background));
   }
   torch::optim::SGD optimizer(graph.module().parameters(),

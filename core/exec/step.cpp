@@ -201,8 +201,12 @@ Step::~Step() = default;
 void Step::find_glass() {
   const Background* background = options_.glass ? source_.background() : nullptr;
   CellMask image;
-  if (background != nullptr && background->cells.height() == shape(0).height &&
-      background->cells.width() == shape(0).width) {
+  if (background != nullptr) {
+    if (background->cells.height() != shape(0).height ||
+        background->cells.width() != shape(0).width) {
+      throw Error("internal: the image's background covers " + to_string(background->cells) +
+                  ", the image is " + to_string(shape(0)));
+    }
     image = background->cells;
     uniform_[0] = at::tensor(background->value, at::TensorOptions().dtype(at::kDouble))
                       .view({1, -1, 1, 1})

@@ -5,6 +5,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/error.h"
 #include "core/plan/cost_model.h"
 #include "core/plan/geometry.h"
 #include "core/plan/glass.h"
@@ -218,12 +219,13 @@ void SegmentBuild::set_partitions() {
 
 namespace {
 
-// A tile's overhead beyond its FLOPs, per op it runs, in FLOPs (200 µs at 100 GFLOP/s): the
-// finer grids glass asked for measured about 2.8 ms a tile beyond their FLOPs for vgg-mini's
-// 16-op segments and 10 ms for resnet50's, on 2 EPYC cores, where PlanOptions::Prices::per_tile
-// (2 ms whatever the ops) priced them at 1.2× dense against 1.76× measured (bench/NOTES.md,
-// session 42). Only refine_for_glass uses it, so plans without a background are as before.
-constexpr double kPerOpTile = 2e7;
+// A tile's overhead beyond its FLOPs grows with the ops it runs: PlanOptions::Prices::per_tile
+// is taken as the price of kOpsPerTilePrice ops. The finer grids glass asked for measured about
+// 2.8 ms a tile beyond their FLOPs for vgg-mini's 16-op segments and 10 ms for resnet50's, on 2
+// EPYC cores, where per_tile alone (2 ms whatever the ops) priced them at 1.2× dense against
+// 1.76× measured (bench/NOTES.md, session 42). Only refine_for_glass prices so, so plans without
+// a background are as before.
+constexpr double kOpsPerTilePrice = 10;
 
 // What running `s` over partitions `f` and `b` costs where its glass tiles over `uniform` are not
 // run: the other tiles' FLOPs (each at the partition's worst tile) and overhead per tile.
@@ -235,8 +237,8 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
       segment_glass(a.graph, a.shapes, s, uniform, /*training=*/true, a.options.input_gradient);
   const auto run_f = static_cast<double>(f.tiles() - g.forward_count());
   const auto run_b = static_cast<double>(b.tiles() - g.backward_count());
-  const double per_tile =
-      std::max(a.options.prices.per_tile, kPerOpTile * static_cast<double>(s.output - s.input));
+  const double per_tile = a.options.prices.per_tile *
+                          std::max(1.0, static_cast<double>(s.output - s.input) / kOpsPerTilePrice);
   return static_cast<double>(worst_tile(a, s, f).flops) * run_f +
          3.0 * static_cast<double>(worst_tile(a, s, b).flops) * run_b + per_tile * (run_f + run_b);
 }
@@ -360,12 +362,12 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
 namespace {
 
 // What the plan's glass tiles (core/plan/glass.h) do not cost, over the request's background:
-// their FLOPs in both passes and their price per tile; the plan's summary of them.
+// their FLOPs in both passes and their price per tile; the plan's summary of them. Classified
+// anew on the finished candidate: keep_graphs may have given a segment the forward's tiles for
+// its backward since build's loop classified them.
 PlanCost glass_savings(const Analysis& a, Plan& plan) {
   const CellMask& image = *a.options.background;
   plan.shapes = a.shapes;  // as the finished plan's (make_plan)
-  const Shape& in = plan.shapes.front();
-  if (image.height() != in.height || image.width() != in.width) return {};
   const std::vector<SegmentGlass> glass =
       plan_glass(a.graph, plan, image, /*training=*/true, a.options.input_gradient);
   plan.glass = summarize(plan, image, glass);
@@ -379,6 +381,19 @@ PlanCost glass_savings(const Analysis& a, Plan& plan) {
     saved.tiles += a.options.prices.per_tile * (forward + backward);
   }
   return saved;
+}
+
+// The request's background (PlanOptions::background), or none; one of another size than the
+// image is the caller's mistake.
+CellMask request_background(const Analysis& a) {
+  if (!a.options.background) return {};
+  const CellMask& b = *a.options.background;
+  const Shape& image = a.shapes.front();
+  if (b.height() != image.height || b.width() != image.width) {
+    throw Error("internal: a background over " + std::to_string(b.height()) + "×" +
+                std::to_string(b.width()) + " for a " + to_string(image) + " image");
+  }
+  return b;
 }
 
 }  // namespace
@@ -404,12 +419,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   std::vector<StoreShare> shares(passes.size());  // the store's part of each (as passes)
   // The input's uniform positions for each segment in turn (the background, then what each
   // segment's glass tiles cover).
-  const Shape& image = a.shapes.front();
-  CellMask uniform;
-  if (a.options.background && a.options.background->height() == image.height &&
-      a.options.background->width() == image.width) {
-    uniform = *a.options.background;
-  }
+  CellMask uniform = request_background(a);
   for (size_t i = 0; i + 1 < bounds.size(); ++i) {
     SegmentBuild b(a, off, strategy, {plan, bounds, tiers, held}, i);
     b.choose_counts();

@@ -278,3 +278,35 @@ TEST(Glass, ThePlanCountsTheTilesTheStepSkips) {
 
 }  // namespace
 }  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+// The budget search's own plan with a background (its grids refined where glass pays,
+// refine_for_glass; kept graphs where the budget leaves room) gives plain autograd's gradients.
+TEST(Glass, TheSearchsRefinedGridsMatchPlainAutograd) {
+  Graph g = glass_network({});
+  const Shape in{2, 211, 197};
+  const Background b = synthetic_background(in, 3, 0.85, 17);
+  PlanOptions o;
+  o.strategy = Strategy::kGrid;
+  o.element_bytes = 8;
+  o.background = std::make_shared<CellMask>(b.cells);
+  // This tiny network's tiles hold few FLOPs: a tile's overhead priced to match, so finer grids
+  // can pay.
+  o.prices.per_tile = 1e4;
+  const int64_t budget = make_plan(g, in, 0, o).predicted.total() * 2 / 3;
+  const Plan plan = make_plan(g, in, budget, o);
+  ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
+  EXPECT_GT(plan.glass.glass_forward_tiles, 0) << to_string(plan, g);
+  const Comparison c = check(g, plan, {0.85, 211, 197, 3}, 17);
+  EXPECT_LT(c.worst(), kTolerance) << counts(c) << to_string(plan, g) << c.to_string();
+  EXPECT_EQ(c.glass_forward_tiles, plan.glass.glass_forward_tiles);
+  EXPECT_GT(c.glass_backward_tiles, 0) << counts(c);
+  StepOptions halo;
+  halo.inject = Fault::kHalo;
+  EXPECT_GT(check(g, plan, {0.85, 211, 197, 3}, 17, halo).worst(), 1e-6);
+}
+
+}  // namespace
+}  // namespace tessel::core
