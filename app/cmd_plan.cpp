@@ -92,9 +92,11 @@ void print_floored(const core::Comparison& c) {
 void print_glass(const core::GlassSummary& g, const core::Comparison& c) {
   std::cout << fmt::format(
       "background: {:.1f}% of the image uniform; glass tiles (not run): {} of {} forward, {} of "
-      "{} backward (the plan: {} and {}), {:.1f}% of the forward's FLOPs\n",
+      "{} backward (the plan: {} and {}), {:.1f}% of the forward's FLOPs; {:.1f}% filled in tiles "
+      "that also see tissue ({} node tiles filled in the step)\n",
       100.0 * g.image_fraction, c.glass_forward_tiles, g.forward_tiles, c.glass_backward_tiles,
-      g.backward_tiles, g.glass_forward_tiles, g.glass_backward_tiles, 100.0 * g.flops_fraction);
+      g.backward_tiles, g.glass_forward_tiles, g.glass_backward_tiles, 100.0 * g.flops_fraction,
+      100.0 * g.filled_fraction, c.glass_filled);
 }
 
 void print_report(const pipelines::GradcheckReport& report, const std::string& precision,

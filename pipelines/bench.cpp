@@ -231,6 +231,7 @@ BenchResult bench_step(const BenchPoint& p) {
     source = core::TensorTileSource(core::paint_background(source.image(), *background));
     r.background_fraction = plan.glass.image_fraction;  // the planner's, which knew the background
     r.glass_flops_fraction = plan.glass.flops_fraction;
+    r.glass_filled_fraction = plan.glass.filled_fraction;
     source.set_background(*std::move(background));
   }
   torch::optim::SGD optimizer(graph.module().parameters(),
@@ -281,6 +282,7 @@ BenchResult bench_step(const BenchPoint& p) {
     r.backward_tiles = s.backward_tiles;
     r.glass_forward_tiles = s.glass_forward_tiles;
     r.glass_backward_tiles = s.glass_backward_tiles;
+    r.glass_filled = s.glass_filled;
     r.moved_bytes.push_back(s.offload.written_bytes + s.offload.read_bytes);
     r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload.disk_peak_bytes);
     r.transfer_ms.push_back(s.offload.write_ms + s.offload.read_ms);
@@ -346,8 +348,10 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
     j["glass"] = p.glass;
     j["background_fraction"] = r.background_fraction;
     j["glass_flops_fraction"] = r.glass_flops_fraction;
+    j["glass_filled_fraction"] = r.glass_filled_fraction;
     j["glass_forward_tiles"] = r.glass_forward_tiles;
     j["glass_backward_tiles"] = r.glass_backward_tiles;
+    j["glass_filled"] = r.glass_filled;
     j["forward_tiles"] = r.forward_tiles;
     j["backward_tiles"] = r.backward_tiles;
   }

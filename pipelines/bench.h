@@ -109,8 +109,8 @@ struct BenchResult {
   int64_t unscheduled_reads = 0;  // the last timed step's (the store reads those on demand)
   // With a background: its share of the image, the share of the forward's FLOPs the plan's
   // glass tiles skip (core::GlassSummary), and the glass tiles the last step skipped.
-  double background_fraction = 0, glass_flops_fraction = 0;
-  int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;
+  double background_fraction = 0, glass_flops_fraction = 0, glass_filled_fraction = 0;
+  int64_t glass_forward_tiles = 0, glass_backward_tiles = 0, glass_filled = 0;
 };
 
 BenchResult bench_step(const BenchPoint& point);

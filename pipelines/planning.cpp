@@ -87,6 +87,8 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
     const core::GlassSummary& g = plan.glass;
     j["glass"] = {{"background_fraction", g.image_fraction},
                   {"flops_fraction", g.flops_fraction},
+                  {"filled_fraction", g.filled_fraction},
+                  {"margin", g.margin()},
                   {"forward_tiles", g.forward_tiles},
                   {"glass_forward_tiles", g.glass_forward_tiles},
                   {"backward_tiles", g.backward_tiles},

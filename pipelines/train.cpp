@@ -718,9 +718,9 @@ class Trainer {
         const core::GlassSummary& g = plan.glass;
         spdlog::info(
             "{}: background {:.0f}% of the image; {} of {} tiles glass (computed once), {:.0f}% "
-            "of the forward's FLOPs",
+            "of the forward's FLOPs, {:.0f}% more filled in tiles that also see tissue",
             slide, 100.0 * g.image_fraction, g.glass_forward_tiles, g.forward_tiles,
-            100.0 * g.flops_fraction);
+            100.0 * g.flops_fraction, 100.0 * g.filled_fraction);
       }
       it = plans_.emplace(key, std::move(plan)).first;
     }

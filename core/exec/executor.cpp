@@ -155,6 +155,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.backward_tiles = step.backward_tiles;
     result.glass_forward_tiles = step.glass_forward_tiles;
     result.glass_backward_tiles = step.glass_backward_tiles;
+    result.glass_filled = step.glass_filled;
     result.offload = step.store_stats();
   }
   const MemoryReading at_end = memory_reading(device);

@@ -1,24 +1,32 @@
-// Glass under tiling (core/plan/glass.h says which tiles are glass), on tensors. A segment's glass
-// tiles are not run:
-// - Forward, their output is the segment's uniform value over the tile. That value is computed
-//   once, on one output position of a glass tile (the representative column: the regions that
-//   position needs, every position the input's uniform value), from the input's uniform value
-//   (the image's background colour, or the previous segment's column).
-// - Backward, each glass tile's share of a parameter's gradient is a linear function of its
-//   output gradient with the same Jacobians at every position, and its sum over the tile's cone
-//   depends on that gradient's sum over the tile alone. So the column's backward, seeded with
-//   the output gradient summed over every glass tile (and the next segment's glass tiles' sum
-//   of this output's gradient), gives all glass tiles' shares at once; the sum of its input's
-//   gradient is what this segment's glass tiles hand the previous segment's (whose glass tiles
-//   cover every position theirs read: the previous segment's SegmentGlass::output).
+// Glass under tiling (core/plan/glass.h says which tiles are glass and which boxes the others
+// compute), on tensors:
+// - Each node's uniform value (1×C×1×1) is computed once, on a chain of one-position ops from
+//   the input's (the image's background colour, or the previous segment's output value).
+// - Forward: a glass tile is not run; its output is the output's value over the tile. A tile
+//   that also sees tissue computes each node over its computed box only, and fills the rest of
+//   the node's region with the node's value (Step::run_tile with TileExtras::fill).
+// - Backward: every position holding a uniform value has the same Jacobians, so what its
+//   gradient adds to the parameters' depends only on the gradient's sum over such positions, per
+//   node. The fills' values are leaves that sum it (autograd's expand), the glass tiles add their
+//   output gradient's sum, and one backward of the chain, seeded at each node with its sum, gives
+//   all their shares at once. The sum of the chain input's gradient is what they hand the
+//   previous segment's glass tiles (whose positions are the only uniform ones this segment reads:
+//   the previous segment's SegmentGlass::output).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <vector>
 
 #include "core/exec/step.h"
 #include "core/plan/glass.h"
 
 namespace tessel::core {
+
+// `part` (a node's tile over `box`, undefined for an empty box) inside its region `r`, the rest
+// `value` (the node's uniform value, 1×C×1×1), in memory format `format`.
+at::Tensor fill_around(const at::Tensor& value, const Region& r, const at::Tensor& part,
+                       const Region& box, at::MemoryFormat format);
 
 class GlassRun {
  public:
@@ -28,26 +36,30 @@ class GlassRun {
   bool forward(int64_t t) const { return tiles().forward[static_cast<size_t>(t)] != 0; }
   bool backward(int64_t t) const { return tiles().backward[static_cast<size_t>(t)] != 0; }
 
-  // Before the forward's tiles: the segment's uniform value (where it has glass tiles).
+  // Before the forward's tiles: every node's uniform value (where the segment has glass).
   void before_forward();
   // Glass tile `tile`'s output: the uniform value over it.
   at::Tensor output_tile(const Region& tile) const;
-  // Backward glass tile `t`: its output gradient's sum joins the column's seed. `grad_out`,
+  // What a tile over `need` (its segment_needs) fills: `extras` gets its computed boxes and the
+  // nodes' values, unless the segment fills nothing. `boxes` holds the boxes meanwhile.
+  void fill(const std::vector<Region>& need, std::vector<Region>& boxes, TileExtras& extras) const;
+  // Backward glass tile `t`: its output gradient's sum joins the chain's seed. `grad_out`,
   // `stored_grad_out`: the output's gradient as the segment's backward has it.
   void add_output_grad(const Region& tile, const at::Tensor& grad_out,
                        StoredActivation* stored_grad_out);
-  // After the backward's tiles: the column's backward (the glass tiles' shares of the
+  // After the backward's tiles: the chain's backward (the glass tiles' and fills' shares of the
   // parameters' gradients; the sum of the input's gradient to the previous segment).
   void after_backward();
 
  private:
-  std::vector<Region> column_needs() const;
-  at::Tensor column_input() const;
+  // The nodes' uniform values from the input's `x` (1×C×1×1), by node of (input, output].
+  std::vector<at::Tensor> chain(const at::Tensor& x) const;
+  bool fills() const { return !tiles().input.none(); }
 
   Step& step_;
   int index_;
   const Segment& s_;
-  Region column_;  // the representative column's output position
+  std::vector<at::Tensor> values_;  // by node: the leaves the tiles fill from
   at::Tensor grad_sum_;
 };
 

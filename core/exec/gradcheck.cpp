@@ -399,6 +399,7 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
   c.offload_bytes = tiled.step.offload.written_bytes + tiled.step.offload.read_bytes;
   c.glass_forward_tiles = tiled.step.glass_forward_tiles;
   c.glass_backward_tiles = tiled.step.glass_backward_tiles;
+  c.glass_filled = tiled.step.glass_filled;
   return c;
 }
 
@@ -441,6 +442,7 @@ PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tens
   check.exact = compare(tiled_exact, plain_exact, loss.scale(plain_exact.step.logits), background);
   check.tiled_vs_plain.glass_forward_tiles = tiled_low.step.glass_forward_tiles;
   check.tiled_vs_plain.glass_backward_tiles = tiled_low.step.glass_backward_tiles;
+  check.tiled_vs_plain.glass_filled = tiled_low.step.glass_filled;
   return check;
 }
 

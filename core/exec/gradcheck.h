@@ -39,6 +39,7 @@ struct Comparison {
   int64_t offload_bytes = 0;         // the tiled step's bytes to and from the host or disk tier
   // The tiled step's glass tiles, not run (core/exec/glass.h): the check of glass checks them.
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;
+  int64_t glass_filled = 0;  // node tiles computed over a box, the rest filled
 
   // The largest max_error; +infinity where any quantity has a fault or a NaN error (a NaN never
   // compares below a bar, and neither does this).

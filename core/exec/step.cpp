@@ -12,6 +12,7 @@
 #include "core/device/memory.h"
 #include "core/error.h"
 #include "core/exec/fault.h"
+#include "core/exec/glass.h"
 #include "core/plan/geometry.h"
 
 namespace tessel::core {
@@ -405,13 +406,35 @@ at::Tensor Step::run_tile(NodeId first, NodeId output, const std::vector<Region>
 TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
                           const std::vector<TileTensor>& acts, const TileExtras& extras,
                           const at::TensorOptions& options) {
-  const Node& node = graph_.node(v);
   if (extras.leaves != nullptr && extras.leaves->count(v) > 0) {
     // A leaf read when the tile gets here, so that it is freed after its last consumer like
     // any activation.
     const TileTensor& leaf = extras.leaves->at(v);
     return leaf.tensor.defined() ? leaf : TileTensor{extras.read_leaf(v, leaf.region), leaf.region};
   }
+  if (extras.boxes != nullptr && (*extras.boxes)[static_cast<size_t>(v)] != r) {
+    return run_filled(first, v, r, acts, extras, options);
+  }
+  return compute_node(first, v, r, acts, extras, options);
+}
+
+// Node `v` over its computed box only (core/exec/glass.h), its uniform value around it.
+TileTensor Step::run_filled(NodeId first, NodeId v, const Region& r,
+                            const std::vector<TileTensor>& acts, const TileExtras& extras,
+                            const at::TensorOptions& options) {
+  ++glass_filled;
+  const Region& box = (*extras.boxes)[static_cast<size_t>(v)];
+  at::Tensor part;
+  if (!box.empty()) part = compute_node(first, v, box, acts, extras, options).tensor;
+  const at::MemoryFormat format =
+      part.defined() ? part.suggest_memory_format() : read_format(at::GradMode::is_enabled());
+  return {fill_around((*extras.fill)[static_cast<size_t>(v)], r, part, box, format), r};
+}
+
+TileTensor Step::compute_node(NodeId first, NodeId v, const Region& r,
+                              const std::vector<TileTensor>& acts, const TileExtras& extras,
+                              const at::TensorOptions& options) {
+  const Node& node = graph_.node(v);
   if (node.is_barrier()) return run_barrier(node, r, acts, extras, options);
   if (r.empty()) return {at::empty({1, node.channels, 0, 0}, options), r};
   std::vector<TileTensor> ins;

@@ -130,6 +130,10 @@ struct TileExtras {
   std::function<at::Tensor(NodeId, const Region&)> read_leaf;
   // Each barrier's output adds its gradient to the barrier's sums as the backward passes it.
   bool hooks = false;
+  // Glass within the tile (core/exec/glass.h): by node, the box of its region the tile computes;
+  // the rest holds the node's uniform value from `fill` (1×C×1×1, by node).
+  const std::vector<Region>* boxes = nullptr;
+  const std::vector<at::Tensor>* fill = nullptr;
 };
 
 // The dtype and device a step computes in (the parameters', else the image's), and a tensor
@@ -160,6 +164,7 @@ class Step {
 
   int64_t forward_tiles = 0, backward_tiles = 0;
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;  // of those, glass (not run)
+  int64_t glass_filled = 0;  // nodes of tiles computed over their box, the rest filled
   TileStoreStats store_stats() const { return store_ ? store_->stats() : TileStoreStats{}; }
 
   // ---- For the schemes ----
@@ -257,6 +262,12 @@ class Step {
   void write_behind(int64_t bytes);
   TileTensor run_node(NodeId first, NodeId v, const Region& r, const std::vector<TileTensor>& acts,
                       const TileExtras& extras, const at::TensorOptions& options);
+  TileTensor compute_node(NodeId first, NodeId v, const Region& r,
+                          const std::vector<TileTensor>& acts, const TileExtras& extras,
+                          const at::TensorOptions& options);
+  TileTensor run_filled(NodeId first, NodeId v, const Region& r,
+                        const std::vector<TileTensor>& acts, const TileExtras& extras,
+                        const at::TensorOptions& options);
   TileTensor run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,
                          const TileExtras& extras, const at::TensorOptions& options);
 

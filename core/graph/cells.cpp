@@ -89,6 +89,33 @@ bool CellMask::contains(const Region& r) const {
   return out_cells(r0, r1, c0, c1) == 0;
 }
 
+Region CellMask::outside_box(const Region& r) const {
+  if (r.empty()) return {};
+  if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return r;
+  const auto [r0, r1] = cells_over(y_edges_, r.y);
+  const auto [c0, c1] = cells_over(x_edges_, r.x);
+  if (out_cells(r0, r1, c0, c1) == 0) return {};
+  // The first and last rows (columns) of cells holding one outside the set: binary searches on
+  // the counts of the cells before and after.
+  const auto first = [](int64_t lo, int64_t hi, const auto& out_before) {
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (out_before(mid) > 0 ? hi : lo) = mid;
+    }
+    return lo;  // out_before(lo + 1) > 0, out_before(lo) == 0
+  };
+  const int64_t top = first(r0, r1, [&](int64_t i) { return out_cells(r0, i, c0, c1); });
+  const int64_t left = first(c0, c1, [&](int64_t j) { return out_cells(r0, r1, c0, j); });
+  // The last: the first from the other side, on counts after.
+  const int64_t bottom =
+      r1 - 1 - first(0, r1 - r0, [&](int64_t k) { return out_cells(r1 - k, r1, c0, c1); });
+  const int64_t right =
+      c1 - 1 - first(0, c1 - c0, [&](int64_t k) { return out_cells(r0, r1, c1 - k, c1); });
+  const Region box{{y_edges_[static_cast<size_t>(top)], y_edges_[static_cast<size_t>(bottom) + 1]},
+                   {x_edges_[static_cast<size_t>(left)], x_edges_[static_cast<size_t>(right) + 1]}};
+  return intersect(box, r);
+}
+
 double CellMask::fraction() const {
   const int64_t all = height() * width();
   return all == 0 ? 0.0 : static_cast<double>(area()) / static_cast<double>(all);

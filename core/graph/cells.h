@@ -33,6 +33,9 @@ class CellMask {
   // Whether every position of `r` is in the set: false where `r` reaches outside the activation
   // (the part outside is padding, never uniform); true for an empty `r`.
   bool contains(const Region& r) const;
+  // The smallest region holding every position of `r` not in the set (empty where `r` lies
+  // wholly inside); `r` itself where it reaches outside the activation.
+  Region outside_box(const Region& r) const;
   // Positions in the set, and their share of the activation (0 for an empty one).
   int64_t area() const { return area_; }
   double fraction() const;

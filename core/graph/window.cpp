@@ -8,6 +8,22 @@ Window input_window(const AxisOp& op, Window out) {
           (out.end - 1) * op.stride - op.padding + op.dilation * (op.kernel - 1) + 1};
 }
 
+namespace {
+
+int64_t div_floor(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+}  // namespace
+
+Window reaching(const AxisOp& op, Window in) {
+  if (in.empty()) return {0, 0};
+  // Position q reads [q·s − p, q·s − p + span): it meets `in` when q·s − p + span > in.begin
+  // and q·s − p < in.end.
+  const int64_t span = op.dilation * (op.kernel - 1) + 1;
+  const int64_t first = div_floor(in.begin + op.padding - span, op.stride) + 1;
+  const int64_t end = div_floor(in.end + op.padding - 1, op.stride) + 1;
+  return first < end ? Window{first, end} : Window{0, 0};
+}
+
 int64_t output_size(const AxisOp& op, int64_t in) {
   // ATen's pooling_output_shape (conv is the same without ceil mode), with floor division: in
   // ceil mode the last window may reach past the padded input.

@@ -51,6 +51,11 @@ Window input_window(const AxisOp& op, Window out);
 // sides' padding.
 int64_t output_size(const AxisOp& op, int64_t in);
 
+// The output positions whose input window (input_window of the position) meets input range
+// `in`: every position that reads some of it. A dilated window counts as the range it spans.
+// Empty in, empty out; `in` may lie partly or wholly outside the input (its padding).
+Window reaching(const AxisOp& op, Window in);
+
 Window intersect(Window a, Window b);
 // Interval hull ("union" of windows, DESIGN.md rule 2). An empty operand is ignored.
 Window hull(Window a, Window b);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/plan/geometry.h"
+#include "core/plan/tile_cost.h"
 
 namespace tessel::core {
 
@@ -43,21 +44,93 @@ bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId i
 
 namespace {
 
-std::vector<uint8_t> classify(const Graph& graph, const std::vector<Shape>& shapes,
-                              const Segment& s, const Partition& part, const CellMask& input) {
-  std::vector<uint8_t> glass(static_cast<size_t>(part.tiles()), 0);
+// Far enough outside any activation to stand for the whole padding on one side.
+constexpr int64_t kFar = int64_t{1} << 40;
+
+// The positions of `r` (node `node`'s region) whose window reads padding or a position of an
+// input's box (`box`, by node), as their smallest box.
+Region reading_box(const Node& node, const std::vector<Shape>& shapes, const Region& r,
+                   const std::vector<Region>& box) {
+  const AxisOp& oy = node.axis_op(0);
+  const AxisOp& ox = node.axis_op(1);
+  Region b;
+  const auto add = [&](const Region& part) { b = hull(b, intersect(part, r)); };
+  for (NodeId p : node.inputs) {
+    const Region& in_box = box[static_cast<size_t>(p)];
+    if (!in_box.empty()) add({reaching(oy, in_box.y), reaching(ox, in_box.x)});
+    const Shape& in = shapes[static_cast<size_t>(p)];
+    add({reaching(oy, {-kFar, 0}), r.x});
+    add({reaching(oy, {in.height, kFar}), r.x});
+    add({r.y, reaching(ox, {-kFar, 0})});
+    add({r.y, reaching(ox, {in.width, kFar})});
+  }
+  return b;
+}
+
+}  // namespace
+
+std::vector<Region> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
+                                   NodeId input, NodeId output, const std::vector<Region>& need,
+                                   const CellMask& uniform) {
+  std::vector<Region> box(need.size());
+  const auto in = static_cast<size_t>(input);
+  box[in] = uniform.none() ? need[in] : uniform.outside_box(need[in]);
+  for (NodeId v = input + 1; v <= output; ++v) {
+    const Region& r = need[static_cast<size_t>(v)];
+    if (r.empty()) continue;
+    box[static_cast<size_t>(v)] = reading_box(graph.node(v), shapes, r, box);
+  }
+  return box;
+}
+
+int64_t regions_flops(const Graph& graph, NodeId input, NodeId output,
+                      const std::vector<Region>& regions) {
+  int64_t sum = 0;
+  for (NodeId v = input + 1; v <= output; ++v) {
+    const Region& r = regions[static_cast<size_t>(v)];
+    if (!r.empty()) sum += planning::flops(graph.node(v), r);
+  }
+  return sum;
+}
+
+namespace {
+
+// A pass's tiles over `input`: glass or not, and each tile's computed FLOPs.
+struct Classified {
+  std::vector<uint8_t> glass;
+  std::vector<int64_t> flops;
+  int64_t dense = 0;
+};
+
+Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                    const Partition& part, const CellMask& input) {
+  Classified c;
+  c.glass.assign(static_cast<size_t>(part.tiles()), 0);
+  c.flops.assign(static_cast<size_t>(part.tiles()), 0);
   for (int64_t t = 0; t < part.tiles(); ++t) {
     const std::vector<Region> need = segment_needs(graph, shapes, s.input, s.output, part.tile(t));
-    glass[static_cast<size_t>(t)] = input.contains(need[static_cast<size_t>(s.input)]) &&
-                                    padding_free(graph, shapes, s.input, s.output, need);
+    const auto i = static_cast<size_t>(t);
+    c.glass[i] = input.contains(need[static_cast<size_t>(s.input)]) &&
+                 padding_free(graph, shapes, s.input, s.output, need);
+    c.dense += regions_flops(graph, s.input, s.output, need);
+    if (c.glass[i] == 0) {
+      c.flops[i] = regions_flops(graph, s.input, s.output,
+                                 computed_boxes(graph, shapes, s.input, s.output, need, input));
+    }
   }
-  return glass;
+  return c;
 }
 
 }  // namespace
 
 int64_t SegmentGlass::forward_count() const {
   return std::count(forward.begin(), forward.end(), 1);
+}
+
+int64_t SegmentGlass::forward_saved_flops() const {
+  int64_t computed = 0;
+  for (int64_t f : forward_flops) computed += f;
+  return forward_dense_flops - computed;
 }
 
 int64_t SegmentGlass::backward_count() const {
@@ -72,10 +145,20 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
     g.backward.assign(static_cast<size_t>(s.backward.tiles()), 0);
     return g;
   }
-  g.forward = classify(graph, shapes, s, s.forward, input);
-  g.backward = training && skip_backward
-                   ? classify(graph, shapes, s, s.backward, input)
-                   : std::vector<uint8_t>(static_cast<size_t>(s.backward.tiles()), 0);
+  Classified f = classify(graph, shapes, s, s.forward, input);
+  g.forward = std::move(f.glass);
+  g.forward_flops = std::move(f.flops);
+  g.forward_dense_flops = f.dense;
+  if (training && skip_backward) {
+    Classified b = classify(graph, shapes, s, s.backward, input);
+    g.backward = std::move(b.glass);
+    g.backward_flops = std::move(b.flops);
+    g.backward_dense_flops = b.dense;
+    g.input = input;
+  } else {
+    g.backward.assign(static_cast<size_t>(s.backward.tiles()), 0);
+    if (!training) g.input = input;
+  }
   const Partition& covered = training ? s.backward : s.forward;
   const std::vector<uint8_t>& glass = training ? g.backward : g.forward;
   if (std::count(glass.begin(), glass.end(), 1) > 0) {
@@ -119,16 +202,22 @@ GlassSummary summarize(const Plan& plan, const CellMask& image,
                        const std::vector<SegmentGlass>& glass) {
   GlassSummary g;
   g.image_fraction = image.fraction();
-  double flops = 0, skipped = 0;
+  double flops = 0, skipped = 0, filled = 0;
   for (size_t i = 0; i < glass.size() && i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
+    const SegmentGlass& sg = glass[i];
     g.forward_tiles += s.forward.tiles();
     g.backward_tiles += s.backward.tiles();
-    g.glass_forward_tiles += glass[i].forward_count();
-    g.glass_backward_tiles += glass[i].backward_count();
-    flops += static_cast<double>(s.halo_flops);
-    skipped += static_cast<double>(s.halo_flops) * glass[i].forward_fraction(s.forward);
+    g.glass_forward_tiles += sg.forward_count();
+    g.glass_backward_tiles += sg.backward_count();
+    const auto dense =
+        static_cast<double>(sg.forward_dense_flops > 0 ? sg.forward_dense_flops : s.halo_flops);
+    const double in_glass_tiles = dense * sg.forward_fraction(s.forward);
+    flops += dense;
+    skipped += in_glass_tiles;
+    filled += std::max(0.0, static_cast<double>(sg.forward_saved_flops()) - in_glass_tiles);
   }
+  g.filled_fraction = flops > 0 ? filled / flops : 0.0;
   g.flops_fraction = flops > 0 ? skipped / flops : 0.0;
   return g;
 }

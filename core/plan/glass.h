@@ -32,10 +32,33 @@ std::string glass_obstacle(const Graph& graph, const Segment& s, bool training);
 bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId input, NodeId output,
                   const std::vector<Region>& need);
 
-// A segment's glass tiles, by tile of its forward and backward partitions (1: glass).
+// Glass within a tile that also sees tissue: for each node of (input, output], the part of its
+// region `need[v]` the tile computes, the smallest box holding the positions that are not
+// uniform: those whose window reads padding or some position of an input's box. The rest of the
+// region holds the node's uniform value (core/exec/glass.h fills it). need[input]'s box holds its
+// positions outside `uniform`, the input's uniform positions. Indexed as `need`; a glass tile's
+// boxes are all empty.
+std::vector<Region> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
+                                   NodeId input, NodeId output, const std::vector<Region>& need,
+                                   const CellMask& uniform);
+
+// The forward FLOPs of nodes (input, output] over `regions` (a tile's needs, or its boxes).
+int64_t regions_flops(const Graph& graph, NodeId input, NodeId output,
+                      const std::vector<Region>& regions);
+
+// A segment's glass tiles, by tile of its forward and backward partitions (1: glass), and what
+// each tile computes of its needs (computed_boxes).
 struct SegmentGlass {
   std::vector<uint8_t> forward, backward;
+  // Per tile, the forward FLOPs of its computed boxes (0 for a glass tile), and the sum of its
+  // needs' FLOPs over all tiles (what the pass computes without glass); empty and 0 where the
+  // input has no uniform positions.
+  std::vector<int64_t> forward_flops, backward_flops;
+  int64_t forward_dense_flops = 0, backward_dense_flops = 0;
   std::string obstacle;  // why it has none though its input has uniform positions (glass_obstacle)
+  // The input's uniform positions the tiles fill from (computed_boxes): none where the segment
+  // cannot skip glass, or its backward must run its glass tiles (the image's gradient).
+  CellMask input;
   // The output positions the next segment may take as uniform: the backward's glass tiles,
   // whose gradient this segment takes as a sum (empty where its backward skips none); without
   // a backward, the forward's.
@@ -46,6 +69,8 @@ struct SegmentGlass {
   bool any() const { return forward_count() + backward_count() > 0; }
   // The share of the output the forward's glass tiles cover.
   double forward_fraction(const Partition& part) const;
+  // The forward FLOPs the forward's tiles do not compute (glass tiles and filled positions).
+  int64_t forward_saved_flops() const;
 };
 
 // Segment `s`'s glass tiles over `input`, its input's uniform positions. `training`: a backward

@@ -461,16 +461,17 @@ namespace {
 
 // The background's share, the glass tiles and the FLOPs they hold, and the margin at the edges.
 void write_glass(std::ostream& os, const GlassSummary& g) {
-  char buf[320];
+  char buf[400];
   std::snprintf(buf, sizeof buf,
                 "background %.1f%% of the image: glass tiles (computed once, not run) %lld of %lld "
-                "forward and %lld of %lld backward, %.1f%% of the forward's FLOPs; glass still "
-                "computed in tiles that also see tissue: %.1f%% of the image\n",
+                "forward and %lld of %lld backward, %.1f%% of the forward's FLOPs; glass filled "
+                "in tiles that also see tissue %.1f%%; glass still computed (the margin at the "
+                "tissue's edges): %.1f%% of the image\n",
                 100.0 * g.image_fraction, static_cast<long long>(g.glass_forward_tiles),
                 static_cast<long long>(g.forward_tiles),
                 static_cast<long long>(g.glass_backward_tiles),
                 static_cast<long long>(g.backward_tiles), 100.0 * g.flops_fraction,
-                100.0 * std::max(0.0, g.image_fraction - g.flops_fraction));
+                100.0 * g.filled_fraction, 100.0 * g.margin());
   os << buf;
 }
 

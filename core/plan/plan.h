@@ -3,6 +3,7 @@
 // Plain data that prints itself; made by the planner (core/plan/planner.h), run by the executor.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -250,14 +251,16 @@ struct PlanCost {
   }
 };
 
-// What a plan's glass tiles (core/plan/glass.h) save, where the image has a background: its
-// share of the image, the glass tiles of the forward and backward partitions, and the share of
-// the forward's predicted FLOPs they hold (each segment's halo_flops by the share of its output
-// its glass tiles cover). The uniform share less the FLOPs' is the margin tiles lose at the
-// tissue's edges (a tile is glass only when all it reads is).
+// What a plan's glass (core/plan/glass.h) saves, where the image has a background: its share of
+// the image, the glass tiles of the forward and backward partitions, the share of the forward's
+// FLOPs they hold and the share filled in the other tiles (positions outside their computed
+// boxes). The uniform share less those is the margin: glass computed in boxes that hold tissue.
 struct GlassSummary {
   double image_fraction = 0;
-  double flops_fraction = 0;
+  double flops_fraction = 0;   // the forward's FLOPs in glass tiles (not run)
+  double filled_fraction = 0;  // those filled in tiles that also see tissue (not computed)
+  // The image's glass still computed: at the tissue's edges, in boxes that hold tissue.
+  double margin() const { return std::max(0.0, image_fraction - flops_fraction - filled_fraction); }
   int64_t forward_tiles = 0, glass_forward_tiles = 0;
   int64_t backward_tiles = 0, glass_backward_tiles = 0;
   bool any_background() const { return image_fraction > 0; }

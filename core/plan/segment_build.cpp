@@ -227,8 +227,20 @@ namespace {
 // a background are as before.
 constexpr double kOpsPerTilePrice = 10;
 
+// The FLOPs a pass over `part` computes: each tile's computed boxes' (`computed`, by tile:
+// SegmentGlass), else every tile at the partition's worst.
+double pass_flops(const Analysis& a, const Segment& s, const Partition& part,
+                  const std::vector<int64_t>& computed) {
+  if (computed.empty()) {
+    return static_cast<double>(worst_tile(a, s, part).flops) * static_cast<double>(part.tiles());
+  }
+  double sum = 0;
+  for (int64_t f : computed) sum += static_cast<double>(f);
+  return sum;
+}
+
 // What running `s` over partitions `f` and `b` costs where its glass tiles over `uniform` are not
-// run: the other tiles' FLOPs (each at the partition's worst tile) and overhead per tile.
+// run and their glass elsewhere is filled: the tiles' computed FLOPs and overhead per tile run.
 double glass_priced(const Analysis& a, Segment s, const Partition& f, const Partition& b,
                     const CellMask& uniform) {
   s.forward = f;
@@ -239,8 +251,8 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
   const auto run_b = static_cast<double>(b.tiles() - g.backward_count());
   const double per_tile = a.options.prices.per_tile *
                           std::max(1.0, static_cast<double>(s.output - s.input) / kOpsPerTilePrice);
-  return static_cast<double>(worst_tile(a, s, f).flops) * run_f +
-         3.0 * static_cast<double>(worst_tile(a, s, b).flops) * run_b + per_tile * (run_f + run_b);
+  return pass_flops(a, s, f, g.forward_flops) + 3.0 * pass_flops(a, s, b, g.backward_flops) +
+         per_tile * (run_f + run_b);
 }
 
 // Finer grids refine_for_glass tries: the backward's tiles split by each factor, while the tiles
@@ -361,8 +373,9 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
 
 namespace {
 
-// What the plan's glass tiles (core/plan/glass.h) do not cost, over the request's background:
-// their FLOPs in both passes and their price per tile; the plan's summary of them. Classified
+// What the plan's glass (core/plan/glass.h) does not cost, over the request's background: the
+// glass tiles' FLOPs in both passes and their price per tile, the other tiles' FLOPs outside
+// their computed boxes; the plan's summary of them. Classified
 // anew on the finished candidate: keep_graphs may have given a segment the forward's tiles for
 // its backward since build's loop classified them.
 PlanCost glass_savings(const Analysis& a, Plan& plan) {
@@ -374,11 +387,17 @@ PlanCost glass_savings(const Analysis& a, Plan& plan) {
   PlanCost saved;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
-    const auto forward = static_cast<double>(glass[i].forward_count());
-    const auto backward = static_cast<double>(glass[i].backward_count());
-    saved.compute += static_cast<double>(worst_tile(a, s, s.forward).flops) * forward +
-                     3.0 * static_cast<double>(worst_tile(a, s, s.backward).flops) * backward;
-    saved.tiles += a.options.prices.per_tile * (forward + backward);
+    const SegmentGlass& g = glass[i];
+    if (!g.forward_flops.empty()) {
+      saved.compute +=
+          static_cast<double>(g.forward_dense_flops) - pass_flops(a, s, s.forward, g.forward_flops);
+    }
+    if (!g.backward_flops.empty()) {
+      saved.compute += 3.0 * (static_cast<double>(g.backward_dense_flops) -
+                              pass_flops(a, s, s.backward, g.backward_flops));
+    }
+    saved.tiles +=
+        a.options.prices.per_tile * static_cast<double>(g.forward_count() + g.backward_count());
   }
   return saved;
 }

@@ -44,6 +44,54 @@ TEST(CellMask, ContainsOnlyRegionsWhollyInsideItsCells) {
   EXPECT_THROW(CellMask({0, 4, 4}, {0, 4}, {1, 1}), Error);
 }
 
+// outside_box against every position: the smallest box holding what is outside the set.
+TEST(CellMask, OutsideBoxIsTheHullOfThePositionsOutside) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t h = 5 + static_cast<int64_t>(rng() % 20),
+                  w = 5 + static_cast<int64_t>(rng() % 20);
+    const int64_t cell = 1 + static_cast<int64_t>(rng() % 4);
+    const int64_t rows = (h + cell - 1) / cell, cols = (w + cell - 1) / cell;
+    std::vector<uint8_t> in(static_cast<size_t>(rows * cols));
+    for (auto& c : in) c = rng() % 4 != 0;
+    const CellMask m = CellMask::grid(h, w, cell, in);
+    for (int q = 0; q < 20; ++q) {
+      const int64_t y0 = static_cast<int64_t>(rng() % h), x0 = static_cast<int64_t>(rng() % w);
+      const Region r{{y0, y0 + 1 + static_cast<int64_t>(rng() % (h - y0))},
+                     {x0, x0 + 1 + static_cast<int64_t>(rng() % (w - x0))}};
+      Region hull_out;
+      for (int64_t y = r.y.begin; y < r.y.end; ++y) {
+        for (int64_t x = r.x.begin; x < r.x.end; ++x) {
+          const Region p{{y, y + 1}, {x, x + 1}};
+          if (!m.contains(p)) hull_out = hull(hull_out, p);
+        }
+      }
+      EXPECT_EQ(m.outside_box(r), hull_out) << to_string(r) << " in " << to_string(m);
+    }
+  }
+  const CellMask m = CellMask::grid(8, 8, 4, {1, 1, 1, 1});
+  EXPECT_TRUE(m.outside_box({{0, 8}, {0, 8}}).empty());
+  EXPECT_EQ(m.outside_box({{-1, 3}, {0, 3}}), (Region{{-1, 3}, {0, 3}}));  // padding: all of it
+}
+
+// reaching against input_window: the output positions whose window meets a range.
+TEST(Window, ReachingIsEveryPositionWhoseWindowMeetsTheRange) {
+  for (const AxisOp op : {AxisOp{3, 1, 1}, AxisOp{2, 2, 0}, AxisOp{3, 2, 1}, AxisOp{7, 2, 3},
+                          AxisOp{3, 1, 2, 2}, AxisOp{1, 1, 0}, AxisOp{5, 3, 0}}) {
+    for (int64_t b = -6; b < 12; ++b) {
+      for (int64_t e = b + 1; e < b + 6; ++e) {
+        Window expected;
+        for (int64_t q = -20; q < 40; ++q) {
+          const Window w = input_window(op, {q, q + 1});
+          if (!intersect(w, {b, e}).empty()) expected = hull(expected, {q, q + 1});
+        }
+        EXPECT_EQ(reaching(op, {b, e}), expected) << "kernel " << op.kernel << " stride "
+                                                  << op.stride << " in " << to_string(Window{b, e});
+      }
+    }
+  }
+}
+
 TEST(SyntheticBackground, CoversAboutTheFractionAskedWithBridges) {
   const Shape image{3, 200, 180};
   for (double f : {0.1, 0.3, 0.6}) {
@@ -120,7 +168,8 @@ std::vector<std::vector<NodeId>> checkpoint_sets(const Graph& g) {
 
 std::string counts(const Comparison& c) {
   return "glass tiles " + std::to_string(c.glass_forward_tiles) + " forward, " +
-         std::to_string(c.glass_backward_tiles) + " backward\n";
+         std::to_string(c.glass_backward_tiles) + " backward, " + std::to_string(c.glass_filled) +
+         " node tiles filled\n";
 }
 
 TEST(Glass, SkippedTilesGivePlainAutogradsGradients) {
@@ -144,6 +193,9 @@ TEST(Glass, SkippedTilesGivePlainAutogradsGradients) {
         if (gc.fraction >= 0.6) {
           EXPECT_GT(c.glass_forward_tiles, 0) << what;
           EXPECT_GT(c.glass_backward_tiles, 0) << what;
+        }
+        if (gc.fraction < 1.0) {
+          EXPECT_GT(c.glass_filled, 0) << what;
         }
       }
     }
@@ -235,6 +287,60 @@ TEST(Glass, ShippedModelsMatch) {
     EXPECT_LT(c.worst(), kTolerance) << name << "\n"
                                      << counts(c) << to_string(plan, g) << c.to_string();
     EXPECT_GT(c.glass_forward_tiles, 0) << name << " " << counts(c) << to_string(plan, g);
+  }
+}
+
+// Every position a tile does not compute (outside computed_boxes) is uniform: its cone lies in
+// the input's uniform positions and reads no padding.
+TEST(Glass, PositionsOutsideTheBoxesAreUniform) {
+  Graph g = glass_network({});
+  const Shape in{2, 97, 83};
+  const Background b = synthetic_background(in, 8, 0.7, 13);
+  const std::vector<Shape> shapes = g.shapes(in);
+  const NodeId out = first_of(g, OpKind::kMaxPool) + 2;
+  const Shape& o = shapes[static_cast<size_t>(out)];
+  int64_t filled = 0;
+  for (const Region tile : {Region{{0, 7}, {0, 9}}, Region{{5, 12}, {4, 11}},
+                            Region{{o.height - 6, o.height}, {o.width - 8, o.width}}}) {
+    const std::vector<Region> need = segment_needs(g, shapes, 0, out, tile);
+    const std::vector<Region> box = computed_boxes(g, shapes, 0, out, need, b.cells);
+    for (NodeId v = 1; v <= out; ++v) {
+      const Region& r = need[static_cast<size_t>(v)];
+      for (int64_t y = r.y.begin; y < r.y.end; ++y) {
+        for (int64_t x = r.x.begin; x < r.x.end; ++x) {
+          const Region p{{y, y + 1}, {x, x + 1}};
+          if (!intersect(p, box[static_cast<size_t>(v)]).empty()) continue;
+          ++filled;
+          const std::vector<Region> cone = segment_needs(g, shapes, 0, v, p);
+          ASSERT_TRUE(b.cells.contains(cone[0]) && padding_free(g, shapes, 0, v, cone))
+              << "node " << v << " at " << to_string(p) << " of tile " << to_string(tile);
+        }
+      }
+    }
+  }
+  EXPECT_GT(filled, 0);
+}
+
+// Tiles that see tissue fill their glass, with kept graphs too, and stay exact: one compact
+// piece of tissue in the middle, seen in part by the tiles around it.
+TEST(Glass, FilledTilesMatchAroundACompactPiece) {
+  Graph g = glass_network({});
+  const Shape in{2, 93, 89};
+  std::vector<uint8_t> cells(12 * 12, 1);
+  for (int r = 5; r < 8; ++r) {
+    for (int c = 4; c < 7; ++c) cells[static_cast<size_t>(r * 12 + c)] = 0;
+  }
+  const Background b{CellMask::grid(93, 89, 8, cells), {0.25, -0.5}};
+  const at::Tensor image = paint_background(random_image(2, 93, 89, 27), b);
+  for (bool keep : {false, true}) {
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 4, 4);
+    o.overrides.keep_graphs = keep;
+    o.overrides.checkpoints = checkpoint_sets(g)[1];
+    const Plan plan = make_plan(g, in, 0, o);
+    ASSERT_TRUE(tiles(plan));
+    const Comparison c = compare_with_plain(g, plan, image, 27, {}, &b);
+    EXPECT_LT(c.worst(), kTolerance) << "keep " << keep << "\n" << counts(c) << c.to_string();
+    EXPECT_GT(c.glass_filled, 0) << counts(c);
   }
 }
 

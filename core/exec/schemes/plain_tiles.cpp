@@ -36,10 +36,15 @@ at::Tensor TilesRun::forward_tile(int64_t t, const Region& tile) {
   if (glass_.forward(t)) return glass_.output_tile(tile);
   const std::vector<Region> need = needs(tile);
   const Region& in_region = need[static_cast<size_t>(s_.input)];
-  if (!keeps(t)) return step_.run_tile(s_.input, s_.output, need, step_.read_input(s_, in_region));
+  std::vector<Region> boxes;
+  TileExtras extras;
+  glass_.fill(need, boxes, extras);
+  if (!keeps(t)) {
+    return step_.run_tile(s_.input, s_.output, need, step_.read_input(s_, in_region), extras);
+  }
   return kept_.keep(
       t, step_.wants_input_grad(s_), [&] { return step_.read_input(s_, in_region); },
-      [&](const TileTensor& x) { return step_.run_tile(s_.input, s_.output, need, x); });
+      [&](const TileTensor& x) { return step_.run_tile(s_.input, s_.output, need, x, extras); });
 }
 
 // The store's reads in the order the tiles make them: the input tile (unless the tile kept its
@@ -89,6 +94,8 @@ at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
   std::map<NodeId, TileTensor> acts;
   if (!y.defined()) {
     TileExtras extras;
+    std::vector<Region> boxes;
+    glass_.fill(need, boxes, extras);
     if (has_barriers()) extras.barrier_acts = &acts;
     y = step_.run_tile(s_.input, s_.output, need, {x, in_region}, extras);
   }
