@@ -92,8 +92,10 @@ bool CellMask::contains(const Region& r) const {
 Region CellMask::outside_box(const Region& r) const {
   if (r.empty()) return {};
   if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return r;
-  const auto [r0, r1] = cells_over(y_edges_, r.y);
-  const auto [c0, c1] = cells_over(x_edges_, r.x);
+  // Plain variables, not structured bindings: the lambdas below capture them.
+  const std::pair<int64_t, int64_t> rows = cells_over(y_edges_, r.y);
+  const std::pair<int64_t, int64_t> cols = cells_over(x_edges_, r.x);
+  const int64_t r0 = rows.first, r1 = rows.second, c0 = cols.first, c1 = cols.second;
   if (out_cells(r0, r1, c0, c1) == 0) return {};
   // The first and last rows (columns) of cells holding one outside the set: binary searches on
   // the counts of the cells before and after.
