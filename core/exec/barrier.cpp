@@ -119,16 +119,33 @@ void BarrierState::add_input(const at::Tensor& x) {
         return std::make_tuple(m, v);
       }();
   const int64_t n = x.numel() / groups_;
-  const at::Tensor tile_mean = mean.to(at::kDouble);
-  const at::Tensor tile_m2 = var.to(at::kDouble) * static_cast<double>(n);
+  merge(mean.to(at::kDouble), var.to(at::kDouble) * static_cast<double>(n), n);
+}
+
+void BarrierState::merge(const at::Tensor& share_mean, const at::Tensor& share_m2, int64_t n) {
   if (count_ > 0) {
-    const at::Tensor delta = tile_mean - mean64_ / static_cast<double>(count_);
+    const at::Tensor delta = share_mean - mean64_ / static_cast<double>(count_);
     m2_ += delta * delta *
            (static_cast<double>(count_) * static_cast<double>(n) / static_cast<double>(count_ + n));
   }
-  m2_ += tile_m2;
-  mean64_ += tile_mean * static_cast<double>(n);  // the sum until finish_statistics
+  m2_ += share_m2;
+  mean64_ += share_mean * static_cast<double>(n);  // the sum until finish_statistics
   count_ += n;
+}
+
+void BarrierState::add_uniform_input(const at::Tensor& u, int64_t positions) {
+  if (positions == 0) return;
+  at::NoGradGuard no_grad;
+  const at::Tensor v = u.detach().flatten().to(at::kDouble).view({groups_, -1});
+  if (node_.barrier == BarrierOp::kSqueezeExcite) {
+    mean64_ += v.flatten() * static_cast<double>(positions);
+    count_ += positions;
+    return;
+  }
+  // Per group: the channels' values, each at every position.
+  const at::Tensor mean = v.mean(1);
+  const at::Tensor m2 = (v - mean.unsqueeze(1)).square().sum(1) * static_cast<double>(positions);
+  merge(mean, m2, positions * v.size(1));
 }
 
 void BarrierState::finish_statistics(bool update_running) {

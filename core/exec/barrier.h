@@ -39,10 +39,13 @@ class BarrierState {
   // The forward's statistic pass: `x` (1×C×h×w) is the barrier's input over a region no other
   // call adds (the regions partition the activation).
   void add_input(const at::Tensor& x);
+  // The same for `positions` positions that all hold `u` (1×C×1×1): glass (core/exec/glass.h).
+  void add_uniform_input(const at::Tensor& u, int64_t positions);
   // After the last add_input: the constants the tiles use. Batch norm in training updates its
   // running mean and (unbiased) variance as BatchNorm2d does. Throws tessel::Error naming the
   // layer when the statistic is undefined (batch norm over a single position per channel).
   void finish_statistics(bool update_running);
+  bool statistics_done() const { return mean_.defined() || gate_.defined(); }
 
   // The barrier on a tile of its input, the statistic a constant.
   at::Tensor forward(const at::Tensor& x) const;
@@ -65,6 +68,9 @@ class BarrierState {
   at::Tensor correction_gradient(const at::Tensor& x) const;
 
  private:
+  // Adds a share's per-group mean and sum of squared deviations over `n` values (float64).
+  void merge(const at::Tensor& share_mean, const at::Tensor& share_m2, int64_t n);
+
   const Node& node_;
   at::TensorOptions options_;
   int64_t groups_ = 1;      // statistic groups: channels (batch norm, SE) or the norm's groups

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/autograd.h>
 
 #include "core/error.h"
 #include "core/exec/barrier.h"
@@ -32,6 +33,11 @@ at::Tensor uniform_node(const Node& node, const std::vector<at::Tensor>& in) {
   return forward_tile(node, out, tiles, shapes);
 }
 
+// `sum` += `part` (either may be undefined).
+void add_to(at::Tensor& sum, const at::Tensor& part) {
+  if (part.defined()) sum = sum.defined() ? sum + part : part;
+}
+
 }  // namespace
 
 at::Tensor fill_around(const at::Tensor& value, const Region& r, const at::Tensor& part,
@@ -49,6 +55,7 @@ GlassRun::GlassRun(Step& step, int index) : step_(step), index_(index), s_(step.
 
 const SegmentGlass& GlassRun::tiles() const { return step_.glass(index_); }
 
+// Stops at a barrier whose statistic is not yet taken (its value and those after it undefined).
 std::vector<at::Tensor> GlassRun::chain(const at::Tensor& x) const {
   std::vector<at::Tensor> v(static_cast<size_t>(s_.output) + 1);
   v[static_cast<size_t>(s_.input)] = x;
@@ -57,6 +64,12 @@ std::vector<at::Tensor> GlassRun::chain(const at::Tensor& x) const {
     const Node& node = graph.node(n);
     std::vector<at::Tensor> in;
     for (NodeId p : node.inputs) in.push_back(v[static_cast<size_t>(p)]);
+    if (node.is_barrier() && needs_statistics(node, step_.training())) {
+      const auto& state = step_.barrier_state(n);
+      if (state == nullptr || !state->statistics_done()) break;
+      v[static_cast<size_t>(n)] = state->forward(in.at(0));
+      continue;
+    }
     v[static_cast<size_t>(n)] = uniform_node(node, in);
   }
   return v;
@@ -65,6 +78,10 @@ std::vector<at::Tensor> GlassRun::chain(const at::Tensor& x) const {
 void GlassRun::before_forward() {
   values_.clear();
   grad_sum_ = at::Tensor();
+  refresh();
+}
+
+void GlassRun::refresh() {
   if (!tiles().any() && !fills()) return;
   const at::Tensor& u = step_.uniform(s_.input);
   if (!u.defined()) {
@@ -78,9 +95,10 @@ void GlassRun::before_forward() {
   // Leaves: each sums the gradient at the positions filled from it, over every tile's backward.
   for (NodeId n = s_.input + 1; n <= s_.output; ++n) {
     at::Tensor& value = values_[static_cast<size_t>(n)];
-    value = value.detach().requires_grad_(step_.training());
+    if (value.defined()) value = value.detach().requires_grad_(step_.training());
   }
-  step_.uniform(s_.output) = values_[static_cast<size_t>(s_.output)].detach();
+  const at::Tensor& out = values_[static_cast<size_t>(s_.output)];
+  if (out.defined()) step_.uniform(s_.output) = out.detach();
 }
 
 at::Tensor GlassRun::output_tile(const Region& tile) const {
@@ -88,17 +106,19 @@ at::Tensor GlassRun::output_tile(const Region& tile) const {
   return u.expand({1, u.size(1), tile.y.size(), tile.x.size()}).contiguous();
 }
 
-void GlassRun::fill(const std::vector<Region>& need, std::vector<Region>& boxes,
-                    TileExtras& extras) const {
+void GlassRun::fill(const std::vector<Region>& need, std::vector<Region>& boxes, TileExtras& extras,
+                    NodeId last) const {
   if (!fills() || values_.empty()) return;
-  boxes =
-      computed_boxes(step_.graph(), step_.plan().shapes, s_.input, s_.output, need, tiles().input);
+  boxes = computed_boxes(step_.graph(), step_.plan().shapes, s_.input, last < 0 ? s_.output : last,
+                         need, tiles().input);
   extras.boxes = &boxes;
   extras.fill = &values_;
 }
 
-void GlassRun::add_output_grad(const Region& tile, const at::Tensor& grad_out,
-                               StoredActivation* stored_grad_out) {
+// The gradient at glass tile `tile`'s output, summed over it (float64, 1×C×1×1; undefined where
+// the head gives it none).
+at::Tensor GlassRun::output_grad_sum(const Region& tile, const at::Tensor& grad_out,
+                                     StoredActivation* stored_grad_out) {
   at::Tensor g;
   if (s_.reduction < 0) {
     g = stored_grad_out != nullptr ? stored_grad_out->read(tile)
@@ -111,10 +131,103 @@ void GlassRun::add_output_grad(const Region& tile, const at::Tensor& grad_out,
     const at::Tensor root = step_.output_root(s_, tile, consumed, grad_out, nullptr);
     if (root.defined()) root.backward();
     g = y.grad();
-    if (!g.defined()) return;
+    if (!g.defined()) return {};
   }
-  const at::Tensor sum = g.sum({2, 3}, /*keepdim=*/true, at::kDouble);
-  grad_sum_ = grad_sum_.defined() ? grad_sum_ + sum : sum;
+  return g.sum({2, 3}, /*keepdim=*/true, at::kDouble);
+}
+
+void GlassRun::add_output_grad(const Region& tile, const at::Tensor& grad_out,
+                               StoredActivation* stored_grad_out) {
+  add_to(grad_sum_, output_grad_sum(tile, grad_out, stored_grad_out));
+}
+
+void GlassRun::add_round_output_grad(const Region& tile, const at::Tensor& grad_out,
+                                     StoredActivation* stored_grad_out) {
+  add_to(round_.output, output_grad_sum(tile, grad_out, stored_grad_out));
+}
+
+void GlassRun::add_round_fill_grads(const std::vector<NodeId>& nodes,
+                                    const std::vector<at::Tensor>& grads) {
+  if (round_.fills.empty()) round_.fills.resize(values_.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (grads[i].defined())
+      add_to(round_.fills[static_cast<size_t>(nodes[i])], grads[i].to(at::kDouble));
+  }
+}
+
+std::vector<NodeId> GlassRun::fill_leaves(std::vector<at::Tensor>& leaves) const {
+  std::vector<NodeId> nodes;
+  for (NodeId n = s_.input + 1; n <= s_.output && !values_.empty(); ++n) {
+    const at::Tensor& v = values_[static_cast<size_t>(n)];
+    if (v.defined() && v.requires_grad()) {
+      nodes.push_back(n);
+      leaves.push_back(v);
+    }
+  }
+  return nodes;
+}
+
+// The chain's surrogate: each node's seed on its value, and the barriers' corrections (those
+// whose sums are taken) over the positions of their input the glass tiles' shares hold, which no
+// tile adds (a tile that runs adds its share's, fills included).
+at::Tensor GlassRun::chain_root(const std::vector<at::Tensor>& v,
+                                const std::vector<at::Tensor>& seeds) const {
+  at::Tensor root;
+  const auto add = [&root](const at::Tensor& r) { root = root.defined() ? root + r : r; };
+  for (NodeId n = s_.input + 1; n <= s_.output; ++n) {
+    const at::Tensor& seed = seeds[static_cast<size_t>(n)];
+    const at::Tensor& y = v[static_cast<size_t>(n)];
+    if (seed.defined() && y.defined() && y.requires_grad()) {
+      add(seeded(y, seed.to(y.scalar_type()).view_as(y)));
+    }
+  }
+  for (NodeId b : step_.barriers(s_)) {
+    const auto& state = step_.barrier_state(b);
+    const at::Tensor& x = v[static_cast<size_t>(step_.graph().node(b).inputs[0])];
+    const int64_t positions = glass_share(b);
+    if (state == nullptr || !state->sums_done() || positions == 0 || !x.requires_grad()) continue;
+    add(state->correction(x) * static_cast<double>(positions));
+  }
+  return root;
+}
+
+// The positions of barrier `b`'s input the backward's glass tiles' shares hold.
+int64_t GlassRun::glass_share(NodeId b) const {
+  int64_t positions = 0;
+  for (int64_t t = 0; t < s_.backward.tiles(); ++t) {
+    if (backward(t)) positions += step_.share(s_, b, s_.backward.tile(t)).area();
+  }
+  return positions;
+}
+
+void GlassRun::finish_round(const std::vector<NodeId>& round) {
+  if (values_.empty()) return;
+  std::vector<at::Tensor> seeds = round_.fills;
+  seeds.resize(values_.size());
+  at::Tensor& out_seed = seeds[static_cast<size_t>(s_.output)];
+  add_to(out_seed, round_.output);
+  add_to(out_seed, step_.glass_grad(s_.output));  // kept: every round and the backward use it
+  round_ = {};
+  const at::AutoGradMode grad_mode(true);
+  const at::Tensor x = step_.uniform(s_.input).detach().requires_grad_(true);
+  const std::vector<at::Tensor> v = chain(x);
+  const at::Tensor root = chain_root(v, seeds);
+  std::vector<NodeId> wanted;
+  std::vector<at::Tensor> outputs;
+  for (NodeId b : round) {
+    if (v[static_cast<size_t>(b)].requires_grad()) {
+      wanted.push_back(b);
+      outputs.push_back(v[static_cast<size_t>(b)]);
+    }
+  }
+  if (!root.defined() || !root.requires_grad() || outputs.empty()) return;
+  const auto grads = torch::autograd::grad({root}, outputs, {}, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const at::Tensor& u = v[static_cast<size_t>(step_.graph().node(wanted[i]).inputs[0])];
+    step_.barrier_state(wanted[i])->add_output_grad(u.detach(), grads[i]);
+  }
 }
 
 void GlassRun::after_backward() {
@@ -123,28 +236,20 @@ void GlassRun::after_backward() {
   // tiles' and what the next segment's glass tiles handed back.
   std::vector<at::Tensor> seeds(values_.size());
   for (NodeId n = s_.input + 1; n <= s_.output; ++n) {
-    const at::Tensor& g = values_[static_cast<size_t>(n)].grad();
-    if (g.defined()) seeds[static_cast<size_t>(n)] = g.to(at::kDouble);
+    const at::Tensor& v = values_[static_cast<size_t>(n)];
+    if (v.defined() && v.grad().defined()) seeds[static_cast<size_t>(n)] = v.grad().to(at::kDouble);
   }
   at::Tensor& out_seed = seeds[static_cast<size_t>(s_.output)];
   for (at::Tensor* extra : {&grad_sum_, &step_.glass_grad(s_.output)}) {
-    if (extra->defined()) out_seed = out_seed.defined() ? out_seed + *extra : *extra;
+    add_to(out_seed, *extra);
     *extra = at::Tensor();
   }
   values_.clear();
   const at::AutoGradMode grad_mode(true);
   const at::Tensor x = step_.uniform(s_.input).detach();
   if (step_.wants_input_grad(s_)) x.requires_grad_(true);
-  const std::vector<at::Tensor> v = chain(x);
-  at::Tensor root;
-  for (NodeId n = s_.input + 1; n <= s_.output; ++n) {
-    const at::Tensor& seed = seeds[static_cast<size_t>(n)];
-    const at::Tensor& y = v[static_cast<size_t>(n)];
-    if (!seed.defined() || !y.requires_grad()) continue;
-    const at::Tensor r = seeded(y, seed.to(y.scalar_type()).view_as(y));
-    root = root.defined() ? root + r : r;
-  }
-  if (!root.defined()) return;
+  const at::Tensor root = chain_root(chain(x), seeds);
+  if (!root.defined() || !root.requires_grad()) return;
   root.backward();
   if (x.grad().defined()) step_.glass_grad(s_.input) = x.grad().to(at::kDouble);
 }

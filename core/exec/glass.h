@@ -40,9 +40,15 @@ class GlassRun {
   void before_forward();
   // Glass tile `tile`'s output: the uniform value over it.
   at::Tensor output_tile(const Region& tile) const;
-  // What a tile over `need` (its segment_needs) fills: `extras` gets its computed boxes and the
-  // nodes' values, unless the segment fills nothing. `boxes` holds the boxes meanwhile.
-  void fill(const std::vector<Region>& need, std::vector<Region>& boxes, TileExtras& extras) const;
+  // What a tile over `need` (segment_needs up to `last`, the output when -1) fills: `extras`
+  // gets its computed boxes and the nodes' values, unless the segment fills nothing. `boxes`
+  // holds the boxes meanwhile.
+  void fill(const std::vector<Region>& need, std::vector<Region>& boxes, TileExtras& extras,
+            NodeId last = -1) const;
+  // A node's uniform value (undefined past a barrier whose statistic is not yet taken).
+  const at::Tensor& value(NodeId v) const { return values_.at(static_cast<size_t>(v)); }
+  // After a barrier's statistic: the values past it (RecomputeRounds' statistic passes).
+  void refresh();
   // Backward glass tile `t`: its output gradient's sum joins the chain's seed. `grad_out`,
   // `stored_grad_out`: the output's gradient as the segment's backward has it.
   void add_output_grad(const Region& tile, const at::Tensor& grad_out,
@@ -51,9 +57,23 @@ class GlassRun {
   // parameters' gradients; the sum of the input's gradient to the previous segment).
   void after_backward();
 
+  // RecomputeRounds' sums passes. A round's glass tile adds its output gradient's sum, a tile
+  // that runs the gradient's sums at its fills (`grads` of the leaves fill_leaves names); then
+  // finish_round adds the uniform positions' share to the round's barriers' sums.
+  void add_round_output_grad(const Region& tile, const at::Tensor& grad_out,
+                             StoredActivation* stored_grad_out);
+  std::vector<NodeId> fill_leaves(std::vector<at::Tensor>& leaves) const;
+  void add_round_fill_grads(const std::vector<NodeId>& nodes, const std::vector<at::Tensor>& grads);
+  void finish_round(const std::vector<NodeId>& round);
+
  private:
   // The nodes' uniform values from the input's `x` (1×C×1×1), by node of (input, output].
   std::vector<at::Tensor> chain(const at::Tensor& x) const;
+  at::Tensor chain_root(const std::vector<at::Tensor>& v,
+                        const std::vector<at::Tensor>& seeds) const;
+  int64_t glass_share(NodeId b) const;
+  at::Tensor output_grad_sum(const Region& tile, const at::Tensor& grad_out,
+                             StoredActivation* stored_grad_out);
   bool fills() const { return !tiles().input.none(); }
 
   Step& step_;
@@ -61,6 +81,10 @@ class GlassRun {
   const Segment& s_;
   std::vector<at::Tensor> values_;  // by node: the leaves the tiles fill from
   at::Tensor grad_sum_;
+  struct Round {
+    at::Tensor output;              // the glass tiles' output gradient, summed
+    std::vector<at::Tensor> fills;  // by node: the gradient at the fills, summed
+  } round_;
 };
 
 }  // namespace tessel::core

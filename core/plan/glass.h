@@ -23,8 +23,10 @@ namespace tessel::core {
 
 // Why segment `s` cannot skip glass in a step (`training`: a backward follows), or "" where it
 // can: an op that is not the same at every position (dropout while training), one that reads a
-// statistic of the whole activation in this step (a barrier), a scheme that does not skip glass
-// yet (shared rows), or a global max pool closing it (its ties with the uniform value).
+// statistic of the whole activation in this step (a barrier) outside recompute rounds (the one
+// barrier scheme that takes glass into its statistics and sums: core/exec/glass.h), a scheme
+// that does not skip glass yet (shared rows), or a global max pool closing it (its ties with the
+// uniform value).
 std::string glass_obstacle(const Graph& graph, const Segment& s, bool training);
 
 // Whether the regions `need` (segment_needs of one tile) read no padding: every node of (input,

@@ -38,6 +38,8 @@ class TilesRun : public SchemeRun {
                            StoredActivation* stored_grad_out);
 
   KeptTiles kept_;
+
+ protected:
   GlassRun glass_;  // the glass tiles, not run (core/exec/glass.h)
 };
 

@@ -48,9 +48,14 @@ void RoundsRun::statistic_passes() {
     const NodeId in = node.inputs[0];
     auto state = std::make_unique<BarrierState>(node, step_.tensor_options());
     std::vector<std::pair<Region, std::vector<Region>>> tiles;
+    int64_t glass_positions = 0;  // the glass tiles' shares: the input's uniform value there
     for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
       const Region r = step_.share(s_, b, s_.forward.tile(t));
       if (r.empty()) continue;
+      if (glass_.forward(t)) {
+        glass_positions += r.area();
+        continue;
+      }
       tiles.emplace_back(r, segment_needs(step_.graph(), step_.plan().shapes, s_.input, in, r));
       if (const auto& stored = step_.stored(s_.input)) {
         step_.store()->schedule(stored->reads(tiles.back().second[static_cast<size_t>(s_.input)]));
@@ -58,10 +63,15 @@ void RoundsRun::statistic_passes() {
     }
     for (const auto& [r, need] : tiles) {
       const Region& in_region = need[static_cast<size_t>(s_.input)];
-      state->add_input(step_.run_tile(s_.input, in, need, step_.read_input(s_, in_region)));
+      std::vector<Region> boxes;
+      TileExtras extras;
+      glass_.fill(need, boxes, extras, in);
+      state->add_input(step_.run_tile(s_.input, in, need, step_.read_input(s_, in_region), extras));
     }
+    if (glass_positions > 0) state->add_uniform_input(glass_.value(in), glass_positions);
     state->finish_statistics(/*update_running=*/step_.training());
     step_.barrier_state(b) = std::move(state);
+    glass_.refresh();  // the uniform values past this barrier
   }
 }
 
@@ -75,7 +85,7 @@ void RoundsRun::schedule_sums(size_t rounds) {
   std::vector<TileStore::BlockId> reads;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
     const Region tile = s_.backward.tile(t);
-    if (stored_in != nullptr) {
+    if (stored_in != nullptr && !glass_.backward(t)) {  // a glass tile reads no input
       const auto ids = stored_in->reads(needs(tile)[static_cast<size_t>(s_.input)]);
       reads.insert(reads.end(), ids.begin(), ids.end());
     }
@@ -96,6 +106,7 @@ void RoundsRun::sums_passes(const at::Tensor& grad_out) {
   schedule_sums(rounds.size());
   for (const std::vector<NodeId>& round : rounds) {
     for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) sums_tile(round, t, grad_out);
+    glass_.finish_round(round);  // the uniform positions' part of the sums
     for (NodeId b : round) step_.barrier_state(b)->finish_sums();
   }
 }
@@ -103,6 +114,10 @@ void RoundsRun::sums_passes(const at::Tensor& grad_out) {
 // Backward tile `t`'s part of `round`'s sums.
 void RoundsRun::sums_tile(const std::vector<NodeId>& round, int64_t t, const at::Tensor& grad_out) {
   const Region tile = s_.backward.tile(t);
+  if (glass_.backward(t)) {
+    glass_.add_round_output_grad(tile, grad_out, step_.stored_grad(s_.output).get());
+    return;
+  }
   const std::vector<Region> need = needs(tile);
   const Region& in_region = need[static_cast<size_t>(s_.input)];
   at::AutoGradMode grad_mode(true);
@@ -113,6 +128,8 @@ void RoundsRun::sums_tile(const std::vector<NodeId>& round, int64_t t, const at:
   at::Tensor x = step_.read_input(s_, in_region).tensor.detach().requires_grad_(true);
   TileExtras extras;
   extras.barrier_acts = &acts;
+  std::vector<Region> boxes;
+  glass_.fill(need, boxes, extras);
   at::Tensor y = step_.run_tile(s_.input, s_.output, need, {std::move(x), in_region}, extras);
   at::Tensor root = step_.output_root(s_, tile, y, grad_out, step_.stored_grad(s_.output).get());
   root = step_.add_corrections(s_, tile, root, acts, barriers_);
@@ -125,9 +142,15 @@ void RoundsRun::sums_tile(const std::vector<NodeId>& round, int64_t t, const at:
       outputs.push_back(out.tensor);
     }
   }
+  // The fills' leaves too: the gradient at the positions they fill, summed (GlassRun).
+  const size_t barrier_outputs = outputs.size();
+  const std::vector<NodeId> leaf_nodes = glass_.fill_leaves(outputs);
   if (!root.defined() || !root.requires_grad() || outputs.empty()) return;
   const auto grads = torch::autograd::grad({root}, outputs, {}, /*retain_graph=*/false,
                                            /*create_graph=*/false, /*allow_unused=*/true);
+  glass_.add_round_fill_grads(
+      leaf_nodes, std::vector<at::Tensor>(
+                      grads.begin() + static_cast<std::ptrdiff_t>(barrier_outputs), grads.end()));
   for (size_t i = 0; i < wanted.size(); ++i) {
     if (!grads[i].defined()) continue;
     const Node& node = step_.graph().node(wanted[i]);
