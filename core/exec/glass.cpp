@@ -17,7 +17,8 @@ namespace {
 // whose window reads no padding: the node's uniform value. The position lies far enough inside
 // a large activation that no window reaches its border.
 at::Tensor uniform_node(const Node& node, const std::vector<at::Tensor>& in) {
-  if (node.is_barrier()) return batch_norm_eval(node, in.at(0));  // glass_obstacle: eval only
+  // Barriers taking statistics run in chain(); batch norm in evaluation is what reaches here.
+  if (node.is_barrier()) return batch_norm_eval(node, in.at(0));
   const AxisOp ay = node.axis_op(0), ax = node.axis_op(1);
   const int64_t at_y = ay.padding + 1, at_x = ax.padding + 1;
   const Region out{{at_y, at_y + 1}, {at_x, at_x + 1}};

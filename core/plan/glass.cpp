@@ -81,7 +81,14 @@ std::vector<Region> computed_boxes(const Graph& graph, const std::vector<Shape>&
   for (NodeId v = input + 1; v <= output; ++v) {
     const Region& r = need[static_cast<size_t>(v)];
     if (r.empty()) continue;
-    box[static_cast<size_t>(v)] = reading_box(graph.node(v), shapes, r, box);
+    // Where every input's box is its whole region, so is this node's: each position reads some
+    // of it or padding. Most of a tile that sees tissue, and half the planner's time with a
+    // background when computed box by box (resnet50 2048²).
+    const Node& node = graph.node(v);
+    const bool whole = std::all_of(node.inputs.begin(), node.inputs.end(), [&](NodeId p) {
+      return box[static_cast<size_t>(p)] == need[static_cast<size_t>(p)];
+    });
+    box[static_cast<size_t>(v)] = whole ? r : reading_box(node, shapes, r, box);
   }
   return box;
 }

@@ -341,6 +341,13 @@ TEST(Glass, FilledTilesMatchAroundACompactPiece) {
     const Comparison c = compare_with_plain(g, plan, image, 27, {}, &b);
     EXPECT_LT(c.worst(), kTolerance) << "keep " << keep << "\n" << counts(c) << c.to_string();
     EXPECT_GT(c.glass_filled, 0) << counts(c);
+    for (Fault f : {Fault::kHalo, Fault::kNanGrad}) {  // the filled step still fails its faults
+      StepOptions so;
+      so.inject = f;
+      const Comparison faulty = compare_with_plain(g, plan, image, 27, so, &b);
+      EXPECT_GT(faulty.worst(), 1e-6) << to_string(f) << "\n" << counts(faulty);
+      EXPECT_GT(faulty.glass_filled, 0) << counts(faulty);
+    }
   }
 }
 
