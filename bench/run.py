@@ -624,8 +624,10 @@ GLASS_TABLE_END = "<!-- end of glass table -->"
 def glass_table(points):
     out = ["| model | norm | size | tissue | glass FLOPs (tiles + filled) | step s | "
            "same plan dense s | dense s | "
-           "× dense | bar × dense | within | glass tiles fwd | measured peak MiB |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "× dense | bar × dense | within | glass tiles fwd | checkpoints' glass MiB | "
+           "moved MiB (same plan dense) | measured peak MiB (same plan dense) | "
+           "predicted peak MiB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         if p.get("variant") != "glass":
             continue
@@ -637,7 +639,7 @@ def glass_table(points):
                     and q.get("background") == p["background"]), None)
         if p["status"] != "ok" or dense is None or dense["status"] != "ok":
             out.append(head + f" – | – | – | – | – | – | – | {p['status']} "
-                       f"{p.get('message', '')[:50]} | – |")
+                       f"{p.get('message', '')[:50]} | – | – | – | – | – |")
             continue
         tiles, filled = p.get("glass_flops_fraction", 0.0), p.get("glass_filled_fraction", 0.0)
         flops = tiles + filled
@@ -649,8 +651,18 @@ def glass_table(points):
                    f"{base / 1000:.1f} | {step / base:.2f} | {bar:.2f} | "
                    f"{'yes' if step / base <= bar else 'NO'} | "
                    f"{p.get('glass_forward_tiles', 0)}/{p.get('forward_tiles', 0)} | "
-                   f"{fmt_mib(p['measured_peak_bytes'])} |")
+                   f"{fmt_mib(p.get('uniform_checkpoint_bytes', 0))} of "
+                   f"{fmt_mib(p.get('checkpoint_bytes', 0))} | "
+                   f"{glass_pair(p, nog, 'moved_bytes')} | "
+                   f"{glass_pair(p, nog, 'measured_peak_bytes')} | "
+                   f"{fmt_mib(predicted_total(p))} |")
     return "\n".join(out)
+
+
+def glass_pair(p, nog, key):
+    """`key` of the glass step, and in parentheses of the same plan run dense (MiB)."""
+    ok = nog is not None and nog["status"] == "ok"
+    return f"{fmt_mib(p.get(key) or 0)} ({fmt_mib(nog.get(key) or 0) if ok else '–'})"
 
 
 def run_glass_section(args):

@@ -201,6 +201,7 @@ BenchResult bench_step(const BenchPoint& p) {
     if (s.tier != core::Tier::kResident) r.offloaded_bytes += bytes;
   }
   r.predicted_moved_bytes = plan.moved_bytes();
+  r.uniform_checkpoint_bytes = plan.glass.uniform_checkpoint_bytes;
   if (p.keep_resident) {
     for (core::Segment& s : plan.segments) s.tier = core::Tier::kResident;
   }
@@ -357,6 +358,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   }
   j["checkpoint_bytes"] = r.checkpoint_bytes;
   j["offloaded_bytes"] = r.offloaded_bytes;
+  j["uniform_checkpoint_bytes"] = r.uniform_checkpoint_bytes;
   j["moved_bytes_predicted"] = r.predicted_moved_bytes;
   if (!r.profile_top.empty()) {
     nlohmann::json top = nlohmann::json::array();

@@ -101,6 +101,7 @@ struct BenchResult {
   // it predicts to move, and what the tile store measured (bytes written + read, the I/O
   // thread's busy time, the time the step waited for it).
   int64_t checkpoint_bytes = 0, offloaded_bytes = 0, predicted_moved_bytes = 0;
+  int64_t uniform_checkpoint_bytes = 0;  // of checkpoint_bytes, glass kept as vectors (glass.h)
   // The most held on disk at once: the plan's bound (core::stored_bytes) and the measured.
   int64_t disk_bytes_bound = 0, disk_peak_bytes = 0;
   std::vector<int64_t> moved_bytes;

@@ -92,7 +92,9 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                   {"forward_tiles", g.forward_tiles},
                   {"glass_forward_tiles", g.glass_forward_tiles},
                   {"backward_tiles", g.backward_tiles},
-                  {"glass_backward_tiles", g.glass_backward_tiles}};
+                  {"glass_backward_tiles", g.glass_backward_tiles},
+                  {"checkpoint_bytes", g.checkpoint_bytes},
+                  {"uniform_checkpoint_bytes", g.uniform_checkpoint_bytes}};
   }
   const core::MemoryBreakdown& m = plan.predicted;
   j["predicted_bytes"] = {{"parameters", m.parameters},

@@ -84,7 +84,8 @@ class Step::Output {
   bool output_is_tile_ = false;  // a one-tile segment that keeps its graph: no copy
   at::Tensor out_, best_value_, best_index_;
   StoredActivation* stored_ = nullptr;
-  at::ScalarType tile_dtype_;  // the step's, or under bf16 autocast that of the last op
+  SparseCheckpoint* sparse_ = nullptr;  // resident, its glass as one vector
+  at::ScalarType tile_dtype_;           // the step's, or under bf16 autocast that of the last op
 };
 
 Step::Output::Output(Step& step, int index)
@@ -97,9 +98,18 @@ Step::Output::Output(Step& step, int index)
   output_is_tile_ = step.training_ && s_.keeps_graph() && s_.forward.tiles() == 1;
   if (step.offloaded(index)) {
     auto& stored = step.stored_[s_.output];
-    stored = std::make_unique<StoredActivation>(*step.store_, shape_, s_.blocks, s_.tier, options,
-                                                s_.resident_blocks);
+    // Blocks a forward glass tile writes keep the output's uniform value alone (glass.h).
+    stored = std::make_unique<StoredActivation>(
+        *step.store_, shape_, s_.blocks, s_.tier, options,
+        KeptBlocks{s_.resident_blocks, step.glass(index).uniform_blocks(s_.forward, s_.blocks)});
     stored_ = stored.get();
+  } else if (s_.reduction < 0 && !output_is_tile_ && index + 1 < step.segments() &&
+             step.glass(index).forward_count() > 0) {
+    // Resident, by forward tile: a glass tile's block keeps the output's uniform value alone.
+    auto& sparse = step.sparse_[s_.output];
+    sparse =
+        std::make_unique<SparseCheckpoint>(shape_, s_.forward, step.glass(index).forward, options);
+    sparse_ = sparse.get();
   } else if (s_.reduction < 0 && !output_is_tile_) {
     out_ = at::empty({1, shape_.channels, shape_.height, shape_.width}, options);
   } else if (is_attention_) {
@@ -117,6 +127,8 @@ void Step::Output::add(const Region& tile, const at::Tensor& y) {
   tile_dtype_ = y.scalar_type();
   if (stored_ != nullptr) {
     stored_->write(tile, y);
+  } else if (sparse_ != nullptr) {
+    sparse_->write(tile, y);
   } else if (s_.reduction < 0 && output_is_tile_) {
     out_ = y;
   } else if (s_.reduction < 0) {
@@ -144,7 +156,7 @@ void Step::Output::add_max(const Region& tile, const at::Tensor& y) {
 }
 
 void Step::Output::finish() {
-  if (stored_ != nullptr) return;  // kept in the store
+  if (stored_ != nullptr || sparse_ != nullptr) return;  // kept in the store, or by block
   if (s_.reduction < 0) {
     step_.checkpoints_[s_.output] = out_;
   } else if (is_attention_) {
@@ -173,6 +185,7 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
       checkpoints_(graph.size()),
       stored_(graph.size()),
       stored_grads_(graph.size()),
+      sparse_(graph.size()),
       barrier_states_(graph.size()),
       uniform_(graph.size()),
       glass_grads_(graph.size()) {
@@ -268,6 +281,7 @@ at::Tensor Step::backward(at::Tensor grad) {
     write_behind(segment(i).backward_write_behind);
     grad = runs_[static_cast<size_t>(i)]->backward(grad);
     checkpoints_[out] = at::Tensor();
+    sparse_[out].reset();
     stored_grads_[out].reset();
   }
   return grad;
@@ -328,6 +342,9 @@ TileTensor Step::read_input_exactly(const Segment& s, const Region& r) {
   }
   if (const auto& stored = stored_[s.input]) {
     return {stored->read(r, read_format(at::GradMode::is_enabled())), r};  // as run_tile's
+  }
+  if (const auto& sparse = sparse_[s.input]) {
+    return {sparse->read(r, read_format(at::GradMode::is_enabled())), r};
   }
   return {crop({checkpoints_[s.input], whole(shape(s.input))}, r), r};
 }

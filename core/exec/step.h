@@ -284,6 +284,7 @@ class Step {
   std::unique_ptr<TileStore> store_;  // when the plan offloads; outlives what it stores
   NodeVec<at::Tensor> checkpoints_;   // whole activations
   NodeVec<std::unique_ptr<StoredActivation>> stored_, stored_grads_;  // offloaded ones
+  NodeVec<std::unique_ptr<SparseCheckpoint>> sparse_;  // resident ones with glass (glass.h)
   // Barriers' statistics and gradient sums over this step (core/exec/barrier.h).
   NodeVec<std::unique_ptr<BarrierState>> barrier_states_;
   at::Tensor reduced_, reduced_index_;            // streaming reduction result (and argmax for max)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/plan/geometry.h"
 #include "core/plan/tile_cost.h"
 
@@ -185,6 +186,24 @@ double SegmentGlass::forward_fraction(const Partition& part) const {
     if (forward[static_cast<size_t>(t)] != 0) area += a;
   }
   return all == 0 ? 0.0 : static_cast<double>(area) / static_cast<double>(all);
+}
+
+std::vector<uint8_t> SegmentGlass::uniform_blocks(const Partition& part,
+                                                  const Partition& blocks) const {
+  if (forward_count() == 0) return {};
+  std::vector<uint8_t> uniform(static_cast<size_t>(blocks.tiles()), 0);
+  for (int64_t b = 0; b < blocks.tiles(); ++b) {
+    const Region r = blocks.tile(b);
+    const Region corner{{r.y.begin, r.y.begin + 1}, {r.x.begin, r.x.begin + 1}};
+    const std::vector<int64_t> tiles = part.meeting(corner);
+    if (tiles.size() != 1) throw Error("internal: an offload block outside the forward's tiles");
+    const Region t = part.tile(tiles.front());
+    if (intersect(r, t).area() != r.area()) {
+      throw Error("internal: an offload block across two of the forward's tiles");
+    }
+    uniform[static_cast<size_t>(b)] = forward[static_cast<size_t>(tiles.front())];
+  }
+  return uniform;
 }
 
 SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,

@@ -73,6 +73,11 @@ struct SegmentGlass {
   double forward_fraction(const Partition& part) const;
   // The forward FLOPs the forward's tiles do not compute (glass tiles and filled positions).
   int64_t forward_saved_flops() const;
+  // Of the output checkpoint's offload blocks `blocks` (Segment::blocks: the forward partition
+  // `forward`'s tiles split, so each lies in one), those a forward glass tile writes: they hold
+  // the output's uniform value alone, and the store keeps that vector instead (one flag a block;
+  // empty where the forward has no glass tile).
+  std::vector<uint8_t> uniform_blocks(const Partition& forward, const Partition& blocks) const;
 };
 
 // Segment `s`'s glass tiles over `input`, its input's uniform positions. `training`: a backward

@@ -7,6 +7,7 @@
 
 #include "core/plan/cost_model.h"
 #include "core/plan/geometry.h"
+#include "core/plan/glass.h"
 
 namespace tessel::core::planning {
 
@@ -230,7 +231,7 @@ std::vector<int64_t> Offloading::subdivide(const std::vector<int64_t>& edges, in
 }
 
 int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, int64_t per_pixel,
-                   int64_t window, int64_t resident) {
+                   int64_t window, int64_t resident, const std::vector<uint8_t>& uniform) {
   std::vector<int64_t> order;  // block indices in read order
   for (const Region& r : regions) {
     const auto meets = blocks.meeting(r);
@@ -238,7 +239,8 @@ int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, 
   }
   auto bytes = [&](int64_t b) {
     const Region r = blocks.tile(b);
-    return b < resident ? 0 : r.area() * per_pixel;
+    const bool held = !uniform.empty() && uniform[static_cast<size_t>(b)] != 0;
+    return b < resident || held ? 0 : r.area() * per_pixel;
   };
   int64_t n = 0;
   // Per block: whether it is in memory, and the last read position that counted it as seen
@@ -269,10 +271,11 @@ int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, 
 }
 
 std::vector<Region> tile_reads(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
-                               bool reverse) {
+                               bool reverse, const std::vector<uint8_t>& glass) {
   std::vector<Region> regions;
   for (int64_t k = 0; k < part.tiles(); ++k) {
     const int64_t t = reverse ? part.tiles() - 1 - k : k;
+    if (!glass.empty() && glass[static_cast<size_t>(t)] != 0) continue;
     regions.push_back(
         segment_needs(a.graph, a.shapes, s.input, s.output, part.tile(t))[static_cast<size_t>(v)]);
   }
@@ -405,7 +408,30 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window) {
   return n;
 }
 
+int64_t uniform_bytes(const Analysis& a, const Segment& s, const std::vector<uint8_t>& uniform) {
+  const int64_t per_pixel = a.graph.node(s.output).channels * a.eb;
+  int64_t n = 0;
+  for (size_t b = 0; b < uniform.size(); ++b) {
+    const auto i = static_cast<int64_t>(b);
+    if (uniform[b] != 0 && i >= s.resident_blocks) n += s.blocks.tile(i).area() * per_pixel;
+  }
+  return n;
+}
+
+namespace {
+
+// Each segment's glass tiles in a training step over the request's background (none without).
+std::vector<SegmentGlass> step_glass(const Analysis& a, const Plan& plan) {
+  if (!a.options.background) return std::vector<SegmentGlass>(plan.segments.size());
+  Plan p = plan;
+  p.shapes = a.shapes;
+  return plan_glass(a.graph, p, *a.options.background, /*training=*/true, a.options.input_gradient);
+}
+
+}  // namespace
+
 void count_moved_bytes(const Analysis& a, Plan& plan) {
+  const std::vector<SegmentGlass> glass = step_glass(a, plan);
   for (Segment& s : plan.segments) {
     s.inner_moved_bytes =
         s.inner_tier() == Tier::kResident ? 0 : inner_moved_bytes(a, s, plan.window_bytes);
@@ -419,7 +445,9 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
     const Segment& next = plan.segments[i + 1];
     const int64_t w = plan.window_bytes;
     const int64_t per_pixel = a.graph.node(s.output).channels * a.eb;
-    s.moved_bytes = 2 * a.bytes(s.output) - s.resident_bytes +
+    const SegmentGlass& next_glass = glass[i + 1];
+    const std::vector<uint8_t> uniform = glass[i].uniform_blocks(s.forward, s.blocks);
+    s.moved_bytes = 2 * a.bytes(s.output) - s.resident_bytes - uniform_bytes(a, s, uniform) +
                     read_bytes(tile_reads(a, s, s.backward, s.output, true), next.input_grad_blocks,
                                per_pixel, w);
     if (next.is<SubSegments>() && !next.is<WholeBarriers>()) {
@@ -427,16 +455,19 @@ void count_moved_bytes(const Analysis& a, Plan& plan) {
       // its gradient adds up pass by pass.
       const std::vector<Region> backward_reads =
           reads_with_rounds(a.additions_by_pass(next, next.input), sums_rounds(a, next));
-      s.moved_bytes += read_bytes(forward_reads(a, next, next.input), s.blocks, per_pixel, w,
-                                  s.resident_blocks) +
-                       read_bytes(backward_reads, s.blocks, per_pixel, w, s.resident_blocks);
+      s.moved_bytes +=
+          read_bytes(forward_reads(a, next, next.input), s.blocks, per_pixel, w, s.resident_blocks,
+                     uniform) +
+          read_bytes(backward_reads, s.blocks, per_pixel, w, s.resident_blocks, uniform);
       s.moved_bytes +=
           reopened_bytes(next.input_grad_blocks, a.additions(next, next.input), per_pixel);
     } else {
-      s.moved_bytes += read_bytes(tile_reads(a, next, next.forward, s.output, false), s.blocks,
-                                  per_pixel, w, s.resident_blocks) +
-                       read_bytes(tile_reads(a, next, next.backward, s.output, true), s.blocks,
-                                  per_pixel, w, s.resident_blocks);
+      const std::vector<Region> forward =
+          tile_reads(a, next, next.forward, s.output, false, next_glass.forward);
+      const std::vector<Region> backward =
+          tile_reads(a, next, next.backward, s.output, true, next_glass.backward);
+      s.moved_bytes += read_bytes(forward, s.blocks, per_pixel, w, s.resident_blocks, uniform) +
+                       read_bytes(backward, s.blocks, per_pixel, w, s.resident_blocks, uniform);
     }
   }
 }

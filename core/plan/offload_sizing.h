@@ -120,13 +120,16 @@ struct StoreShare {
 // bytes is still in memory (the tile store keeps a block whose next read is within the
 // window). The other activations read in the same pass share the window, so this counts
 // somewhat less than the store moves.
+// Blocks flagged in `uniform` (SegmentGlass::uniform_blocks: a checkpoint's glass, kept as one
+// vector) are never moved either.
 int64_t read_bytes(const std::vector<Region>& regions, const Partition& blocks, int64_t per_pixel,
-                   int64_t window, int64_t resident = 0);
+                   int64_t window, int64_t resident = 0, const std::vector<uint8_t>& uniform = {});
 
 // The regions of node `v` the tiles of `part` over segment `s`'s output read, in the order the
-// executor runs them (`reverse`: the backward pass).
+// executor runs them (`reverse`: the backward pass). Tiles flagged in `glass` (SegmentGlass's
+// forward or backward) read nothing.
 std::vector<Region> tile_reads(const Analysis& a, const Segment& s, const Partition& part, NodeId v,
-                               bool reverse);
+                               bool reverse, const std::vector<uint8_t>& glass = {});
 
 // Partly resident checkpoints: the budget an offloading plan leaves free in the passes an
 // offloaded checkpoint lives through (its segment's forward to the next segment's backward)
@@ -162,6 +165,12 @@ int64_t inner_moved_bytes(const Analysis& a, const Segment& s, int64_t window);
 // Bytes moved per step by each offloaded checkpoint: written once, read by the next segment's
 // forward and backward tiles (halos, block rounding and the window's reuse included; resident
 // blocks never move), its gradient written once and read by this segment's backward tiles.
+// Over the request's background, glass tiles read nothing and the blocks forward glass tiles
+// write stay out of the store (core/plan/glass.h).
 void count_moved_bytes(const Analysis& a, Plan& plan);
+
+// The bytes of segment `s`'s offloaded checkpoint that its forward glass tiles write (`uniform`,
+// SegmentGlass::uniform_blocks), less its resident blocks': never stored, never moved.
+int64_t uniform_bytes(const Analysis& a, const Segment& s, const std::vector<uint8_t>& uniform);
 
 }  // namespace tessel::core::planning

@@ -473,6 +473,11 @@ void write_glass(std::ostream& os, const GlassSummary& g) {
                 static_cast<long long>(g.backward_tiles), 100.0 * g.flops_fraction,
                 100.0 * g.filled_fraction, 100.0 * g.margin());
   os << buf;
+  if (g.uniform_checkpoint_bytes > 0) {
+    os << "glass in checkpoints (one vector a block: not held, stored or moved): "
+       << format_bytes(g.uniform_checkpoint_bytes) << " of " << format_bytes(g.checkpoint_bytes)
+       << "\n";
+  }
 }
 
 }  // namespace

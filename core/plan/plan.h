@@ -263,6 +263,9 @@ struct GlassSummary {
   double margin() const { return std::max(0.0, image_fraction - flops_fraction - filled_fraction); }
   int64_t forward_tiles = 0, glass_forward_tiles = 0;
   int64_t backward_tiles = 0, glass_backward_tiles = 0;
+  // The checkpoints' bytes, and of them the glass: the blocks forward glass tiles write, each
+  // kept as one vector (resident: no memory; offloaded: never stored or moved).
+  int64_t checkpoint_bytes = 0, uniform_checkpoint_bytes = 0;
   bool any_background() const { return image_fraction > 0; }
 };
 

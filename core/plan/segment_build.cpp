@@ -373,12 +373,56 @@ void finish_candidate(const Analysis& a, Candidate& c, PlanCost cost, const Offl
 
 namespace {
 
+// The bytes of `s`'s output that its forward glass tiles write (`forward`: SegmentGlass's).
+int64_t glass_bytes(const Analysis& a, const Segment& s, const std::vector<uint8_t>& forward) {
+  int64_t area = 0;
+  for (size_t t = 0; t < forward.size(); ++t) {
+    if (forward[t] != 0) area += s.forward.tile(static_cast<int64_t>(t)).area();
+  }
+  return area * a.graph.node(s.output).channels * a.eb;
+}
+
+// Checkpoints keep their glass as one vector a block (core/exec/glass.h): a resident one holds
+// it by forward tile (SparseCheckpoint), an offloaded one in its blocks (StoredActivation). The
+// bytes so kept take no memory in the passes the checkpoint lives through (its segment's forward
+// to the next one's backward; an offloaded one's resident blocks only, in the passes
+// keep_partly_resident counts them), and offloaded ones are never moved (the search's five
+// passes over them, as finish_candidate prices). Returns the moves' price; fills the summary.
+double sparse_checkpoints(const Analysis& a, Plan& plan, const std::vector<SegmentGlass>& glass,
+                          std::vector<MemoryBreakdown>& passes) {
+  double moved = 0;
+  for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (s.reduction >= 0) continue;
+    plan.glass.checkpoint_bytes += a.bytes(s.output);
+    int64_t freed = 0;  // resident bytes
+    if (s.tier == Tier::kResident) {
+      freed = glass_bytes(a, s, glass[i].forward);
+      plan.glass.uniform_checkpoint_bytes += freed;
+    } else {
+      const std::vector<uint8_t> uniform = glass[i].uniform_blocks(s.forward, s.blocks);
+      const int64_t held = uniform_bytes(a, s, uniform);
+      const int64_t per_pixel = a.graph.node(s.output).channels * a.eb;
+      for (int64_t b = 0; b < s.resident_blocks && !uniform.empty(); ++b) {
+        if (uniform[static_cast<size_t>(b)] != 0) freed += s.blocks.tile(b).area() * per_pixel;
+      }
+      plan.glass.uniform_checkpoint_bytes += held + freed;
+      moved += a.options.prices.per_byte_moved * 5.0 * static_cast<double>(held);
+    }
+    for (size_t p = 2 * i; p < passes.size() && freed > 0; ++p) {
+      if (s.tier == Tier::kResident || p != 2 * i + 1) passes[p].checkpoints -= freed;
+    }
+  }
+  return moved;
+}
+
 // What the plan's glass (core/plan/glass.h) does not cost, over the request's background: the
 // glass tiles' FLOPs in both passes and their price per tile, the other tiles' FLOPs outside
-// their computed boxes; the plan's summary of them. Classified
+// their computed boxes, the checkpoints' glass not moved (sparse_checkpoints, which also takes
+// their resident glass out of `passes`); the plan's summary of them. Classified
 // anew on the finished candidate: keep_graphs may have given a segment the forward's tiles for
 // its backward since build's loop classified them.
-PlanCost glass_savings(const Analysis& a, Plan& plan) {
+PlanCost glass_savings(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes) {
   const CellMask& image = *a.options.background;
   plan.shapes = a.shapes;  // as the finished plan's (make_plan)
   const std::vector<SegmentGlass> glass =
@@ -399,6 +443,7 @@ PlanCost glass_savings(const Analysis& a, Plan& plan) {
     saved.tiles +=
         a.options.prices.per_tile * static_cast<double>(g.forward_count() + g.backward_count());
   }
+  saved.moved += sparse_checkpoints(a, plan, glass, passes);
   return saved;
 }
 
@@ -484,7 +529,10 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     cost -= keep_graphs(a, plan, passes, budget);
     std::tie(peak, at_peak) = highest(passes);
   }
-  if (a.options.background) cost -= glass_savings(a, plan);
+  if (a.options.background) {
+    cost -= glass_savings(a, plan, passes);
+    std::tie(peak, at_peak) = highest(passes);
+  }
   c.passes = std::move(passes);
   c.strategy = strategy;
   c.set = checkpoints;

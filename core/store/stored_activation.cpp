@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "core/device/copies.h"
 #include "core/error.h"
@@ -11,23 +12,29 @@
 namespace tessel::core {
 
 StoredActivation::StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks,
-                                   Tier tier, at::TensorOptions options, int64_t resident_blocks)
+                                   Tier tier, at::TensorOptions options, KeptBlocks kept)
     : store_(store),
       shape_(shape),
       blocks_(blocks),
       tier_(tier),
       options_(options),
-      resident_blocks_(resident_blocks) {
+      resident_blocks_(kept.resident),
+      uniform_(std::move(kept.uniform)) {
   if (blocks_.y_edges.back() != shape.height || blocks_.x_edges.back() != shape.width) {
     throw Error("internal: offload blocks of " + std::to_string(blocks_.y_edges.back()) + "×" +
                 std::to_string(blocks_.x_edges.back()) + " for a " + to_string(shape) +
                 " checkpoint");
   }
   block_.resize(static_cast<size_t>(blocks_.tiles()));
+  if (!uniform_.empty() && uniform_.size() != block_.size()) {
+    throw Error("internal: uniform flags for " + std::to_string(uniform_.size()) + " of " +
+                std::to_string(block_.size()) + " offload blocks");
+  }
   const int64_t element = static_cast<int64_t>(options_.dtype().itemsize());
   for (int64_t i = 0; i < blocks_.tiles(); ++i) {
     Block& b = block_[static_cast<size_t>(i)];
     b.region = blocks_.tile(i);
+    if (uniform(static_cast<size_t>(i))) continue;  // its value alone, outside the store
     // Ids from the start, kept for the activation's life: its reads can be scheduled before
     // its blocks are written (or while they are reopened for additions).
     b.id = store_.reserve(shape.channels * b.region.area() * element,
@@ -36,7 +43,9 @@ StoredActivation::StoredActivation(TileStore& store, const Shape& shape, const P
 }
 
 StoredActivation::~StoredActivation() {
-  for (const Block& b : block_) store_.erase(b.id);
+  for (const Block& b : block_) {
+    if (b.id >= 0) store_.erase(b.id);
+  }
 }
 
 std::vector<size_t> StoredActivation::overlapping(const Region& r) const {
@@ -55,6 +64,15 @@ void StoredActivation::write(const Region& r, const at::Tensor& tile) {
   for (size_t i : overlapping(r)) {
     Block& b = block_[i];
     const Region part = intersect(r, b.region);
+    if (uniform(i)) {
+      if (!b.value.defined()) {
+        const int64_t y = part.y.begin - r.y.begin, x = part.x.begin - r.x.begin;
+        b.value = tile.slice(2, y, y + 1).slice(3, x, x + 1).clone();
+      }
+      b.filled += part.area();
+      b.stored = b.filled == b.region.area();
+      continue;
+    }
     if (!b.open.defined()) {
       // In the tile's layout (channels-last from the forward's convs): the copy in, and the
       // forward's reads of it, need no transpose (4.7% of a batch-norm step's CPU at 4096² went
@@ -69,6 +87,7 @@ void StoredActivation::write(const Region& r, const at::Tensor& tile) {
 }
 
 void StoredActivation::expect_additions(const std::vector<Region>& regions) {
+  if (!uniform_.empty()) throw Error("internal: additions into a checkpoint with uniform blocks");
   for (const Region& r : regions) {
     for (size_t i : overlapping(r)) ++block_[i].additions_left;
   }
@@ -103,7 +122,9 @@ void StoredActivation::finish_additions() {
 
 std::vector<TileStore::BlockId> StoredActivation::reads(const Region& r) const {
   std::vector<TileStore::BlockId> ids;
-  for (size_t i : overlapping(r)) ids.push_back(block_[i].id);
+  for (size_t i : overlapping(r)) {
+    if (!uniform(i)) ids.push_back(block_[i].id);
+  }
   return ids;
 }
 
@@ -139,9 +160,74 @@ at::Tensor StoredActivation::read(const Region& r, at::MemoryFormat format) {
     Block& b = block_[i];
     if (!b.stored) throw Error("internal: an offloaded checkpoint block was read before written");
     const Region part = intersect(r, b.region);
-    copy_tile(crop({out, r}, part), crop({store_.get(b.id), b.region}, part));
+    at::Tensor to = crop({out, r}, part);
+    if (uniform(i)) {
+      to.copy_(b.value.expand_as(to));
+    } else {
+      copy_tile(to, crop({store_.get(b.id), b.region}, part));
+    }
   }
   return out;
+}
+
+SparseCheckpoint::SparseCheckpoint(const Shape& shape, Partition blocks,
+                                   std::vector<uint8_t> uniform, at::TensorOptions options)
+    : shape_(shape),
+      blocks_(std::move(blocks)),
+      uniform_(std::move(uniform)),
+      options_(options),
+      block_(static_cast<size_t>(blocks_.tiles())) {
+  if (uniform_.size() != block_.size()) {
+    throw Error("internal: uniform flags for " + std::to_string(uniform_.size()) + " of " +
+                std::to_string(block_.size()) + " checkpoint blocks");
+  }
+}
+
+void SparseCheckpoint::write(const Region& r, const at::Tensor& tile) {
+  const std::vector<int64_t> hit = blocks_.meeting(r);
+  if (hit.size() != 1 || blocks_.tile(hit.front()) != r) {
+    throw Error("internal: a checkpoint's write " + to_string(r) + " is not one of its blocks");
+  }
+  const auto b = static_cast<size_t>(hit.front());
+  if (uniform_[b] != 0) {
+    block_[b] = tile.slice(2, 0, 1).slice(3, 0, 1).clone();
+  } else {
+    block_[b] = at::empty(tile.sizes(), options_.memory_format(tile.suggest_memory_format()));
+    copy_tile(block_[b], tile);
+  }
+}
+
+at::Tensor SparseCheckpoint::read(const Region& r, at::MemoryFormat format) const {
+  const std::vector<int64_t> hit = blocks_.meeting(r);
+  for (int64_t b : hit) {
+    if (!block_[static_cast<size_t>(b)].defined()) {
+      throw Error("internal: a checkpoint block was read before written");
+    }
+  }
+  if (hit.size() == 1 && uniform_[static_cast<size_t>(hit.front())] == 0) {
+    return crop({block_[static_cast<size_t>(hit.front())], blocks_.tile(hit.front())}, r);
+  }
+  at::Tensor out =
+      at::empty({1, shape_.channels, r.y.size(), r.x.size()}, options_.memory_format(format));
+  for (int64_t b : hit) {
+    const at::Tensor& held = block_[static_cast<size_t>(b)];
+    const Region part = intersect(r, blocks_.tile(b));
+    at::Tensor to = crop({out, r}, part);
+    if (uniform_[static_cast<size_t>(b)] != 0) {
+      to.copy_(held.expand_as(to));
+    } else {
+      copy_tile(to, crop({held, blocks_.tile(b)}, part));
+    }
+  }
+  return out;
+}
+
+int64_t SparseCheckpoint::bytes() const {
+  int64_t n = 0;
+  for (const at::Tensor& t : block_) {
+    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  return n;
 }
 
 }  // namespace tessel::core

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "core/graph/graph.h"
@@ -13,17 +14,28 @@
 
 namespace tessel::core {
 
+// Which blocks stay out of the tier: the first `resident` (row-major) stay resident, and
+// those `uniform` flags (one flag a block, or empty) will be written with one value at every
+// position (a checkpoint's glass, core/plan/glass.h): each keeps that 1×C×1×1 vector, never
+// goes to the store and is not among the reads.
+struct KeptBlocks {
+  int64_t resident = 0;
+  std::vector<uint8_t> uniform;
+};
+
 class StoredActivation {
  public:
   // `blocks` partitions the 1×C×H×W activation `shape`; `options` are its tensors' dtype and
-  // device. The first `resident_blocks` blocks (row-major) stay resident, the others go to `tier`.
+  // device; the blocks not `kept` go to `tier`.
   StoredActivation(TileStore& store, const Shape& shape, const Partition& blocks, Tier tier,
-                   at::TensorOptions options, int64_t resident_blocks = 0);
+                   at::TensorOptions options, KeptBlocks kept = {});
   ~StoredActivation();  // erases its blocks from the store
   StoredActivation(const StoredActivation&) = delete;
   StoredActivation& operator=(const StoredActivation&) = delete;
 
-  // Copies `tile` (region `r`) in; a block goes to the store once it is wholly written.
+  // Copies `tile` (region `r`) in; a block goes to the store once it is wholly written. A
+  // uniform block keeps the tile's value at its first position (the writer's promise: the same
+  // at every position).
   void write(const Region& r, const at::Tensor& tile);
   // Before accumulating: every region that will be added, in order, so each block goes to the
   // store after its last addition. May be called again for a later pass of additions: a block
@@ -57,7 +69,9 @@ class StoredActivation {
     at::Tensor open;             // being written or accumulated
     int64_t filled = 0;          // elements written so far
     int64_t additions_left = 0;
+    at::Tensor value;  // a uniform block's 1×C×1×1 value, once written
   };
+  bool uniform(size_t i) const { return !uniform_.empty() && uniform_[i] != 0; }
   std::vector<size_t> overlapping(const Region& r) const;
   void store(Block& b);
 
@@ -67,7 +81,30 @@ class StoredActivation {
   Tier tier_;
   at::TensorOptions options_;
   int64_t resident_blocks_;
+  std::vector<uint8_t> uniform_;
   std::vector<Block> block_;
+};
+
+// A resident checkpoint whose glass is kept as one vector (core/plan/glass.h): held by block
+// (`blocks`, the forward partition: each tile writes one block), a block `uniform` flags holding
+// the 1×C×1×1 value its tile writes at every position, the others their tile's values. Reads
+// and writes copy exactly the elements a whole tensor would hold.
+class SparseCheckpoint {
+ public:
+  SparseCheckpoint(const Shape& shape, Partition blocks, std::vector<uint8_t> uniform,
+                   at::TensorOptions options);
+  // Block `r` (a tile of `blocks`, written once) from `tile`.
+  void write(const Region& r, const at::Tensor& tile);
+  // Region `r`: a view where it lies in one dense block, else a new tensor in `format`.
+  at::Tensor read(const Region& r, at::MemoryFormat format) const;
+  int64_t bytes() const;  // the dense blocks' and the values'
+
+ private:
+  Shape shape_;
+  Partition blocks_;
+  std::vector<uint8_t> uniform_;
+  at::TensorOptions options_;
+  std::vector<at::Tensor> block_;  // by block: its values, or the uniform value
 };
 
 }  // namespace tessel::core

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/device/device.h"
+#include "core/device/memory.h"
 #include "core/error.h"
 #include "core/exec/fault.h"
 #include "core/exec/gradcheck.h"
@@ -478,6 +479,114 @@ TEST(Glass, TheSearchsRefinedGridsMatchPlainAutograd) {
   StepOptions halo;
   halo.inject = Fault::kHalo;
   EXPECT_GT(check(g, plan, {0.85, 211, 197, 3}, 17, halo).worst(), 1e-6);
+}
+
+}  // namespace
+}  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+// An offloaded checkpoint's blocks that forward glass tiles write are kept as one vector each
+// (StoredActivation's uniform blocks): the step still gives plain autograd's gradients, moves
+// at least those bytes less than the same plan run dense, and the plan predicts what it moves.
+TEST(Glass, OffloadedCheckpointsKeepTheirGlassAsOneVector) {
+  Graph g = glass_network({});
+  const Shape in{2, 163, 147};
+  const GlassCase gc{0.75, 163, 147, 3};
+  const Background b = synthetic_background(in, gc.cell, gc.fraction, 21);
+  for (auto tier : {PlanOptions::Offload::kHost, PlanOptions::Offload::kDisk}) {
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 8, 7);
+    o.offload = tier;
+    o.overrides.window_bytes = 8192;
+    o.overrides.block_bytes = 2048;
+    o.overrides.checkpoints = checkpoint_sets(g)[2];
+    o.background = std::make_shared<CellMask>(b.cells);
+    const Plan plan = make_plan(g, in, 0, o);
+    ASSERT_TRUE(plan.offloads()) << to_string(plan, g);
+    const std::string table = to_string(plan, g);
+    // The offloaded checkpoints' blocks forward glass tiles write: what the store never holds.
+    const std::vector<SegmentGlass> sg = plan_glass(g, plan, b.cells, true, false);
+    int64_t uniform = 0;
+    for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+      const Segment& s = plan.segments[i];
+      if (s.tier == Tier::kResident) continue;
+      const std::vector<uint8_t> flags = sg[i].uniform_blocks(s.forward, s.blocks);
+      const int64_t channels = plan.shapes[static_cast<size_t>(s.output)].channels;
+      for (size_t k = 0; k < flags.size(); ++k) {
+        if (flags[k] != 0) uniform += s.blocks.tile(static_cast<int64_t>(k)).area() * channels * 8;
+      }
+    }
+    EXPECT_GT(uniform, 0) << table;
+    EXPECT_GE(plan.glass.uniform_checkpoint_bytes, uniform) << table;
+    EXPECT_LT(plan.glass.uniform_checkpoint_bytes, plan.glass.checkpoint_bytes) << table;
+    EXPECT_NE(table.find("glass in checkpoints"), std::string::npos) << table;
+    const Comparison c = check(g, plan, gc, 21);
+    EXPECT_LT(c.worst(), kTolerance) << counts(c) << table << c.to_string();
+    EXPECT_GT(c.glass_forward_tiles, 0) << counts(c);
+    StepOptions dense;
+    dense.glass = false;
+    const Comparison d = check(g, plan, gc, 21, dense);
+    EXPECT_LT(d.worst(), kTolerance) << d.to_string();
+    // On a CPU build the host tier is the same memory: only the disk's bytes are counted.
+    if (tier != PlanOptions::Offload::kDisk) continue;
+    EXPECT_LE(c.offload_bytes, d.offload_bytes - uniform)
+        << "glass " << c.offload_bytes << " dense " << d.offload_bytes << "\n"
+        << table;
+    EXPECT_NEAR(static_cast<double>(plan.moved_bytes()) / static_cast<double>(c.offload_bytes), 1.0,
+                0.15)
+        << "measured " << c.offload_bytes << "\n"
+        << table;
+    StepOptions halo;
+    halo.inject = Fault::kHalo;
+    EXPECT_GT(check(g, plan, gc, 21, halo).worst(), 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace tessel::core
+
+namespace tessel::core {
+namespace {
+
+// A resident checkpoint keeps its glass as one vector a block too (SparseCheckpoint): the step's
+// measured peak falls with the glass, and the plan predicts it.
+TEST(Glass, ResidentCheckpointsHoldNoGlassAndThePlanPredictsThePeak) {
+  MemoryTracker::install();
+  Graph g = models::build_model("vgg-mini");
+  const Shape in{3, 768, 768};
+  const Background b = synthetic_background(in, 16, 0.9, 5);
+  PlanOptions o;
+  o.strategy = Strategy::kGrid;
+  o.background = std::make_shared<CellMask>(b.cells);
+  o.overrides.tiles_y = 8;
+  o.overrides.tiles_x = 8;
+  o.overrides.checkpoints = checkpoint_candidates(g);
+  o.overrides.checkpoints->resize(3);
+  const Plan plan = make_plan(g, in, 0, o);
+  const std::string table = to_string(plan, g);
+  ASSERT_GT(plan.glass.glass_forward_tiles, 0) << table;
+  ASSERT_GT(plan.glass.uniform_checkpoint_bytes, 0) << table;
+  const at::Tensor image = paint_background(at::rand({1, 3, in.height, in.width}), b);
+  TensorTileSource source(image);
+  source.set_background(b);
+  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  auto peak = [&](bool glass) {
+    for (auto& p : g.module().parameters()) p.mutable_grad() = at::zeros_like(p);
+    StepOptions so;
+    so.glass = glass;
+    return train_step(g, plan, source, at::Tensor(), loss, so).measured_peak_bytes;
+  };
+  const int64_t sparse = peak(true), dense = peak(false);
+  const int64_t predicted = plan.predicted.checkpoints + plan.predicted.working_set;
+  RecordProperty("measured_peak_bytes", std::to_string(sparse));
+  RecordProperty("dense_measured_peak_bytes", std::to_string(dense));
+  RecordProperty("predicted_peak_bytes", std::to_string(predicted));
+  EXPECT_LT(sparse, dense) << table;
+  EXPECT_NEAR(static_cast<double>(sparse) / static_cast<double>(predicted), 1.0, 0.15)
+      << "predicted " << format_bytes(predicted) << ", measured " << format_bytes(sparse)
+      << " (dense " << format_bytes(dense) << ")\n"
+      << table;
 }
 
 }  // namespace
