@@ -103,8 +103,8 @@ Step::Output::Output(Step& step, int index)
         *step.store_, shape_, s_.blocks, s_.tier, options,
         KeptBlocks{s_.resident_blocks, step.glass(index).uniform_blocks(s_.forward, s_.blocks)});
     stored_ = stored.get();
-  } else if (s_.reduction < 0 && !output_is_tile_ && index + 1 < step.segments() &&
-             step.glass(index).forward_count() > 0) {
+  } else if (!output_is_tile_ &&
+             sparse_checkpoint(step.plan_, static_cast<size_t>(index), step.glass_)) {
     // Resident, by forward tile: a glass tile's block keeps the output's uniform value alone.
     auto& sparse = step.sparse_[s_.output];
     sparse =

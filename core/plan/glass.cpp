@@ -206,6 +206,14 @@ std::vector<uint8_t> SegmentGlass::uniform_blocks(const Partition& part,
   return uniform;
 }
 
+bool sparse_checkpoint(const Plan& plan, size_t i, const std::vector<SegmentGlass>& glass) {
+  if (i + 1 >= plan.segments.size() || i >= glass.size()) return false;
+  const Segment& s = plan.segments[i];
+  if (s.tier != Tier::kResident || s.reduction >= 0 || glass[i].forward_count() == 0) return false;
+  if (s.keeps_graph() && s.forward.tiles() == 1) return false;  // the tile is the output
+  return !plan.segments[i + 1].keeps_graph();
+}
+
 SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
                            const CellMask& input, bool training, bool image_gradient) {
   std::string obstacle = input.none() ? "" : glass_obstacle(graph, s, training);

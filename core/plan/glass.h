@@ -93,6 +93,12 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
 SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
                            const CellMask& input, bool training, bool image_gradient);
 
+// Whether segment `i`'s output, a resident checkpoint, keeps its glass as one vector a block
+// (SparseCheckpoint) in a step whose segments' glass tiles are `glass`: where the forward has
+// glass tiles and the next segment reads it tile by tile without keeping the tiles' graphs (a
+// kept graph holds the tile it read; a copy across blocks would be held beside the checkpoint).
+bool sparse_checkpoint(const Plan& plan, size_t i, const std::vector<SegmentGlass>& glass);
+
 // Every segment's glass tiles in a step of `plan` on an image whose uniform positions are
 // `image` (cells over the image; empty: none): each segment's input is uniform where the
 // previous one's glass tiles cover it (SegmentGlass::output). `image_gradient`: the image's

@@ -383,7 +383,8 @@ int64_t glass_bytes(const Analysis& a, const Segment& s, const std::vector<uint8
 }
 
 // Checkpoints keep their glass as one vector a block (core/exec/glass.h): a resident one holds
-// it by forward tile (SparseCheckpoint), an offloaded one in its blocks (StoredActivation). The
+// it by forward tile where sparse_checkpoint says (SparseCheckpoint), an offloaded one in its
+// blocks (StoredActivation). The
 // bytes so kept take no memory in the passes the checkpoint lives through (its segment's forward
 // to the next one's backward; an offloaded one's resident blocks only, in the passes
 // keep_partly_resident counts them), and offloaded ones are never moved (the search's five
@@ -397,6 +398,7 @@ double sparse_checkpoints(const Analysis& a, Plan& plan, const std::vector<Segme
     plan.glass.checkpoint_bytes += a.bytes(s.output);
     int64_t freed = 0;  // resident bytes
     if (s.tier == Tier::kResident) {
+      if (!sparse_checkpoint(plan, i, glass)) continue;
       freed = glass_bytes(a, s, glass[i].forward);
       plan.glass.uniform_checkpoint_bytes += freed;
     } else {
