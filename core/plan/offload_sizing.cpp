@@ -418,20 +418,14 @@ int64_t uniform_bytes(const Analysis& a, const Segment& s, const std::vector<uin
   return n;
 }
 
-namespace {
-
-// Each segment's glass tiles in a training step over the request's background (none without).
-std::vector<SegmentGlass> step_glass(const Analysis& a, const Plan& plan) {
-  if (!a.options.background) return std::vector<SegmentGlass>(plan.segments.size());
-  Plan p = plan;
-  p.shapes = a.shapes;
-  return plan_glass(a.graph, p, *a.options.background, /*training=*/true, a.options.input_gradient);
-}
-
-}  // namespace
-
 void count_moved_bytes(const Analysis& a, Plan& plan) {
-  const std::vector<SegmentGlass> glass = step_glass(a, plan);
+  // Each segment's glass tiles in a training step over the request's background (none without).
+  std::vector<SegmentGlass> glass(plan.segments.size());
+  if (a.options.background) {
+    plan.shapes = a.shapes;  // as the finished plan's (make_plan)
+    glass = plan_glass(a.graph, plan, *a.options.background, /*training=*/true,
+                       a.options.input_gradient);
+  }
   for (Segment& s : plan.segments) {
     s.inner_moved_bytes =
         s.inner_tier() == Tier::kResident ? 0 : inner_moved_bytes(a, s, plan.window_bytes);

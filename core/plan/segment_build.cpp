@@ -384,11 +384,11 @@ int64_t glass_bytes(const Analysis& a, const Segment& s, const std::vector<uint8
 
 // Checkpoints keep their glass as one vector a block (core/exec/glass.h): a resident one holds
 // it by forward tile where sparse_checkpoint says (SparseCheckpoint), an offloaded one in its
-// blocks (StoredActivation). The
-// bytes so kept take no memory in the passes the checkpoint lives through (its segment's forward
-// to the next one's backward; an offloaded one's resident blocks only, in the passes
-// keep_partly_resident counts them), and offloaded ones are never moved (the search's five
-// passes over them, as finish_candidate prices). Returns the moves' price; fills the summary.
+// blocks (StoredActivation). The bytes so kept take no memory in the passes the checkpoint lives
+// through (its segment's forward to the next one's backward; an offloaded one's resident blocks
+// only, in the passes keep_partly_resident counts them), and offloaded ones are never moved (the
+// search's five passes over them, as finish_candidate prices). Returns the moves' price; fills
+// the summary.
 double sparse_checkpoints(const Analysis& a, Plan& plan, const std::vector<SegmentGlass>& glass,
                           std::vector<MemoryBreakdown>& passes) {
   double moved = 0;

@@ -222,12 +222,4 @@ at::Tensor SparseCheckpoint::read(const Region& r, at::MemoryFormat format) cons
   return out;
 }
 
-int64_t SparseCheckpoint::bytes() const {
-  int64_t n = 0;
-  for (const at::Tensor& t : block_) {
-    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
-  }
-  return n;
-}
-
 }  // namespace tessel::core

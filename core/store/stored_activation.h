@@ -97,7 +97,6 @@ class SparseCheckpoint {
   void write(const Region& r, const at::Tensor& tile);
   // Region `r`: a view where it lies in one dense block, else a new tensor in `format`.
   at::Tensor read(const Region& r, at::MemoryFormat format) const;
-  int64_t bytes() const;  // the dense blocks' and the values'
 
  private:
   Shape shape_;
