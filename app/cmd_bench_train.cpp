@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "app/command.h"
+#include "app/parse.h"
 #include "core/error.h"
 
 namespace tessel::app {
@@ -231,6 +232,7 @@ void add_bench_train(CLI::App* bench, CommandRegistry& registry) {
       ->delimiter(',')
       ->check(CLI::IsMember({"none", "grid", "rows", "rows-shared", "auto"}));
   cmd->add_option("--budget", args->budget, "Memory budget of the tiled strategies")
+      ->check(positive_bytes())
       ->capture_default_str();
   cmd->add_option("--memory-limit", args->memory_limit,
                   "Points predicted above this are recorded as out of memory, not run")

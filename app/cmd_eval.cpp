@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "app/command.h"
+#include "app/parse.h"
 #include "app/progress.h"
 #include "pipelines/evaluate.h"
 
@@ -24,7 +25,8 @@ void register_eval(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->check(CLI::IsMember({"train", "val", "test", "all"}))
       ->capture_default_str();
   cmd->add_option("--out", *out, "Write per-slide predictions to this CSV");
-  cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)");
+  cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)")
+      ->check(positive_bytes());
   cmd->add_option("--device", request->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one)")
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "app/command.h"
+#include "app/parse.h"
 #include "app/progress.h"
 #include "pipelines/evaluate.h"
 
@@ -26,7 +27,8 @@ void register_heatmap(CLI::App& app, const GlobalOptions& /*global*/, CommandReg
   cmd->add_option("--class", request->class_name,
                   "Class drawn, or whose attention branch is drawn for an attention head "
                   "(default: the last class)");
-  cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)");
+  cmd->add_option("--budget", request->budget, "Memory budget (default: the training run's)")
+      ->check(positive_bytes());
   cmd->add_option("--device", request->device,
                   "cpu, cuda, cuda:N, or auto (the first GPU when there is one)")
       ->capture_default_str();

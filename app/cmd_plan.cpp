@@ -181,6 +181,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
   cmd->add_option("--size", args->size,
                   "Image size WIDTHxHEIGHT in pixels (or --slide: the slide's own)");
   cmd->add_option("--budget", args->budget, "Memory budget, e.g. 2GiB, 512MiB")
+      ->check(positive_bytes())
       ->capture_default_str();
   cmd->add_option("--strategy", args->strategy,
                   "none, grid, rows (LR-CNN OverL), rows-shared (LR-CNN 2PS) or auto")

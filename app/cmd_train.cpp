@@ -1,11 +1,14 @@
 // `tessel train --config run.yaml [key=value ...]`, `tessel train --resume RUN_DIR`: slide-level
-// training (pipelines/train.h). Ctrl-C or SIGTERM stops after the current slide and writes a
-// checkpoint; a second Ctrl-C ends at once. With --distributed, one process per rank
-// (docs/distributed.md); a stop on any rank stops them all after the current step.
+// training (pipelines/train.h). Ctrl-C, SIGTERM or SIGUSR1 stops after the current slide, writes a
+// checkpoint and exits 128 + the signal's number (130, 143, 138: a scheduler tells a stopped run
+// from a finished one, 0, and a failed one, 1); a second signal ends at once. With --distributed,
+// one process per rank (docs/distributed.md); a stop on any rank stops them all after the current
+// step, and every rank exits with the stopped code.
 #include <unistd.h>
 
 #include <spdlog/sinks/sink.h>
 #include <spdlog/spdlog.h>
+#include <array>
 #include <atomic>
 #include <csignal>
 #include <iostream>
@@ -22,12 +25,24 @@ namespace tessel::app {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};  // the first stopping signal received
 
 void on_signal(int signal) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, signal);
   if (g_stop.exchange(true)) {
     std::signal(signal, SIG_DFL);
     std::raise(signal);
   }
+}
+
+constexpr std::array<int, 3> kStopSignals{SIGINT, SIGTERM, SIGUSR1};
+
+// 128 + the signal that stopped the run, as a shell reports a process a signal ended; a rank that
+// stopped because another rank was signalled reports SIGTERM's (docs/train-config.md).
+int stopped_exit_code() {
+  const int signal = g_signal.load();
+  return 128 + (signal != 0 ? signal : SIGTERM);
 }
 
 struct TrainArgs {
@@ -74,6 +89,10 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("overrides", args->overrides, "key=value settings over the config file");
   cmd->callback([&registry, args] {
     registry.selected = [args] {
+      // From the start (a signal while the config and manifest load stops the run after its
+      // first slide) to the end: a signal after the run finished leaves it finished, exit 0,
+      // instead of killing a process whose work is done.
+      for (const int signal : kStopSignals) std::signal(signal, on_signal);
       pipelines::TrainRequest request;
       if (!args->device.empty()) args->overrides.push_back("device=" + args->device);
       if (!args->precision.empty()) args->overrides.push_back("precision=" + args->precision);
@@ -106,12 +125,9 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       ProgressPrinter progress(isatty(STDERR_FILENO) == 1);
       if (lead) request.observer = &progress;
       request.stop = &g_stop;
-      std::signal(SIGINT, on_signal);
-      std::signal(SIGTERM, on_signal);
       const pipelines::TrainSummary s = pipelines::train(request);
-      std::signal(SIGINT, SIG_DFL);
-      std::signal(SIGTERM, SIG_DFL);
-      if (!lead) return 0;
+      const int code = s.interrupted ? stopped_exit_code() : 0;
+      if (!lead) return code;
       std::cout << (s.interrupted ? "stopped" : "trained") << " " << s.epochs_done << " epoch(s), "
                 << s.steps << " step(s) in " << static_cast<int64_t>(s.seconds) << " s; run folder "
                 << s.run_dir.string() << "\n";
@@ -123,7 +139,7 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       if (s.interrupted) {
         std::cout << "continue with: tessel train --resume " << s.run_dir.string() << "\n";
       }
-      return 0;
+      return code;
     };
   });
 }

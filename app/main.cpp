@@ -2,7 +2,9 @@
 // Exit codes: 0 done, 1 the work failed (message on stderr), 2 the command line is wrong.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <iostream>
+#include <thread>
 
 #include "app/command.h"
 #include "core/device/runtime.h"
@@ -27,8 +29,12 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
   app.add_option("--log-file", global.log_file, "Also write the log to this file");
-  app.add_option("--threads", global.threads, "LibTorch intra-op threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+  // More threads than the machine's cores only slow LibTorch down (10000 took 40 s to start).
+  const int cores = std::max(1U, std::thread::hardware_concurrency());
+  app.add_option("--threads", global.threads,
+                 "LibTorch intra-op threads, at most this machine's " + std::to_string(cores) +
+                     " (default: all cores)")
+      ->check(CLI::Range(0, cores));
 
   app::CommandRegistry registry;
   app::register_doctor(app, global, registry);

@@ -1,6 +1,8 @@
 // Argument parsing shared by the CLI's subcommands.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -11,8 +13,15 @@ struct OffloadPrices;
 
 namespace tessel::app {
 
-// "20000x20000" (WIDTHxHEIGHT) → {height, width}; throws tessel::Error otherwise.
+// The longest image side the CLI takes: 2^20 px, three times a 75 mm slide scanned at 0.25 µm/px.
+inline constexpr int64_t kMaxImageSide = int64_t{1} << 20;
+
+// "20000x20000" (WIDTHxHEIGHT) → {height, width}, each side 1 to kMaxImageSide; throws
+// tessel::Error otherwise.
 std::pair<int64_t, int64_t> parse_size(const std::string& text);
+
+// --budget and the like: a size parse_bytes reads, more than zero (a CLI11 check: a usage error).
+CLI::Validator positive_bytes();
 
 // "NS_PER_BYTE,GFLOPS" (--prices of tessel plan and bench step) as the planner's offload prices,
 // marked given. Throws tessel::Error naming the text when it is not two positive numbers.

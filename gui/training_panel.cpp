@@ -18,12 +18,12 @@
 #include <QVBoxLayout>
 
 #include <exception>
-#include <fstream>
 
 #include "gui/elided_label.h"
 #include "gui/heatmap_overlay.h"
 #include "gui/slide_document.h"
 #include "gui/wheel_guard.h"
+#include "io/durable.h"
 #include "io/manifest.h"
 #include "pipelines/import_network.h"
 
@@ -619,11 +619,11 @@ bool TrainingPanel::load_config(const QString& path) {
 bool TrainingPanel::save_config(const QString& path) {
   const auto c = config();
   if (!c) return false;
-  std::ofstream out(path.toStdString());
-  out << c->to_yaml();
-  out.close();
-  if (!out) {
-    show_message(tr("Cannot write %1").arg(path), true);
+  try {
+    // Through a partial file, fsync and a rename: a full disk says so, the old file stays whole.
+    io::write_file_atomically(path.toStdString(), c->to_yaml(), "the config");
+  } catch (const std::exception& e) {
+    show_message(QString::fromStdString(e.what()), true);
     return false;
   }
   base_ = *c;

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "io/durable.h"
+#include "io/user_file.h"
 
 namespace tessel::io {
 namespace {
@@ -461,6 +462,7 @@ void check_header(const std::filesystem::path& path, const Reader& r) {
 }  // namespace
 
 std::string checkpoint_header(const std::filesystem::path& path) {
+  if (!not_a_regular_file(path).empty()) return {};
   std::ifstream in(path, std::ios::binary);
   std::string block(kUserBlock, '\0');
   in.read(block.data(), static_cast<std::streamsize>(block.size()));
@@ -472,8 +474,9 @@ std::string checkpoint_header(const std::filesystem::path& path) {
 
 CheckpointState read_checkpoint(const std::filesystem::path& path) {
   silence_hdf5();
-  if (!std::filesystem::exists(path)) {
-    throw Error("checkpoint " + path.string() + " does not exist");
+  if (const std::string why = not_a_regular_file(path); !why.empty()) {
+    throw Error("checkpoint " + path.string() +
+                (why == "no such file" ? std::string(" does not exist") : ": " + why));
   }
   const Reader r(path);
   check_header(path, r);

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/durable.h"
 #include "io/thumbnail.h"
 #include "io/vips.h"
 
@@ -16,24 +16,19 @@ namespace {
 
 using vips::VImage;
 
-// Writes through "<path>.partial" and a rename, removing the partial file on failure.
-template <typename Write>
-void write_atomically(const std::filesystem::path& path, const char* what, Write&& write) {
-  // libvips picks the format from the name's extension: keep it last.
-  std::filesystem::path partial = path;
-  partial.replace_filename(".partial-" + path.filename().string());
+// Encodes the image in memory (`encode` returns libvips' blob), then writes it through
+// "<path>.partial", fsync and a rename (io/durable.h): a full disk is an error naming the file and
+// the reason, and leaves no partial file.
+template <typename Encode>
+void write_atomically(const std::filesystem::path& path, const char* what, Encode&& encode) {
+  std::string bytes;
   try {
-    write(partial);
-    std::filesystem::rename(partial, path);
+    bytes = take_blob(encode());
   } catch (const vips::VError& e) {
-    std::error_code ignored;
-    std::filesystem::remove(partial, ignored);
-    throw Error("cannot write the " + std::string(what) + " " + path.string() + ": " + e.what());
-  } catch (const std::exception& e) {
-    std::error_code ignored;
-    std::filesystem::remove(partial, ignored);
+    vips_error_text();  // clears libvips' buffer; e.what() holds the same text
     throw Error("cannot write the " + std::string(what) + " " + path.string() + ": " + e.what());
   }
+  write_file_atomically(path, bytes, "the " + std::string(what));
 }
 
 void blend(uint8_t* rgb, const std::array<uint8_t, 3>& colour, double alpha) {
@@ -114,7 +109,7 @@ void write_heatmap_tiff(const std::filesystem::path& path, const Heatmap& heatma
     const auto colour = turbo(scores[i]);
     std::copy(colour.begin(), colour.end(), cells.begin() + static_cast<std::ptrdiff_t>(3 * i));
   }
-  write_atomically(path, "heatmap TIFF", [&](const std::filesystem::path& partial) {
+  write_atomically(path, "heatmap TIFF", [&] {
     VImage grid =
         VImage::new_from_memory(cells.data(), cells.size(), static_cast<int>(heatmap.cols),
                                 static_cast<int>(heatmap.rows), 3, VIPS_FORMAT_UCHAR);
@@ -135,7 +130,7 @@ void write_heatmap_tiff(const std::filesystem::path& path, const Heatmap& heatma
       // libvips' resolution unit is pixels per millimetre.
       options->set("xres", 1000.0 / *mpp)->set("yres", 1000.0 / *mpp);
     }
-    big.tiffsave(partial.c_str(), options);
+    return big.tiffsave_buffer(options);
   });
 }
 
@@ -176,7 +171,7 @@ void write_heatmap_overlay(const std::filesystem::path& path, const Slide& slide
                 canvas.begin() + static_cast<std::ptrdiff_t>(3 * (y * width + x)));
     }
   }
-  write_atomically(path, "heatmap overlay", [&](const std::filesystem::path& partial) {
+  write_atomically(path, "heatmap overlay", [&] {
     VImage image = VImage::new_from_memory(canvas.data(), canvas.size(), static_cast<int>(width),
                                            static_cast<int>(height), 3, VIPS_FORMAT_UCHAR);
     const auto label = [&](const std::string& text, int64_t x, int64_t y) {
@@ -193,7 +188,7 @@ void write_heatmap_overlay(const std::filesystem::path& path, const Slide& slide
     label("1", bar_x1 + 6, text_y);
     label(class_name.starts_with("attention") ? class_name + " / max" : "P(" + class_name + ")",
           bar_x1 + 24, text_y);
-    image.pngsave(partial.c_str());
+    return image.pngsave_buffer();
   });
 }
 
@@ -265,12 +260,7 @@ void write_heatmap_geojson(const std::filesystem::path& path, const Heatmap& fin
     }
   }
   const nlohmann::json collection = {{"type", "FeatureCollection"}, {"features", features}};
-  write_atomically(path, "heatmap GeoJSON", [&](const std::filesystem::path& partial) {
-    std::ofstream out(partial);
-    out << collection.dump() << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("the disk may be full");
-  });
+  write_file_atomically(path, collection.dump() + "\n", "the heatmap GeoJSON");
 }
 
 }  // namespace tessel::io

@@ -12,7 +12,9 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/roi.h"
 #include "io/slide.h"
+#include "io/user_file.h"
 
 namespace tessel::io {
 namespace {
@@ -112,16 +114,7 @@ std::vector<Record> parse_csv(std::string text, std::vector<ManifestProblem>& pr
 }
 
 std::string read_file(const fs::path& csv) {
-  std::error_code ec;
-  if (!fs::exists(csv, ec)) throw Error("cannot read manifest " + csv.string() + ": no such file");
-  if (fs::is_directory(csv, ec)) {
-    throw Error("cannot read manifest " + csv.string() + ": it is a folder, not a CSV file");
-  }
-  std::ifstream in(csv, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) throw Error("cannot read manifest " + csv.string() + ": the file cannot be read");
-  return text.str();
+  return read_user_file(csv, "cannot read manifest " + csv.string() + ": ", kMaxTextFileBytes);
 }
 
 // Labels that are all ASCII digits name a class by its index.
@@ -154,6 +147,22 @@ std::string same_file_key(const fs::path& slide) {
   return (ec ? slide.lexically_normal() : canonical).string();
 }
 
+// Why a row's `mpp` or `roi` cannot be used, or "" (the file itself is read with the slide).
+std::string metadata_problem(const std::map<std::string, std::string>& metadata,
+                             const fs::path& csv) {
+  try {
+    (void)manifest_mpp(metadata);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (const std::optional<fs::path> roi = manifest_roi(metadata, csv)) {
+    if (const std::string why = not_a_regular_file(*roi); !why.empty()) {
+      return "region of interest " + roi->string() + ": " + why;
+    }
+  }
+  return {};
+}
+
 struct Columns {
   int slide = -1, label = -1, split = -1, patient = -1;
   std::vector<std::pair<int, std::string>> metadata;  // index, header name
@@ -181,7 +190,8 @@ Columns read_header(const Record& header, std::vector<ManifestProblem>& problems
     } else if (key == "patient") {
       columns.patient = i;
     } else {
-      columns.metadata.emplace_back(i, name);
+      // The columns Tessel reads (`mpp`, `roi`) under their own names, whatever their case.
+      columns.metadata.emplace_back(i, key == "mpp" || key == "roi" ? key : name);
     }
   }
   for (auto [index, name] : {std::pair{columns.slide, "slide"}, {columns.label, "label"}}) {
@@ -306,6 +316,14 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
                         Severity::kError});
     return manifest;
   }
+  for (const std::string& name : records.front().fields) {
+    if (const std::string bad = utf8_problem(name); !bad.empty()) {
+      problems.push_back({records.front().line, "",
+                          "the header is not UTF-8 text (" + bad + "); save the manifest as UTF-8",
+                          Severity::kError});
+      return manifest;
+    }
+  }
   const Columns columns = read_header(records.front(), problems);
   if (columns.slide < 0 || columns.label < 0) return manifest;
   manifest.has_split_column = columns.split >= 0;
@@ -334,6 +352,15 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
             std::to_string(field_count) + " (a comma inside a value needs quotes around it)");
       continue;
     }
+    // Names, labels and paths go into JSON records and HDF5 attributes: UTF-8 only, refused here
+    // with the line rather than mid-run (a cp1252 "é" once ended training naming nothing).
+    for (size_t f = 0; f < record.fields.size() && row.ok; ++f) {
+      if (const std::string bad = utf8_problem(record.fields[f]); !bad.empty()) {
+        error("the " + trimmed(records.front().fields[f]) + " column is not UTF-8 text (" + bad +
+              "); save the manifest as UTF-8, and rename files whose names are not");
+      }
+    }
+    if (!row.ok) continue;
     auto cell = [&](int column) { return trimmed(record.fields[column]); };
     row.slide_as_written = cell(columns.slide);
     row.entry.label = cell(columns.label);
@@ -414,13 +441,19 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
     }
   }
 
-  // Slide files last: a missing file skips the slide, it does not reject the manifest.
+  // Slide files last: a missing file skips the slide, it does not reject the manifest; so do an
+  // `mpp` or `roi` that training could not use (found here, not mid-run).
   for (Row& row : rows) {
     if (!row.ok) continue;
     std::error_code ec;
+    std::string skip;
     if (!fs::exists(row.entry.slide, ec)) {
-      problems.push_back({row.entry.line, row.entry.slide.string(),
-                          "slide file not found: " + row.entry.slide.string(), Severity::kSkip});
+      skip = "slide file not found: " + row.entry.slide.string();
+    } else {
+      skip = metadata_problem(row.entry.metadata, csv);
+    }
+    if (!skip.empty()) {
+      problems.push_back({row.entry.line, row.entry.slide.string(), skip, Severity::kSkip});
       manifest.skipped.push_back(std::move(row.entry));
     } else {
       manifest.entries.push_back(std::move(row.entry));
@@ -429,6 +462,31 @@ Manifest load_manifest(const fs::path& csv, const ManifestOptions& options) {
   std::stable_sort(problems.begin(), problems.end(),
                    [](const auto& a, const auto& b) { return a.line < b.line; });
   return manifest;
+}
+
+std::optional<double> manifest_mpp(const std::map<std::string, std::string>& metadata) {
+  const auto cell = metadata.find("mpp");
+  if (cell == metadata.end() || trimmed(cell->second).empty()) return std::nullopt;
+  const std::string text = trimmed(cell->second);
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !std::isfinite(value) || !(value > 0)) {
+    throw Error("mpp '" + text + "' is not a positive number of microns per pixel");
+  }
+  return value;
+}
+
+std::optional<fs::path> manifest_roi(const std::map<std::string, std::string>& metadata,
+                                     const fs::path& csv) {
+  const auto cell = metadata.find("roi");
+  if (cell == metadata.end() || trimmed(cell->second).empty()) return std::nullopt;
+  const fs::path roi(trimmed(cell->second));
+  return roi.is_absolute() ? roi : fs::absolute(csv).parent_path() / roi;
 }
 
 void check_slides(Manifest& manifest) {
@@ -442,6 +500,10 @@ void check_slides(Manifest& manifest) {
       const int64_t width = std::min<int64_t>(size.width, 64);
       const int64_t height = std::min<int64_t>(size.height, 64);
       slide.read_region(level, (size.width - width) / 2, (size.height - height) / 2, width, height);
+      if (const std::optional<fs::path> roi = manifest_roi(entry.metadata, manifest.path)) {
+        // Its polygons on this slide: training would skip the slide for a broken or foreign ROI.
+        (void)read_roi(*roi, slide.level(0).width, slide.level(0).height);
+      }
       usable.push_back(std::move(entry));
     } catch (const Error& e) {
       manifest.problems.push_back({entry.line, entry.slide.string(), e.what(), Severity::kSkip});

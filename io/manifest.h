@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -64,9 +65,18 @@ struct ManifestOptions {
 // itself wrong; everything wrong inside the file becomes a ManifestProblem.
 Manifest load_manifest(const std::filesystem::path& csv, const ManifestOptions& options = {});
 
-// Opens every entry with OpenSlide and reads one small region of its smallest level; a slide that
-// fails moves from `entries` to `skipped` with a kSkip problem giving OpenSlide's reason.
+// Opens every entry with OpenSlide and reads one small region of its smallest level, and reads its
+// `roi` file against the slide's size; a slide that fails moves from `entries` to `skipped` with
+// a kSkip problem giving the reason.
 void check_slides(Manifest& manifest);
+
+// A row's `mpp` cell: none (absent or empty) or a positive, finite number; throws tessel::Error
+// "mpp '…' is not a positive number of microns per pixel" otherwise. load_manifest skips rows
+// whose mpp this refuses, and whose `roi` names no regular file.
+std::optional<double> manifest_mpp(const std::map<std::string, std::string>& metadata);
+// A row's `roi` file, relative paths from the CSV's folder; none when the cell is absent or empty.
+std::optional<std::filesystem::path> manifest_roi(
+    const std::map<std::string, std::string>& metadata, const std::filesystem::path& csv);
 
 // Replaces every entry's split with a seeded one, for manifests without a split column. Patients
 // are never separated (a slide without a patient is its own patient); patients are stratified

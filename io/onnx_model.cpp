@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/user_file.h"
 
 namespace tessel::io {
 namespace {
@@ -16,14 +17,82 @@ namespace {
   throw Error("ONNX file " + file.string() + ": " + what);
 }
 
-// A TensorProto as a CPU tensor: raw little-endian bytes or the typed fields.
+// Where an external tensor's bytes are: the file beside the model (its `location`, which may not
+// leave the model's folder), the offset and the length (ONNX's external data: `torch.onnx.export`
+// writes NET.onnx.data by default).
+struct ExternalData {
+  std::filesystem::path path;
+  int64_t offset = 0;
+  int64_t length = -1;  // -1: to the end of the file
+};
+
+ExternalData external_data(const onnx::TensorProto& t, const std::filesystem::path& file,
+                           const std::string& name) {
+  ExternalData d;
+  std::string location;
+  for (const onnx::StringStringEntryProto& e : t.external_data()) {
+    const auto number = [&](const char* what) {
+      const std::string& v = e.value();
+      if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) {
+        fail(file, name + "'s external " + what + " '" + v + "' is not a number of bytes");
+      }
+      return std::stoll(v);
+    };
+    if (e.key() == "location") location = e.value();
+    if (e.key() == "offset") d.offset = number("offset");
+    if (e.key() == "length") d.length = number("length");
+  }
+  const std::filesystem::path relative = std::filesystem::path(location).lexically_normal();
+  const bool leaves = relative.is_absolute() || relative.has_root_name() || relative.empty() ||
+                      *relative.begin() == ".." || relative == ".";
+  if (location.empty() || leaves) {
+    fail(file, name + "'s external data '" + location +
+                   "' is not a file in the model's folder; Tessel reads external data only "
+                   "from beside the .onnx file");
+  }
+  const std::filesystem::path folder = file.parent_path().empty() ? "." : file.parent_path();
+  d.path = folder / relative;
+  // A link out of the folder counts as leaving it.
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(d.path, ec);
+  const std::filesystem::path home = std::filesystem::weakly_canonical(folder, ec);
+  if (!ec && std::filesystem::relative(real, home).native().starts_with("..")) {
+    fail(file, name + "'s external data " + d.path.string() + " leads out of the model's folder");
+  }
+  if (const std::string why = not_a_regular_file(d.path); !why.empty()) {
+    fail(file, name + "'s external data " + d.path.string() + ": " + why);
+  }
+  return d;
+}
+
+// An external tensor of `expected` bytes; allocated only once the file is known to hold them.
+at::Tensor read_external(const onnx::TensorProto& t, const std::filesystem::path& file,
+                         const std::string& name, const std::vector<int64_t>& shape,
+                         at::ScalarType type, int64_t expected) {
+  const ExternalData d = external_data(t, file, name);
+  if (d.length >= 0 && d.length != expected) {
+    fail(file, name + "'s external data holds " + std::to_string(d.length) +
+                   " bytes for a shape of " + std::to_string(expected) + " bytes");
+  }
+  std::ifstream in(d.path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<int64_t>(in.tellg());
+  if (!in || d.offset > size || size - d.offset < expected) {
+    fail(file, name + "'s external data " + d.path.string() + " is shorter than its offset " +
+                   std::to_string(d.offset) + " and " + std::to_string(expected) +
+                   " bytes (truncated, or not this model's)");
+  }
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type));
+  in.seekg(d.offset);
+  if (expected > 0) in.read(static_cast<char*>(out.data_ptr()), expected);
+  if (!in) fail(file, name + "'s external data " + d.path.string() + " cannot be read");
+  return out;
+}
+
+// A TensorProto as a CPU tensor: raw little-endian bytes, the typed fields, or external data.
 at::Tensor to_tensor(const onnx::TensorProto& t, const std::filesystem::path& file) {
   const std::string name = "tensor '" + t.name() + "'";
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    fail(file, name +
-                   " is stored in a separate file (external data), which Tessel does not read "
-                   "yet: export with the weights inside the .onnx file");
-  }
+  const bool external = t.data_location() == onnx::TensorProto::EXTERNAL;
   std::vector<int64_t> shape(t.dims().begin(), t.dims().end());
   int64_t count = 1;
   for (int64_t d : shape) {
@@ -52,6 +121,7 @@ at::Tensor to_tensor(const onnx::TensorProto& t, const std::filesystem::path& fi
                        : type == at::kDouble ? int64_t{t.double_data_size()} * 8
                                              : int64_t{t.int64_data_size()} * 8;
   const int64_t expected = count * static_cast<int64_t>(c10::elementSize(type));
+  if (external) return read_external(t, file, name, shape, type, expected);
   if (held != expected) {
     fail(file, name + " holds " + std::to_string(held) + " bytes for a shape of " +
                    std::to_string(count) + " values");
@@ -76,6 +146,9 @@ at::Tensor to_tensor(const onnx::TensorProto& t, const std::filesystem::path& fi
 }  // namespace
 
 OnnxModel read_onnx(const std::filesystem::path& file) {
+  if (const std::string why = not_a_regular_file(file); !why.empty()) {
+    fail(file, why == "no such file" ? "does not exist" : why);
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     fail(file, std::filesystem::exists(file) ? "cannot be read" : "does not exist");
@@ -98,7 +171,7 @@ OnnxModel read_onnx(const std::filesystem::path& file) {
   if (model.opset < kOldestOnnxOpset || model.opset > kNewestOnnxOpset) {
     fail(file, "is opset " + std::to_string(model.opset) + "; Tessel reads opsets " +
                    std::to_string(kOldestOnnxOpset) + " to " + std::to_string(kNewestOnnxOpset) +
-                   " (torch.onnx.export(..., opset_version=17 or 18))");
+                   " (torch.onnx.export(..., opset_version=18), or the default 20)");
   }
   const onnx::GraphProto& graph = proto.graph();
   for (const onnx::TensorProto& t : graph.initializer()) {

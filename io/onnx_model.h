@@ -35,8 +35,10 @@ struct OnnxModel {
   std::map<std::string, at::Tensor> constants;  // float32, float64 or int64, on the CPU
 };
 
-// The opsets Tessel reads (torch 2.11 exports opset 18; its legacy exporter 17).
-constexpr int64_t kOldestOnnxOpset = 11, kNewestOnnxOpset = 18;
+// The opsets Tessel reads (torch 2.11 exports opset 20 by default, 18 when asked; its legacy
+// exporter 17). Opsets 19 and 20 change nothing the importer reads: AveragePool gains dilations
+// (refused), Pad the "wrap" mode (refused), Gelu becomes a standard op (read as before).
+constexpr int64_t kOldestOnnxOpset = 11, kNewestOnnxOpset = 20;
 // The largest dimension of the image input Tessel reads (2^31 - 1).
 constexpr int64_t kMaxOnnxInputSize = (int64_t{1} << 31) - 1;
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/user_file.h"
 
 namespace tessel::io {
 namespace {
@@ -173,11 +174,9 @@ RegionOfInterest parse_roi(const std::string& geojson, const std::string& source
 
 RegionOfInterest read_roi(const std::filesystem::path& path, int64_t slide_width,
                           int64_t slide_height) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("region of interest " + path.string() + ": cannot open the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_roi(text.str(), path.string(), slide_width, slide_height);
+  const std::string text =
+      read_user_file(path, "region of interest " + path.string() + ": ", kMaxTextFileBytes);
+  return parse_roi(text, path.string(), slide_width, slide_height);
 }
 
 core::Region training_region(const std::string& slide, int64_t slide_width, int64_t slide_height,

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/user_file.h"
 
 namespace tessel::io {
 namespace {
@@ -64,10 +65,10 @@ void rgb_from_premultiplied_argb(const uint32_t* argb, int64_t count, Rgb backgr
 Slide::Slide(const std::filesystem::path& path) : path_(path) {
   const std::string name = path.string();
   const std::string prefix = "cannot open slide " + name + ": ";
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw Error(prefix + "no such file");
-  if (std::filesystem::is_directory(path, ec)) {
-    throw Error(prefix + "it is a folder, not a slide file");
+  if (const std::string why = not_a_regular_file(path); !why.empty()) {
+    // A MIRAX slide's .mrxs names its folder beside it; the slide is still the one file.
+    throw Error(prefix +
+                (why == "it is a folder, not a file" ? "it is a folder, not a slide file" : why));
   }
   const char* vendor = openslide_detect_vendor(name.c_str());
   if (vendor == nullptr) {

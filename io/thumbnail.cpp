@@ -1,14 +1,13 @@
 #include "io/thumbnail.h"
 
-#include <unistd.h>
 #include <vips/vips8>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <system_error>
 
 #include "core/error.h"
+#include "io/durable.h"
 #include "io/vips.h"
 
 namespace tessel::io {
@@ -130,23 +129,15 @@ RgbImage resized(const RgbImage& image, int64_t width, int64_t height) {
 void save_png(const uint8_t* pixels, int64_t width, int64_t height, int bands,
               const std::filesystem::path& path) {
   start_vips();
-  // Same folder as the target, so the rename is atomic; the pid keeps parallel runs apart.
-  const std::filesystem::path temporary =
-      path.string() + ".tmp-" + std::to_string(static_cast<int64_t>(getpid()));
+  std::string bytes;
   try {
-    to_vips(pixels, width, height, bands).pngsave(temporary.c_str());
+    bytes = take_blob(to_vips(pixels, width, height, bands).pngsave_buffer());
   } catch (const vips::VError& e) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
     vips_error_text();  // clears libvips' buffer; e.what() holds the same text
     throw Error("cannot write " + path.string() + ": " + one_line(e.what()));
   }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::filesystem::remove(temporary, error);
-    throw Error("cannot write " + path.string() + ": " + error.message());
-  }
+  // Through "<path>.partial", fsync and a rename: a full disk says so.
+  write_file_atomically(path, bytes, "the PNG");
 }
 
 void save_png(const RgbImage& image, const std::filesystem::path& path) {

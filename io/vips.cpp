@@ -12,6 +12,16 @@
 #include "core/error.h"
 
 namespace tessel::io {
+
+std::string take_blob(VipsBlob* blob) {
+  if (blob == nullptr) return {};
+  size_t size = 0;
+  const void* data = vips_blob_get(blob, &size);
+  std::string bytes(static_cast<const char*>(data), size);
+  vips_area_unref(VIPS_AREA(blob));
+  return bytes;
+}
+
 namespace {
 
 // libvips warns through GLib ("VIPS-WARNING **: ..."), once per tile of a damaged slide: ~80 raw

@@ -179,8 +179,16 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
       const at::Tensor target = at::tensor({static_cast<int64_t>(e.class_index)}, at::kLong);
       progress.loss = at::cross_entropy_loss(logits, target).item<double>();
       loss_sum += progress.loss;
-      if (!request.inputs_dir.empty())
-        write_input(request.inputs_dir, e.slide, *input.view, logits);
+      if (!request.inputs_dir.empty()) {
+        // Not the slide's fault (a full disk): every later slide would fail the same way, and
+        // an evaluation missing inputs it was asked to save did not do its work.
+        try {
+          write_input(request.inputs_dir, e.slide, *input.view, logits);
+        } catch (const std::exception& w) {
+          throw RunError("cannot save the input of " + e.slide.string() + " in " +
+                         request.inputs_dir.string() + ": " + w.what());
+        }
+      }
       std::vector<double> p = to_vector(at::softmax(logits, 1));
       result.predictions.push_back({e.slide.string(), e.label, p});
       probabilities.push_back(std::move(p));

@@ -37,6 +37,13 @@ ImportReport import_onnx_file(const std::filesystem::path& onnx, const std::file
   }
   io::CheckpointState state;
   state.weights = io::named_weights(g.module());
+  // A checkpoint every other command would refuse is not written.
+  for (const io::NamedTensor& w : state.weights) {
+    if (w.tensor.is_floating_point() && !at::isfinite(w.tensor).all().item<bool>()) {
+      throw Error("ONNX file " + onnx.string() + ": its weights hold NaN or infinite values (" +
+                  w.name + "); no checkpoint was written, since no command could use it");
+    }
+  }
   state.network = models::network_json(g);
   state.tessel_version = kVersion;
   nlohmann::json origin = {

@@ -1,8 +1,16 @@
 #include "pipelines/run_files.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -26,7 +34,56 @@ std::string csv_line(const std::vector<std::string>& fields) {
   return line;
 }
 
+std::string holder_line() {
+  std::array<char, 256> host{};
+  if (gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::array<char, 32> since{};
+  std::strftime(since.data(), since.size(), "%Y-%m-%d %H:%M:%S", &utc);
+  return fmt::format("host {} pid {} since {} UTC\n", host.data(), getpid(), since.data());
+}
+
+std::string read_holder(int fd) {
+  std::array<char, 512> text{};
+  const ssize_t n = pread(fd, text.data(), text.size() - 1, 0);
+  std::string line(text.data(), n > 0 ? static_cast<size_t>(n) : 0);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\0')) line.pop_back();
+  return line.empty() ? "a process that has not yet named itself" : line;
+}
+
 }  // namespace
+
+RunLock::RunLock(const std::filesystem::path& folder) {
+  const std::filesystem::path path = folder / "run.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw Error("cannot lock the run folder " + folder.string() + ": " + path.string() + ": " +
+                std::strerror(errno));
+  }
+  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    const std::string holder = read_holder(fd_);
+    ::close(fd_);
+    if (error == EWOULDBLOCK) {
+      throw Error("the run folder " + folder.string() + " is in use by another training run (" +
+                  holder + "); wait for it to end, stop it, or choose another output");
+    }
+    throw Error("cannot lock the run folder " + folder.string() + ": " + path.string() + ": " +
+                std::strerror(error));
+  }
+  const std::string line = holder_line();
+  if (ftruncate(fd_, 0) != 0 ||
+      pwrite(fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
+    spdlog::warn("{}: could not record this run as the holder: {}", path.string(),
+                 std::strerror(errno));
+  }
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
   io::write_file_atomically(path, text, path.filename().string());
@@ -83,22 +140,36 @@ void repair_metrics(const std::filesystem::path& path, const std::vector<std::st
   write_text_atomically(path, text);
 }
 
-void repair_events(const std::filesystem::path& path, int64_t epochs,
+namespace {
+
+// Whether an events.jsonl line records work after last.h5's position (`epochs` done, `slides` of
+// the next one trained), which the resumed run does again: epoch and gradient-exchange lines of
+// later epochs, train slide lines from the position on.
+bool after_position(const nlohmann::json& event, int64_t epochs, int64_t slides) {
+  if (!event.is_object() || !event.contains("type") || !event.contains("epoch") ||
+      !event["epoch"].is_number_integer()) {
+    return false;
+  }
+  const auto epoch = event["epoch"].get<int64_t>();  // 1-based
+  if (event["type"] != "slide") return epoch > epochs;
+  if (epoch != epochs + 1) return epoch > epochs + 1;
+  return event.contains("index") && event["index"].is_number_integer() &&
+         event["index"].get<int64_t>() >= slides;
+}
+
+}  // namespace
+
+void repair_events(const std::filesystem::path& path, int64_t epochs, int64_t slides,
                    const nlohmann::json& last_event) {
   const std::vector<std::string> lines = repair_log(path);
   std::vector<std::string> kept;
   bool found = false;
   for (const std::string& line : lines) {
     const nlohmann::json event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const nlohmann::json* epoch = nullptr;
-    if (event.is_object() && event.contains("type") && event["type"] == "epoch" &&
-        event.contains("epoch") && event["epoch"].is_number_integer()) {
-      epoch = &event["epoch"];
-    }
-    if (epoch != nullptr) {
-      const auto n = epoch->get<int64_t>();
-      if (n > epochs) continue;
-      found = found || n == epochs;
+    if (after_position(event, epochs, slides)) continue;
+    if (event.is_object() && event.value("type", "") == "epoch" && event.contains("epoch") &&
+        event["epoch"] == epochs) {
+      found = true;
     }
     kept.push_back(line);
   }
@@ -132,6 +203,10 @@ void CsvLog::write(const std::vector<std::string>& row) { io::append_line(path_,
 
 JsonLines::JsonLines(std::filesystem::path path) : path_(std::move(path)) { repair_log(path_); }
 
-void JsonLines::write(const nlohmann::json& object) { io::append_line(path_, object.dump()); }
+void JsonLines::write(const nlohmann::json& object) {
+  // Text that is not UTF-8 (a path from the command line) is written with U+FFFD in its place:
+  // a record, not a reason to end a run.
+  io::append_line(path_, object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
 
 }  // namespace tessel::pipelines

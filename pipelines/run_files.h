@@ -23,10 +23,12 @@ std::string csv_row(const std::vector<std::string>& fields);
 // The epoch logs as last.h5 records them after `epochs` completed epochs, for a resumed run: a
 // half-written line cut, rows or lines of later epochs dropped, and the last epoch's (kept in
 // last.h5's run state) appended when a crash between last.h5 and the log lost it.
-// metrics.csv: the first field of a row is its epoch. events.jsonl: {"type": "epoch", "epoch": n}.
+// metrics.csv: the first field of a row is its epoch. events.jsonl: {"type": "epoch", "epoch": n};
+// its train slide lines ({"type": "slide", "epoch": n, "index": i}) from the position on (`slides`
+// of epoch `epochs` + 1 trained) are dropped too, since the resumed run trains those slides again.
 void repair_metrics(const std::filesystem::path& path, const std::vector<std::string>& header,
                     int64_t epochs, const std::vector<std::string>& last_row);
-void repair_events(const std::filesystem::path& path, int64_t epochs,
+void repair_events(const std::filesystem::path& path, int64_t epochs, int64_t slides,
                    const nlohmann::json& last_event);
 
 // Removes the "*.partial" files a crash left in `folder` (not recursive).
@@ -40,6 +42,22 @@ class CsvLog {
 
  private:
   std::filesystem::path path_;
+};
+
+// The advisory lock of a run folder (`run.lock`, flock): one training run writes a folder at a
+// time, whichever program started it (the CLI, the GUI, another host on a shared file system).
+// The file names its holder (host, pid, start time) for the refusal's message; the lock itself
+// goes with its process, so a folder a killed run held is free again (the file alone, left
+// behind, is no lock). Throws tessel::Error naming the holder when the folder is taken.
+class RunLock {
+ public:
+  explicit RunLock(const std::filesystem::path& folder);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
 };
 
 // One JSON object per line, appended.

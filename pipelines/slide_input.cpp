@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/plan/planner.h"
 #include "core/store/offload_prices.h"
+#include "io/manifest.h"
 #include "io/roi.h"
 #include "io/tissue.h"
 #include "pipelines/network.h"
@@ -35,24 +36,12 @@ core::Region to_pixels(const core::Region& level0, double level0_per_pixel, int6
 SlideOptions slide_options(const std::map<std::string, std::string>& metadata,
                            const std::filesystem::path& manifest, int line) {
   SlideOptions options;
-  const auto mpp = metadata.find("mpp");
-  if (mpp != metadata.end() && !mpp->second.empty()) {
-    try {
-      size_t used = 0;
-      const double value = std::stod(mpp->second, &used);
-      if (used != mpp->second.size() || !(value > 0)) throw std::invalid_argument(mpp->second);
-      options.base_mpp = value;
-    } catch (const std::exception&) {
-      throw Error(manifest.string() + " line " + std::to_string(line) + ": mpp '" + mpp->second +
-                  "' is not a positive number of microns per pixel");
-    }
+  try {
+    options.base_mpp = io::manifest_mpp(metadata);
+  } catch (const Error& e) {
+    throw Error(manifest.string() + " line " + std::to_string(line) + ": " + e.what());
   }
-  const auto roi = metadata.find("roi");
-  if (roi != metadata.end() && !roi->second.empty()) {
-    options.roi = std::filesystem::path(roi->second).is_absolute()
-                      ? std::filesystem::path(roi->second)
-                      : manifest.parent_path() / roi->second;
-  }
+  if (const auto roi = io::manifest_roi(metadata, manifest)) options.roi = *roi;
   return options;
 }
 

@@ -7,11 +7,13 @@
 #include <torch/optim/optimizer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -113,6 +115,7 @@ struct Position {
   // results in val_done, so that the resumed run validates only the rest.
   int64_t val_next = 0;
   std::vector<SlideResult> val_done;
+  int64_t peak_bytes = -1;  // the measured peak over every part of the run so far
 
   json to_json() const {
     return {{"epoch", epoch},
@@ -129,6 +132,7 @@ struct Position {
             {"epoch_event", epoch_event},
             {"skipped", skipped},
             {"val_next", val_next},
+            {"peak_bytes", peak_bytes},
             {"val_done", [&] {
                json a = json::array();
                for (const SlideResult& r : val_done) a.push_back(result_json(r));
@@ -152,12 +156,30 @@ struct Position {
     p.epoch_event = j.value("epoch_event", json());
     p.skipped = j.value("skipped", std::vector<json>());
     p.val_next = j.value("val_next", int64_t{0});
+    p.peak_bytes = j.value("peak_bytes", int64_t{-1});
     for (const json& r : j.value("val_done", json::array())) p.val_done.push_back(slide_result(r));
     return p;
   }
 };
 
 constexpr const char* kAccumulatedGrad = ".accumulated_grad";
+
+// The validation an epoch's events.jsonl line records (null: not a number), for the summary of a
+// resumed run whose last validation an earlier part of the run made.
+ClassificationMetrics last_validation(const json& event) {
+  ClassificationMetrics m;
+  if (!event.is_object()) return m;
+  const auto number = [&](const char* key) {
+    return event.contains(key) && event[key].is_number() ? event[key].get<double>()
+                                                         : std::numeric_limits<double>::quiet_NaN();
+  };
+  m.loss = number("val_loss");
+  m.accuracy = number("val_accuracy");
+  m.balanced_accuracy = number("val_balanced_accuracy");
+  m.auc = number("val_auc");
+  m.count = event.value("val_slides", int64_t{0});
+  return m;
+}
 
 std::vector<std::string> metrics_header() {
   return {"epoch",
@@ -248,12 +270,18 @@ class Trainer {
 
     TrainSummary summary;
     summary.run_dir = run_dir_;
+    if (request_.resume) summary.last_val = last_validation(position_.epoch_event);
+    // Linear in the manifest's rows (200k missing files once took minutes here).
+    std::map<std::string, std::string> reasons;
+    for (const io::ManifestProblem& p : manifest_.problems) reasons[p.slide] = p.reason;
+    std::set<std::string> noted;  // a resumed run's position has the manifest's skips already
+    for (const json& s : position_.skipped) {
+      if (s["phase"] == "manifest") noted.insert(s["slide"].get<std::string>());
+    }
     for (const io::ManifestEntry& e : manifest_.skipped) {
-      std::string reason = "unreadable";
-      for (const io::ManifestProblem& p : manifest_.problems) {
-        if (p.slide == e.slide.string()) reason = p.reason;
-      }
-      note_skipped(e, "manifest", reason);
+      if (noted.contains(e.slide.string())) continue;
+      const auto reason = reasons.find(e.slide.string());
+      note_skipped(e, "manifest", reason != reasons.end() ? reason->second : "unreadable");
     }
     try {
       train_epochs(summary);
@@ -271,6 +299,10 @@ class Trainer {
 
  private:
   void train_epochs(TrainSummary& summary) {
+    // A resumed run that had stopped early is finished.
+    summary.stopped_early =
+        config_.patience > 0 && position_.epochs_without_improvement >= config_.patience;
+    if (summary.stopped_early) return;
     for (; position_.epoch < config_.epochs; ++position_.epoch) {
       const auto epoch_start = Clock::now();
       if (!train_epoch()) {
@@ -333,6 +365,8 @@ class Trainer {
     if (error) {
       throw Error("cannot create the run folder " + run_dir_.string() + ": " + error.message());
     }
+    // Before anything in the folder is read or written: one run at a time (rank 0 for all ranks).
+    if (lead()) run_lock_ = std::make_unique<RunLock>(run_dir_);
     if (!request_.resume && fs::exists(run_dir_ / "checkpoints" / "last.h5")) {
       throw Error("the run folder " + run_dir_.string() +
                   " already holds a run; continue it with --resume, or choose another output");
@@ -341,11 +375,18 @@ class Trainer {
       throw Error("cannot resume: " + (run_dir_ / "checkpoints" / "last.h5").string() +
                   " does not exist");
     }
-    // Rank 0 writes the run's files; the others only their own log and slide events.
+    // Rank 0 writes the run's files; the others only their own log and slide events. A fresh
+    // start (no last.h5: an earlier start died before its first checkpoint) begins the records
+    // anew, so they hold each slide and epoch once.
+    const fs::path events =
+        run_dir_ / (lead() ? "events.jsonl" : fmt::format("events.rank{}.jsonl", rank_));
+    if (!request_.resume) {
+      fs::remove(events, error);
+      if (lead()) fs::remove(run_dir_ / "metrics.csv", error);
+    }
     log_file_ = std::make_unique<RunLogFile>(
         run_dir_ / (lead() ? "train.log" : fmt::format("train.rank{}.log", rank_)));
-    events_ = std::make_unique<JsonLines>(
-        run_dir_ / (lead() ? "events.jsonl" : fmt::format("events.rank{}.jsonl", rank_)));
+    events_ = std::make_unique<JsonLines>(events);
     if (!lead()) return;
     // A resumed run's config.yaml is rewritten only once last.h5 has accepted the config
     // (resume()): a model or classes that do not fit would otherwise leave a folder that no
@@ -414,6 +455,30 @@ class Trainer {
     class_weights_ = at::tensor(weights, at::kFloat);
   }
 
+  // init_weights starts a run from another run's trunk: every parameter but the head's (the
+  // classifier and the attention network, which may be the run's own, e.g. for other classes)
+  // must come from the checkpoint, or the run would train a mix of loaded and random weights.
+  void require_whole_trunk(const io::WeightLoadReport& report) const {
+    const auto in_head = [](const std::string& name) {
+      return name.starts_with("classifier") || name.starts_with("attention_");
+    };
+    std::vector<std::string> unfilled;
+    for (const std::string& name : report.missing) {
+      if (!in_head(name)) unfilled.push_back(name + " (not in the checkpoint)");
+    }
+    for (const std::string& line : report.mismatched) {
+      if (!in_head(line)) unfilled.push_back(line);
+    }
+    if (unfilled.empty()) return;
+    throw Error(fmt::format(
+        "init_weights {} does not fit model '{}': {} of its {} trunk parameters cannot be taken "
+        "from it (the first: {}); was it trained with another model?",
+        config_.init_weights.string(), config_.model, unfilled.size(),
+        unfilled.size() + std::count_if(report.loaded.begin(), report.loaded.end(),
+                                        [&](const std::string& n) { return !in_head(n); }),
+        unfilled.front()));
+  }
+
   void build_model() {
     precision_ = core::parse_precision(config_.precision);
     const std::string slow = core::slow_precision_reason(device_, precision_);
@@ -427,8 +492,12 @@ class Trainer {
     graph_->init_parameters(static_cast<uint64_t>(config_.seed));
     if (config_.init_weights.empty() && !network.trunk_weights.empty() && !request_.resume) {
       // A network from a file starts from the file's weights; the head is the run's own.
-      const io::WeightLoadReport report =
-          io::load_weights(graph_->module(), network.trunk_weights, /*strict=*/false);
+      io::WeightLoadReport report;
+      try {
+        report = io::load_weights(graph_->module(), network.trunk_weights, /*strict=*/false);
+      } catch (const Error& e) {
+        throw Error("cannot take the weights of " + config_.model + ": " + e.what());
+      }
       spdlog::info("initial weights from {}: {}", config_.model, report.to_string());
     }
     if (!config_.init_weights.empty()) {
@@ -442,10 +511,7 @@ class Trainer {
       }
       spdlog::info("initial weights from {}: {}", config_.init_weights.string(),
                    report.to_string());
-      if (report.loaded.empty()) {
-        throw Error("no parameter of " + config_.init_weights.string() + " fits model '" +
-                    config_.model + "'");
-      }
+      require_whole_trunk(report);
     }
     // Weights, gradients and optimizer state live on the device; checkpoints are written from it.
     graph_->module().to(device_);
@@ -526,10 +592,6 @@ class Trainer {
 
   void note_skipped(const io::ManifestEntry& entry, const std::string& phase,
                     const std::string& reason) {
-    // The manifest's are noted at every start; a resumed run's position has them already.
-    for (const json& s : position_.skipped) {
-      if (phase == "manifest" && s["phase"] == phase && s["slide"] == entry.slide.string()) return;
-    }
     position_.skipped.push_back({{"slide", entry.slide.string()},
                                  {"phase", phase},
                                  {"epoch", position_.epoch + 1},
@@ -579,6 +641,7 @@ class Trainer {
       throw Error("cannot resume from " + last.string() + ": its run state is unreadable (" +
                   e.what() + ")");
     }
+    peak_bytes_ = position_.peak_bytes;
     spdlog::info("resuming {} at epoch {}, slide {} (step {})", run_dir_.string(),
                  position_.epoch + 1, position_.slide, position_.step);
     if (lead()) {
@@ -610,7 +673,8 @@ class Trainer {
     }
     repair_metrics(run_dir_ / "metrics.csv", metrics_header(), position_.epoch,
                    position_.epoch_row);
-    repair_events(run_dir_ / "events.jsonl", position_.epoch, position_.epoch_event);
+    repair_events(run_dir_ / "events.jsonl", position_.epoch, position_.slide,
+                  position_.epoch_event);
   }
 
   bool stop_requested() const { return request_.stop != nullptr && request_.stop->load(); }
@@ -1000,20 +1064,23 @@ class Trainer {
     return m.balanced_accuracy;
   }
 
+  // " (the first: SLIDE: REASON)" of the slides skipped in `phase` this run, or "".
+  std::string first_skipped(const std::string& phase) const {
+    for (const json& s : position_.skipped) {
+      if (s["phase"] == phase) {
+        return " (the first: " + s["slide"].get<std::string>() + ": " +
+               s["reason"].get<std::string>() + ")";
+      }
+    }
+    return {};
+  }
+
   EpochReport finish_epoch() {
     if (position_.train_labels.empty()) {
       // Exit 0 with untrained weights would be a false success.
-      std::string first;
-      for (const json& s : position_.skipped) {
-        if (s["phase"] == "train") {
-          first = " (the first: " + s["slide"].get<std::string>() + ": " +
-                  s["reason"].get<std::string>() + ")";
-          break;
-        }
-      }
       throw RunError(fmt::format(
           "no train slide could be used in epoch {}: all {} were skipped{}; nothing was trained",
-          position_.epoch + 1, train_.size(), first));
+          position_.epoch + 1, train_.size(), first_skipped("train")));
     }
     EpochReport report;
     report.epoch = position_.epoch + 1;
@@ -1026,6 +1093,13 @@ class Trainer {
             : position_.train_loss_sum / static_cast<double>(position_.train_labels.size());
     report.train.loss = report.train_loss;
     report.val = validate();
+    if (!val_.empty() && report.val.count == 0) {
+      // "finished" with no validation and no best.h5 would be a false success too.
+      throw RunError(fmt::format(
+          "no val slide could be used in epoch {}: all {} were skipped{}; nothing was validated, "
+          "and the checkpoints keep the last validated epoch",
+          position_.epoch + 1, val_.size(), first_skipped("val")));
+    }
     if (report.val.count > 0) {
       const double value = metric_value(report.val);
       const bool lower_is_better = config_.metric == "loss";
@@ -1085,6 +1159,7 @@ class Trainer {
                              {"val_auc_per_class", per_class(report.val.auc_per_class)},
                              {"best", report.best},
                              {"measured_peak_bytes", peak_bytes_},
+                             {"val_slides", report.val.count},
                              {"skipped", skipped_in_epoch_}};
     // The epoch is complete: the checkpoints hold the start of the next one. last.h5 is the
     // commit: everything written after it (best.h5, the logs' lines, summary.json) is in its run
@@ -1118,6 +1193,7 @@ class Trainer {
   }
 
   void save_checkpoint(const std::string& name) {
+    position_.peak_bytes = peak_bytes_;
     if (!lead()) return;
     io::CheckpointState state;
     state.weights = io::named_weights(graph_->module());
@@ -1135,7 +1211,7 @@ class Trainer {
     state.seed = static_cast<uint64_t>(config_.seed);
     state.class_names = manifest_.classes;
     state.config = config_.to_yaml();
-    state.run_state = position_.to_json().dump();
+    state.run_state = position_.to_json().dump(-1, ' ', false, json::error_handler_t::replace);
     state.tessel_version = kVersion;
     state.network = trunk_;  // a network from a file travels with its checkpoints
     io::write_checkpoint(run_dir_ / "checkpoints" / name, state);
@@ -1169,7 +1245,8 @@ class Trainer {
                     {"measured_peak_bytes", peak_bytes_},
                     {"seconds", s.seconds},
                     {"tessel_version", kVersion}};
-    write_text_atomically(run_dir_ / "summary.json", j.dump(2) + "\n");
+    write_text_atomically(run_dir_ / "summary.json",
+                          j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
   }
 
   const TrainRequest& request_;
@@ -1204,6 +1281,7 @@ class Trainer {
   Clock::time_point epoch_clock_ = Clock::now();
   Clock::time_point run_start_ = Clock::now();
   mutable StopAtTile step_observer_;      // the engine's events, to request_.observer
+  std::unique_ptr<RunLock> run_lock_;     // released last: after every file of the run is closed
   std::unique_ptr<RunLogFile> log_file_;  // train.log, for this run only
   std::unique_ptr<CsvLog> metrics_csv_;
   std::unique_ptr<JsonLines> events_;

@@ -1,5 +1,6 @@
 #include "pipelines/train_config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "core/device/precision.h"
 #include "core/error.h"
 #include "core/plan/plan.h"
+#include "io/user_file.h"
 #include "models/zoo.h"
 
 namespace tessel::pipelines {
@@ -243,17 +245,27 @@ void validate(const TrainConfig& c, const std::string& origin) {
   require(!c.output.empty(), origin, "output", "is required (the run folder)");
 }
 
+// YAML::Load, its errors as tessel::Error after `refusal`.
+YAML::Node load_yaml(const std::string& text, const std::string& refusal) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message here is "bad file".
+    throw Error(refusal + "lists or mappings nested more than " + std::to_string(e.depth()) +
+                " deep (line " + std::to_string(e.mark.line + 1) +
+                "); a config's values are names, numbers and short lists");
+  } catch (const YAML::Exception& e) {
+    throw Error(refusal + e.what());
+  }
+}
+
 }  // namespace
 
 TrainConfig parse_train_config(const std::string& yaml, const std::string& origin,
                                const std::vector<std::string>& overrides) {
   TrainConfig config;
   YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    throw Error(origin + ": not valid YAML or JSON: " + e.what());
-  }
+  root = load_yaml(yaml, origin + ": not valid YAML or JSON: ");
   if (root.IsDefined() && !root.IsNull()) {
     if (!root.IsMap()) throw Error(origin + ": expected keys and values (a YAML mapping)");
     std::set<std::string> seen;
@@ -278,12 +290,7 @@ TrainConfig parse_train_config(const std::string& yaml, const std::string& origi
     if (eq == std::string::npos || eq == 0) {
       throw Error("override '" + o + "' is not key=value");
     }
-    YAML::Node value;
-    try {
-      value = YAML::Load(o.substr(eq + 1));
-    } catch (const YAML::Exception& e) {
-      throw Error("override '" + o + "': " + e.what());
-    }
+    const YAML::Node value = load_yaml(o.substr(eq + 1), "override '" + o + "': ");
     apply(config, o.substr(0, eq), value, "override");
   }
   validate(config, origin);
@@ -298,11 +305,16 @@ TrainConfig load_train_config(const std::filesystem::path& path,
       throw Error("cannot read config " + path.string() +
                   ": it is a folder; give the YAML or JSON file (a run folder's is config.yaml)");
     }
-    std::ifstream in(path);
-    if (!in) throw Error("cannot read config " + path.string() + " (missing or unreadable)");
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    text = buffer.str();
+    text =
+        io::read_user_file(path, "cannot read config " + path.string() + ": ", io::kMaxConfigBytes);
+    if (const std::string bad = io::utf8_problem(text); !bad.empty()) {
+      throw Error("cannot read config " + path.string() + ": " + bad + "; save it as UTF-8");
+    }
+  }
+  for (const std::string& o : overrides) {
+    if (const std::string bad = io::utf8_problem(o); !bad.empty()) {
+      throw Error("the setting '" + o + "' is not UTF-8 text: " + bad);
+    }
   }
   return parse_train_config(text, path.empty() ? "config" : path.string(), overrides);
 }

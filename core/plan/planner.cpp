@@ -103,8 +103,10 @@ Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t p
 Analysis analyse(const Graph& graph, const Shape& input, int64_t budget,
                  const PlanOptions& options) {
   Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}};
-  a.target =
-      budget > 0 ? static_cast<int64_t>(static_cast<double>(budget) * (1.0 - options.headroom)) : 0;
+  // At least one byte: a budget of a few bytes is a budget nothing fits, not "no budget" (0).
+  a.target = budget > 0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(budget) *
+                                                                    (1.0 - options.headroom)))
+                        : 0;
   std::tie(a.last, a.reduction) = head_of(graph, options);
   if (a.reduction >= 0 && graph.node(a.reduction).kind == OpKind::kAttentionPool) {
     a.reduction_input = a.last;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/checkpoint.h"
@@ -37,6 +38,18 @@ std::vector<std::string> metric_fields(const std::string& row) {
   for (std::string field; std::getline(in, field, ',');) fields.push_back(field);
   if (fields.size() > 2) fields.resize(fields.size() - 2);
   return fields;
+}
+
+// events.jsonl's train slide lines: (epoch, index) in the order written.
+std::vector<std::pair<int64_t, int64_t>> slide_lines(const fs::path& file) {
+  std::vector<std::pair<int64_t, int64_t>> slides;
+  for (const std::string& line : lines_of(file)) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (event.is_object() && event.value("type", "") == "slide") {
+      slides.emplace_back(event["epoch"].get<int64_t>(), event["index"].get<int64_t>());
+    }
+  }
+  return slides;
 }
 
 void expect_same_tensors(const std::vector<tessel::io::NamedTensor>& a,
@@ -76,6 +89,8 @@ TEST_F(CrashSafety, AKillAtEveryWriteResumesToTheUninterruptedRunsState) {
   const std::vector<std::string> metrics = lines_of(reference / "metrics.csv");
   ASSERT_EQ(metrics.size(), 3U);
   const nlohmann::json summary = nlohmann::json::parse(std::ifstream(reference / "summary.json"));
+  const std::vector<std::pair<int64_t, int64_t>> slides = slide_lines(reference / "events.jsonl");
+  ASSERT_FALSE(slides.empty());
 
   int points = 0;
   for (int n = 1;; ++n) {
@@ -130,11 +145,14 @@ TEST_F(CrashSafety, AKillAtEveryWriteResumesToTheUninterruptedRunsState) {
       if (event["type"] == "epoch") epochs.push_back(event["epoch"]);
     }
     EXPECT_EQ(epochs, (std::vector<int64_t>{1, 2}));
+    // Each slide trained once in the record: none the resumed run trained again twice.
+    EXPECT_EQ(slide_lines(run / "events.jsonl"), slides);
 
     const nlohmann::json s = nlohmann::json::parse(std::ifstream(run / "summary.json"));
     EXPECT_EQ(s["state"], "finished");
     EXPECT_EQ(s["best_epoch"], summary["best_epoch"]);
     EXPECT_EQ(s["epochs_done"], 2);
+    EXPECT_EQ(s["last_val"], summary["last_val"]);
     for (const fs::path& folder : {run, run / "checkpoints"}) {
       for (const auto& entry : fs::directory_iterator(folder)) {
         EXPECT_NE(entry.path().extension(), ".partial") << entry.path();

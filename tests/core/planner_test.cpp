@@ -137,6 +137,14 @@ TEST(Planner, NamesTheSmallestBudgetWhenNothingFits) {
   }
 }
 
+// Issue 51: a budget of a byte, less the headroom, rounded to 0 — "no budget" — and planned freely.
+TEST(Planner, ABudgetOfAFewBytesIsABudgetNotNone) {
+  Graph g = models::build_model("tiny");
+  for (const int64_t budget : {int64_t{1}, int64_t{9}}) {
+    EXPECT_THROW((void)make_plan(g, {3, 512, 512}, budget), Error) << budget;
+  }
+}
+
 TEST(Planner, TheSmallestBudgetNamedForResidentSharedRowsFits) {
   // Resident shared rows keep more with more rows: the finest partition is not the smallest,
   // and the fewest rows whose working set fits may not fit with what they keep. Measured before

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vips/vips8>
 
 #include "core/error.h"
+#include "io/thumbnail.h"
 #include "io/vips.h"
 #include "temp_folder.h"
 
@@ -53,6 +55,45 @@ TEST(HeatmapWriter, TiffIsLevelZeroSizedWithOneColourPerCell) {
   EXPECT_EQ(image.getpoint(2, 2), (std::vector<double>{0, 0, 0}));
   EXPECT_EQ(image.getpoint(95, 75), (std::vector<double>{0, 0, 0}));
   EXPECT_THROW(write_heatmap_tiff(folder.path() / "x.tif", h, "fibrosis", {}), Error);
+}
+
+// Issue 51: onto a full disk, libvips' tiffsave crashed (SIGSEGV in TIFFClose) and left a 0-byte
+// partial file. A partial file that is /dev/full is a disk that fills at the first byte.
+TEST(HeatmapWriter, AFullDiskIsAnErrorNamingTheFileAndLeavesNothing) {
+  const test::TempFolder folder;
+  Heatmap h = sample_map();
+  h.cell_width = h.cell_height = 400;  // 2804 × 2006 px: a pyramid of several levels
+  h.slide_width = h.origin_x + 7 * 400;
+  h.slide_height = h.origin_y + 5 * 400;
+  const auto tif = folder.path() / "h.tif";
+  write_heatmap_tiff(tif, h, "tumour", 0.5);
+  start_vips();
+  EXPECT_GT(vips::VImage::new_from_file(tif.c_str()).get_int("n-pages"), 1);  // a pyramid
+
+  const auto png = folder.path() / "h.png";
+  for (const auto& [file, write] :
+       {std::pair<std::filesystem::path, std::function<void()>>{
+            folder.path() / "full.tif",
+            [&] { write_heatmap_tiff(folder.path() / "full.tif", h, "tumour", 0.5); }},
+        {png, [&] {
+           const std::vector<uint8_t> pixels(3 * 64 * 64, 128);
+           save_png(pixels.data(), 64, 64, 3, png);
+         }}}) {
+    SCOPED_TRACE(file.string());
+    std::filesystem::path partial = file;
+    partial += ".partial";
+    std::filesystem::create_symlink("/dev/full", partial);
+    try {
+      write();
+      ADD_FAILURE() << "written onto a full disk";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(file.string()), std::string::npos) << message;
+      EXPECT_NE(message.find("(the disk is full)"), std::string::npos) << message;
+    }
+    EXPECT_FALSE(std::filesystem::exists(file));
+    EXPECT_FALSE(std::filesystem::is_symlink(partial));
+  }
 }
 
 TEST(HeatmapWriter, CoarseningAveragesBlocksOfCells) {

@@ -323,6 +323,61 @@ TEST_F(ManifestTest, AMissingSlideFileIsSkippedAndTheRestIsUsable) {
   EXPECT_EQ(m.problems[0].slide, (folder_.path() / "not-here.svs").string());
 }
 
+// Issue 51: `manifest check` called these usable, and training then skipped them mid-run.
+TEST_F(ManifestTest, AnMppOrRoiTrainingCannotUseSkipsTheSlideWithItsLine) {
+  folder_.write("good.geojson",
+                R"({"type": "Polygon", "coordinates": [[[0,0],[9,0],[9,9],[0,0]]]})");
+  std::string csv = "slide,label,MPP,roi\n";
+  const std::vector<std::string> mpps = {"-1", "NaN", "inf", "0", "0.5x", "0.25", "", " 0.5 "};
+  for (size_t i = 0; i < mpps.size(); ++i) {
+    csv += (folder_.path() / ("s" + std::to_string(i) + ".svs")).string() + "," +
+           (i % 2 ? "a" : "b") + "," + mpps[i] + ",\n";
+    folder_.write("s" + std::to_string(i) + ".svs", "");
+  }
+  csv += kCmu + ",a,,missing.geojson\n" + kSmall + ",b,,good.geojson\n";
+  const Manifest m = load(csv);
+  for (int line = 2; line <= 6; ++line) {
+    EXPECT_TRUE(
+        has_problem(m, line, "is not a positive number of microns per pixel", Severity::kSkip))
+        << line << "\n"
+        << problems_of(m);
+  }
+  EXPECT_TRUE(has_problem(
+      m, 10,
+      "region of interest " + (folder_.path() / "missing.geojson").string() + ": no such file",
+      Severity::kSkip))
+      << problems_of(m);
+  ASSERT_EQ(m.skipped.size(), 6u) << problems_of(m);
+  ASSERT_EQ(m.entries.size(), 4u) << problems_of(m);
+  EXPECT_EQ(tessel::io::manifest_mpp(m.entries[0].metadata), 0.25);
+  EXPECT_EQ(tessel::io::manifest_mpp(m.entries[2].metadata), 0.5);
+}
+
+TEST_F(ManifestTest, TextThatIsNotUtf8IsRefusedWithItsLineAndColumn) {
+  const Manifest m = load("slide,label\n" + kCmu + ",caf\xE9\n" + kSmall + ",b\n");
+  EXPECT_FALSE(m.usable());
+  EXPECT_TRUE(has_problem(m, 2, "the label column is not UTF-8 text (byte 4 (0xE9) is not UTF-8)"))
+      << problems_of(m);
+  EXPECT_FALSE(load("slide,l\xE9\n" + kCmu + ",a\n").usable());
+}
+
+TEST_F(ManifestTest, CheckSlidesSkipsASlideWhoseRoiIsBrokenOrFromAnotherSlide) {
+  folder_.write("broken.geojson", "{\"type\": \"Polygon\", \"coordinates\": [[[0,0],[9");
+  folder_.write(
+      "beyond.geojson",
+      R"({"type": "Polygon", "coordinates": [[[80000,80000],[90000,80000],[90000,90000],[80000,80000]]]})");
+  folder_.write("good.geojson",
+                R"({"type": "Polygon", "coordinates": [[[0,0],[99,0],[99,99],[0,0]]]})");
+  Manifest m = load("slide,label,roi\n" + kCmu + ",a,broken.geojson\n" + kSmall +
+                    ",b,beyond.geojson\n" + kBoxes + ",b,good.geojson\n");
+  ASSERT_EQ(m.entries.size(), 3u) << problems_of(m);
+  check_slides(m);
+  ASSERT_EQ(m.entries.size(), 1u) << problems_of(m);
+  EXPECT_EQ(m.entries[0].line, 4);
+  EXPECT_TRUE(has_problem(m, 2, "broken.geojson", Severity::kSkip)) << problems_of(m);
+  EXPECT_TRUE(has_problem(m, 3, "beyond.geojson", Severity::kSkip)) << problems_of(m);
+}
+
 TEST_F(ManifestTest, AMissingSlideDoesNotShiftTheClassIndices) {
   const Manifest m = load("slide,label\nnot-here.svs,a\n" + kCmu + ",b\n" + kSmall + ",c\n");
   EXPECT_EQ(m.classes, (std::vector<std::string>{"a", "b", "c"}));

@@ -143,11 +143,59 @@ TEST_F(OnnxModelTest, BadFilesAreOneErrorNamingTheFileAndTheReason) {
             std::string::npos);
   onnx::ModelProto external = small_model();
   external.mutable_graph()->mutable_initializer(0)->set_data_location(onnx::TensorProto::EXTERNAL);
-  EXPECT_NE(error_of(write("external.onnx", external)).find("external data"), std::string::npos);
+  EXPECT_NE(error_of(write("external.onnx", external)).find("is not a file in the model's folder"),
+            std::string::npos)
+      << error_of(write("external.onnx", external));
   onnx::ModelProto half = small_model();
   half.mutable_graph()->mutable_initializer(1)->set_data_type(onnx::TensorProto::FLOAT16);
   EXPECT_NE(error_of(write("half.onnx", half)).find("Tessel reads float32, float64 and int64"),
             std::string::npos);
+}
+
+// The weights in a file beside the model, as torch.onnx.export writes by default (NET.onnx.data):
+// read from their offset and length; a location outside the model's folder, a link out of it
+// and a file too short for the tensor are refused naming the tensor and the file.
+onnx::ModelProto with_external_weights(const std::string& location, int64_t offset) {
+  onnx::ModelProto m = small_model();
+  onnx::TensorProto& w = *m.mutable_graph()->mutable_initializer(0);
+  const std::string bytes = w.raw_data();
+  w.clear_raw_data();
+  w.set_data_location(onnx::TensorProto::EXTERNAL);
+  for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", location},
+                                   {"offset", std::to_string(offset)},
+                                   {"length", std::to_string(bytes.size())}}) {
+    onnx::StringStringEntryProto& e = *w.add_external_data();
+    e.set_key(key);
+    e.set_value(value);
+  }
+  return m;
+}
+
+TEST_F(OnnxModelTest, ExternalWeightsAreReadFromBesideTheModelOnly) {
+  std::string bytes = small_model().graph().initializer(0).raw_data();
+  folder_.write("net.onnx.data", std::string(16, 'x') + bytes);
+  const OnnxModel model = read_onnx(write("net.onnx", with_external_weights("net.onnx.data", 16)));
+  at::manual_seed(1);
+  EXPECT_TRUE(at::equal(model.constants.at("w"), at::randn({4, 3, 3, 3})));
+
+  std::filesystem::create_directories(folder_.path() / "inner");
+  std::filesystem::create_symlink("/etc/hostname", folder_.path() / "link.data");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"../net.onnx.data", "is not a file in the model's folder"},
+      {"/etc/hostname", "is not a file in the model's folder"},
+      {"inner/../../x.data", "is not a file in the model's folder"},
+      {"link.data", "leads out of the model's folder"},
+      {"missing.data", "no such file"},
+      {"inner", "it is a folder, not a file"},
+  };
+  for (const auto& [location, reason] : refused) {
+    const std::string message = error_of(write("bad.onnx", with_external_weights(location, 0)));
+    EXPECT_NE(message.find("tensor 'w''s external data"), std::string::npos) << message;
+    EXPECT_NE(message.find(reason), std::string::npos) << location << ": " << message;
+  }
+  const std::string shorter =
+      error_of(write("short.onnx", with_external_weights("net.onnx.data", 17)));
+  EXPECT_NE(shorter.find("is shorter than its offset 17"), std::string::npos) << shorter;
 }
 
 }  // namespace

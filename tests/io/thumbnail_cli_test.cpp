@@ -97,7 +97,10 @@ TEST(ThumbnailCommand, UnwritableOutputNamesTheFileWithExitCodeOne) {
                              " --out /no/such/folder/t.png");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_EQ(lines(run.output), 1) << run.output;
-  EXPECT_TRUE(contains(run.output, "cannot write /no/such/folder/t.png")) << run.output;
+  EXPECT_TRUE(contains(run.output,
+                       "cannot write the PNG /no/such/folder/t.png: the folder "
+                       "/no/such/folder does not exist"))
+      << run.output;
 }
 
 TEST(ThumbnailCommand, MissingOutOrBadSizeIsAUsageErrorWithExitCodeTwo) {

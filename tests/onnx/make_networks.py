@@ -91,6 +91,10 @@ NETWORKS = {
                            ("avgpool", "output"), POOL),
     "tv_resnet18_f64": (tv("resnet18"), "dynamo", "float64", "import", None,
                         ("avgpool", "output"), POOL),
+    # Exactly the command docs/models.md gives: the exporter's defaults, which write the weights
+    # to tv_resnet18_defaults.onnx.data beside the file (external data).
+    "tv_resnet18_defaults": (tv("resnet18"), "defaults", "float32", "import", None,
+                             ("avgpool", "output"), POOL),
     "timm_tf_efficientnet_lite0": (timm_model("tf_efficientnet_lite0"), "dynamo", "float32",
                                    "import", None, ("global_pool", "output"), POOL),
 }
@@ -101,6 +105,8 @@ NOTES = {
         "stride-2 ones); the references were made with those same static pads, i.e. what the ONNX "
         "graph computes at the reference size, not TF-SAME recomputed for it",
     "tv_resnet18_legacy": "torch.onnx.export(dynamo=False, opset_version=17, input_names=['image'])",
+    "tv_resnet18_defaults": "torch.onnx.export(net, args, path, dynamo=True): weights in "
+                            "tv_resnet18_defaults.onnx.data",
 }
 
 
@@ -162,7 +168,12 @@ def onnx_opset(m):
 def export(model, x, path, exporter):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if exporter == "dynamo":
+        if exporter == "defaults":
+            torch.onnx.export(model, (x,), path, dynamo=True)
+            if not os.path.exists(path + ".data"):
+                raise SystemExit("make_networks: the exporter's defaults no longer write "
+                                 "external data; tv_resnet18_defaults tests nothing new")
+        elif exporter == "dynamo":
             torch.onnx.export(model, (x,), path, dynamo=True, opset_version=OPSET,
                               external_data=False, verbose=False)
         else:

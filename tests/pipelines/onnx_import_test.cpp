@@ -122,7 +122,8 @@ INSTANTIATE_TEST_SUITE_P(Networks, Imported,
                                            "tv_convnext_tiny", "timm_resnet50d",
                                            "timm_convnext_nano", "timm_efficientnet_lite0",
                                            "timm_efficientnet_b0", "timm_tf_efficientnet_lite0",
-                                           "tv_resnet18_legacy", "tv_resnet18_f64"),
+                                           "tv_resnet18_legacy", "tv_resnet18_f64",
+                                           "tv_resnet18_defaults"),
                          [](const auto& p) { return p.param; });
 
 // timm_efficientnet_b0's step takes 15 s here (a squeeze-and-excitation in each of its 16
@@ -453,13 +454,15 @@ TEST(OnnxImport, OpsItCannotTileAreRefusedNamingTheNodeAndOp) {
   EXPECT_THROW(g.import(y), Error);
 }
 
-// `tessel import` as a user runs it: the checkpoint it writes is a network plan and gradcheck
-// take (`--model NET.h5`), with the planner's plan for a 20000² slide under 2 GiB.
+// `tessel import` as a user runs it, on the file docs/models.md's command writes (the exporter's
+// defaults: the weights in tv_resnet18_defaults.onnx.data): the checkpoint it writes is a network
+// plan and gradcheck take (`--model NET.h5`), with the planner's plan for a 20000² slide in 2 GiB.
 TEST(ImportCli, WritesACheckpointThatPlanAndGradcheckTake) {
   test::TempFolder dir;
   const std::string out = (dir.path() / "resnet18.h5").string();
-  const auto run =
-      testing::run_cli("import " + (kNets / "tv_resnet18.onnx").string() + " --out " + out);
+  ASSERT_TRUE(fs::exists(kNets / "tv_resnet18_defaults.onnx.data"));
+  const auto run = testing::run_cli("import " + (kNets / "tv_resnet18_defaults.onnx").string() +
+                                    " --out " + out);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("the file's classifier, 10 values"), std::string::npos) << run.output;
   ASSERT_TRUE(fs::exists(out));

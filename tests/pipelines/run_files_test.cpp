@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -56,14 +58,48 @@ TEST(RunFiles, RepairEventsWritesTheLostEpochLineOnce) {
   const auto file = folder.write("events.jsonl",
                                  "{\"type\":\"slide\"}\n{\"type\":\"epoch\",\"epoch\":1}\n"
                                  "{\"type\":\"epoch\",\"epoch\":\"x\"}\n{\"type\":\"sl");
-  repair_events(file, 2, epoch2);
+  repair_events(file, 2, 0, epoch2);
   const std::string text = read(file);
   EXPECT_EQ(text,
             "{\"type\":\"slide\"}\n{\"type\":\"epoch\",\"epoch\":1}\n"
             "{\"type\":\"epoch\",\"epoch\":\"x\"}\n" +
                 epoch2.dump() + "\n");
-  repair_events(file, 2, epoch2);
+  repair_events(file, 2, 0, epoch2);
   EXPECT_EQ(read(file), text);
+}
+
+TEST(RunFiles, RepairEventsDropsTheSlidesTheResumedRunTrainsAgain) {
+  test::TempFolder folder;
+  const auto slide = [](int epoch, int index) {
+    return nlohmann::json{{"type", "slide"}, {"epoch", epoch}, {"index", index}}.dump() + "\n";
+  };
+  const std::string epoch1 = nlohmann::json{{"type", "epoch"}, {"epoch", 1}}.dump() + "\n";
+  // last.h5 holds epoch 2 after its first two slides; a kill came after slide 3 and in epoch 3.
+  const auto file = folder.write("events.jsonl", slide(1, 0) + slide(1, 1) + epoch1 + slide(2, 0) +
+                                                     slide(2, 1) + slide(2, 2) + slide(3, 0));
+  repair_events(file, 1, 2, {});
+  EXPECT_EQ(read(file), slide(1, 0) + slide(1, 1) + epoch1 + slide(2, 0) + slide(2, 1));
+}
+
+TEST(RunFiles, ARunFolderIsLockedForOneRunAndNamesItsHolder) {
+  test::TempFolder folder;
+  {
+    const RunLock held(folder.path());
+    try {
+      const RunLock second(folder.path());
+      ADD_FAILURE() << "a second run took the folder";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("in use by another training run"), std::string::npos) << message;
+      EXPECT_NE(message.find("pid " + std::to_string(getpid()) + " since "), std::string::npos)
+          << message;
+      EXPECT_NE(message.find(folder.path().string()), std::string::npos) << message;
+    }
+  }
+  // Released with its holder; the file a dead holder left is no lock.
+  folder.write("run.lock", "host elsewhere pid 1 since 2020-01-01 00:00:00 UTC\n");
+  EXPECT_NO_THROW(RunLock again(folder.path()));
+  EXPECT_EQ(read(folder.path() / "run.lock").find("pid 1 "), std::string::npos);
 }
 
 }  // namespace

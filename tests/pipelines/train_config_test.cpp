@@ -62,10 +62,15 @@ TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
   expect_error(error_of("manifest: d.csv\nmodel: alexnet\n"), "model 'alexnet'");
   expect_error(error_of("manifest: d.csv\nmpp: 1\nlevel: 2\n"), "exclusive");
   expect_error(error_of("manifest: d.csv\nbudget: lots\n"), "run.yaml");
+  expect_error(error_of("manifest: d.csv\nbudget: 0B\n"), "budget must be positive");
   expect_error(error_of("manifest: d.csv\nstrategy: diagonal\n"), "diagonal");
   expect_error(error_of("model: tiny\n"), "manifest is required");
   expect_error(error_of("- a\n- b\n"), "mapping");
   expect_error(error_of("manifest: [unclosed\n"), "not valid YAML");
+  // yaml-cpp's own words for this are "bad file".
+  expect_error(error_of("lr: " + std::string(5000, '[') + std::string(5000, ']') + "\n"),
+               "run.yaml: not valid YAML or JSON: lists or mappings nested more than");
+  expect_error(error_of("manifest: d.csv\n", {"lr=" + std::string(5000, '{')}), "override 'lr=");
   expect_error(error_of("manifest: d.csv\n", {"lr"}), "not key=value");
   expect_error(error_of("manifest: d.csv\n", {"optimiser=sgd"}), "unknown key 'optimiser'");
   expect_error(error_of("manifest: d.csv\nmagnification: tenx\n"), "magnification");

@@ -367,6 +367,25 @@ TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
   const EvaluationResult r = evaluate(eval);
   ASSERT_EQ(r.predictions.size(), 8U);
   EXPECT_EQ(lines(eval.predictions_csv), 9);
+  {
+    // Issue 51: inputs it could not save (a full disk: the third slide's partial file is
+    // /dev/full) skipped the slide and the evaluation "succeeded" without them.
+    EvaluationRequest saving = eval;
+    saving.predictions_csv.clear();
+    saving.inputs_dir = runs_.path() / "inputs";
+    fs::create_directories(saving.inputs_dir);
+    const fs::path third = fs::path(r.predictions[2].slide).stem().string() + ".input.f32.partial";
+    fs::create_symlink("/dev/full", saving.inputs_dir / third);
+    try {
+      (void)evaluate(saving);
+      ADD_FAILURE() << "an evaluation that could not save its inputs succeeded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot save the input of " + r.predictions[2].slide),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("(the disk is full)"), std::string::npos) << e.what();
+    }
+  }
 
   for (const SlidePrediction& p : {r.predictions[0], r.predictions[3]}) {
     HeatmapRequest request;
@@ -633,6 +652,25 @@ TEST_F(TrainTest, InitialWeightsComeFromACheckpointByNameWithAReport) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no-such.h5"), std::string::npos) << e.what();
   }
+  // Another model's checkpoint (a name or two in common) is refused, not loaded in part.
+  core::Graph other = models::build_model("resnet18");
+  io::CheckpointState foreign;
+  foreign.weights = io::named_weights(other.module());
+  const fs::path resnet = runs_.path() / "resnet18.h5";
+  io::write_checkpoint(resnet, foreign);
+  TrainConfig wrong = config("wrong");
+  wrong.init_weights = resnet;
+  try {
+    train(TrainRequest{wrong});
+    FAIL() << "a foreign checkpoint was taken";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("init_weights " + resnet.string() + " does not fit model 'tiny'"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("trunk parameters cannot be taken"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(fs::exists(runs_.path() / "wrong" / "checkpoints" / "last.h5"));
 }
 
 // The real vendor files of ../shared/slides: an Aperio SVS with an mpp (CMU-1) and one without
@@ -710,6 +748,42 @@ TEST_F(TrainTest, ARunInWhichEverySlideIsSkippedFailsAndItsSummarySaysWhy) {
     EXPECT_NE(summary["error"].get<std::string>().find("no train slide"), std::string::npos);
     EXPECT_FALSE(fs::exists(c.output / "checkpoints" / "best.h5")) << name;
   }
+}
+
+// Issue 51: a val split whose every slide failed to read ended "finished", no best.h5, its log
+// saying "no val split".
+TEST_F(TrainTest, ARunWhoseEveryValSlideIsSkippedFailsAndSaysWhy) {
+  const fs::path slides = data_->path() / "slides";
+  std::ifstream in(slides / "manifest.csv");
+  std::string text, line;
+  std::getline(in, line);
+  ASSERT_EQ(line, "slide,label,split,patient");
+  text = line + "\n";
+  for (int row = 0; std::getline(in, line); ++row) {
+    const size_t comma = line.find(',');
+    const std::string rest = line.substr(comma);
+    fs::path slide = slides / line.substr(0, comma);
+    if (rest.find(",val,") != std::string::npos) {  // a copy each: a slide listed twice is refused
+      slide = runs_.path() / ("unreadable-" + std::to_string(row) + ".svs");
+      fs::copy_file(fs::path(TESSEL_SHARED_SLIDES) / "unreadable.svs", slide);
+    }
+    text += slide.string() + rest + "\n";
+  }
+  TrainConfig c = config("val-unreadable");
+  c.manifest = runs_.write("val-unreadable.csv", text);
+  c.epochs = 1;
+  try {
+    train(TrainRequest{c});
+    FAIL() << "a run that validated nothing finished";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no val slide could be used in epoch 1: all 2 were "
+                                         "skipped (the first: "),
+              std::string::npos)
+        << e.what();
+  }
+  const nlohmann::json summary = nlohmann::json::parse(std::ifstream(c.output / "summary.json"));
+  EXPECT_EQ(summary["state"], "failed");
+  EXPECT_NE(summary["error"].get<std::string>().find("no val slide"), std::string::npos);
 }
 
 TEST_F(TrainTest, ANonFiniteLossStopsTrainingBeforeTheWeightsTakeIt) {
