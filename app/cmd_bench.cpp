@@ -43,8 +43,12 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--memory-limit", args->memory_limit,
                   "Points predicted above this are recorded as out of memory, not run")
       ->capture_default_str();
-  cmd->add_option("--repeat", args->repeat, "Timed steps")->capture_default_str();
-  cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option("--repeat", args->repeat, "Timed steps")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "Untimed steps first")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
   cmd->add_option(
       "--timeline", args->timeline,
       "Write the last step's memory timeline here (JSON lines; bench/plot.py draws it)");
@@ -94,6 +98,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       ->check(CLI::IsMember({"auto", "cpu", "contiguous", "channels-last"}))
       ->capture_default_str();
   cmd->add_option("--tile", args->tile, "Tile size in output pixels (0: the planner's)")
+      ->check(CLI::Range(int64_t{0}, kMaxImageSide))
       ->capture_default_str();
   cmd->add_option("--background", args->background,
                   "Paint a seeded constant background over about this fraction of the image "

@@ -46,7 +46,9 @@ void add_bench_read_and_allreduce(CLI::App* bench, CommandRegistry& registry) {
       ->capture_default_str();
   ar_cmd->add_option("--repeat", ar->repeat, "Timed exchanges")->capture_default_str();
   ar_cmd->add_option("--warmup", ar->warmup, "Untimed exchanges first")->capture_default_str();
-  ar_cmd->add_option("--bucket-mib", ar->bucket_mib, "Flat bucket size")->capture_default_str();
+  ar_cmd->add_option("--bucket-mib", ar->bucket_mib, "Flat bucket size")
+      ->check(CLI::Range(0.001, 65536.0))
+      ->capture_default_str();
   ar_cmd->add_option("--rendezvous", ar->dist.rendezvous, "env:// or file:///shared/path")
       ->capture_default_str();
   ar_cmd->add_option("--dist-timeout", ar->dist.timeout_seconds, "Seconds")->capture_default_str();

@@ -237,8 +237,12 @@ void add_bench_train(CLI::App* bench, CommandRegistry& registry) {
   cmd->add_option("--memory-limit", args->memory_limit,
                   "Points predicted above this are recorded as out of memory, not run")
       ->capture_default_str();
-  cmd->add_option("--repeat", args->repeat, "Timed steps per point")->capture_default_str();
-  cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option("--repeat", args->repeat, "Timed steps per point")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "Untimed steps first")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "Results folder (results.jsonl, results.csv)")
       ->capture_default_str();
   cmd->callback([args, &registry] { registry.selected = [args] { return sweep(*args); }; });

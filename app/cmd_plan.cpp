@@ -188,6 +188,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->check(CLI::IsMember({"none", "grid", "rows", "rows-shared", "auto"}))
       ->capture_default_str();
   cmd->add_option("--classes", args->classes, "Classes of the slide-level head")
+      ->check(CLI::Range(int64_t{2}, int64_t{65536}))
       ->capture_default_str();
   cmd->add_option("--norm", args->norm,
                   "The zoo's batch norms: frozen, batch (training mode) or group")
@@ -276,7 +277,8 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   cmd->add_option("--strategy", args->strategy, "grid, rows or rows-shared")
       ->check(CLI::IsMember({"grid", "rows", "rows-shared"}))
       ->capture_default_str();
-  cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)");
+  cmd->add_option("--tile", args->tile, "Tile size in output pixels (default: 3×3 tiles)")
+      ->check(CLI::Range(int64_t{1}, kMaxImageSide));
   cmd->add_option("--budget", args->budget,
                   "Check the plan training makes under this memory budget (e.g. 4MiB), with "
                   "every scheme its search picks, instead of fixed tiles; 0: fixed tiles")
@@ -294,6 +296,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
   cmd->add_flag("--ungated", args->ungated, "Attention without its gate (tanh only)");
   cmd->add_option("--branches", args->branches,
                   "Attention branches: 1, or 2 (one per class, CLAM-MB)")
+      ->check(CLI::Range(int64_t{1}, int64_t{2}))
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of weights, image and random network")
       ->capture_default_str();

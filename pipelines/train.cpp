@@ -403,8 +403,17 @@ class Trainer {
       io::assign_splits(manifest_, config_.val_fraction, config_.test_fraction,
                         static_cast<uint64_t>(config_.seed));
     }
-    for (const io::ManifestProblem& p : manifest_.problems) {
-      spdlog::warn("{}: {}", config_.manifest.string(), (std::ostringstream() << p).str());
+    // The first few, then a count: 200k missing files once printed 200k lines.
+    constexpr size_t kShown = 10;
+    for (size_t i = 0; i < manifest_.problems.size() && i < kShown; ++i) {
+      spdlog::warn("{}: {}", config_.manifest.string(),
+                   (std::ostringstream() << manifest_.problems[i]).str());
+    }
+    if (manifest_.problems.size() > kShown) {
+      spdlog::warn(
+          "{}: {} more problems (`tessel manifest check {}` lists every one; summary.json "
+          "names each skipped slide)",
+          config_.manifest.string(), manifest_.problems.size() - kShown, config_.manifest.string());
     }
     const std::string unusable = manifest_.unusable_reason();
     if (!unusable.empty()) {

@@ -172,6 +172,9 @@ bool one_of(const std::string& value, const Range& allowed) {
   return std::find(std::begin(allowed), std::end(allowed), value) != std::end(allowed);
 }
 
+// More than zero and finite: `lr: .inf` or `mpp: inf` is no setting.
+bool positive(double v) { return v > 0 && std::isfinite(v); }
+
 void validate(const TrainConfig& c, const std::string& origin) {
   require(!c.manifest.empty(), origin, "manifest", "is required (the CSV of slides and labels)");
   require(c.val_fraction >= 0 && c.test_fraction >= 0 && c.val_fraction + c.test_fraction < 1,
@@ -180,10 +183,11 @@ void validate(const TrainConfig& c, const std::string& origin) {
                           static_cast<int>(c.magnification.has_value()) +
                           static_cast<int>(c.level.has_value());
   require(resolutions <= 1, origin, "mpp/magnification/level", "are exclusive: give one");
-  require(!c.mpp || *c.mpp > 0, origin, "mpp", "must be positive");
-  require(!c.magnification || *c.magnification > 0, origin, "magnification", "must be positive");
+  require(!c.mpp || positive(*c.mpp), origin, "mpp", "must be a positive number");
+  require(!c.magnification || positive(*c.magnification), origin, "magnification",
+          "must be a positive number");
   require(!c.level || *c.level >= 0, origin, "level", "must be 0 or more");
-  require(!c.base_mpp || *c.base_mpp > 0, origin, "base_mpp", "must be positive");
+  require(!c.base_mpp || positive(*c.base_mpp), origin, "base_mpp", "must be a positive number");
   const std::vector<std::string> models = models::model_names();
   require(one_of(c.model, models) || c.model.ends_with(".h5"), origin, "model",
           "'" + c.model +
@@ -208,14 +212,16 @@ void validate(const TrainConfig& c, const std::string& origin) {
   require(c.batch >= 1, origin, "batch", "must be at least 1");
   require(one_of(c.optimizer, std::vector<std::string>{"sgd", "adam", "adamw"}), origin,
           "optimizer", "must be sgd, adam or adamw");
-  require(c.lr > 0, origin, "lr", "must be positive");
+  require(positive(c.lr), origin, "lr", "must be a positive number");
   require(c.momentum >= 0 && c.momentum < 1, origin, "momentum", "must be in [0, 1)");
-  require(c.weight_decay >= 0, origin, "weight_decay", "must be 0 or more");
+  require(c.weight_decay == 0 || positive(c.weight_decay), origin, "weight_decay",
+          "must be 0 or more");
   require(one_of(c.schedule, std::vector<std::string>{"constant", "step", "cosine"}), origin,
           "schedule", "must be constant, step or cosine");
-  require(c.warmup_epochs >= 0, origin, "warmup_epochs", "must be 0 or more");
+  require(c.warmup_epochs == 0 || positive(c.warmup_epochs), origin, "warmup_epochs",
+          "must be 0 or more");
   require(c.step_epochs >= 1, origin, "step_epochs", "must be at least 1");
-  require(c.gamma > 0, origin, "gamma", "must be positive");
+  require(positive(c.gamma), origin, "gamma", "must be a positive number");
   require(one_of(c.balance, std::vector<std::string>{"none", "weighted", "sampling"}), origin,
           "balance", "must be none, weighted or sampling");
   require(c.color_jitter >= 0 && c.color_jitter < 1, origin, "color_jitter", "must be in [0, 1)");

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/device/device.h"
+#include "core/error.h"
 #include "core/store/tile_store.h"
 
 namespace tessel::core {
@@ -27,9 +28,15 @@ double seconds_since(Clock::time_point t0) {
 }
 
 // Writes and reads of a block through the store: the I/O thread's busy time per byte each way
-// (the caller's waits would also count the thread hand-offs).
+// (the caller's waits would also count the thread hand-offs). The block is 8 MiB, or a quarter of
+// the scratch directory's free space (a 3 MiB scratch once failed here, in words that blamed the
+// step's checkpoints); 0 when there is too little room to time anything.
 double seconds_per_byte(Tier tier, const std::filesystem::path& scratch_dir, c10::Device device) {
-  constexpr int64_t kBlockBytes = int64_t{8} << 20;
+  constexpr int64_t kGrain = int64_t{64} << 10;
+  int64_t kBlockBytes = int64_t{8} << 20;
+  const int64_t free = scratch_free_bytes(tier, scratch_dir);
+  if (free >= 0) kBlockBytes = std::min(kBlockBytes, free / 4 / kGrain * kGrain);
+  if (kBlockBytes < 4 * kGrain) return 0;
   TileStoreOptions o;
   o.scratch_dir = scratch_dir;
   o.window_bytes = kBlockBytes;
@@ -96,9 +103,16 @@ OffloadPrices measure_offload_prices(Tier tier, const std::filesystem::path& scr
   }
   const auto t0 = Clock::now();
   OffloadPrices p;
-  p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir, device);
+  try {
+    p.seconds_per_byte_moved = seconds_per_byte(tier, scratch_dir, device);
+  } catch (const Error& e) {
+    // A scratch directory that cannot hold the probe: the plan itself says whether the step's
+    // checkpoints fit there (check_free_space), in words about the step.
+    spdlog::warn("could not time the scratch directory: {}", e.what());
+  }
   p.seconds_per_flop = seconds_per_flop(device);
-  p.measured = true;
+  // Unmeasured (zero) prices leave the planner's guessed ratio in charge.
+  p.measured = p.seconds_per_byte_moved > 0 || tier != Tier::kDisk;
   p.disk_free_bytes = scratch_free_bytes(tier, scratch_dir);
   spdlog::debug(
       "offload prices ({}, {}): {:.3g} ns per byte moved, {:.3g} GFLOP/s, measured in {:.2f} s",

@@ -63,6 +63,8 @@ TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
   expect_error(error_of("manifest: d.csv\nmpp: 1\nlevel: 2\n"), "exclusive");
   expect_error(error_of("manifest: d.csv\nbudget: lots\n"), "run.yaml");
   expect_error(error_of("manifest: d.csv\nbudget: 0B\n"), "budget must be positive");
+  expect_error(error_of("manifest: d.csv\nlr: .inf\n"), "lr must be a positive number");
+  expect_error(error_of("manifest: d.csv\nmpp: .nan\n"), "mpp must be a positive number");
   expect_error(error_of("manifest: d.csv\nstrategy: diagonal\n"), "diagonal");
   expect_error(error_of("model: tiny\n"), "manifest is required");
   expect_error(error_of("- a\n- b\n"), "mapping");
