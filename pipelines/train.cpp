@@ -656,6 +656,10 @@ class Trainer {
     if (lead()) {
       write_text_atomically(run_dir_ / "config.yaml", config_.to_yaml());
       complete_epoch_end();
+    } else {
+      // This rank's slide lines past the position: trained again by the resumed run.
+      repair_events(run_dir_ / fmt::format("events.rank{}.jsonl", rank_), position_.epoch,
+                    position_.slide, json());
     }
   }
 
