@@ -476,7 +476,7 @@ CheckpointState read_checkpoint(const std::filesystem::path& path) {
   silence_hdf5();
   if (const std::string why = not_a_regular_file(path); !why.empty()) {
     throw Error("checkpoint " + path.string() +
-                (why == "no such file" ? std::string(" does not exist") : ": " + why));
+                (why == kNoSuchFile ? std::string(" does not exist") : ": " + why));
   }
   const Reader r(path);
   check_header(path, r);

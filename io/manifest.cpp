@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/resolution.h"
 #include "io/roi.h"
 #include "io/slide.h"
 #include "io/user_file.h"
@@ -468,17 +469,11 @@ std::optional<double> manifest_mpp(const std::map<std::string, std::string>& met
   const auto cell = metadata.find("mpp");
   if (cell == metadata.end() || trimmed(cell->second).empty()) return std::nullopt;
   const std::string text = trimmed(cell->second);
-  size_t used = 0;
-  double value = 0;
   try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || !std::isfinite(value) || !(value > 0)) {
+    return parse_mpp(text);  // --mpp's rule: positive and finite, "0.5mpp" too
+  } catch (const Error&) {
     throw Error("mpp '" + text + "' is not a positive number of microns per pixel");
   }
-  return value;
 }
 
 std::optional<fs::path> manifest_roi(const std::map<std::string, std::string>& metadata,

@@ -147,7 +147,7 @@ at::Tensor to_tensor(const onnx::TensorProto& t, const std::filesystem::path& fi
 
 OnnxModel read_onnx(const std::filesystem::path& file) {
   if (const std::string why = not_a_regular_file(file); !why.empty()) {
-    fail(file, why == "no such file" ? "does not exist" : why);
+    fail(file, why == kNoSuchFile ? "does not exist" : why);
   }
   std::ifstream in(file, std::ios::binary);
   if (!in) {

@@ -67,8 +67,7 @@ Slide::Slide(const std::filesystem::path& path) : path_(path) {
   const std::string prefix = "cannot open slide " + name + ": ";
   if (const std::string why = not_a_regular_file(path); !why.empty()) {
     // A MIRAX slide's .mrxs names its folder beside it; the slide is still the one file.
-    throw Error(prefix +
-                (why == "it is a folder, not a file" ? "it is a folder, not a slide file" : why));
+    throw Error(prefix + (why == kIsAFolder ? "it is a folder, not a slide file" : why));
   }
   const char* vendor = openslide_detect_vendor(name.c_str());
   if (vendor == nullptr) {

@@ -16,10 +16,10 @@ namespace tessel::io {
 std::string not_a_regular_file(const std::filesystem::path& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
-    return errno == ENOENT || errno == ENOTDIR ? "no such file" : std::strerror(errno);
+    return errno == ENOENT || errno == ENOTDIR ? std::string(kNoSuchFile) : std::strerror(errno);
   }
   if (S_ISREG(info.st_mode)) return {};
-  if (S_ISDIR(info.st_mode)) return "it is a folder, not a file";
+  if (S_ISDIR(info.st_mode)) return std::string(kIsAFolder);
   if (S_ISFIFO(info.st_mode)) return "it is a named pipe (FIFO), not a file; Tessel reads files";
   if (S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)) {
     return "it is a device, not a file; Tessel reads files";

@@ -10,6 +10,10 @@
 
 namespace tessel::io {
 
+// not_a_regular_file's reasons that callers word their own way ("checkpoint X does not exist").
+inline constexpr std::string_view kNoSuchFile = "no such file";
+inline constexpr std::string_view kIsAFolder = "it is a folder, not a file";
+
 // Why `path` is not a regular file (symbolic links followed), in words for the user — "no such
 // file", "it is a folder, not a file", "it is a named pipe (FIFO), not a file", ... — or "" when
 // it is one. Never opens the file.

@@ -1,7 +1,9 @@
 #include "models/zoo.h"
 
+#include <cstring>
 #include <functional>
 #include <map>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -11,6 +13,14 @@ using core::ConvSpec;
 using core::Graph;
 using core::NodeId;
 using core::PoolSpec;
+
+bool in_head(const std::string& parameter) {
+  for (const char* layer : {"classifier", "attention_a", "attention_b", "attention_c"}) {
+    const std::string_view name(parameter);
+    if (name.starts_with(layer) && name.substr(std::strlen(layer)).starts_with('.')) return true;
+  }
+  return false;
+}
 
 namespace {
 

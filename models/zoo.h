@@ -57,6 +57,11 @@ struct ModelOptions {
 // (pipelines' heatmaps).
 core::NodeId add_head(core::Graph& g, core::NodeId x, const ModelOptions& options);
 
+// Whether a parameter or buffer (by its module name, "classifier.weight") belongs to the layers
+// add_head names: a run's own head, which a checkpoint from other classes or another head need
+// not fill (init_weights).
+bool in_head(const std::string& parameter);
+
 // "tiny", "vgg-mini", "vgg16", "vgg19", "darknet19", "resnet18", "resnet34", "resnet50".
 std::vector<std::string> model_names();
 // Throws tessel::Error listing the known names for an unknown one.

@@ -468,15 +468,13 @@ class Trainer {
   // classifier and the attention network, which may be the run's own, e.g. for other classes)
   // must come from the checkpoint, or the run would train a mix of loaded and random weights.
   void require_whole_trunk(const io::WeightLoadReport& report) const {
-    const auto in_head = [](const std::string& name) {
-      return name.starts_with("classifier") || name.starts_with("attention_");
-    };
+    using models::in_head;
     std::vector<std::string> unfilled;
     for (const std::string& name : report.missing) {
       if (!in_head(name)) unfilled.push_back(name + " (not in the checkpoint)");
     }
-    for (const std::string& line : report.mismatched) {
-      if (!in_head(line)) unfilled.push_back(line);
+    for (const std::string& line : report.mismatched) {  // "name: shape in the weights, ..."
+      if (!in_head(line.substr(0, line.find(':')))) unfilled.push_back(line);
     }
     if (unfilled.empty()) return;
     throw Error(fmt::format(

@@ -33,16 +33,16 @@ double seconds_since(Clock::time_point t0) {
 // step's checkpoints); 0 when there is too little room to time anything.
 double seconds_per_byte(Tier tier, const std::filesystem::path& scratch_dir, c10::Device device) {
   constexpr int64_t kGrain = int64_t{64} << 10;
-  int64_t kBlockBytes = int64_t{8} << 20;
+  int64_t block_bytes = int64_t{8} << 20;
   const int64_t free = scratch_free_bytes(tier, scratch_dir);
-  if (free >= 0) kBlockBytes = std::min(kBlockBytes, free / 4 / kGrain * kGrain);
-  if (kBlockBytes < 4 * kGrain) return 0;
+  if (free >= 0) block_bytes = std::min(block_bytes, free / 4 / kGrain * kGrain);
+  if (block_bytes < 4 * kGrain) return 0;
   TileStoreOptions o;
   o.scratch_dir = scratch_dir;
-  o.window_bytes = kBlockBytes;
+  o.window_bytes = block_bytes;
   o.bypass_page_cache = true;
   TileStore store(o);
-  const at::Tensor block = at::rand({kBlockBytes / 4}, at::TensorOptions().device(device));
+  const at::Tensor block = at::rand({block_bytes / 4}, at::TensorOptions().device(device));
   constexpr int kRepeat = 2;
   for (int i = 0; i < kRepeat; ++i) {
     const TileStore::BlockId id = store.put(block, tier);
@@ -53,7 +53,7 @@ double seconds_per_byte(Tier tier, const std::filesystem::path& scratch_dir, c10
   synchronize(device);
   // Zero for the host tier of the CPU, which moves nothing.
   const TileStoreStats st = store.stats();
-  return (st.write_ms + st.read_ms) / 1000 / (2.0 * kRepeat * static_cast<double>(kBlockBytes));
+  return (st.write_ms + st.read_ms) / 1000 / (2.0 * kRepeat * static_cast<double>(block_bytes));
 }
 
 // A 3×3 conv of 32 channels on a 96² tile on the CPU (about 0.3 GFLOP), of 128 on a 512² tile
