@@ -82,6 +82,14 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
         {"input_grad_blocks", partition_json(s.input_grad_blocks)},
     });
   }
+  if (plan.glass.any_background()) {
+    for (size_t i = 0; i < plan.glass.segments.size() && i < segments.size(); ++i) {
+      const core::GlassSummary::SegmentFlops& f = plan.glass.segments[i];
+      segments[i]["glass"] = {{"dense_flops", f.dense},
+                              {"glass_tile_flops", f.in_glass_tiles},
+                              {"filled_flops", f.filled}};
+    }
+  }
   j["segments"] = segments;
   if (plan.glass.any_background()) {
     const core::GlassSummary& g = plan.glass;

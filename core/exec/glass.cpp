@@ -41,15 +41,127 @@ void add_to(at::Tensor& sum, const at::Tensor& part) {
 
 }  // namespace
 
-at::Tensor fill_around(const at::Tensor& value, const Region& r, const at::Tensor& part,
-                       const Region& box, at::MemoryFormat format) {
-  at::Tensor full = value.expand({1, value.size(1), r.y.size(), r.x.size()}).contiguous(format);
-  if (part.defined() && !box.empty()) {
-    full.narrow(2, box.y.begin - r.y.begin, box.y.size())
-        .narrow(3, box.x.begin - r.x.begin, box.x.size())
-        .copy_(part);
+namespace {
+
+at::Tensor view_of(const at::Tensor& t, const Region& r, const Region& part) {
+  return t.narrow(2, part.y.begin - r.y.begin, part.y.size())
+      .narrow(3, part.x.begin - r.x.begin, part.x.size());
+}
+
+// `r` and `boxes` as one list of numbers (autograd keeps it for the backward).
+std::vector<int64_t> corners(const Region& r, const Boxes& boxes) {
+  std::vector<int64_t> c = {r.y.begin, r.y.end, r.x.begin, r.x.end};
+  for (const Region& b : boxes) c.insert(c.end(), {b.y.begin, b.y.end, b.x.begin, b.x.end});
+  return c;
+}
+
+std::pair<Region, Boxes> from_corners(const std::vector<int64_t>& c) {
+  const auto at = [&c](size_t i) { return Region{{c[i], c[i + 1]}, {c[i + 2], c[i + 3]}}; };
+  Boxes boxes;
+  for (size_t i = 4; i + 3 < c.size(); i += 4) boxes.push_back(at(i));
+  return {at(0), boxes};
+}
+
+// One tensor over `r`: `parts` over `boxes` (disjoint), `value` (1×C×1×1) on the ring around
+// them. Written once (autograd's expand then a copy into a slice wrote the whole region twice),
+// and its backward hands each part its box's gradient as a view and `value` the ring's sum
+// (expand's summed the whole region, CopySlices cloned it).
+class FillBoxes : public torch::autograd::Function<FillBoxes> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& value,
+                            at::TensorList parts, const std::vector<int64_t>& geometry,
+                            at::MemoryFormat format) {
+    const auto [r, boxes] = from_corners(geometry);
+    ctx->saved_data["geometry"] = geometry;
+    at::Tensor full = at::empty({1, value.size(1), r.y.size(), r.x.size()},
+                                value.options().memory_format(format));
+    for (const Region& strip : ring(r, boxes)) view_of(full, r, strip).copy_(value);
+    for (size_t i = 0; i < boxes.size(); ++i) view_of(full, r, boxes[i]).copy_(parts[i]);
+    return full;
   }
-  return full;
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto [r, boxes] = from_corners(ctx->saved_data["geometry"].toIntVector());
+    const at::Tensor& g = grads.at(0);
+    torch::autograd::variable_list out;
+    at::Tensor grad_value;
+    if (ctx->needs_input_grad(0)) {
+      for (const Region& strip : ring(r, boxes)) {
+        const at::Tensor sum = view_of(g, r, strip).sum({0, 2, 3}, /*keepdim=*/true);
+        grad_value = grad_value.defined() ? grad_value + sum : sum;
+      }
+    }
+    out.push_back(grad_value);
+    for (const Region& b : boxes) out.push_back(view_of(g, r, b));
+    out.emplace_back();  // geometry
+    out.emplace_back();  // format
+    return out;
+  }
+};
+
+// `x` (over `r`) over each of `windows` (inside `r`, none empty), as contiguous copies in its
+// memory format. Its backward adds each window's gradient into one gradient of `x`: several
+// boxes reading one tensor through slices gave each its own zeroed gradient of the whole tensor
+// and summed them (vgg-mini 2048², 30% tissue: 0.9 s of a 6.5 s step).
+class CropEach : public torch::autograd::Function<CropEach> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& x,
+                                                const std::vector<int64_t>& geometry) {
+    const auto [r, windows] = from_corners(geometry);
+    ctx->saved_data["geometry"] = geometry;
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    const at::MemoryFormat format = x.suggest_memory_format();
+    ctx->saved_data["channels_last"] = format == at::MemoryFormat::ChannelsLast;
+    torch::autograd::variable_list out;
+    for (const Region& w : windows) out.push_back(view_of(x, r, w).contiguous(format));
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto [r, windows] = from_corners(ctx->saved_data["geometry"].toIntVector());
+    at::Tensor gx;
+    for (size_t i = 0; i < windows.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      if (!gx.defined()) {
+        const at::MemoryFormat format = ctx->saved_data["channels_last"].toBool()
+                                            ? at::MemoryFormat::ChannelsLast
+                                            : at::MemoryFormat::Contiguous;
+        gx = at::zeros(ctx->saved_data["sizes"].toIntVector(),
+                       grads[i].options().memory_format(format));
+      }
+      view_of(gx, r, windows[i]).add_(grads[i]);
+    }
+    return {gx, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<TileTensor> crop_each(const TileTensor& t, const std::vector<Region>& windows) {
+  std::vector<TileTensor> out(windows.size());
+  std::vector<Region> some;
+  for (const Region& w : windows) {
+    if (!w.empty()) some.push_back(w);
+  }
+  if (some.empty()) return std::vector<TileTensor>(windows.size(), t);
+  const torch::autograd::variable_list crops = CropEach::apply(t.tensor, corners(t.region, some));
+  for (size_t i = 0, k = 0; i < windows.size(); ++i) {
+    out[i] = windows[i].empty() ? t : TileTensor{crops[k++], windows[i]};
+  }
+  return out;
+}
+
+at::Tensor fill_around(const at::Tensor& value, const Region& r,
+                       const std::vector<at::Tensor>& parts, const Boxes& boxes,
+                       at::MemoryFormat format) {
+  if (parts.empty()) {
+    return value.expand({1, value.size(1), r.y.size(), r.x.size()}).contiguous(format);
+  }
+  if (boxes.size() == 1 && boxes.front() == r) return parts.front();
+  return FillBoxes::apply(value, at::TensorList(parts), corners(r, boxes), format);
 }
 
 GlassRun::GlassRun(Step& step, int index) : step_(step), index_(index), s_(step.segment(index)) {}
@@ -107,11 +219,16 @@ at::Tensor GlassRun::output_tile(const Region& tile) const {
   return u.expand({1, u.size(1), tile.y.size(), tile.x.size()}).contiguous();
 }
 
-void GlassRun::fill(const std::vector<Region>& need, std::vector<Region>& boxes, TileExtras& extras,
+void GlassRun::fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtras& extras,
                     NodeId last) const {
   if (!fills() || values_.empty()) return;
-  boxes = computed_boxes(step_.graph(), step_.plan().shapes, s_.input, last < 0 ? s_.output : last,
-                         need, tiles().input);
+  const Graph& graph = step_.graph();
+  const std::vector<Shape>& shapes = step_.plan().shapes;
+  const NodeId output = last < 0 ? s_.output : last;
+  const std::vector<Boxes> box =
+      computed_boxes(graph, shapes, s_.input, output, need, tiles().input);
+  boxes.held = held_regions(graph, shapes, s_.input, output, need, box);
+  boxes.computed = held_boxes(box, boxes.held);
   extras.boxes = &boxes;
   extras.fill = &values_;
 }

@@ -23,10 +23,16 @@
 
 namespace tessel::core {
 
-// `part` (a node's tile over `box`, undefined for an empty box) inside its region `r`, the rest
-// `value` (the node's uniform value, 1×C×1×1), in memory format `format`.
-at::Tensor fill_around(const at::Tensor& value, const Region& r, const at::Tensor& part,
-                       const Region& box, at::MemoryFormat format);
+// `parts` (a node's tile over each of `boxes`: disjoint, inside `r`; none where it computes
+// nothing) inside its region `r`, the rest `value` (the node's uniform value, 1×C×1×1), in memory
+// format `format`.
+at::Tensor fill_around(const at::Tensor& value, const Region& r,
+                       const std::vector<at::Tensor>& parts, const Boxes& boxes,
+                       at::MemoryFormat format);
+
+// `t` over each of `windows` (each inside it; an empty one gets `t` itself): what several boxes
+// of a node read of one input, copied once each, whose gradients autograd adds into one.
+std::vector<TileTensor> crop_each(const TileTensor& t, const std::vector<Region>& windows);
 
 class GlassRun {
  public:
@@ -41,9 +47,9 @@ class GlassRun {
   // Glass tile `tile`'s output: the uniform value over it.
   at::Tensor output_tile(const Region& tile) const;
   // What a tile over `need` (segment_needs up to `last`, the output when -1) fills: `extras`
-  // gets its computed boxes and the nodes' values, unless the segment fills nothing. `boxes`
-  // holds the boxes meanwhile.
-  void fill(const std::vector<Region>& need, std::vector<Region>& boxes, TileExtras& extras,
+  // gets what it holds and computes of each node and the nodes' values, unless the segment
+  // fills nothing. `boxes` holds the regions meanwhile.
+  void fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtras& extras,
             NodeId last = -1) const;
   // A node's uniform value (undefined past a barrier whose statistic is not yet taken).
   const at::Tensor& value(NodeId v) const { return values_.at(static_cast<size_t>(v)); }

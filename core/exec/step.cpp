@@ -429,23 +429,48 @@ TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
     const TileTensor& leaf = extras.leaves->at(v);
     return leaf.tensor.defined() ? leaf : TileTensor{extras.read_leaf(v, leaf.region), leaf.region};
   }
-  if (extras.boxes != nullptr && (*extras.boxes)[static_cast<size_t>(v)] != r) {
-    return run_filled(first, v, r, acts, extras, options);
+  if (extras.boxes != nullptr) {
+    const Region& held = extras.boxes->held[static_cast<size_t>(v)];
+    const Boxes& boxes = extras.boxes->computed[static_cast<size_t>(v)];
+    if (held.empty() || (boxes.size() == 1 && boxes.front() == held)) {
+      return compute_node(first, v, held, acts, extras, options);
+    }
+    return run_filled(first, v, held, boxes, acts, extras, options);
   }
   return compute_node(first, v, r, acts, extras, options);
 }
 
-// Node `v` over its computed box only (core/exec/glass.h), its uniform value around it.
-TileTensor Step::run_filled(NodeId first, NodeId v, const Region& r,
+// Node `v` over `r` (what the tile holds of it), computed over `boxes` only (core/exec/glass.h),
+// its uniform value around them. Several boxes read their inputs through crop_each.
+TileTensor Step::run_filled(NodeId first, NodeId v, const Region& r, const Boxes& boxes,
                             const std::vector<TileTensor>& acts, const TileExtras& extras,
                             const at::TensorOptions& options) {
   ++glass_filled;
-  const Region& box = (*extras.boxes)[static_cast<size_t>(v)];
-  at::Tensor part;
-  if (!box.empty()) part = compute_node(first, v, box, acts, extras, options).tensor;
-  const at::MemoryFormat format =
-      part.defined() ? part.suggest_memory_format() : read_format(at::GradMode::is_enabled());
-  return {fill_around((*extras.fill)[static_cast<size_t>(v)], r, part, box, format), r};
+  const Node& node = graph_.node(v);
+  std::vector<std::vector<TileTensor>> by_input;  // by input, by box
+  if (boxes.size() > 1 && at::GradMode::is_enabled()) {
+    for (NodeId p : node.inputs) {
+      std::vector<Region> windows;
+      for (const Region& box : boxes) windows.push_back(needed_input(node, box, shape(p)));
+      by_input.push_back(crop_each(acts[static_cast<size_t>(p)], windows));
+    }
+  }
+  std::vector<at::Tensor> parts;
+  std::vector<TileTensor> own;
+  for (size_t b = 0; b < boxes.size(); ++b) {
+    if (by_input.empty()) {
+      parts.push_back(compute_node(first, v, boxes[b], acts, extras, options).tensor);
+      continue;
+    }
+    own = acts;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      own[static_cast<size_t>(node.inputs[i])] = by_input[i][b];
+    }
+    parts.push_back(compute_node(first, v, boxes[b], own, extras, options).tensor);
+  }
+  const at::MemoryFormat format = parts.empty() ? read_format(at::GradMode::is_enabled())
+                                                : parts.front().suggest_memory_format();
+  return {fill_around((*extras.fill)[static_cast<size_t>(v)], r, parts, boxes, format), r};
 }
 
 TileTensor Step::compute_node(NodeId first, NodeId v, const Region& r,

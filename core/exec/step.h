@@ -120,6 +120,13 @@ std::unique_ptr<SchemeRun> shared_rows_run(Step& step, int index);
 std::unique_ptr<SchemeRun> sub_segments_run(Step& step, int index);
 
 // What run_tile is given beside the nodes, their regions and the input tile.
+// A tile's glass, by node (core/plan/glass.h): the region it holds (held_regions) and the boxes
+// of it it computes (computed_boxes within it); the rest of the region is filled.
+struct TileBoxes {
+  std::vector<Region> held;
+  std::vector<Boxes> computed;
+};
+
 struct TileExtras {
   // Receives every barrier's output and input tiles there (by node), for the backward's sums
   // and corrections.
@@ -130,9 +137,9 @@ struct TileExtras {
   std::function<at::Tensor(NodeId, const Region&)> read_leaf;
   // Each barrier's output adds its gradient to the barrier's sums as the backward passes it.
   bool hooks = false;
-  // Glass within the tile (core/exec/glass.h): by node, the box of its region the tile computes;
-  // the rest holds the node's uniform value from `fill` (1×C×1×1, by node).
-  const std::vector<Region>* boxes = nullptr;
+  // Glass within the tile (core/exec/glass.h): by node, what the tile holds and the boxes of
+  // it it computes; the rest holds the node's uniform value from `fill` (1×C×1×1, by node).
+  const TileBoxes* boxes = nullptr;
   const std::vector<at::Tensor>* fill = nullptr;
 };
 
@@ -265,7 +272,7 @@ class Step {
   TileTensor compute_node(NodeId first, NodeId v, const Region& r,
                           const std::vector<TileTensor>& acts, const TileExtras& extras,
                           const at::TensorOptions& options);
-  TileTensor run_filled(NodeId first, NodeId v, const Region& r,
+  TileTensor run_filled(NodeId first, NodeId v, const Region& r, const Boxes& boxes,
                         const std::vector<TileTensor>& acts, const TileExtras& extras,
                         const at::TensorOptions& options);
   TileTensor run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,

@@ -118,6 +118,42 @@ Region CellMask::outside_box(const Region& r) const {
   return intersect(box, r);
 }
 
+std::vector<Region> CellMask::outside_pieces(const Region& r) const {
+  if (r.empty()) return {};
+  if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return {r};
+  const auto [r0, r1] = cells_over(y_edges_, r.y);
+  const auto [c0, c1] = cells_over(x_edges_, r.x);
+  if (out_cells(r0, r1, c0, c1) == 0) return {};
+  const int64_t w = c1 - c0;
+  std::vector<uint8_t> seen(static_cast<size_t>((r1 - r0) * w), 0);
+  std::vector<Region> pieces;
+  std::vector<std::pair<int64_t, int64_t>> stack;
+  for (int64_t i = r0; i < r1; ++i) {
+    for (int64_t j = c0; j < c1; ++j) {
+      if (cell_in(i, j) || seen[static_cast<size_t>((i - r0) * w + j - c0)] != 0) continue;
+      Region box;
+      stack.assign(1, {i, j});
+      seen[static_cast<size_t>((i - r0) * w + j - c0)] = 1;
+      while (!stack.empty()) {
+        const auto [a, b] = stack.back();
+        stack.pop_back();
+        box = hull(box, cell(a, b));
+        for (const auto& [da, db] : {std::pair{-1, 0}, {1, 0}, {0, -1}, {0, 1}}) {
+          const int64_t na = a + da, nb = b + db;
+          if (na < r0 || na >= r1 || nb < c0 || nb >= c1 || cell_in(na, nb)) continue;
+          uint8_t& s = seen[static_cast<size_t>((na - r0) * w + nb - c0)];
+          if (s == 0) {
+            s = 1;
+            stack.emplace_back(na, nb);
+          }
+        }
+      }
+      pieces.push_back(intersect(box, r));
+    }
+  }
+  return pieces;
+}
+
 double CellMask::fraction() const {
   const int64_t all = height() * width();
   return all == 0 ? 0.0 : static_cast<double>(area()) / static_cast<double>(all);

@@ -36,6 +36,10 @@ class CellMask {
   // The smallest region holding every position of `r` not in the set (empty where `r` lies
   // wholly inside); `r` itself where it reaches outside the activation.
   Region outside_box(const Region& r) const;
+  // The positions of `r` not in the set by piece: each group of connected cells (sharing a
+  // side) outside the set, as its smallest box within `r`. {r} where `r` reaches outside the
+  // activation; none where it lies wholly inside.
+  std::vector<Region> outside_pieces(const Region& r) const;
   // Positions in the set, and their share of the activation (0 for an empty one).
   int64_t area() const { return area_; }
   double fraction() const;

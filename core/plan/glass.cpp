@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/plan/box_set.h"
 #include "core/plan/geometry.h"
 #include "core/plan/tile_cost.h"
 
@@ -52,33 +53,47 @@ namespace {
 constexpr int64_t kFar = int64_t{1} << 40;
 
 // The positions of `r` (node `node`'s region) whose window reads padding or a position of an
-// input's box (`box`, by node), as their smallest box.
-Region reading_box(const Node& node, const std::vector<Shape>& shapes, const Region& r,
-                   const std::vector<Region>& box) {
+// input's boxes (`box`, by node), as disjoint boxes: one per input box reached and one per side
+// whose padding is read, overlaps cut away, at most kMostBoxes (core/plan/box_set.h). A barrier's
+// as one box (its tile runs whole: core/exec/barrier.h).
+Boxes reading_boxes(const Node& node, const std::vector<Shape>& shapes, const Region& r,
+                    const std::vector<Boxes>& box) {
   const AxisOp& oy = node.axis_op(0);
   const AxisOp& ox = node.axis_op(1);
-  Region b;
-  const auto add = [&](const Region& part) { b = hull(b, intersect(part, r)); };
+  Boxes parts;
+  const auto add = [&](const Region& part) {
+    const Region p = intersect(part, r);
+    if (!p.empty()) parts.push_back(p);
+  };
   for (NodeId p : node.inputs) {
-    const Region& in_box = box[static_cast<size_t>(p)];
-    if (!in_box.empty()) add({reaching(oy, in_box.y), reaching(ox, in_box.x)});
+    for (const Region& b : box[static_cast<size_t>(p)]) {
+      add({reaching(oy, b.y), reaching(ox, b.x)});
+    }
     const Shape& in = shapes[static_cast<size_t>(p)];
     add({reaching(oy, {-kFar, 0}), r.x});
     add({reaching(oy, {in.height, kFar}), r.x});
     add({r.y, reaching(ox, {-kFar, 0})});
     add({r.y, reaching(ox, {in.width, kFar})});
   }
-  return b;
+  if (node.is_barrier()) return parts.empty() ? Boxes{} : Boxes{hull(parts)};
+  return disjoint_boxes(std::move(parts), kMostBoxes);
 }
 
 }  // namespace
 
-std::vector<Region> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
-                                   NodeId input, NodeId output, const std::vector<Region>& need,
-                                   const CellMask& uniform) {
-  std::vector<Region> box(need.size());
+std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
+                                  NodeId input, NodeId output, const std::vector<Region>& need,
+                                  const CellMask& uniform) {
+  std::vector<Boxes> box(need.size());
   const auto in = static_cast<size_t>(input);
-  box[in] = uniform.none() ? need[in] : uniform.outside_box(need[in]);
+  if (!need[in].empty()) {
+    box[in] = uniform.none() ? Boxes{need[in]}
+                             : disjoint_boxes(uniform.outside_pieces(need[in]), kMostBoxes);
+  }
+  const auto whole = [&](NodeId p) {
+    const Boxes& b = box[static_cast<size_t>(p)];
+    return b.size() == 1 && b.front() == need[static_cast<size_t>(p)];
+  };
   for (NodeId v = input + 1; v <= output; ++v) {
     const Region& r = need[static_cast<size_t>(v)];
     if (r.empty()) continue;
@@ -86,12 +101,55 @@ std::vector<Region> computed_boxes(const Graph& graph, const std::vector<Shape>&
     // of it or padding. Most of a tile that sees tissue, and half the planner's time with a
     // background when computed box by box (resnet50 2048²).
     const Node& node = graph.node(v);
-    const bool whole = std::all_of(node.inputs.begin(), node.inputs.end(), [&](NodeId p) {
-      return box[static_cast<size_t>(p)] == need[static_cast<size_t>(p)];
-    });
-    box[static_cast<size_t>(v)] = whole ? r : reading_box(node, shapes, r, box);
+    box[static_cast<size_t>(v)] = std::all_of(node.inputs.begin(), node.inputs.end(), whole)
+                                      ? Boxes{r}
+                                      : reading_boxes(node, shapes, r, box);
   }
   return box;
+}
+
+std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                                 NodeId output, const std::vector<Region>& need,
+                                 const std::vector<Boxes>& box) {
+  std::vector<Region> held(need.size());
+  held[static_cast<size_t>(output)] = need[static_cast<size_t>(output)];
+  const auto whole_region = [&](NodeId v) {
+    if (graph.node(v).is_barrier()) return true;
+    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+      if (c <= output && graph.node(c).is_barrier()) return true;
+    }
+    return false;
+  };
+  for (NodeId v = output - 1; v > input; --v) {
+    const auto i = static_cast<size_t>(v);
+    if (whole_region(v)) {
+      held[i] = need[i];
+      continue;
+    }
+    const Shape& s = shapes[i];
+    Region r;
+    for (NodeId c : graph.consumers()[i]) {
+      if (c > output) continue;
+      const auto ci = static_cast<size_t>(c);
+      for (const Region& b : box[ci]) {
+        const Region computed = intersect(b, held[ci]);
+        if (!computed.empty()) r = hull(r, needed_input(graph.node(c), computed, s));
+      }
+    }
+    held[i] = intersect(r, need[i]);
+  }
+  return held;
+}
+
+std::vector<Boxes> held_boxes(const std::vector<Boxes>& box, const std::vector<Region>& held) {
+  std::vector<Boxes> out(box.size());
+  for (size_t v = 0; v < box.size(); ++v) {
+    for (const Region& b : box[v]) {
+      const Region part = intersect(b, held[v]);
+      if (!part.empty()) out[v].push_back(part);
+    }
+  }
+  return out;
 }
 
 int64_t regions_flops(const Graph& graph, NodeId input, NodeId output,
@@ -104,12 +162,25 @@ int64_t regions_flops(const Graph& graph, NodeId input, NodeId output,
   return sum;
 }
 
+int64_t boxes_flops(const Graph& graph, NodeId input, NodeId output,
+                    const std::vector<Boxes>& boxes) {
+  int64_t sum = 0;
+  for (NodeId v = input + 1; v <= output; ++v) {
+    for (const Region& r : boxes[static_cast<size_t>(v)]) {
+      if (!r.empty()) sum += planning::flops(graph.node(v), r);
+    }
+  }
+  return sum;
+}
+
 namespace {
 
-// A pass's tiles over `input`: glass or not, and each tile's computed FLOPs.
+// A pass's tiles over `input`: glass or not, each tile's computed FLOPs and its output's
+// computed box (empty for a glass tile).
 struct Classified {
   std::vector<uint8_t> glass;
   std::vector<int64_t> flops;
+  std::vector<Boxes> output_box;
   int64_t dense = 0;
 };
 
@@ -118,6 +189,7 @@ Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const 
   Classified c;
   c.glass.assign(static_cast<size_t>(part.tiles()), 0);
   c.flops.assign(static_cast<size_t>(part.tiles()), 0);
+  c.output_box.assign(static_cast<size_t>(part.tiles()), Boxes{});
   for (int64_t t = 0; t < part.tiles(); ++t) {
     const std::vector<Region> need = segment_needs(graph, shapes, s.input, s.output, part.tile(t));
     const auto i = static_cast<size_t>(t);
@@ -125,11 +197,56 @@ Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const 
                  padding_free(graph, shapes, s.input, s.output, need);
     c.dense += regions_flops(graph, s.input, s.output, need);
     if (c.glass[i] == 0) {
-      c.flops[i] = regions_flops(graph, s.input, s.output,
-                                 computed_boxes(graph, shapes, s.input, s.output, need, input));
+      const std::vector<Boxes> box = computed_boxes(graph, shapes, s.input, s.output, need, input);
+      c.flops[i] = boxes_flops(graph, s.input, s.output, box);
+      c.output_box[i] = box[static_cast<size_t>(s.output)];
     }
   }
   return c;
+}
+
+// Cells of uniform_outputs: at most about this many a side, besides the tiles' edges.
+constexpr int64_t kOutputCells = 128;
+
+// `tile_edges` with cuts every size / kOutputCells positions.
+std::vector<int64_t> output_edges(std::vector<int64_t> tile_edges, int64_t size) {
+  const int64_t step = std::max<int64_t>(1, (size + kOutputCells - 1) / kOutputCells);
+  for (int64_t e = step; e < size; e += step) tile_edges.push_back(e);
+  std::sort(tile_edges.begin(), tile_edges.end());
+  tile_edges.erase(std::unique(tile_edges.begin(), tile_edges.end()), tile_edges.end());
+  return tile_edges;
+}
+
+// The output positions a pass over `part` classified as `c` leaves uniform: its glass tiles'
+// and, in its other tiles, those outside the output's computed box (filled with the output's
+// uniform value: a forward writes it there, a backward takes their gradient as a sum). On cells
+// of at most kOutputCells a side within each tile; a cell that meets a box is not uniform.
+CellMask uniform_outputs(const Shape& out, const Partition& part, const Classified& c) {
+  const std::vector<int64_t> ys = output_edges(part.y_edges, out.height);
+  const std::vector<int64_t> xs = output_edges(part.x_edges, out.width);
+  const auto cols = static_cast<int64_t>(xs.size()) - 1;
+  std::vector<uint8_t> in(static_cast<size_t>((static_cast<int64_t>(ys.size()) - 1) * cols), 0);
+  const auto index = [](const std::vector<int64_t>& edges, int64_t at) {
+    return std::lower_bound(edges.begin(), edges.end(), at) - edges.begin();
+  };
+  bool any = false;
+  for (int64_t t = 0; t < part.tiles(); ++t) {
+    const Region tile = part.tile(t);
+    const auto i = static_cast<size_t>(t);
+    for (int64_t r = index(ys, tile.y.begin); r < index(ys, tile.y.end); ++r) {
+      for (int64_t k = index(xs, tile.x.begin); k < index(xs, tile.x.end); ++k) {
+        const Region cell{{ys[static_cast<size_t>(r)], ys[static_cast<size_t>(r) + 1]},
+                          {xs[static_cast<size_t>(k)], xs[static_cast<size_t>(k) + 1]}};
+        const bool uniform =
+            c.glass[i] != 0 ||
+            std::none_of(c.output_box[i].begin(), c.output_box[i].end(),
+                         [&](const Region& b) { return !intersect(cell, b).empty(); });
+        in[static_cast<size_t>(r * cols + k)] = uniform ? 1 : 0;
+        any = any || uniform;
+      }
+    }
+  }
+  return any ? CellMask(ys, xs, std::move(in)) : CellMask();
 }
 
 }  // namespace
@@ -156,25 +273,25 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
     g.backward.assign(static_cast<size_t>(s.backward.tiles()), 0);
     return g;
   }
+  const Shape& out = shapes[static_cast<size_t>(s.output)];
   Classified f = classify(graph, shapes, s, s.forward, input);
-  g.forward = std::move(f.glass);
-  g.forward_flops = std::move(f.flops);
+  g.forward_flops = f.flops;
   g.forward_dense_flops = f.dense;
   if (training && skip_backward) {
     Classified b = classify(graph, shapes, s, s.backward, input);
-    g.backward = std::move(b.glass);
-    g.backward_flops = std::move(b.flops);
+    g.backward_flops = b.flops;
     g.backward_dense_flops = b.dense;
     g.input = input;
+    g.output = uniform_outputs(out, s.backward, b);
+    g.backward = std::move(b.glass);
   } else {
     g.backward.assign(static_cast<size_t>(s.backward.tiles()), 0);
-    if (!training) g.input = input;
+    if (!training) {
+      g.input = input;
+      g.output = uniform_outputs(out, s.forward, f);
+    }
   }
-  const Partition& covered = training ? s.backward : s.forward;
-  const std::vector<uint8_t>& glass = training ? g.backward : g.forward;
-  if (std::count(glass.begin(), glass.end(), 1) > 0) {
-    g.output = CellMask(covered.y_edges, covered.x_edges, glass);
-  }
+  g.forward = std::move(f.glass);
   return g;
 }
 
@@ -250,9 +367,12 @@ GlassSummary summarize(const Plan& plan, const CellMask& image,
     const auto dense =
         static_cast<double>(sg.forward_dense_flops > 0 ? sg.forward_dense_flops : s.halo_flops);
     const double in_glass_tiles = dense * sg.forward_fraction(s.forward);
+    const double in_fills =
+        std::max(0.0, static_cast<double>(sg.forward_saved_flops()) - in_glass_tiles);
+    g.segments.push_back({dense, in_glass_tiles, in_fills});
     flops += dense;
     skipped += in_glass_tiles;
-    filled += std::max(0.0, static_cast<double>(sg.forward_saved_flops()) - in_glass_tiles);
+    filled += in_fills;
   }
   g.filled_fraction = flops > 0 ? filled / flops : 0.0;
   g.flops_fraction = flops > 0 ? skipped / flops : 0.0;

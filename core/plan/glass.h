@@ -17,6 +17,7 @@
 
 #include "core/graph/cells.h"
 #include "core/graph/graph.h"
+#include "core/plan/box_set.h"
 #include "core/plan/plan.h"
 
 namespace tessel::core {
@@ -34,19 +35,36 @@ std::string glass_obstacle(const Graph& graph, const Segment& s, bool training);
 bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId input, NodeId output,
                   const std::vector<Region>& need);
 
-// Glass within a tile that also sees tissue: for each node of (input, output], the part of its
-// region `need[v]` the tile computes, the smallest box holding the positions that are not
-// uniform: those whose window reads padding or some position of an input's box. The rest of the
-// region holds the node's uniform value (core/exec/glass.h fills it). need[input]'s box holds its
-// positions outside `uniform`, the input's uniform positions. Indexed as `need`; a glass tile's
-// boxes are all empty.
-std::vector<Region> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
-                                   NodeId input, NodeId output, const std::vector<Region>& need,
-                                   const CellMask& uniform);
+// Glass within a tile that also sees tissue: for each node of (input, output], the parts of its
+// region `need[v]` the tile computes, disjoint boxes holding the positions that are not uniform:
+// those whose window reads padding or some position of an input's boxes (one box per input box
+// reached and per side whose padding is read, overlaps cut away, at most kMostBoxes). The rest
+// of the region holds the node's uniform value (core/exec/glass.h fills it). need[input]'s boxes
+// hold its positions outside `uniform`, the input's uniform positions, by connected piece.
+// Indexed as `need`; a glass tile's boxes are all empty, a node whose inputs are computed whole
+// has {need[v]}.
+constexpr int kMostBoxes = 8;
+std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
+                                  NodeId input, NodeId output, const std::vector<Region>& need,
+                                  const CellMask& uniform);
 
-// The forward FLOPs of nodes (input, output] over `regions` (a tile's needs, or its boxes).
+// What a tile whose boxes are `box` (computed_boxes of `need`) holds of each node of (input,
+// output]: the part its consumers' windows read, around each consumer's computed parts (its boxes
+// within what it holds), so that a node's boxes are filled only with the ring of uniform values
+// its consumers read, not over its whole region. The output, a barrier and a barrier's input
+// hold their whole region (the output is the tile; a barrier's statistic and corrections take
+// every position of the tile's share). A node no consumer reads holds nothing. Indexed as `need`.
+std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
+                                 NodeId output, const std::vector<Region>& need,
+                                 const std::vector<Boxes>& box);
+// `box` within `held`, by node: what the tile computes (empty parts dropped).
+std::vector<Boxes> held_boxes(const std::vector<Boxes>& box, const std::vector<Region>& held);
+
+// The forward FLOPs of nodes (input, output] over `regions` (a tile's needs), or over `boxes`.
 int64_t regions_flops(const Graph& graph, NodeId input, NodeId output,
                       const std::vector<Region>& regions);
+int64_t boxes_flops(const Graph& graph, NodeId input, NodeId output,
+                    const std::vector<Boxes>& boxes);
 
 // A segment's glass tiles, by tile of its forward and backward partitions (1: glass), and what
 // each tile computes of its needs (computed_boxes).
@@ -61,9 +79,10 @@ struct SegmentGlass {
   // The input's uniform positions the tiles fill from (computed_boxes): none where the segment
   // cannot skip glass, or its backward must run its glass tiles (the image's gradient).
   CellMask input;
-  // The output positions the next segment may take as uniform: the backward's glass tiles,
-  // whose gradient this segment takes as a sum (empty where its backward skips none); without
-  // a backward, the forward's.
+  // The output positions the next segment may take as uniform: the backward's glass tiles and,
+  // in its other tiles, the positions outside the output's computed box, whose gradient this
+  // segment takes as a sum (empty where its backward skips and fills none); without a backward,
+  // the forward's.
   CellMask output;
 
   int64_t forward_count() const;

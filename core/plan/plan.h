@@ -266,6 +266,12 @@ struct GlassSummary {
   // The checkpoints' bytes, and of them the glass: the blocks forward glass tiles write, each
   // kept as one vector (resident: no memory; offloaded: never stored or moved).
   int64_t checkpoint_bytes = 0, uniform_checkpoint_bytes = 0;
+  // By segment: its forward's FLOPs without glass, and of them those in glass tiles and those
+  // filled in the other tiles.
+  struct SegmentFlops {
+    double dense = 0, in_glass_tiles = 0, filled = 0;
+  };
+  std::vector<SegmentFlops> segments;
   bool any_background() const { return image_fraction > 0; }
 };
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/exec/fault.h"
 #include "core/exec/gradcheck.h"
+#include "core/plan/box_set.h"
 #include "core/plan/geometry.h"
 #include "core/plan/glass.h"
 #include "core/plan/planner.h"
@@ -122,6 +123,56 @@ TEST(TensorTileSource, RefusesABackgroundItsPixelsDoNotHold) {
   EXPECT_THROW(painted.set_background(wrong), Error);
 }
 
+// Box sets (core/plan/box_set.h) against every position: disjoint_boxes covers what its input
+// covers with at most `most` disjoint boxes, ring covers the rest of the region exactly once.
+TEST(BoxSet, DisjointBoxesAndTheirRingCoverTheRegionOnce) {
+  std::mt19937 rng(7);
+  const Region r{{0, 40}, {0, 37}};
+  for (int trial = 0; trial < 200; ++trial) {
+    Boxes input;
+    const int n = 1 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) {
+      const int64_t y = rng() % 40, x = rng() % 37;
+      input.push_back(intersect({{y, y + 1 + static_cast<int64_t>(rng() % 15)},
+                                 {x, x + 1 + static_cast<int64_t>(rng() % 15)}},
+                                r));
+    }
+    const int most = 1 + static_cast<int>(rng() % 8);
+    const Boxes boxes = disjoint_boxes(input, most);
+    const Boxes rest = ring(r, boxes);
+    ASSERT_LE(boxes.size(), static_cast<size_t>(most));
+    for (int64_t y = 0; y < 40; ++y) {
+      for (int64_t x = 0; x < 37; ++x) {
+        const Region p{{y, y + 1}, {x, x + 1}};
+        const auto count = [&p](const Boxes& b) {
+          return std::count_if(b.begin(), b.end(),
+                               [&p](const Region& q) { return !intersect(p, q).empty(); });
+        };
+        ASSERT_LE(count(boxes), 1) << "trial " << trial;
+        if (count(input) > 0) {
+          ASSERT_EQ(count(boxes), 1) << "trial " << trial;
+        }
+        ASSERT_EQ(count(boxes) + count(rest), 1) << "trial " << trial;
+      }
+    }
+  }
+}
+
+// outside_pieces: one box per connected group of cells outside the set, within the region.
+TEST(CellMask, OutsidePiecesHoldEveryPositionOutsideByPiece) {
+  // 6 × 6 cells of 3: two pieces outside the set, one touching the region's edge.
+  std::vector<uint8_t> in(36, 1);
+  for (int c : {7, 8, 14}) in[static_cast<size_t>(c)] = 0;    // rows 1-2, cols 1-2
+  for (int c : {28, 29, 35}) in[static_cast<size_t>(c)] = 0;  // rows 4-5, cols 4-5
+  const CellMask m = CellMask::grid(18, 17, 3, in);
+  EXPECT_TRUE(m.outside_pieces({{0, 3}, {0, 17}}).empty());
+  const std::vector<Region> pieces = m.outside_pieces({{1, 18}, {2, 17}});
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0], (Region{{3, 9}, {3, 9}}));
+  EXPECT_EQ(pieces[1], (Region{{12, 18}, {12, 17}}));
+  EXPECT_EQ(m.outside_pieces({{-1, 5}, {0, 5}}), std::vector<Region>({{{-1, 5}, {0, 5}}}));
+}
+
 // A small network with padding everywhere, a downsampling conv, a residual join and a max pool,
 // closed by `head`.
 Graph glass_network(const models::ModelOptions& head) {
@@ -228,9 +279,9 @@ TEST(Glass, KeptGraphsAndTheImageGradientMatch) {
   }
 }
 
-// Full-width rows read the border's padding at every node, so none is glass (yet); the step is
-// the dense one.
-TEST(Glass, RowsMatchAndSkipNothingAtPaddedBorders) {
+// Full-width rows read the border's padding at every node, so no row is glass; each computes its
+// border strips and its tissue's boxes and fills the glass between them.
+TEST(Glass, RowsMatchAndSkipNoRowAtPaddedBorders) {
   Graph g = glass_network({});
   PlanOptions o = fixed_tiles(Strategy::kRows, 12, 1);
   o.overrides.checkpoints = checkpoint_sets(g)[2];
@@ -238,6 +289,7 @@ TEST(Glass, RowsMatchAndSkipNothingAtPaddedBorders) {
   const Comparison c = check(g, plan, {0.8, 181, 61, 3}, 12);
   EXPECT_LT(c.worst(), kTolerance) << counts(c) << c.to_string();
   EXPECT_EQ(c.glass_forward_tiles + c.glass_backward_tiles, 0);
+  EXPECT_GT(c.glass_filled, 0) << counts(c);  // the glass between the border's strips
 }
 
 TEST(Glass, NoBackgroundSkipsNothingAndAllBackgroundMatches) {
@@ -300,17 +352,23 @@ TEST(Glass, PositionsOutsideTheBoxesAreUniform) {
   const std::vector<Shape> shapes = g.shapes(in);
   const NodeId out = first_of(g, OpKind::kMaxPool) + 2;
   const Shape& o = shapes[static_cast<size_t>(out)];
-  int64_t filled = 0;
-  for (const Region tile : {Region{{0, 7}, {0, 9}}, Region{{5, 12}, {4, 11}},
-                            Region{{o.height - 6, o.height}, {o.width - 8, o.width}}}) {
+  int64_t filled = 0, several = 0;
+  for (const Region tile :
+       {Region{{0, 7}, {0, 9}}, Region{{5, 12}, {4, 11}}, Region{{0, o.height}, {0, o.width}},
+        Region{{o.height - 6, o.height}, {o.width - 8, o.width}}}) {
     const std::vector<Region> need = segment_needs(g, shapes, 0, out, tile);
-    const std::vector<Region> box = computed_boxes(g, shapes, 0, out, need, b.cells);
+    const std::vector<Boxes> box = computed_boxes(g, shapes, 0, out, need, b.cells);
     for (NodeId v = 1; v <= out; ++v) {
       const Region& r = need[static_cast<size_t>(v)];
+      const Boxes& boxes = box[static_cast<size_t>(v)];
+      if (boxes.size() > 1) ++several;
       for (int64_t y = r.y.begin; y < r.y.end; ++y) {
         for (int64_t x = r.x.begin; x < r.x.end; ++x) {
           const Region p{{y, y + 1}, {x, x + 1}};
-          if (!intersect(p, box[static_cast<size_t>(v)]).empty()) continue;
+          int64_t in_boxes = 0;
+          for (const Region& bx : boxes) in_boxes += intersect(p, bx).empty() ? 0 : 1;
+          ASSERT_LE(in_boxes, 1) << "node " << v << ": boxes overlap at " << to_string(p);
+          if (in_boxes > 0) continue;
           ++filled;
           const std::vector<Region> cone = segment_needs(g, shapes, 0, v, p);
           ASSERT_TRUE(b.cells.contains(cone[0]) && padding_free(g, shapes, 0, v, cone))
@@ -320,6 +378,78 @@ TEST(Glass, PositionsOutsideTheBoxesAreUniform) {
     }
   }
   EXPECT_GT(filled, 0);
+  EXPECT_GT(several, 0);  // nodes computed over several boxes
+}
+
+// What a tile holds of each node (held_regions) lies in its needs, holds what it computes, and
+// holds every position a consumer's computed part reads; what it holds outside its boxes is
+// uniform (the test above), so the ring a fill writes is all a consumer reads besides the boxes.
+TEST(Glass, HeldRegionsHoldWhatTheConsumersRead) {
+  Graph g = glass_network({});
+  const Shape in{2, 97, 83};
+  const Background b = synthetic_background(in, 8, 0.7, 13);
+  const std::vector<Shape> shapes = g.shapes(in);
+  const NodeId out = first_of(g, OpKind::kMaxPool) + 2;
+  const Shape& o = shapes[static_cast<size_t>(out)];
+  int64_t smaller = 0;
+  for (const Region tile :
+       {Region{{0, 7}, {0, 9}}, Region{{5, 12}, {4, 11}}, Region{{0, o.height}, {0, o.width}},
+        Region{{o.height - 6, o.height}, {o.width - 8, o.width}}}) {
+    const std::vector<Region> need = segment_needs(g, shapes, 0, out, tile);
+    const std::vector<Boxes> box = computed_boxes(g, shapes, 0, out, need, b.cells);
+    const std::vector<Region> held = held_regions(g, shapes, 0, out, need, box);
+    const std::vector<Boxes> computed = held_boxes(box, held);
+    EXPECT_EQ(held[static_cast<size_t>(out)], tile);
+    for (NodeId v = 1; v <= out; ++v) {
+      const auto i = static_cast<size_t>(v);
+      EXPECT_EQ(intersect(held[i], need[i]), held[i]) << "node " << v;
+      if (held[i] != need[i]) ++smaller;
+      for (const Region& part : computed[i]) EXPECT_EQ(intersect(part, held[i]), part);
+      for (NodeId c : g.consumers()[i]) {
+        if (c > out) continue;
+        for (const Region& part : computed[static_cast<size_t>(c)]) {
+          const Region read = needed_input(g.node(c), part, shapes[i]);
+          EXPECT_EQ(intersect(read, held[i]), read)
+              << "node " << c << " reads " << to_string(read) << " of node " << v
+              << ", which holds " << to_string(held[i]) << " (tile " << to_string(tile) << ")";
+        }
+      }
+    }
+  }
+  EXPECT_GT(smaller, 0);  // the case this test is for
+}
+
+// The positions a segment hands the next as uniform (SegmentGlass::output: its glass tiles and
+// what its tiles fill at the output) are uniform: their cone from the image lies in the
+// background and reads no padding. Fills hand on more than the glass tiles do.
+TEST(Glass, TheOutputsUniformPositionsAreUniform) {
+  Graph g = glass_network({});
+  const Shape in{2, 97, 83};
+  const Background b = synthetic_background(in, 4, 0.7, 13);
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 3, 3);
+  o.overrides.checkpoints = checkpoint_sets(g)[2];
+  const Plan plan = make_plan(g, in, 0, o);
+  ASSERT_TRUE(tiles(plan));
+  const std::vector<SegmentGlass> glass = plan_glass(g, plan, b.cells, true, false);
+  int64_t beyond_glass_tiles = 0;
+  for (size_t k = 0; k + 1 < plan.segments.size(); ++k) {
+    const Segment& s = plan.segments[k];
+    const CellMask& u = glass[k].output;
+    for (int64_t y = 0; y < u.height(); ++y) {
+      for (int64_t x = 0; x < u.width(); ++x) {
+        const Region p{{y, y + 1}, {x, x + 1}};
+        if (!u.contains(p)) continue;
+        const std::vector<Region> cone = segment_needs(g, plan.shapes, 0, s.output, p);
+        ASSERT_TRUE(b.cells.contains(cone[0]) && padding_free(g, plan.shapes, 0, s.output, cone))
+            << "segment " << k << " output at " << to_string(p);
+        const std::vector<int64_t> t = s.backward.meeting(p);
+        if (glass[k].backward[static_cast<size_t>(t.front())] == 0) ++beyond_glass_tiles;
+      }
+    }
+  }
+  EXPECT_GT(beyond_glass_tiles, 0);
+  const Comparison c = check(g, plan, {0.7, 97, 83, 4}, 13);
+  EXPECT_LT(c.worst(), kTolerance) << counts(c) << c.to_string();
 }
 
 // Tiles that see tissue fill their glass, with kept graphs too, and stay exact: one compact

@@ -36,7 +36,7 @@ at::Tensor TilesRun::forward_tile(int64_t t, const Region& tile) {
   if (glass_.forward(t)) return glass_.output_tile(tile);
   const std::vector<Region> need = needs(tile);
   const Region& in_region = need[static_cast<size_t>(s_.input)];
-  std::vector<Region> boxes;
+  TileBoxes boxes;
   TileExtras extras;
   glass_.fill(need, boxes, extras);
   if (!keeps(t)) {
@@ -94,7 +94,7 @@ at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
   std::map<NodeId, TileTensor> acts;
   if (!y.defined()) {
     TileExtras extras;
-    std::vector<Region> boxes;
+    TileBoxes boxes;
     glass_.fill(need, boxes, extras);
     if (has_barriers()) extras.barrier_acts = &acts;
     y = step_.run_tile(s_.input, s_.output, need, {x, in_region}, extras);

@@ -63,7 +63,7 @@ void RoundsRun::statistic_passes() {
     }
     for (const auto& [r, need] : tiles) {
       const Region& in_region = need[static_cast<size_t>(s_.input)];
-      std::vector<Region> boxes;
+      TileBoxes boxes;
       TileExtras extras;
       glass_.fill(need, boxes, extras, in);
       state->add_input(step_.run_tile(s_.input, in, need, step_.read_input(s_, in_region), extras));
@@ -128,7 +128,7 @@ void RoundsRun::sums_tile(const std::vector<NodeId>& round, int64_t t, const at:
   at::Tensor x = step_.read_input(s_, in_region).tensor.detach().requires_grad_(true);
   TileExtras extras;
   extras.barrier_acts = &acts;
-  std::vector<Region> boxes;
+  TileBoxes boxes;
   glass_.fill(need, boxes, extras);
   at::Tensor y = step_.run_tile(s_.input, s_.output, need, {std::move(x), in_region}, extras);
   at::Tensor root = step_.output_root(s_, tile, y, grad_out, step_.stored_grad(s_.output).get());
