@@ -343,19 +343,31 @@ TEST(Glass, ShippedModelsMatch) {
   }
 }
 
+// glass_network up to the downsampling conv's relu over a 97 × 83 image, 70% background, and
+// tiles of that node: two small ones, the whole activation, the far corner.
+struct BoxCase {
+  Graph g = glass_network({});
+  Shape in{2, 97, 83};
+  Background b = synthetic_background(in, 8, 0.7, 13);
+  std::vector<Shape> shapes = g.shapes(in);
+  NodeId out = first_of(g, OpKind::kMaxPool) + 2;
+  std::vector<Region> tiles() const {
+    const Shape& o = shapes[static_cast<size_t>(out)];
+    return {Region{{0, 7}, {0, 9}}, Region{{5, 12}, {4, 11}}, Region{{0, o.height}, {0, o.width}},
+            Region{{o.height - 6, o.height}, {o.width - 8, o.width}}};
+  }
+};
+
 // Every position a tile does not compute (outside computed_boxes) is uniform: its cone lies in
 // the input's uniform positions and reads no padding.
 TEST(Glass, PositionsOutsideTheBoxesAreUniform) {
-  Graph g = glass_network({});
-  const Shape in{2, 97, 83};
-  const Background b = synthetic_background(in, 8, 0.7, 13);
-  const std::vector<Shape> shapes = g.shapes(in);
-  const NodeId out = first_of(g, OpKind::kMaxPool) + 2;
-  const Shape& o = shapes[static_cast<size_t>(out)];
+  BoxCase k;
+  const Graph& g = k.g;
+  const Background& b = k.b;
+  const std::vector<Shape>& shapes = k.shapes;
+  const NodeId out = k.out;
   int64_t filled = 0, several = 0;
-  for (const Region tile :
-       {Region{{0, 7}, {0, 9}}, Region{{5, 12}, {4, 11}}, Region{{0, o.height}, {0, o.width}},
-        Region{{o.height - 6, o.height}, {o.width - 8, o.width}}}) {
+  for (const Region& tile : k.tiles()) {
     const std::vector<Region> need = segment_needs(g, shapes, 0, out, tile);
     const std::vector<Boxes> box = computed_boxes(g, shapes, 0, out, need, b.cells);
     for (NodeId v = 1; v <= out; ++v) {
@@ -385,16 +397,13 @@ TEST(Glass, PositionsOutsideTheBoxesAreUniform) {
 // holds every position a consumer's computed part reads; what it holds outside its boxes is
 // uniform (the test above), so the ring a fill writes is all a consumer reads besides the boxes.
 TEST(Glass, HeldRegionsHoldWhatTheConsumersRead) {
-  Graph g = glass_network({});
-  const Shape in{2, 97, 83};
-  const Background b = synthetic_background(in, 8, 0.7, 13);
-  const std::vector<Shape> shapes = g.shapes(in);
-  const NodeId out = first_of(g, OpKind::kMaxPool) + 2;
-  const Shape& o = shapes[static_cast<size_t>(out)];
+  BoxCase k;
+  const Graph& g = k.g;
+  const Background& b = k.b;
+  const std::vector<Shape>& shapes = k.shapes;
+  const NodeId out = k.out;
   int64_t smaller = 0;
-  for (const Region tile :
-       {Region{{0, 7}, {0, 9}}, Region{{5, 12}, {4, 11}}, Region{{0, o.height}, {0, o.width}},
-        Region{{o.height - 6, o.height}, {o.width - 8, o.width}}}) {
+  for (const Region& tile : k.tiles()) {
     const std::vector<Region> need = segment_needs(g, shapes, 0, out, tile);
     const std::vector<Boxes> box = computed_boxes(g, shapes, 0, out, need, b.cells);
     const std::vector<Region> held = held_regions(g, shapes, 0, out, need, box);
