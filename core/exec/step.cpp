@@ -435,17 +435,19 @@ TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
     if (held.empty() || (boxes.size() == 1 && boxes.front() == held)) {
       return compute_node(first, v, held, acts, extras, options);
     }
-    return run_filled(first, v, held, boxes, acts, extras, options);
+    return run_filled(first, v, acts, extras, options);
   }
   return compute_node(first, v, r, acts, extras, options);
 }
 
-// Node `v` over `r` (what the tile holds of it), computed over `boxes` only (core/exec/glass.h),
-// its uniform value around them. Several boxes read their inputs through crop_each.
-TileTensor Step::run_filled(NodeId first, NodeId v, const Region& r, const Boxes& boxes,
-                            const std::vector<TileTensor>& acts, const TileExtras& extras,
-                            const at::TensorOptions& options) {
+// Node `v` over what the tile holds of it, computed over its boxes only (extras.boxes;
+// core/exec/glass.h), its uniform value around them. Several boxes read their inputs through
+// crop_each.
+TileTensor Step::run_filled(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
+                            const TileExtras& extras, const at::TensorOptions& options) {
   ++glass_filled;
+  const Region& r = extras.boxes->held[static_cast<size_t>(v)];
+  const Boxes& boxes = extras.boxes->computed[static_cast<size_t>(v)];
   const Node& node = graph_.node(v);
   std::vector<std::vector<TileTensor>> by_input;  // by input, by box
   if (boxes.size() > 1 && at::GradMode::is_enabled()) {

@@ -272,9 +272,8 @@ class Step {
   TileTensor compute_node(NodeId first, NodeId v, const Region& r,
                           const std::vector<TileTensor>& acts, const TileExtras& extras,
                           const at::TensorOptions& options);
-  TileTensor run_filled(NodeId first, NodeId v, const Region& r, const Boxes& boxes,
-                        const std::vector<TileTensor>& acts, const TileExtras& extras,
-                        const at::TensorOptions& options);
+  TileTensor run_filled(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
+                        const TileExtras& extras, const at::TensorOptions& options);
   TileTensor run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,
                          const TileExtras& extras, const at::TensorOptions& options);
 
