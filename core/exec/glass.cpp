@@ -43,11 +43,6 @@ void add_to(at::Tensor& sum, const at::Tensor& part) {
 
 namespace {
 
-at::Tensor view_of(const at::Tensor& t, const Region& r, const Region& part) {
-  return t.narrow(2, part.y.begin - r.y.begin, part.y.size())
-      .narrow(3, part.x.begin - r.x.begin, part.x.size());
-}
-
 // `r` and `boxes` as one list of numbers (autograd keeps it for the backward).
 std::vector<int64_t> corners(const Region& r, const Boxes& boxes) {
   std::vector<int64_t> c = {r.y.begin, r.y.end, r.x.begin, r.x.end};
@@ -75,8 +70,8 @@ class FillBoxes : public torch::autograd::Function<FillBoxes> {
     ctx->saved_data["geometry"] = geometry;
     at::Tensor full = at::empty({1, value.size(1), r.y.size(), r.x.size()},
                                 value.options().memory_format(format));
-    for (const Region& strip : ring(r, boxes)) view_of(full, r, strip).copy_(value);
-    for (size_t i = 0; i < boxes.size(); ++i) view_of(full, r, boxes[i]).copy_(parts[i]);
+    for (const Region& strip : ring(r, boxes)) crop({full, r}, strip).copy_(value);
+    for (size_t i = 0; i < boxes.size(); ++i) crop({full, r}, boxes[i]).copy_(parts[i]);
     return full;
   }
 
@@ -88,12 +83,12 @@ class FillBoxes : public torch::autograd::Function<FillBoxes> {
     at::Tensor grad_value;
     if (ctx->needs_input_grad(0)) {
       for (const Region& strip : ring(r, boxes)) {
-        const at::Tensor sum = view_of(g, r, strip).sum({0, 2, 3}, /*keepdim=*/true);
+        const at::Tensor sum = crop({g, r}, strip).sum({0, 2, 3}, /*keepdim=*/true);
         grad_value = grad_value.defined() ? grad_value + sum : sum;
       }
     }
     out.push_back(grad_value);
-    for (const Region& b : boxes) out.push_back(view_of(g, r, b));
+    for (const Region& b : boxes) out.push_back(crop({g, r}, b));
     out.emplace_back();  // geometry
     out.emplace_back();  // format
     return out;
@@ -115,7 +110,7 @@ class CropEach : public torch::autograd::Function<CropEach> {
     const at::MemoryFormat format = x.suggest_memory_format();
     ctx->saved_data["channels_last"] = format == at::MemoryFormat::ChannelsLast;
     torch::autograd::variable_list out;
-    for (const Region& w : windows) out.push_back(view_of(x, r, w).contiguous(format));
+    for (const Region& w : windows) out.push_back(crop({x, r}, w).contiguous(format));
     return out;
   }
 
@@ -132,7 +127,7 @@ class CropEach : public torch::autograd::Function<CropEach> {
         gx = at::zeros(ctx->saved_data["sizes"].toIntVector(),
                        grads[i].options().memory_format(format));
       }
-      view_of(gx, r, windows[i]).add_(grads[i]);
+      crop({gx, r}, windows[i]).add_(grads[i]);
     }
     return {gx, at::Tensor()};
   }
@@ -160,7 +155,6 @@ at::Tensor fill_around(const at::Tensor& value, const Region& r,
   if (parts.empty()) {
     return value.expand({1, value.size(1), r.y.size(), r.x.size()}).contiguous(format);
   }
-  if (boxes.size() == 1 && boxes.front() == r) return parts.front();
   return FillBoxes::apply(value, at::TensorList(parts), corners(r, boxes), format);
 }
 
