@@ -446,6 +446,7 @@ PlanCost glass_savings(const Analysis& a, Plan& plan, std::vector<MemoryBreakdow
         a.options.prices.per_tile * static_cast<double>(g.forward_count() + g.backward_count());
   }
   saved.moved += sparse_checkpoints(a, plan, glass, passes);
+  sparse_graphs(a, plan, glass, passes);
   return saved;
 }
 

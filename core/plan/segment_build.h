@@ -11,6 +11,10 @@
 #include "core/plan/offload_sizing.h"
 #include "core/plan/tile_cost.h"
 
+namespace tessel::core {
+struct SegmentGlass;
+}  // namespace tessel::core
+
 namespace tessel::core::planning {
 
 struct Candidate {
@@ -131,5 +135,13 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
 // kept graphs save at the cost model's prices: each such segment's recompute.
 PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes,
                      int64_t budget);
+
+// Kept graphs over glass: a segment that keeps its graphs runs no graph for its glass tiles
+// (`glass`: plan_glass's, by segment) and its other tiles' graphs hold only what their
+// consumers read of each node (held_regions): what keep_graphs priced at every tile's whole
+// needs is taken out of `passes` from the segment's forward on, and its passes' working set is
+// its largest such tile's.
+void sparse_graphs(const Analysis& a, const Plan& plan, const std::vector<SegmentGlass>& glass,
+                   std::vector<MemoryBreakdown>& passes);
 
 }  // namespace tessel::core::planning

@@ -7,6 +7,7 @@
 
 #include "core/plan/cost_model.h"
 #include "core/plan/geometry.h"
+#include "core/plan/glass.h"
 
 namespace tessel::core::planning {
 
@@ -35,11 +36,26 @@ struct GraphBytes {
   int64_t kept = 0, working = 0;
 };
 
+// Adds one tile's graph (`tc`) to `g`: what it keeps beyond the input it views in a resident
+// checkpoint and the output that is the checkpoint; returns that.
+int64_t add_tile(GraphBytes& g, const Analysis::TileCost& tc, bool input_view,
+                 bool output_is_checkpoint) {
+  const int64_t shared =
+      (input_view ? tc.kept_input_bytes : 0) + (output_is_checkpoint ? tc.kept_output_bytes : 0);
+  g.kept += tc.kept_bytes - shared;
+  // The tile model frees the saved output and input as the gradient passes them; a
+  // checkpoint they belong to stays (measured at vgg-mini 2048²: 64 MiB more in segment 4's
+  // backward than modelled without this).
+  g.working = std::max(g.working, tc.backward_bytes - tc.kept_bytes + shared);
+  return tc.kept_bytes - shared;
+}
+
+// A graph that saves its input tile saves a view of a resident checkpoint (no new bytes); a
+// one-tile segment's output is its checkpoint (the executor keeps no copy).
+bool input_view(size_t i) { return i > 0; }
+bool output_is_checkpoint(const Segment& s) { return s.forward.tiles() == 1 && s.reduction < 0; }
+
 GraphBytes graph_bytes(const Analysis& a, const Segment& s, size_t i) {
-  // A graph that saves its input tile saves a view of a resident checkpoint (no new bytes);
-  // a one-tile segment's output is its checkpoint (the executor keeps no copy).
-  const bool input_view = i > 0;
-  const bool output_is_checkpoint = s.forward.tiles() == 1 && s.reduction < 0;
   // Every tile's graph where they are few; where they are many (the search builds hundreds of
   // plans: counting every tile made the planner test for VGG-16 on a 200000² slide take 786 s,
   // 0.3 s sampled), the largest of the sampled tiles' times their count, which holds more.
@@ -56,16 +72,29 @@ GraphBytes graph_bytes(const Analysis& a, const Segment& s, size_t i) {
   for (int64_t t : counted) {
     const auto tc = s.is<SharedRows>() ? a.shared_cost(s.input, s.output, s.forward.tile(t).y)
                                        : a.tile_cost(s.input, s.output, s.forward.tile(t));
-    const int64_t shared =
-        (input_view ? tc.kept_input_bytes : 0) + (output_is_checkpoint ? tc.kept_output_bytes : 0);
-    g.kept += tc.kept_bytes - shared;
-    most = std::max(most, tc.kept_bytes - shared);
-    // The tile model frees the saved output and input as the gradient passes them; a
-    // checkpoint they belong to stays (measured at vgg-mini 2048²: 64 MiB more in segment 4's
-    // backward than modelled without this).
-    g.working = std::max(g.working, tc.backward_bytes - tc.kept_bytes + shared);
+    most = std::max(most, add_tile(g, tc, input_view(i), output_is_checkpoint(s)));
   }
   if (!every) g.kept = most * s.forward.tiles();
+  return g;
+}
+
+// graph_bytes where the forward's tiles over `glass` (SegmentGlass) hold only what their
+// consumers read of each node (held_regions) and its glass tiles run no graph: every tile
+// counted, as glass makes them unalike.
+GraphBytes glass_graph_bytes(const Analysis& a, const Segment& s, size_t i,
+                             const SegmentGlass& glass) {
+  GraphBytes g;
+  for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+    if (glass.forward[static_cast<size_t>(t)] != 0) continue;
+    const Region tile = s.forward.tile(t);
+    const std::vector<Region> need = segment_needs(a.graph, a.shapes, s.input, s.output, tile);
+    const std::vector<Boxes> box =
+        computed_boxes(a.graph, a.shapes, s.input, s.output, need, glass.input);
+    std::vector<Region> held = held_regions(a.graph, a.shapes, s.input, s.output, need, box);
+    held[static_cast<size_t>(s.input)] = need[static_cast<size_t>(s.input)];
+    add_tile(g, a.compute_cost(s.input, s.output, tile, held, nullptr), input_view(i),
+             output_is_checkpoint(s));
+  }
   return g;
 }
 
@@ -144,6 +173,19 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
     saved += keep_graph(a, s, g.working);
   }
   return saved;
+}
+
+void sparse_graphs(const Analysis& a, const Plan& plan, const std::vector<SegmentGlass>& glass,
+                   std::vector<MemoryBreakdown>& passes) {
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (!s.is<KeptGraph>() || glass[i].input.none()) continue;
+    const GraphBytes dense = graph_bytes(a, s, i);
+    const GraphBytes sparse = glass_graph_bytes(a, s, i, glass[i]);
+    for (size_t p = 2 * i; p < passes.size(); ++p)
+      passes[p].checkpoints -= dense.kept - sparse.kept;
+    passes[2 * i].working_set = passes[2 * i + 1].working_set = sparse.working;
+  }
 }
 
 }  // namespace tessel::core::planning
