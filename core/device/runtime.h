@@ -7,6 +7,8 @@ namespace tessel::core {
 
 // Sets LibTorch's intra-op thread count. `requested` <= 0 means "all hardware threads" (LibTorch
 // defaults to 1 on some machines, which wastes the rest). Returns the count now in effect.
+// Before oneDNN first runs, it also sizes oneDNN's CPU kernel cache for the many shapes a glass
+// step's boxes run (ONEDNN_PRIMITIVE_CACHE_CAPACITY, unless set).
 int configure_threads(int requested);
 
 // LibTorch's intra-op thread count now in effect.
