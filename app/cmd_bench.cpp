@@ -3,9 +3,21 @@
 
 #include "app/command.h"
 #include "app/parse.h"
+#include "core/error.h"
 #include "pipelines/bench.h"
+#ifndef TESSEL_ENGINE_ONLY
+#include "app/slide_option.h"
+#endif
 
 namespace tessel::app {
+#ifndef TESSEL_ENGINE_ONLY
+namespace {
+
+// `bench step --slide` holds the slide's image in memory as float: 256 Mpx is 3 GiB.
+constexpr int64_t kBenchSlidePixels = 256'000'000;
+
+}  // namespace
+#endif
 
 void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegistry& registry) {
   struct Args {
@@ -19,6 +31,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
     bool no_glass = false;
     bool keep_resident = false, cold_disk = false, page_cache = false, print_plan = false,
          recompute_all = false, keep_inner = false;
+#ifndef TESSEL_ENGINE_ONLY
+    SlideArgs slide;
+#endif
   };
   auto args = std::make_shared<Args>();
   auto* bench = app.add_subcommand("bench", "Benchmarks (see bench/README.md)");
@@ -108,8 +123,11 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                 "With --background: run the glass tiles all the same (the comparison point)");
   cmd->add_flag("--print-plan", args->print_plan,
                 "Print the plan the point ran (tessel plan's table) to standard error");
-  cmd->callback([args, &registry] {
-    registry.selected = [args] {
+#ifndef TESSEL_ENGINE_ONLY
+  add_slide_options(cmd, args->slide, "Train on (instead of random pixels, in place of --size)");
+#endif
+  cmd->callback([args, cmd, &registry] {
+    registry.selected = [args, cmd] {
       pipelines::BenchPoint p;
       p.model = args->model;
       p.norm = args->norm;
@@ -138,6 +156,19 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.tile = args->tile;
       p.background = args->background;
       p.glass = !args->no_glass;
+#ifndef TESSEL_ENGINE_ONLY
+      if (!args->slide.slide.empty()) {
+        if (cmd->count("--size") > 0) throw Error("--size and --slide: give one of them");
+        pipelines::SlideImage image = slide_image(args->slide, kBenchSlidePixels);
+        p.image = image.pixels;
+        p.image_background = std::move(image.background);
+        p.image_name = args->slide.slide;
+        p.height = p.image.size(2);
+        p.width = p.image.size(3);
+      } else if (!args->slide.overrides.empty() || !args->slide.roi.empty()) {
+        throw Error("key=value settings and --roi go with --slide");
+      }
+#endif
       const pipelines::BenchResult r = pipelines::bench_step(p);
       if (args->print_plan) std::cerr << r.plan << "\n";
       std::cout << pipelines::to_json(p, r) << "\n";

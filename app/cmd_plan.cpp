@@ -13,13 +13,46 @@
 #include "core/error.h"
 #include "pipelines/planning.h"
 #ifndef TESSEL_ENGINE_ONLY
+#include "app/slide_option.h"
 #include "pipelines/network.h"
-#include "pipelines/slide_input.h"
-#include "pipelines/train_config.h"
 #endif
 
 namespace tessel::app {
+
+#ifndef TESSEL_ENGINE_ONLY
+void add_slide_options(CLI::App* cmd, SlideArgs& args, const std::string& what) {
+  cmd->add_option("--slide", args.slide,
+                  what + " this slide as training sees it: its resolution, tissue box and "
+                         "tissue_fill's background (glass), from key=value settings "
+                         "(docs/train-config.md)");
+  cmd->add_option("--roi", args.roi, "With --slide: a GeoJSON region to train on (its box)");
+  cmd->add_option("settings", args.overrides,
+                  "With --slide: key=value settings (mpp=, tissue_fill=true, glass=false, "
+                  "model=, budget=, ...)");
+}
+
+pipelines::TrainConfig slide_config(const SlideArgs& args) {
+  std::vector<std::string> settings{"manifest=none.csv"};
+  settings.insert(settings.end(), args.overrides.begin(), args.overrides.end());
+  return pipelines::load_train_config("", settings);
+}
+
+pipelines::SlideImage slide_image(const SlideArgs& args, int64_t max_pixels) {
+  pipelines::SlideOptions options;
+  options.roi = args.roi;
+  pipelines::SlideImage image =
+      pipelines::read_slide_image(slide_config(args), args.slide, max_pixels, options);
+  std::cerr << image.description;
+  return image;
+}
+#endif
+
 namespace {
+
+#ifndef TESSEL_ENGINE_ONLY
+// `gradcheck --slide`: float64 plain autograd holds every activation of the whole image.
+constexpr int64_t kGradcheckSlidePixels = 4'000'000;
+#endif
 
 // `--model NET.h5`: the network a checkpoint holds (an imported one), with a head for `classes`.
 pipelines::NetworkBuilder checkpoint_network(const std::string& model) {
@@ -167,8 +200,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     int64_t classes = 2;
     bool json = false;
     std::optional<double> background;
-    std::string slide, roi;
-    std::vector<std::string> overrides;
+    SlideArgs slide;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("plan", "Print how a training step runs under a memory budget");
@@ -202,31 +234,21 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
                   "(a seeded synthetic one, 0 to 1): glass tiles priced as not run, and reported")
       ->check(CLI::Range(0.0, 1.0));
 #ifndef TESSEL_ENGINE_ONLY
-  cmd->add_option("--slide", args->slide,
-                  "Plan for this slide as training sees it: its resolution, tissue box and "
-                  "tissue_fill's background (glass), the model and budget from key=value "
-                  "settings (docs/train-config.md)");
-  cmd->add_option("--roi", args->roi, "With --slide: a GeoJSON region to train on (its box)");
-  cmd->add_option(
-      "overrides", args->overrides,
-      "With --slide: key=value settings (model=, budget=, mpp=, tissue_fill=true, ...)");
+  add_slide_options(cmd, args->slide, "Plan for");
 #endif
   cmd->callback([args, &registry] {
     registry.selected = [args] {
 #ifndef TESSEL_ENGINE_ONLY
-      if (!args->slide.empty()) {
+      if (!args->slide.slide.empty()) {
         // The run's settings (model, budget, resolution, tissue_fill, ...) as training reads them.
-        // No manifest is read; the config's own check requires one, so a placeholder stands in.
-        std::vector<std::string> settings{"manifest=none.csv"};
-        settings.insert(settings.end(), args->overrides.begin(), args->overrides.end());
-        const pipelines::TrainConfig config = pipelines::load_train_config("", settings);
         pipelines::SlideOptions options;
-        options.roi = args->roi;
-        const pipelines::SlidePlan p = pipelines::plan_slide(config, args->slide, options);
+        options.roi = args->slide.roi;
+        const pipelines::SlidePlan p =
+            pipelines::plan_slide(slide_config(args->slide), args->slide.slide, options);
         std::cout << p.description << p.table;
         return 0;
       }
-      if (!args->overrides.empty() || !args->roi.empty()) {
+      if (!args->slide.overrides.empty() || !args->slide.roi.empty()) {
         throw Error("tessel plan: key=value settings and --roi go with --slide");
       }
 #endif
@@ -261,6 +283,9 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     bool ungated = false, input_gradient = false, every_quantity = false;
     int64_t branches = 1;
     std::optional<double> background;
+#ifndef TESSEL_ENGINE_ONLY
+    SlideArgs slide;
+#endif
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -332,8 +357,11 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
                   "(0 to 1: blobs with holes and thin bridges) and declare it, so the tiled step "
                   "skips its glass tiles")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->callback([args, &registry] {
-    registry.selected = [args] {
+#ifndef TESSEL_ENGINE_ONLY
+  add_slide_options(cmd, args->slide, "Check on (instead of random pixels, in place of --size)");
+#endif
+  cmd->callback([args, cmd, &registry] {
+    registry.selected = [args, cmd] {
       const std::string precision = args->float32 ? "float32" : args->precision;
       pipelines::GradcheckReport report;
       try {
@@ -360,6 +388,17 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
         r.input_gradient = args->input_gradient;
         r.inject = core::parse_fault(args->inject);
         r.background = args->background;
+#ifndef TESSEL_ENGINE_ONLY
+        if (!args->slide.slide.empty()) {
+          if (cmd->count("--size") > 0) throw Error("--size and --slide: give one of them");
+          // Float64 plain autograd over the whole image: a few million pixels at most.
+          pipelines::SlideImage image = slide_image(args->slide, kGradcheckSlidePixels);
+          r.image = image.pixels;
+          r.image_background = std::move(image.background);
+        } else if (!args->slide.overrides.empty() || !args->slide.roi.empty()) {
+          throw Error("key=value settings and --roi go with --slide");
+        }
+#endif
         report = pipelines::gradcheck(r);
       } catch (const Error& e) {
         std::cerr << "tessel: error: " << e.what() << "\n";

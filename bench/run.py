@@ -12,6 +12,8 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only rows  grid, overlapping rows (OverL) and shared rows (2PS) under one budget
   bench/run --only glass  synthetic slides at 10-100% tissue: glass computed once against dense
                           (BENCH_GLASS_SIZES=2048 BENCH_GLASS_MODELS=vgg-mini for a short run)
+  bench/run --only glass-slides  the real slides of ../shared/slides with tissue_fill: glass
+                          against dense, and the gradient in float64 (about 5 minutes)
                              (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
@@ -700,6 +702,103 @@ def run_glass_section(args):
     report_section(args, table, out, GLASS_TABLE_BEGIN, GLASS_TABLE_END, points)
 
 
+# Glass on real slides (../shared/slides, with tissue_fill): the background the tissue mask
+# leaves, the step with its glass computed once against the same plan run dense and the plan
+# without glass (glass=false), and `tessel gradcheck --slide` at a coarser resolution (float64
+# plain autograd holds the whole image): the gradient equal. (name, file, settings, gradcheck's
+# settings.)
+GLASS_SLIDES = [
+    ("CMU-1 (Aperio, 20×)", "cmu-1-small-region.svs", ["level=0"], ["mpp=2"]),
+    ("TCGA-CR-7395 (Aperio, no mpp in the file: 0.25 assumed)", "tcga-cr-7395-01a-01-ts1.svs",
+     ["base_mpp=0.25", "mpp=0.5"], ["base_mpp=0.25", "mpp=2"]),
+]
+GLASS_SLIDES_MODEL, GLASS_SLIDES_BUDGET = "vgg-mini", "1GiB"
+GLASS_SLIDES_TABLE_BEGIN = ("<!-- glass slides table: bench/run --only glass-slides writes "
+                            "between these lines -->")
+GLASS_SLIDES_TABLE_END = "<!-- end of glass slides table -->"
+
+
+def glass_slide_points(args, path, settings, repeat, warmup):
+    """The slide's step with glass, the same plan run dense, and the plan without glass."""
+    points = []
+    for flags, variant in [([], "glass"), (["--no-glass"], "no-glass"), (["glass=false"], "dense")]:
+        cmd = [args.tessel, "bench", "step", "--model", GLASS_SLIDES_MODEL, "--slide", path,
+               "tissue_fill=true"] + settings + flags + [
+               "--budget", GLASS_SLIDES_BUDGET, "--prices", "100,100", "--repeat", str(repeat),
+               "--warmup", str(warmup), "--log-level", "warn"]
+        p = run_process(cmd, GLASS_SLIDES_MODEL, 0, "auto")
+        p["variant"] = variant
+        points.append(p)
+        print(f"bench: glass-slides {os.path.basename(path)} {variant}: {p['status']} "
+              f"{p.get('step_ms_median', 0) / 1000:.2f} s/step", flush=True)
+    return points
+
+
+def glass_slide_gradcheck(args, path, settings):
+    """`tessel gradcheck --slide` in float64: (passed, worst error, its uniform share line)."""
+    cmd = [args.tessel, "gradcheck", "--model", GLASS_SLIDES_MODEL, "--slide", path,
+           "tissue_fill=true"] + settings + ["--budget", "40MiB", "--prices", "100,100",
+                                              "--log-level", "warn"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+    return proc.returncode == 0, last
+
+
+def glass_slides_row(name, points, check):
+    glass, nog, dense = (next(p for p in points if p["variant"] == v)
+                         for v in ("glass", "no-glass", "dense"))
+    if any(p["status"] != "ok" for p in (glass, nog, dense)):
+        bad = next(p for p in (glass, nog, dense) if p["status"] != "ok")
+        return f"| {name} | – | – | – | – | – | – | – | {bad['status']} {bad.get('message', '')[:60]} | – |"
+    flops = glass.get("glass_flops_fraction", 0.0) + glass.get("glass_filled_fraction", 0.0)
+    step, base = glass["step_ms_median"], dense["step_ms_median"]
+    bar = 1.25 * (1 - flops)
+    return (f"| {name} | {glass['width']}×{glass['height']} | "
+            f"{100 * glass.get('background_fraction', 0):.0f}% | {100 * flops:.0f}% | "
+            f"{step / 1000:.1f} | {nog['step_ms_median'] / 1000:.1f} | {base / 1000:.1f} | "
+            f"{step / base:.2f} (bar {bar:.2f}: {'yes' if step / base <= bar else 'NO'}) | "
+            f"{fmt_mib(glass['measured_peak_bytes'])} ({fmt_mib(dense['measured_peak_bytes'])}); "
+            f"predicted {fmt_mib(predicted_total(glass))} | "
+            f"{'PASS' if check[0] else 'FAIL'}: {check[1].split(': ', 1)[-1]} |")
+
+
+def run_glass_slides_section(args):
+    repeat, warmup = (1, 0) if args.quick else (2, 1)
+    stamp = datetime.date.today().isoformat()
+    out = args.out or os.path.join(ROOT, "bench", "results",
+                                   f"glass-slides-{'quick' if args.quick else stamp}.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    slides_dir = os.path.join(ROOT, "..", "shared", "slides")
+    rows, points = [], []
+    for name, file, settings, check_settings in GLASS_SLIDES:
+        path = os.path.join(slides_dir, file)
+        if not os.path.exists(path):
+            print(f"bench: glass-slides: {path} is missing; skipped", flush=True)
+            continue
+        more = glass_slide_points(args, path, settings, repeat, warmup)
+        check = glass_slide_gradcheck(args, path, check_settings)
+        for p in more:
+            p.update({"slide": file, "settings": settings, "gradcheck": check[1]})
+        points += more
+        rows.append(glass_slides_row(name, more, check))
+    if not points:
+        return
+    with open(out, "w") as f:
+        for p in points:
+            f.write(json.dumps(p) + "\n")
+    table = (f"Measured by `bench/run --only glass-slides` on {stamp}. Machine: {machine()}. "
+             f"Threads: {points[0].get('threads', '?')}. {GLASS_SLIDES_MODEL} (frozen), "
+             f"{GLASS_SLIDES_BUDGET}, prices 100 ns/byte and 100 GFLOP/s, tissue_fill: true; "
+             f"'same plan' runs the glass step's plan without skipping, 'dense' the plan without "
+             f"glass (glass=false). Bar: 1.25 × (1 − glass FLOPs) × dense. Median of {repeat} "
+             f"step(s) after {warmup} warmup. Gradient: `tessel gradcheck --slide` in float64 at "
+             f"2 µm/px (the worst relative error of any quantity, bar 1e-10).\n\n"
+             "| slide | pixels | background | glass FLOPs | step s | same plan dense s | "
+             "dense s | × dense | measured peak MiB (dense) | gradient |\n"
+             "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+    report_section(args, table, out, GLASS_SLIDES_TABLE_BEGIN, GLASS_SLIDES_TABLE_END, points)
+
+
 # Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
 # local ranks over loopback TCP, each at 1 thread. Kept apart from the step benchmark above.
 DIST_MODELS = ["vgg-mini", "vgg16"]
@@ -791,7 +890,7 @@ def main():
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
     ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers", "attention",
-                                       "rows", "glass"],
+                                       "rows", "glass", "glass-slides"],
                     default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
@@ -817,6 +916,9 @@ def main():
         return
     if args.only == "glass":
         run_glass_section(args)
+        return
+    if args.only == "glass-slides":
+        run_glass_slides_section(args)
         return
 
     scenarios = QUICK if args.quick else FULL

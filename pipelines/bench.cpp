@@ -141,7 +141,12 @@ BenchResult bench_step(const BenchPoint& p) {
   core::Graph graph = models::build_model(p.model, model_options);
   graph.init_parameters(p.seed);
   graph.module().to(device);
-  const core::Shape input{3, p.height, p.width};
+  if (p.image.defined() && p.background) {
+    throw Error("a synthetic background goes with random pixels, not a given image");
+  }
+  const core::Shape input = p.image.defined()
+                                ? core::Shape{p.image.size(1), p.image.size(2), p.image.size(3)}
+                                : core::Shape{3, p.height, p.width};
   core::PlanOptions options;
   options.strategy = p.strategy;
   options.offload = parse_offload(p.offload);
@@ -176,12 +181,12 @@ BenchResult bench_step(const BenchPoint& p) {
     }
     options.overrides.checkpoints = set;
   }
-  std::optional<core::Background> background;
+  std::optional<core::Background> background = p.image_background;
   if (p.background) {
     background = core::synthetic_background(input, background_cell(input), *p.background, p.seed);
-    // --no-glass runs the same plan (its tiles chosen knowing the glass) dense.
-    options.background = std::make_shared<core::CellMask>(background->cells);
   }
+  // --no-glass runs the same plan (its tiles chosen knowing the glass) dense.
+  if (background) options.background = std::make_shared<core::CellMask>(background->cells);
   core::Plan plan;
   const int64_t limit = p.strategy == core::Strategy::kNone && p.budget_bytes == 0
                             ? p.memory_limit_bytes
@@ -227,7 +232,9 @@ BenchResult bench_step(const BenchPoint& p) {
   }
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(p.seed);
-  core::TensorTileSource source(at::rand({1, 3, p.height, p.width}, gen));
+  core::TensorTileSource source(p.image.defined()
+                                    ? p.image.to(at::kFloat).contiguous()
+                                    : at::rand({1, 3, p.height, p.width}, gen));
   if (background) {
     source = core::TensorTileSource(core::paint_background(source.image(), *background));
     r.background_fraction = plan.glass.image_fraction;  // the planner's, which knew the background
@@ -344,8 +351,9 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["segments_kept"] = kept;
   j["checkpoints_under_bytes"] = p.checkpoints_under_bytes;
   j["tile"] = p.tile;
-  if (p.background) {
-    j["background"] = *p.background;
+  if (!p.image_name.empty()) j["image"] = p.image_name;
+  if (p.background || p.image_background) {
+    if (p.background) j["background"] = *p.background;
     j["glass"] = p.glass;
     j["background_fraction"] = r.background_fraction;
     j["glass_flops_fraction"] = r.glass_flops_fraction;

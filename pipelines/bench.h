@@ -11,6 +11,7 @@
 
 #include "core/device/precision.h"
 #include "core/plan/plan.h"
+#include "core/tile_source.h"
 #include "pipelines/step_profile.h"
 
 namespace tessel::pipelines {
@@ -65,6 +66,12 @@ struct BenchPoint {
   // false runs them all the same (the comparison point).
   std::optional<double> background;
   bool glass = true;
+  // An image to train on instead of random pixels (float 1×3×H×W, e.g. a slide's:
+  // read_slide_image), with its own background where it has one (not with `background`);
+  // height and width are the image's.
+  at::Tensor image;
+  std::optional<core::Background> image_background;
+  std::string image_name;  // what the image is (the slide), for the record
   int64_t tile = 0;  // tile size in output pixels (PlanOptions::Overrides); 0: the planner's
 };
 

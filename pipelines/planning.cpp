@@ -191,6 +191,11 @@ PlanReport plan_model(const PlanRequest& r) {
   return report;
 }
 
+// A synthetic background's cells: about 64 across the image's shorter side, at least 2 pixels.
+int64_t background_cell(const core::Shape& image) {
+  return std::max<int64_t>(2, std::min(image.height, image.width) / 64);
+}
+
 namespace {
 
 core::Graph gradcheck_network(const GradcheckRequest& r) {
@@ -266,9 +271,10 @@ core::Plan gradcheck_plan(const core::Graph& graph, const core::Shape& input,
 }
 
 // A check that cannot fail is not a check: one tile per segment compares plain with plain.
-void require_tiles(const core::Graph& graph, const core::Plan& plan, const GradcheckRequest& r) {
+void require_tiles(const core::Graph& graph, const core::Plan& plan, const GradcheckRequest& r,
+                   const core::Shape& input) {
   if (core::tiles(plan)) return;
-  const std::string size = std::to_string(r.width) + "×" + std::to_string(r.height);
+  const std::string size = std::to_string(input.width) + "×" + std::to_string(input.height);
   throw Error("not tiled: every segment of the plan for " + size + " runs as one tile" +
               (r.tile > 0 ? " (--tile " + std::to_string(r.tile) +
                                 " is not smaller than the segments' outputs)"
@@ -286,16 +292,25 @@ bool has_running_statistics(core::Graph& graph) {
   return false;
 }
 
-}  // namespace
-
 // A synthetic background's cells: about 64 across the image's shorter side, at least 2 pixels.
-int64_t background_cell(const core::Shape& image) {
-  return std::max<int64_t>(2, std::min(image.height, image.width) / 64);
+
+// The image's shape: the given image's, else the request's size.
+core::Shape gradcheck_input(const core::Graph& graph, const GradcheckRequest& r) {
+  const int64_t channels = graph.node(graph.input()).channels;
+  if (!r.image.defined()) return {channels, r.height, r.width};
+  if (r.background) throw Error("a synthetic background goes with random pixels, not a given image");
+  if (r.image.dim() != 4 || r.image.size(0) != 1 || r.image.size(1) != channels) {
+    throw Error("the image has " + std::to_string(r.image.dim() == 4 ? r.image.size(1) : 0) +
+                " channels; the network takes " + std::to_string(channels));
+  }
+  return {channels, r.image.size(2), r.image.size(3)};
 }
+
+}  // namespace
 
 GradcheckReport gradcheck(const GradcheckRequest& r) {
   core::Graph graph = gradcheck_network(r);
-  const core::Shape input{graph.node(graph.input()).channels, r.height, r.width};
+  const core::Shape input = gradcheck_input(graph, r);
   const c10::Device device = core::resolve_device(r.device);
   core::use_exact_algorithms();
   const at::ScalarType dtype = r.float64 ? at::kDouble : at::kFloat;
@@ -305,12 +320,12 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
     throw Error("--inject nan-stat: " + (r.network ? std::string("this network") : r.model) +
                 " has no running statistics (batch norm has them: --norm batch)");
   }
-  std::optional<core::Background> background;
+  std::optional<core::Background> background = r.image_background;
   if (r.background) {
     background = core::synthetic_background(input, background_cell(input), *r.background, r.seed);
   }
   const core::Plan plan = gradcheck_plan(graph, input, r, background ? &*background : nullptr);
-  require_tiles(graph, plan, r);
+  require_tiles(graph, plan, r, input);
   if (r.inject == core::Fault::kHalo && core::halo_fault_segment(graph, plan) < 0) {
     throw Error(
         "--inject halo: every tile of this plan reads the whole of its segment's input "
@@ -318,7 +333,9 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
         "larger --size");
   }
   auto gen = at::make_generator<at::CPUGeneratorImpl>(r.seed + 3);
-  at::Tensor image = at::randn({1, input.channels, r.height, r.width}, gen, dtype);
+  at::Tensor image = r.image.defined()
+                         ? r.image.to(dtype).contiguous()
+                         : at::randn({1, input.channels, r.height, r.width}, gen, dtype);
   GradcheckReport report;
   if (background) {
     image = core::paint_background(image, *background);

@@ -76,6 +76,11 @@ struct GradcheckRequest {
   // The image with a seeded background covering about this fraction of it (0 to 1;
   // core::synthetic_background), declared to the tiled step, which skips its glass tiles.
   std::optional<double> background;
+  // Pixels to check on instead of random ones (float 1×C×H×W, e.g. a slide's:
+  // read_slide_image), with their own background where they have one (not with `background`);
+  // height and width are the image's.
+  at::Tensor image;
+  std::optional<core::Background> image_background;
 };
 
 struct GradcheckReport {

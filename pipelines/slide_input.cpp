@@ -148,6 +148,27 @@ void check_input_size(const core::Graph& graph, const TrainConfig& config, int64
       resolution, width, height, config.model, min_w, min_h));
 }
 
+namespace {
+
+// What a slide input is: the slide, its level and scale, the image's size, its background.
+std::string describe(const SlideInput& in, const std::filesystem::path& slide,
+                     const TrainConfig& config, const core::Background* background) {
+  const core::TileSource& source = *in.view;
+  return fmt::format(
+      "slide {}: level {} × {:.3g} (level-0 pixels per pixel {:.3g}), {}×{} px seen{}; {}\n",
+      slide.string(), in.choice.level, in.choice.scale, in.level0_per_pixel, source.width(),
+      source.height(),
+      in.crop == core::Region{{0, in.pixels->height()}, {0, in.pixels->width()}}
+          ? ""
+          : " (cropped to " + core::to_string(in.crop) + ")",
+      background != nullptr ? fmt::format("background (tissue_fill) {:.1f}% of it",
+                                          100.0 * background->cells.fraction())
+      : config.tissue_fill  ? "no background (the tissue mask covers it all, or glass: false)"
+                            : "no background (tissue_fill: false)");
+}
+
+}  // namespace
+
 SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
                      const SlideOptions& options) {
   const SlideInput in = open_slide_input(config, slide, options);
@@ -164,17 +185,25 @@ SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& sli
   out.plan = core::make_plan(network.graph, {3, source.height(), source.width()},
                              core::parse_bytes(config.budget), o);
   out.table = core::to_string(out.plan, network.graph);
-  out.description = fmt::format(
-      "slide {}: level {} × {:.3g} (level-0 pixels per pixel {:.3g}), {}×{} px seen{}; {}\n",
-      slide.string(), in.choice.level, in.choice.scale, in.level0_per_pixel, source.width(),
-      source.height(),
-      in.crop == core::Region{{0, in.pixels->height()}, {0, in.pixels->width()}}
-          ? ""
-          : " (cropped to " + core::to_string(in.crop) + ")",
-      background != nullptr ? fmt::format("background (tissue_fill) {:.1f}% of it",
-                                          100.0 * background->cells.fraction())
-      : config.tissue_fill  ? "no background (the tissue mask covers it all, or glass: false)"
-                            : "no background (tissue_fill: false)");
+  out.description = describe(in, slide, config, background);
+  return out;
+}
+
+SlideImage read_slide_image(const TrainConfig& config, const std::filesystem::path& slide,
+                            int64_t max_pixels, const SlideOptions& options) {
+  const SlideInput in = open_slide_input(config, slide, options);
+  core::TileSource& source = *in.view;
+  if (source.height() * source.width() > max_pixels) {
+    throw Error(fmt::format(
+        "{}: {}×{} px at this resolution is more than this check holds in memory ({} Mpx); "
+        "take a coarser resolution (mpp=...) or a region (--roi)",
+        slide.string(), source.width(), source.height(), max_pixels / 1000000));
+  }
+  const core::Background* background = config.glass ? source.background() : nullptr;
+  SlideImage out;
+  out.pixels = source.read({{0, source.height()}, {0, source.width()}});
+  if (background != nullptr) out.background = *background;
+  out.description = describe(in, slide, config, background);
   return out;
 }
 

@@ -65,6 +65,19 @@ struct SlidePlan {
 SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
                      const SlideOptions& options = {});
 
+// `tessel gradcheck --slide` and `tessel bench step --slide`: the whole image training sees of
+// one slide (open_slide_input as `config` says: resolution, tissue box, tissue_fill), read into
+// memory, with its background where tissue_fill gives it one and `config.glass` is on. Throws
+// tessel::Error naming the slide when the image has more than `max_pixels` pixels (these
+// commands hold it whole; plain autograd runs over all of it).
+struct SlideImage {
+  at::Tensor pixels;                           // float 1×C×H×W, normalised as training's
+  std::optional<core::Background> background;  // tissue_fill's glass
+  std::string description;                     // as SlidePlan's
+};
+SlideImage read_slide_image(const TrainConfig& config, const std::filesystem::path& slide,
+                            int64_t max_pixels, const SlideOptions& options = {});
+
 // Throws tessel::Error when `height`×`width` pixels (a slide or ROI at `config`'s resolution) are
 // too small for `graph`: the size, the resolution and the smallest size the network takes, not
 // the first layer whose kernel outgrew its input.

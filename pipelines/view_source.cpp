@@ -35,28 +35,56 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> runs(const std::vector<int
   return {edges, of};
 }
 
+// Runs joined into cells of at least `least` positions along an axis: their edges, and the
+// first and last mask pixel under each (runs follow the mask pixels in order).
+struct AxisCells {
+  std::vector<int64_t> edges{0};
+  std::vector<std::pair<int64_t, int64_t>> pixels;
+};
+
+AxisCells join_runs(const std::vector<int64_t>& index, int64_t least) {
+  const auto [edges, of] = runs(index);
+  AxisCells cells;
+  for (size_t i = 0; i < of.size(); ++i) {
+    if (cells.pixels.empty() || edges[i] - cells.edges.back() >= least) {
+      if (!cells.pixels.empty()) cells.edges.push_back(edges[i]);
+      cells.pixels.emplace_back(of[i], of[i]);
+    } else {
+      cells.pixels.back().second = of[i];
+    }
+  }
+  cells.edges.push_back(edges.back());
+  return cells;
+}
+
 }  // namespace
+
+int64_t background_cell_side(int64_t height, int64_t width) {
+  return std::max<int64_t>(16, std::max(height, width) / 512);
+}
 
 std::optional<core::Background> filled_cells(const at::Tensor& keep, double per_y, double per_x,
                                              int64_t height, int64_t width,
-                                             const std::vector<float>& fill) {
-  const auto [y_edges, y_of] = runs(mask_index(height, per_y, keep.size(0)));
-  const auto [x_edges, x_of] = runs(mask_index(width, per_x, keep.size(1)));
-  const at::Tensor k = keep.to(at::kBool).contiguous();
-  const bool* kept = k.data_ptr<bool>();
+                                             const std::vector<float>& fill, int64_t least) {
+  const AxisCells ys = join_runs(mask_index(height, per_y, keep.size(0)), least);
+  const AxisCells xs = join_runs(mask_index(width, per_x, keep.size(1)), least);
+  // kept[i][j]: the mask pixels kept above and left of (i, j), so a cell's count is four reads.
+  const at::Tensor sums = at::constant_pad_nd(
+      keep.to(at::kBool).to(at::kLong).cumsum(0).cumsum(1).contiguous(), {1, 0, 1, 0});
+  const auto kept = sums.accessor<int64_t, 2>();
   std::vector<uint8_t> in;
-  in.reserve(y_of.size() * x_of.size());
+  in.reserve(ys.pixels.size() * xs.pixels.size());
   bool any = false;
-  for (int64_t my : y_of) {
-    for (int64_t mx : x_of) {
-      const bool glass = !kept[my * k.size(1) + mx];
-      in.push_back(glass ? 1 : 0);
-      any = any || glass;
+  for (const auto& [y0, y1] : ys.pixels) {
+    for (const auto& [x0, x1] : xs.pixels) {
+      const int64_t n = kept[y1 + 1][x1 + 1] - kept[y0][x1 + 1] - kept[y1 + 1][x0] + kept[y0][x0];
+      in.push_back(n == 0 ? 1 : 0);
+      any = any || n == 0;
     }
   }
   if (!any) return std::nullopt;
   core::Background b;
-  b.cells = core::CellMask(y_edges, x_edges, std::move(in));
+  b.cells = core::CellMask(ys.edges, xs.edges, std::move(in));
   b.value.assign(fill.begin(), fill.end());
   return b;
 }
@@ -211,7 +239,7 @@ void ViewTileSource::will_read(const std::vector<core::Region>& upcoming) {
 
 MaskedTileSource::MaskedTileSource(std::shared_ptr<core::TileSource> source, at::Tensor mask,
                                    double pixels_per_mask_x, double pixels_per_mask_y,
-                                   std::vector<float> fill)
+                                   std::vector<float> fill, int64_t cell_side)
     : source_(std::move(source)),
       mask_(mask.ne(0)),
       per_x_(pixels_per_mask_x),
@@ -222,7 +250,8 @@ MaskedTileSource::MaskedTileSource(std::shared_ptr<core::TileSource> source, at:
   if (static_cast<int64_t>(fill.size()) != source_->channels()) {
     throw Error("the fill value needs one number per channel");
   }
-  background_ = filled_cells(mask_, per_y_, per_x_, height(), width(), fill);
+  background_ = filled_cells(mask_, per_y_, per_x_, height(), width(), fill,
+                             cell_side > 0 ? cell_side : background_cell_side(height(), width()));
 }
 
 at::Tensor MaskedTileSource::read(const core::Region& r) {

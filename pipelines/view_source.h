@@ -60,17 +60,30 @@ class ViewTileSource : public core::TileSource {
 // mask's "background" for training on tissue only. Each pixel is judged by the mask pixel under
 // its centre, so a pixel's value never depends on the window it is read in.
 // The cells of an image of height × width whose pixels MaskedTileSource fills (the mask pixel
-// under each pixel's centre is off), with the fill value; none where no mask pixel is off.
+// under each pixel's centre is off), with the fill value; none where no mask pixel is off. Cells
+// are at least `least` positions a side (the last of an axis may be shorter): runs of rows and
+// columns under one mask pixel joined, a cell in the set only where every pixel in it is filled.
 std::optional<core::Background> filled_cells(const at::Tensor& keep, double per_y, double per_x,
                                              int64_t height, int64_t width,
-                                             const std::vector<float>& fill);
+                                             const std::vector<float>& fill, int64_t least = 1);
+
+// The side of the background's cells MaskedTileSource declares by default for an image of
+// height × width: 16 positions, or 1/512 of the longer side. A tissue mask has up to 2048 pixels
+// a side, one or two image pixels each on a small slide: millions of cells, which the planner
+// floods tile by tile for every plan it prices (minutes for a 2220×2967 slide). What the coarser
+// cells leave undeclared is at most a cell at the tissue's edges, small against the receptive
+// field that the glass margin is made of.
+int64_t background_cell_side(int64_t height, int64_t width);
 
 class MaskedTileSource : public core::TileSource {
  public:
   // `mask` (mask_height × mask_width, non-zero = keep) covers the image at `pixels_per_mask_x`
   // and `pixels_per_mask_y` image pixels per mask pixel; `fill` holds one value per channel.
+  // The background's cells are at least `cell_side` positions a side (0:
+  // background_cell_side).
   MaskedTileSource(std::shared_ptr<core::TileSource> source, at::Tensor mask,
-                   double pixels_per_mask_x, double pixels_per_mask_y, std::vector<float> fill);
+                   double pixels_per_mask_x, double pixels_per_mask_y, std::vector<float> fill,
+                   int64_t cell_side = 0);
   int64_t channels() const override { return source_->channels(); }
   int64_t height() const override { return source_->height(); }
   int64_t width() const override { return source_->width(); }
@@ -78,8 +91,7 @@ class MaskedTileSource : public core::TileSource {
   void will_read(const std::vector<core::Region>& upcoming) override {
     source_->will_read(upcoming);
   }
-  // The filled pixels: a cell per run of rows and columns under one mask pixel, in the set
-  // where that mask pixel is off; the fill value. None where every mask pixel keeps.
+  // The filled pixels (filled_cells), the fill value. None where every mask pixel keeps.
   const core::Background* background() const override;
 
  private:

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/io/shared_slides.h"
 #include "tests/run_cli.h"
 
 namespace {
@@ -123,6 +124,62 @@ TEST(BenchStepCli, RefusesAnUnknownTileFormat) {
   const auto run = run_cli("bench step --model tiny --size 64x64 --tile-format nhwc");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output.find("tile-format"), std::string::npos) << run.output;
+}
+
+// Issue 50's real-slide bar: a real slide with tissue_fill, as training sees it. The tiled step
+// skips its glass and its gradient equals plain autograd's in float64; a halo fault still fails.
+TEST(GlassCli, GradcheckOnARealSlideWithTissueFillSkipsGlassAndStaysExact) {
+  const std::string slide = tessel::test::shared_slide("cmu-1-small-region.svs");
+  const std::string check =
+      "gradcheck --model tiny --tile 8 --slide " + slide + " mpp=4 tissue_fill=true";
+  const auto run = run_cli(check);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("276×370 px seen; background (tissue_fill) "), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("% of the image uniform; glass tiles (not run): "), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("glass tiles (not run): 0 of"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("PASS"), std::string::npos) << run.output;
+  const auto halo = run_cli(check + " --inject halo");
+  EXPECT_EQ(halo.exit_code, 1) << halo.output;
+  EXPECT_NE(halo.output.find("FAIL"), std::string::npos) << halo.output;
+  const auto both = run_cli(check + " --size 64x64");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_NE(both.output.find("--size and --slide"), std::string::npos) << both.output;
+  const auto whole = run_cli("gradcheck --model tiny --slide " + slide + " tissue_fill=true");
+  EXPECT_EQ(whole.exit_code, 2) << whole.output;
+  EXPECT_NE(whole.output.find("2220×2967 px at this resolution is more than"), std::string::npos)
+      << whole.output;
+  const auto settings = run_cli("gradcheck --model tiny mpp=4");
+  EXPECT_EQ(settings.exit_code, 2) << settings.output;
+  EXPECT_NE(settings.output.find("go with --slide"), std::string::npos) << settings.output;
+}
+
+TEST(GlassCli, BenchStepOnARealSlideReportsItsBackgroundAndRunsTheSamePlanDense) {
+  const std::string step = "bench step --model tiny --repeat 1 --warmup 0 --log-level warn "
+                           "--budget 1MiB --prices 100,100 --slide " +
+                           tessel::test::shared_slide("cmu-1-small-region.svs") +
+                           " mpp=4 tissue_fill=true";
+  const auto glass = run_cli(step);
+  ASSERT_EQ(glass.exit_code, 0) << glass.output;
+  const nlohmann::json g = result_line(glass.output);
+  ASSERT_TRUE(g.is_object()) << glass.output;
+  EXPECT_EQ(g["width"], 276);
+  EXPECT_EQ(g["height"], 370);
+  EXPECT_NE(g["image"].get<std::string>().find("cmu-1-small-region.svs"), std::string::npos);
+  EXPECT_TRUE(g["glass"].get<bool>());
+  EXPECT_GT(g["background_fraction"].get<double>(), 0.5) << "the slide is mostly glass";
+  EXPECT_GT(g["glass_filled"].get<int64_t>() + g["glass_forward_tiles"].get<int64_t>(), 0);
+  const auto dense = run_cli(step + " --no-glass");
+  ASSERT_EQ(dense.exit_code, 0) << dense.output;
+  const nlohmann::json d = result_line(dense.output);
+  EXPECT_FALSE(d["glass"].get<bool>());
+  EXPECT_EQ(d["glass_filled"], 0);
+  EXPECT_EQ(d["glass_forward_tiles"], 0);
+  EXPECT_EQ(d["tiled_flops"], g["tiled_flops"]) << "the same plan";
+  const auto none = run_cli(step + " glass=false");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_FALSE(result_line(none.output).contains("background_fraction")) << none.output;
 }
 
 }  // namespace

@@ -150,9 +150,10 @@ TEST(MaskedTileSource, FillsPixelsOffTheMaskAndEveryWindowAgreesWithTheWholeImag
 TEST(MaskedTileSource, DeclaresItsFilledPixelsThroughEveryView) {
   const at::Tensor image = at::rand({1, 3, 29, 41});
   const at::Tensor mask = (at::arange(35).view({5, 7}) % 3 != 0).to(at::kByte);
+  // Cells one position a side at the least: the declared cells are exactly the filled pixels.
   auto masked = std::make_shared<MaskedTileSource>(std::make_shared<core::TensorTileSource>(image),
                                                    mask, 41.0 / 7, 29.0 / 5,
-                                                   std::vector<float>{-1.0F, 0.25F, 2.0F});
+                                                   std::vector<float>{-1.0F, 0.25F, 2.0F}, 1);
   ASSERT_NE(masked->background(), nullptr);
   core::check_background(*masked, *masked->background());
   std::mt19937_64 rng(5);
@@ -170,6 +171,29 @@ TEST(MaskedTileSource, DeclaresItsFilledPixelsThroughEveryView) {
     const at::Tensor colour = at::tensor(b->value, at::kDouble).view({1, 3, 1, 1});
     const int64_t filled = whole.eq(colour).all(1).sum().item<int64_t>();
     EXPECT_EQ(filled, b->cells.area()) << "trial " << trial;
+  }
+  // Coarser cells (runs of about 5.8 positions joined in pairs) declare only cells wholly
+  // filled: fewer positions, every one reading the colour.
+  at::Tensor coarse_mask = at::ones({5, 7}, at::kByte);
+  coarse_mask.slice(0, 0, 3).slice(1, 0, 4).zero_();
+  for (const int64_t side : {1, 8}) {
+    MaskedTileSource coarse(std::make_shared<core::TensorTileSource>(image), coarse_mask,
+                            41.0 / 7, 29.0 / 5, {-1.0F, 0.25F, 2.0F}, side);
+    ASSERT_NE(coarse.background(), nullptr) << side;
+    const core::CellMask& cells = coarse.background()->cells;
+    core::check_background(coarse, *coarse.background());
+    for (int64_t r = 0; r + 1 < cells.rows(); ++r) {
+      EXPECT_GE(cells.cell(r, 0).y.size(), side) << "rows but the last at least " << side;
+    }
+    const at::Tensor whole = coarse.read({{0, 29}, {0, 41}}).to(at::kDouble);
+    const at::Tensor colour = at::tensor(std::vector<double>{-1.0, 0.25, 2.0}).view({1, 3, 1, 1});
+    const int64_t filled = whole.eq(colour).all(1).sum().item<int64_t>();
+    EXPECT_LE(cells.area(), filled) << side;
+    if (side == 1) {
+      EXPECT_EQ(cells.area(), filled);
+    } else {
+      EXPECT_LT(cells.area(), filled) << "the third row of mask pixels pairs with a kept one";
+    }
   }
   // A mask that keeps everything declares nothing.
   MaskedTileSource all(std::make_shared<core::TensorTileSource>(image), at::ones({5, 7}, at::kByte),

@@ -1,0 +1,34 @@
+// `--slide S [--roi R] [key=value ...]` on `tessel plan`, `gradcheck` and `bench step`: one slide
+// as a training run sees it (resolution, tissue box, tissue_fill's glass), the run's settings
+// given as key=value words (docs/train-config.md). Full build only (io/ reads the slide).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipelines/slide_input.h"
+#include "pipelines/train_config.h"
+
+namespace tessel::app {
+
+struct SlideArgs {
+  std::string slide, roi;
+  std::vector<std::string> overrides;  // key=value
+};
+
+// Adds --slide, --roi and the positional key=value settings to `cmd`; `what` says what the
+// slide is for in --slide's help.
+void add_slide_options(CLI::App* cmd, SlideArgs& args, const std::string& what);
+
+// The settings as training reads them (no manifest is read; the config's own check requires
+// one, so a placeholder stands in). Throws tessel::Error for a bad key or value.
+pipelines::TrainConfig slide_config(const SlideArgs& args);
+
+// The slide's whole image, read into memory (pipelines::read_slide_image), at most
+// `max_pixels`; its description goes to standard error.
+pipelines::SlideImage slide_image(const SlideArgs& args, int64_t max_pixels);
+
+}  // namespace tessel::app
