@@ -11,7 +11,8 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only attention  the attention-MIL head against the max-pool head, memory by size
   bench/run --only rows  grid, overlapping rows (OverL) and shared rows (2PS) under one budget
   bench/run --only glass  synthetic slides at 10-100% tissue: glass computed once against dense
-                          (BENCH_GLASS_SIZES=2048 BENCH_GLASS_MODELS=vgg-mini for a short run)
+                          (BENCH_GLASS_SIZES=2048 BENCH_GLASS_MODELS=vgg-mini for a short run,
+                          BENCH_GLASS_REPEAT=N for the median of N steps)
   bench/run --only glass-slides  the real slides of ../shared/slides with tissue_fill: glass
                           against dense, and the gradient in float64 (about 5 minutes)
                              (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
@@ -669,6 +670,7 @@ def glass_pair(p, nog, key):
 
 def run_glass_section(args):
     cases, repeat, warmup = GLASS_QUICK if args.quick else GLASS_FULL
+    repeat = int(os.environ.get("BENCH_GLASS_REPEAT", repeat))
     if os.environ.get("BENCH_GLASS_SIZES"):
         sizes = [int(x) for x in os.environ["BENCH_GLASS_SIZES"].split(",")]
         cases = [(m, n, size, b) for m, n, _, b in cases for size in sizes]
