@@ -95,12 +95,6 @@ Boxes by_block(const Boxes& boxes) {
   return blocks;
 }
 
-// A box is an op call: two boxes whose hull adds at most this many positions are one.
-// Measured (bench/NOTES.md, session 48): a 3×3 convolution's forward and backward on this CPU
-// costs about 0.2 ms a call besides its positions, 150–400 positions' work at 32–64 channels;
-// 1-position strips cost 1.7–3.7× a position of a 64×64 box.
-constexpr int64_t kCheapMerge = 256;
-
 }  // namespace
 
 Boxes disjoint_boxes(Boxes boxes, int most) {
@@ -109,7 +103,7 @@ Boxes disjoint_boxes(Boxes boxes, int most) {
   if (boxes.size() > kMostPieces) boxes = by_block(boxes);
   boxes = cut_overlaps(std::move(boxes));
   join_rectangles(boxes);
-  while (boxes.size() > 1) {
+  while (boxes.size() > static_cast<size_t>(std::max(1, most))) {
     size_t bi = 0, bj = 1;
     int64_t least = std::numeric_limits<int64_t>::max();
     for (size_t i = 0; i < boxes.size(); ++i) {
@@ -123,7 +117,6 @@ Boxes disjoint_boxes(Boxes boxes, int most) {
         }
       }
     }
-    if (boxes.size() <= static_cast<size_t>(std::max(1, most)) && least > kCheapMerge) break;
     merge(boxes, bi, bj);
   }
   return boxes;

@@ -17,9 +17,8 @@ Boxes subtract(const Region& a, const Region& b);
 
 // Disjoint boxes covering every position of `boxes` (which may overlap), at most `most` of
 // them: (more than 64 first joined by where they lie), overlaps cut away, boxes that make a
-// rectangle together joined, then, while there are too many or a pair's hull adds at most 256
-// positions (a call costs more: box_set.cpp), the pair whose hull adds the fewest positions
-// merged (and what the hull meets absorbed). Empty boxes dropped.
+// rectangle together joined, then, while there are too many, the pair whose hull adds the fewest
+// positions merged (and what the hull meets absorbed). Empty boxes dropped.
 Boxes disjoint_boxes(Boxes boxes, int most);
 
 // The positions of `r` outside `boxes` (disjoint, inside `r`), as disjoint boxes: bands between

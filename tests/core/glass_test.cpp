@@ -343,13 +343,12 @@ TEST(Glass, ShippedModelsMatch) {
   }
 }
 
-// glass_network up to the downsampling conv's relu over a 291 × 249 image, 70% background in
-// cells of 24 (gaps wider than two boxes a call apart: disjoint_boxes joins those), and tiles of
-// that node: two small ones, the whole activation, the far corner.
+// glass_network up to the downsampling conv's relu over a 97 × 83 image, 70% background, and
+// tiles of that node: two small ones, the whole activation, the far corner.
 struct BoxCase {
   Graph g = glass_network({});
-  Shape in{2, 291, 249};
-  Background b = synthetic_background(in, 24, 0.7, 13);
+  Shape in{2, 97, 83};
+  Background b = synthetic_background(in, 8, 0.7, 13);
   std::vector<Shape> shapes = g.shapes(in);
   NodeId out = first_of(g, OpKind::kMaxPool) + 2;
   std::vector<Region> tiles() const {
