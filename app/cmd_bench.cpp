@@ -3,7 +3,6 @@
 
 #include "app/command.h"
 #include "app/parse.h"
-#include "core/error.h"
 #include "pipelines/bench.h"
 #ifndef TESSEL_ENGINE_ONLY
 #include "app/slide_option.h"
@@ -157,16 +156,12 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.background = args->background;
       p.glass = !args->no_glass;
 #ifndef TESSEL_ENGINE_ONLY
-      if (!args->slide.slide.empty()) {
-        if (cmd->count("--size") > 0) throw Error("--size and --slide: give one of them");
-        pipelines::SlideImage image = slide_image(args->slide, kBenchSlidePixels);
-        p.image = image.pixels;
-        p.image_background = std::move(image.background);
+      if (auto image = slide_image(args->slide, *cmd, kBenchSlidePixels)) {
+        p.image = image->pixels;
+        p.image_background = std::move(image->background);
         p.image_name = args->slide.slide;
         p.height = p.image.size(2);
         p.width = p.image.size(3);
-      } else if (!args->slide.overrides.empty() || !args->slide.roi.empty()) {
-        throw Error("key=value settings and --roi go with --slide");
       }
 #endif
       const pipelines::BenchResult r = pipelines::bench_step(p);

@@ -22,9 +22,10 @@ namespace tessel::app {
 #ifndef TESSEL_ENGINE_ONLY
 void add_slide_options(CLI::App* cmd, SlideArgs& args, const std::string& what) {
   cmd->add_option("--slide", args.slide,
-                  what + " this slide as training sees it: its resolution, tissue box and "
-                         "tissue_fill's background (glass), from key=value settings "
-                         "(docs/train-config.md)");
+                  what +
+                      " this slide as training sees it: its resolution, tissue box and "
+                      "tissue_fill's background (glass), from key=value settings "
+                      "(docs/train-config.md)");
   cmd->add_option("--roi", args.roi, "With --slide: a GeoJSON region to train on (its box)");
   cmd->add_option("settings", args.overrides,
                   "With --slide: key=value settings (mpp=, tissue_fill=true, glass=false, "
@@ -37,7 +38,15 @@ pipelines::TrainConfig slide_config(const SlideArgs& args) {
   return pipelines::load_train_config("", settings);
 }
 
-pipelines::SlideImage slide_image(const SlideArgs& args, int64_t max_pixels) {
+std::optional<pipelines::SlideImage> slide_image(const SlideArgs& args, const CLI::App& cmd,
+                                                 int64_t max_pixels) {
+  if (args.slide.empty()) {
+    if (!args.overrides.empty() || !args.roi.empty()) {
+      throw Error("key=value settings and --roi go with --slide");
+    }
+    return std::nullopt;
+  }
+  if (cmd.count("--size") > 0) throw Error("--size and --slide: give one of them");
   pipelines::SlideOptions options;
   options.roi = args.roi;
   pipelines::SlideImage image =
@@ -389,14 +398,10 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
         r.inject = core::parse_fault(args->inject);
         r.background = args->background;
 #ifndef TESSEL_ENGINE_ONLY
-        if (!args->slide.slide.empty()) {
-          if (cmd->count("--size") > 0) throw Error("--size and --slide: give one of them");
-          // Float64 plain autograd over the whole image: a few million pixels at most.
-          pipelines::SlideImage image = slide_image(args->slide, kGradcheckSlidePixels);
-          r.image = image.pixels;
-          r.image_background = std::move(image.background);
-        } else if (!args->slide.overrides.empty() || !args->slide.roi.empty()) {
-          throw Error("key=value settings and --roi go with --slide");
+        // Float64 plain autograd over the whole image: a few million pixels at most.
+        if (auto image = slide_image(args->slide, *cmd, kGradcheckSlidePixels)) {
+          r.image = image->pixels;
+          r.image_background = std::move(image->background);
         }
 #endif
         report = pipelines::gradcheck(r);

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,10 @@ void add_slide_options(CLI::App* cmd, SlideArgs& args, const std::string& what);
 // one, so a placeholder stands in). Throws tessel::Error for a bad key or value.
 pipelines::TrainConfig slide_config(const SlideArgs& args);
 
-// The slide's whole image, read into memory (pipelines::read_slide_image), at most
-// `max_pixels`; its description goes to standard error.
-pipelines::SlideImage slide_image(const SlideArgs& args, int64_t max_pixels);
+// With --slide (else nullopt): the slide's whole image, read into memory
+// (pipelines::read_slide_image), at most `max_pixels`; its description goes to standard error.
+// Throws tessel::Error for --size given with --slide, or settings or --roi without it.
+std::optional<pipelines::SlideImage> slide_image(const SlideArgs& args, const CLI::App& cmd,
+                                                 int64_t max_pixels);
 
 }  // namespace tessel::app

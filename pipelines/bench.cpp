@@ -232,9 +232,8 @@ BenchResult bench_step(const BenchPoint& p) {
   }
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(p.seed);
-  core::TensorTileSource source(p.image.defined()
-                                    ? p.image.to(at::kFloat).contiguous()
-                                    : at::rand({1, 3, p.height, p.width}, gen));
+  core::TensorTileSource source(p.image.defined() ? p.image.to(at::kFloat).contiguous()
+                                                  : at::rand({1, 3, p.height, p.width}, gen));
   if (background) {
     source = core::TensorTileSource(core::paint_background(source.image(), *background));
     r.background_fraction = plan.glass.image_fraction;  // the planner's, which knew the background

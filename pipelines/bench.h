@@ -72,7 +72,7 @@ struct BenchPoint {
   at::Tensor image;
   std::optional<core::Background> image_background;
   std::string image_name;  // what the image is (the slide), for the record
-  int64_t tile = 0;  // tile size in output pixels (PlanOptions::Overrides); 0: the planner's
+  int64_t tile = 0;        // tile size in output pixels (PlanOptions::Overrides); 0: the planner's
 };
 
 struct BenchResult {

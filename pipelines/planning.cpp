@@ -298,7 +298,8 @@ bool has_running_statistics(core::Graph& graph) {
 core::Shape gradcheck_input(const core::Graph& graph, const GradcheckRequest& r) {
   const int64_t channels = graph.node(graph.input()).channels;
   if (!r.image.defined()) return {channels, r.height, r.width};
-  if (r.background) throw Error("a synthetic background goes with random pixels, not a given image");
+  if (r.background)
+    throw Error("a synthetic background goes with random pixels, not a given image");
   if (r.image.dim() != 4 || r.image.size(0) != 1 || r.image.size(1) != channels) {
     throw Error("the image has " + std::to_string(r.image.dim() == 4 ? r.image.size(1) : 0) +
                 " channels; the network takes " + std::to_string(channels));

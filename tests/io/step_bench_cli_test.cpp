@@ -156,10 +156,10 @@ TEST(GlassCli, GradcheckOnARealSlideWithTissueFillSkipsGlassAndStaysExact) {
 }
 
 TEST(GlassCli, BenchStepOnARealSlideReportsItsBackgroundAndRunsTheSamePlanDense) {
-  const std::string step = "bench step --model tiny --repeat 1 --warmup 0 --log-level warn "
-                           "--budget 1MiB --prices 100,100 --slide " +
-                           tessel::test::shared_slide("cmu-1-small-region.svs") +
-                           " mpp=4 tissue_fill=true";
+  const std::string step =
+      "bench step --model tiny --repeat 1 --warmup 0 --log-level warn "
+      "--budget 1MiB --prices 100,100 --slide " +
+      tessel::test::shared_slide("cmu-1-small-region.svs") + " mpp=4 tissue_fill=true";
   const auto glass = run_cli(step);
   ASSERT_EQ(glass.exit_code, 0) << glass.output;
   const nlohmann::json g = result_line(glass.output);

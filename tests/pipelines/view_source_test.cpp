@@ -177,8 +177,8 @@ TEST(MaskedTileSource, DeclaresItsFilledPixelsThroughEveryView) {
   at::Tensor coarse_mask = at::ones({5, 7}, at::kByte);
   coarse_mask.slice(0, 0, 3).slice(1, 0, 4).zero_();
   for (const int64_t side : {1, 8}) {
-    MaskedTileSource coarse(std::make_shared<core::TensorTileSource>(image), coarse_mask,
-                            41.0 / 7, 29.0 / 5, {-1.0F, 0.25F, 2.0F}, side);
+    MaskedTileSource coarse(std::make_shared<core::TensorTileSource>(image), coarse_mask, 41.0 / 7,
+                            29.0 / 5, {-1.0F, 0.25F, 2.0F}, side);
     ASSERT_NE(coarse.background(), nullptr) << side;
     const core::CellMask& cells = coarse.background()->cells;
     core::check_background(coarse, *coarse.background());
