@@ -21,6 +21,10 @@ Boxes subtract(const Region& a, const Region& b);
 // positions merged (and what the hull meets absorbed). Empty boxes dropped.
 Boxes disjoint_boxes(Boxes boxes, int most);
 
+// `boxes` (disjoint) with pairs merged while a merge adds at most 256 positions (absorbed boxes
+// counted): each box is an op call, which costs more (box_set.cpp).
+Boxes join_cheap(Boxes boxes);
+
 // The positions of `r` outside `boxes` (disjoint, inside `r`), as disjoint boxes: bands between
 // the boxes' rows, the gaps between boxes in each.
 Boxes ring(const Region& r, const Boxes& boxes);

@@ -105,6 +105,12 @@ std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& 
                                       ? Boxes{r}
                                       : reading_boxes(node, shapes, r, box);
   }
+  // Each node's boxes derived from its inputs' as they are (a hull joined early would grow
+  // through every later node), then those a call apart joined for the run; not the output's,
+  // whose boxes say which positions the next segment takes as uniform.
+  for (NodeId v = input + 1; v < output; ++v) {
+    box[static_cast<size_t>(v)] = join_cheap(std::move(box[static_cast<size_t>(v)]));
+  }
   return box;
 }
 

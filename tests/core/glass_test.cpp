@@ -158,6 +158,42 @@ TEST(BoxSet, DisjointBoxesAndTheirRingCoverTheRegionOnce) {
   }
 }
 
+// join_cheap: boxes a call apart become one (each merge adds at most 256 positions, absorbed
+// boxes counted), disjoint, covering what they covered; far apart they stay.
+TEST(BoxSet, BoxesACallApartAreJoinedAndNoMore) {
+  std::mt19937 rng(11);
+  int joined = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    Boxes input;
+    const int n = 2 + static_cast<int>(rng() % 6);
+    for (int i = 0; i < n; ++i) {
+      const int64_t y = rng() % 90, x = rng() % 90;
+      input.push_back({{y, y + 1 + static_cast<int64_t>(rng() % 30)},
+                       {x, x + 1 + static_cast<int64_t>(rng() % 30)}});
+    }
+    const Boxes disjoint = disjoint_boxes(input, 8);
+    const Boxes boxes = join_cheap(disjoint);
+    joined += boxes.size() < disjoint.size() ? 1 : 0;
+    EXPECT_LE(area(boxes) - area(disjoint),
+              256 * static_cast<int64_t>(disjoint.size() - boxes.size()))
+        << "trial " << trial;
+    for (const Region& d : disjoint) {
+      int64_t covered = 0;
+      for (const Region& b : boxes) covered += intersect(d, b).area();
+      ASSERT_EQ(covered, d.area()) << "trial " << trial;
+    }
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      for (size_t j = i + 1; j < boxes.size(); ++j) {
+        ASSERT_TRUE(intersect(boxes[i], boxes[j]).empty()) << "trial " << trial;
+      }
+    }
+  }
+  EXPECT_GT(joined, 0);
+  // Two 1-row strips 10 apart: a hull adding 10 × 20 positions, joined; 300 apart: not.
+  EXPECT_EQ(join_cheap({{{0, 1}, {0, 20}}, {{11, 12}, {0, 20}}}).size(), 1u);
+  EXPECT_EQ(join_cheap({{{0, 1}, {0, 20}}, {{31, 32}, {0, 20}}}).size(), 2u);
+}
+
 // outside_pieces: one box per connected group of cells outside the set, within the region.
 TEST(CellMask, OutsidePiecesHoldEveryPositionOutsideByPiece) {
   // 6 × 6 cells of 3: two pieces outside the set, one touching the region's edge.
@@ -343,12 +379,13 @@ TEST(Glass, ShippedModelsMatch) {
   }
 }
 
-// glass_network up to the downsampling conv's relu over a 97 × 83 image, 70% background, and
-// tiles of that node: two small ones, the whole activation, the far corner.
+// glass_network up to the downsampling conv's relu over a 291 × 249 image, 70% background in
+// cells of 24 (gaps wider than two boxes a call apart: disjoint_boxes joins those), and tiles of
+// that node: two small ones, the whole activation, the far corner.
 struct BoxCase {
   Graph g = glass_network({});
-  Shape in{2, 97, 83};
-  Background b = synthetic_background(in, 8, 0.7, 13);
+  Shape in{2, 291, 249};
+  Background b = synthetic_background(in, 24, 0.7, 13);
   std::vector<Shape> shapes = g.shapes(in);
   NodeId out = first_of(g, OpKind::kMaxPool) + 2;
   std::vector<Region> tiles() const {
