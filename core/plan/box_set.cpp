@@ -95,6 +95,24 @@ Boxes by_block(const Boxes& boxes) {
   return blocks;
 }
 
+// The two boxes (of two or more) whose hull adds the fewest positions, and how many it adds.
+struct Pair {
+  size_t i = 0, j = 1;
+  int64_t added = std::numeric_limits<int64_t>::max();
+};
+
+Pair cheapest_pair(const Boxes& boxes) {
+  Pair best;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    for (size_t j = i + 1; j < boxes.size(); ++j) {
+      const int64_t added =
+          core::hull(boxes[i], boxes[j]).area() - boxes[i].area() - boxes[j].area();
+      if (added < best.added) best = {i, j, added};
+    }
+  }
+  return best;
+}
+
 // A box is an op call: two boxes whose hull adds at most this many positions are one.
 // Measured (bench/NOTES.md, session 48): a 3×3 convolution's forward and backward on this CPU
 // costs about 0.2 ms a call besides its positions, 150–400 positions' work at 32–64 channels;
@@ -110,20 +128,8 @@ Boxes disjoint_boxes(Boxes boxes, int most) {
   boxes = cut_overlaps(std::move(boxes));
   join_rectangles(boxes);
   while (boxes.size() > static_cast<size_t>(std::max(1, most))) {
-    size_t bi = 0, bj = 1;
-    int64_t least = std::numeric_limits<int64_t>::max();
-    for (size_t i = 0; i < boxes.size(); ++i) {
-      for (size_t j = i + 1; j < boxes.size(); ++j) {
-        const int64_t added =
-            core::hull(boxes[i], boxes[j]).area() - boxes[i].area() - boxes[j].area();
-        if (added < least) {
-          least = added;
-          bi = i;
-          bj = j;
-        }
-      }
-    }
-    merge(boxes, bi, bj);
+    const Pair p = cheapest_pair(boxes);
+    merge(boxes, p.i, p.j);
   }
   return boxes;
 }
@@ -170,19 +176,7 @@ Region hull(const Boxes& boxes) {
 
 Boxes join_cheap(Boxes boxes) {
   while (boxes.size() > 1) {
-    size_t bi = 0, bj = 1;
-    int64_t least = std::numeric_limits<int64_t>::max();
-    for (size_t i = 0; i < boxes.size(); ++i) {
-      for (size_t j = i + 1; j < boxes.size(); ++j) {
-        const int64_t added =
-            core::hull(boxes[i], boxes[j]).area() - boxes[i].area() - boxes[j].area();
-        if (added < least) {
-          least = added;
-          bi = i;
-          bj = j;
-        }
-      }
-    }
+    const auto [bi, bj, least] = cheapest_pair(boxes);
     if (least > kCheapMerge) break;
     Boxes merged = boxes;
     merge(merged, bi, bj);  // counting the boxes the hull absorbs
