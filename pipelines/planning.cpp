@@ -292,14 +292,13 @@ bool has_running_statistics(core::Graph& graph) {
   return false;
 }
 
-// A synthetic background's cells: about 64 across the image's shorter side, at least 2 pixels.
-
 // The image's shape: the given image's, else the request's size.
 core::Shape gradcheck_input(const core::Graph& graph, const GradcheckRequest& r) {
   const int64_t channels = graph.node(graph.input()).channels;
   if (!r.image.defined()) return {channels, r.height, r.width};
-  if (r.background)
+  if (r.background) {
     throw Error("a synthetic background goes with random pixels, not a given image");
+  }
   if (r.image.dim() != 4 || r.image.size(0) != 1 || r.image.size(1) != channels) {
     throw Error("the image has " + std::to_string(r.image.dim() == 4 ? r.image.size(1) : 0) +
                 " channels; the network takes " + std::to_string(channels));
