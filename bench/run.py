@@ -12,7 +12,11 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only rows  grid, overlapping rows (OverL) and shared rows (2PS) under one budget
   bench/run --only glass  synthetic slides at 10-100% tissue: glass computed once against dense
                           (BENCH_GLASS_SIZES=2048 BENCH_GLASS_MODELS=vgg-mini for a short run,
-                          BENCH_GLASS_REPEAT=N for the median of N steps)
+                          BENCH_GLASS_REPEAT=N / BENCH_GLASS_WARMUP=N for the median of N steps
+                          after N warm-ups, BENCH_GLASS_SAME_PLAN=0 to skip the same plan run
+                          dense, BENCH_GLASS_ROUNDS=N to run every variant N times in turn
+                          and take the medians, so the machine's drift over minutes falls on
+                          all of them; a run of some models keeps the other models' rows)
   bench/run --only glass-slides  the real slides of ../shared/slides with tissue_fill: glass
                           against dense, and the gradient in float64 (about 5 minutes)
                              (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
@@ -32,6 +36,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -629,8 +634,8 @@ def glass_table(points):
            "same plan dense s | dense s | "
            "× dense | bar × dense | within | glass tiles fwd | checkpoints' glass MiB | "
            "moved MiB (same plan dense) | measured peak MiB (same plan dense) | "
-           "predicted peak MiB |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "predicted peak MiB | steps (warm-up) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         if p.get("variant") != "glass":
             continue
@@ -642,7 +647,7 @@ def glass_table(points):
                     and q.get("background") == p["background"]), None)
         if p["status"] != "ok" or dense is None or dense["status"] != "ok":
             out.append(head + f" – | – | – | – | – | – | – | {p['status']} "
-                       f"{p.get('message', '')[:50]} | – | – | – | – | – |")
+                       f"{p.get('message', '')[:50]} | – | – | – | – | – | – |")
             continue
         tiles, filled = p.get("glass_flops_fraction", 0.0), p.get("glass_filled_fraction", 0.0)
         flops = tiles + filled
@@ -658,7 +663,9 @@ def glass_table(points):
                    f"{fmt_mib(p.get('checkpoint_bytes', 0))} | "
                    f"{glass_pair(p, nog, 'moved_bytes')} | "
                    f"{glass_pair(p, nog, 'measured_peak_bytes')} | "
-                   f"{fmt_mib(predicted_total(p))} |")
+                   f"{fmt_mib(predicted_total(p))} | "
+                   f"{p.get('repeat', '?')} ({p.get('warmup', '?')})"
+                   f"{' × ' + str(p['rounds']) + ' rounds' if p.get('rounds', 1) > 1 else ''} |")
     return "\n".join(out)
 
 
@@ -668,28 +675,65 @@ def glass_pair(p, nog, key):
     return f"{fmt_mib(p.get(key) or 0)} ({fmt_mib(nog.get(key) or 0) if ok else '–'})"
 
 
+def glass_points_kept(cases):
+    """The points of the newest glass results file for (model, norm, size) cases this run does
+    not measure, so a run of some models (each resnet50 norm is ~10 minutes on 2 cores) keeps the
+    table's other rows."""
+    folder = os.path.join(ROOT, "bench", "results")
+    files = sorted(f for f in os.listdir(folder)
+                   if f.startswith("glass-20") and f.endswith(".jsonl"))
+    if not files:
+        return []
+    measured = {(m, n, size) for m, n, size, _ in cases}
+    with open(os.path.join(folder, files[-1])) as f:
+        points = [json.loads(line) for line in f if line.strip()]
+    return [p for p in points if (p["model"], p["norm"], p["height"]) not in measured]
+
+
+def merge_rounds(same):
+    """One point from the rounds of one variant: every round's steps, their median, and the
+    medians of the rounds' forward and backward times; a failed round fails the point."""
+    bad = [p for p in same if p["status"] != "ok"]
+    if bad or len(same) == 1:
+        return bad[0] if bad else same[0]
+    p = dict(same[-1])
+    p["step_ms"] = [t for q in same for t in q["step_ms"]]
+    p["step_ms_median"] = statistics.median(p["step_ms"])
+    for key in ("forward_ms_median", "backward_ms_median"):
+        p[key] = statistics.median(q[key] for q in same)
+    p["measured_peak_bytes"] = max(q["measured_peak_bytes"] for q in same)
+    return p
+
+
 def run_glass_section(args):
     cases, repeat, warmup = GLASS_QUICK if args.quick else GLASS_FULL
     repeat = int(os.environ.get("BENCH_GLASS_REPEAT", repeat))
+    warmup = int(os.environ.get("BENCH_GLASS_WARMUP", warmup))
+    same_plan = os.environ.get("BENCH_GLASS_SAME_PLAN", "1") != "0"
+    rounds = int(os.environ.get("BENCH_GLASS_ROUNDS", "1"))
     if os.environ.get("BENCH_GLASS_SIZES"):
         sizes = [int(x) for x in os.environ["BENCH_GLASS_SIZES"].split(",")]
         cases = [(m, n, size, b) for m, n, _, b in cases for size in sizes]
     if os.environ.get("BENCH_GLASS_MODELS"):
         keep = os.environ["BENCH_GLASS_MODELS"].split(",")
         cases = [c for c in cases if f"{c[0]}:{c[1]}" in keep or c[0] in keep]
-    points, out = [], None
+    points, out = [] if args.quick else glass_points_kept(cases), None
     for model, norm, size, budget in cases:
         base = ["--norm", norm, "--budget", budget, "--prices", "100,100"]
-        variants = [(base, "auto", {"variant": "dense", "norm": norm, "budget": budget})]
+        steps = {"warmup": warmup, "rounds": rounds}
+        variants = [(base, "auto", {"variant": "dense", "norm": norm, "budget": budget, **steps})]
         for b in GLASS_BACKGROUNDS:
-            labels = {"norm": norm, "budget": budget, "background": b}
+            labels = {"norm": norm, "budget": budget, "background": b, **steps}
             variants.append((base + ["--background", str(b)], "auto",
                              dict(labels, variant="glass")))
-            if b > 0:
+            if b > 0 and same_plan:
                 variants.append((base + ["--background", str(b), "--no-glass"], "auto",
                                  dict(labels, variant="no-glass")))
-        more, out = run_variant_points(args, "glass", model, [size], variants, repeat, warmup)
-        points += more
+        runs = []
+        for _ in range(rounds):
+            more, out = run_variant_points(args, "glass", model, [size], variants, repeat, warmup)
+            runs.append(more)
+        points += [merge_rounds(list(same)) for same in zip(*runs)]
     with open(out, "w") as f:
         for p in points:
             f.write(json.dumps(p) + "\n")
@@ -700,7 +744,9 @@ def run_glass_section(args):
              f"plan for each under the budget at fixed prices (100 ns/byte, 100 GFLOP/s); 'same "
              f"plan dense' runs the glass step's plan without skipping; 'dense' is the plan "
              f"without a background. Bar: 1.25 × (1 − glass FLOPs) × dense (at 100% tissue "
-             f"1.05). Median of {repeat} step(s) after {warmup} warmup.\n\n" + glass_table(points))
+             f"1.05). 'steps (warm-up)': the median of that many steps after that many warm-up "
+             f"steps, each variant of a model in its own process, in turn, as many rounds as "
+             f"'× rounds' says.\n\n" + glass_table(points))
     report_section(args, table, out, GLASS_TABLE_BEGIN, GLASS_TABLE_END, points)
 
 
