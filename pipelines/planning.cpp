@@ -103,6 +103,10 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                   {"glass_backward_tiles", g.glass_backward_tiles},
                   {"checkpoint_bytes", g.checkpoint_bytes},
                   {"uniform_checkpoint_bytes", g.uniform_checkpoint_bytes}};
+    if (g.stopped_at >= 0) {
+      j["glass"]["stopped_at_segment"] = g.stopped_at;
+      j["glass"]["stopped_because"] = g.stopped_why;
+    }
   }
   const core::MemoryBreakdown& m = plan.predicted;
   j["predicted_bytes"] = {{"parameters", m.parameters},

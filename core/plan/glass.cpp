@@ -376,6 +376,10 @@ GlassSummary summarize(const Plan& plan, const CellMask& image,
     const double in_fills =
         std::max(0.0, static_cast<double>(sg.forward_saved_flops()) - in_glass_tiles);
     g.segments.push_back({dense, in_glass_tiles, in_fills});
+    if (g.stopped_at < 0 && !sg.obstacle.empty()) {
+      g.stopped_at = static_cast<int64_t>(i);
+      g.stopped_why = sg.obstacle;
+    }
     flops += dense;
     skipped += in_glass_tiles;
     filled += in_fills;

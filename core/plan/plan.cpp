@@ -473,6 +473,10 @@ void write_glass(std::ostream& os, const GlassSummary& g) {
                 static_cast<long long>(g.backward_tiles), 100.0 * g.flops_fraction,
                 100.0 * g.filled_fraction, 100.0 * g.margin());
   os << buf;
+  if (g.stopped_at >= 0) {
+    os << "glass stops at segment " << g.stopped_at << ": " << g.stopped_why
+       << "; it computes its glass as tissue and hands no glass to the segments after it\n";
+  }
   if (g.uniform_checkpoint_bytes > 0) {
     os << "glass in checkpoints (one vector a block: not held, stored or moved): "
        << format_bytes(g.uniform_checkpoint_bytes) << " of " << format_bytes(g.checkpoint_bytes)

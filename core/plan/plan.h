@@ -272,6 +272,10 @@ struct GlassSummary {
     double dense = 0, in_glass_tiles = 0, filled = 0;
   };
   std::vector<SegmentFlops> segments;
+  // Where glass stops: the first segment that gets uniform positions and cannot skip them
+  // (glass_obstacle), and why; the segments after it get none. -1: none stops it.
+  int64_t stopped_at = -1;
+  std::string stopped_why;
   bool any_background() const { return image_fraction > 0; }
 };
 

@@ -625,6 +625,32 @@ TEST(Glass, ThePlanCountsTheTilesTheStepSkips) {
   EXPECT_GT(c.glass_backward_tiles, 0);
 }
 
+// A segment that cannot skip glass (here: dropout draws a mask per position) computes it as
+// tissue and hands none on; the plan says where and why, rather than a bare 0%.
+TEST(Glass, ThePlanSaysWhereGlassStopsAndWhy) {
+  Graph g(2);
+  const NodeId a = g.relu(g.conv(g.input(), ConvSpec(2, 4, 3).padding(1)));
+  NodeId x = g.dropout(g.relu(g.conv(a, ConvSpec(4, 4, 3).padding(1))), 0.5);
+  x = g.relu(g.conv(x, ConvSpec(4, 4, 3).padding(1)));
+  models::add_head(g, x, {});
+  const Shape in{2, 97, 89};
+  const Background b = synthetic_background(in, 3, 0.7, 5);
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 4, 4);
+  o.overrides.checkpoints = {a};
+  o.background = std::make_shared<CellMask>(b.cells);
+  const Plan plan = make_plan(g, in, 0, o);
+  EXPECT_EQ(plan.glass.stopped_at, 1);
+  EXPECT_NE(plan.glass.stopped_why.find("dropout"), std::string::npos) << plan.glass.stopped_why;
+  EXPECT_GT(plan.glass.segments.at(0).in_glass_tiles + plan.glass.segments.at(0).filled, 0.0);
+  EXPECT_EQ(plan.glass.segments.at(1).in_glass_tiles + plan.glass.segments.at(1).filled, 0.0);
+  EXPECT_NE(to_string(plan, g).find("glass stops at segment 1: "), std::string::npos)
+      << to_string(plan, g);
+  o.overrides.checkpoints = {};  // one segment, no dropout: nothing stops it
+  Graph plain(2);
+  models::add_head(plain, plain.relu(plain.conv(plain.input(), ConvSpec(2, 4, 3).padding(1))), {});
+  EXPECT_EQ(make_plan(plain, in, 0, o).glass.stopped_at, -1);
+}
+
 }  // namespace
 }  // namespace tessel::core
 
