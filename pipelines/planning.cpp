@@ -103,6 +103,9 @@ std::string plan_json(const core::Plan& plan, const core::Graph& graph) {
                   {"glass_backward_tiles", g.glass_backward_tiles},
                   {"checkpoint_bytes", g.checkpoint_bytes},
                   {"uniform_checkpoint_bytes", g.uniform_checkpoint_bytes}};
+    for (const auto& [segment, why] : g.dense) {
+      j["glass"]["computed_as_tissue"].push_back({{"segment", segment}, {"because", why}});
+    }
     if (g.stopped_at >= 0) {
       j["glass"]["stopped_at_segment"] = g.stopped_at;
       j["glass"]["stopped_because"] = g.stopped_why;

@@ -188,7 +188,8 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
       sparse_(graph.size()),
       barrier_states_(graph.size()),
       uniform_(graph.size()),
-      glass_grads_(graph.size()) {
+      glass_grads_(graph.size()),
+      passed_at_(graph.size()) {
   if (options.inject == Fault::kHalo) {
     const int halo = halo_fault_segment(graph, plan);
     if (halo < 0) throw Error("cannot inject halo: every tile reads its whole input");
@@ -228,11 +229,34 @@ void Step::find_glass() {
   }
   glass_ = plan_glass(graph_, plan_, image, training_, options_.input_gradient);
   for (int i = 0; i < segments(); ++i) {
-    if (!glass_[static_cast<size_t>(i)].obstacle.empty()) {
-      spdlog::debug("segment {} runs its glass tiles: {}", i,
-                    glass_[static_cast<size_t>(i)].obstacle);
+    const SegmentGlass& g = glass_[static_cast<size_t>(i)];
+    if (!g.obstacle.empty()) spdlog::debug("segment {} runs its glass tiles: {}", i, g.obstacle);
+    if (!g.dense.empty()) spdlog::debug("segment {} computes its glass as tissue: {}", i, g.dense);
+    if (!g.dense.empty() && segment(i).reduction < 0) {
+      passed_at_[segment(i).output] = first_position(g.output);
     }
   }
+}
+
+// A segment that computes its glass as tissue and hands it on: its output's uniform value, read
+// at one of its uniform positions (all hold it, up to rounding) from the tile `y` over `tile`.
+void Step::take_uniform(const Segment& s, const Region& tile, const at::Tensor& y) {
+  const Region& at = passed_at_[s.output];
+  if (at.empty() || intersect(at, tile).empty()) return;
+  uniform_[s.output] = crop({y, tile}, at).detach().clone();
+}
+
+// Its backward: the gradient's sum over the uniform positions, which the next segment took as
+// a sum (core/exec/glass.h), seeded at the one position its value was read at, in the tile that
+// holds it. Every uniform position has the same Jacobians towards the parameters and every
+// statistic (its cone is uniform), so only the sum matters; towards the input, the gradient moves
+// within the previous segment's uniform positions, which that segment takes as a sum too.
+at::Tensor Step::passed_glass_root(const Segment& s, const Region& tile, const at::Tensor& y) const {
+  const Region& at = passed_at_[s.output];
+  const at::Tensor& sum = glass_grads_[s.output];
+  if (at.empty() || !sum.defined() || intersect(at, tile).empty() || !y.requires_grad()) return {};
+  const at::Tensor y_at = crop({y, tile}, at);
+  return seeded(y_at, sum.to(y_at.scalar_type()).view_as(y_at));
 }
 
 // The store's write-behind for the pass about to run: the plan's for it (make_plan sizes it
@@ -262,7 +286,9 @@ void Step::forward_segment(int index) {
     if (t + 1 == s.forward.tiles() && out.stored()) preschedule(index + 1, /*backward=*/false);
     emit(index, s.forward, t, TileEvent::kForward, false);
     const Region tile = s.forward.tile(t);
-    out.add(tile, run.forward_tile(t, tile));
+    const at::Tensor y = run.forward_tile(t, tile);
+    take_uniform(s, tile, y);
+    out.add(tile, y);
     ++forward_tiles;
     glass_forward_tiles += glass(index).forward[static_cast<size_t>(t)];
     emit(index, s.forward, t, TileEvent::kForward, true);
@@ -280,6 +306,7 @@ at::Tensor Step::backward(at::Tensor grad) {
     const PassLog log(*this, i, "backward");
     write_behind(segment(i).backward_write_behind);
     grad = runs_[static_cast<size_t>(i)]->backward(grad);
+    glass_grads_[out] = at::Tensor();  // taken: by the segment's chain, or its passed_glass_root
     checkpoints_[out] = at::Tensor();
     sparse_[out].reset();
     stored_grads_[out].reset();
@@ -533,9 +560,15 @@ at::Tensor Step::output_root(const Segment& s, const Region& tile, at::Tensor& y
     surrogate = attention_->surrogate(y, grad_out);
     seed = at::ones({}, surrogate.options());
   } else if (s.reduction < 0) {
+    const at::Tensor passed = passed_glass_root(s, tile, y);
     surrogate = y;
     seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
                                       : crop({grad_out, whole(out_shape)}, tile);
+    if (passed.defined()) {
+      y.reset();
+      if (!surrogate.requires_grad()) return passed;
+      return seeded(surrogate, seed.to(surrogate.scalar_type())) + passed;
+    }
   } else if (!is_max) {
     surrogate = y.sum({2, 3});
     seed = grad_out / static_cast<double>(out_shape.height * out_shape.width);

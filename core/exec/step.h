@@ -262,6 +262,8 @@ class Step {
  private:
   class Output;
   void find_glass();
+  void take_uniform(const Segment& s, const Region& tile, const at::Tensor& y);
+  at::Tensor passed_glass_root(const Segment& s, const Region& tile, const at::Tensor& y) const;
   void forward_segment(int index);
   TileTensor read_input_exactly(const Segment& s, const Region& r);
   TileTensor short_halo(const Segment& s, TileTensor t);
@@ -297,6 +299,10 @@ class Step {
   std::unique_ptr<AttentionStream> attention_;    // a streaming attention pool's sums
   std::vector<SegmentGlass> glass_;               // by segment
   NodeVec<at::Tensor> uniform_, glass_grads_;     // core/exec/glass.h
+  // Of a checkpoint whose segment computes its glass as tissue and hands it on
+  // (SegmentGlass::dense): the position its uniform value is read at in the forward, and its
+  // gradient's sum over the uniform positions (glass_grads_) given in the backward; empty else.
+  NodeVec<Region> passed_at_;
   std::vector<std::unique_ptr<SchemeRun>> runs_;  // by segment
   int prescheduled_forward_ = -1, prescheduled_backward_ = -1;
 };

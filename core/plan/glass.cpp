@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/graph/node_vec.h"
 #include "core/plan/box_set.h"
 #include "core/plan/geometry.h"
 #include "core/plan/tile_cost.h"
@@ -10,7 +11,6 @@
 namespace tessel::core {
 
 std::string glass_obstacle(const Graph& graph, const Segment& s, bool training) {
-  if (s.is<SharedRows>()) return "shared rows do not skip glass yet";
   if (s.reduction >= 0 && graph.node(s.reduction).kind == OpKind::kGlobalMaxPool) {
     return "a global max pool closes it (its ties with the uniform value)";
   }
@@ -19,11 +19,18 @@ std::string glass_obstacle(const Graph& graph, const Segment& s, bool training) 
     if (training && node.kind == OpKind::kPointwise && node.pointwise == Pointwise::kDropout) {
       return node.name + " draws a dropout mask per position";
     }
-    // Recompute rounds take the uniform positions into the statistic and sums (GlassRun); the
-    // other schemes with barriers do not yet.
-    if (node.is_barrier() && (training || node.barrier != BarrierOp::kBatchNorm) &&
-        !s.is<RecomputeRounds>()) {
-      return node.name + " reads a statistic of the whole activation";
+  }
+  return "";
+}
+
+std::string glass_dense(const Graph& graph, const Segment& s, bool training) {
+  if (s.is<SharedRows>()) return "shared rows read padding at every node";
+  if (s.is<RecomputeRounds>()) return "";  // the rounds take glass into their statistics
+  for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    const Node& node = graph.node(v);
+    if (node.is_barrier() && (training || node.barrier != BarrierOp::kBatchNorm)) {
+      return node.name + " reads a statistic of the whole activation (" + to_string(s.scheme) +
+             ")";
     }
   }
   return "";
@@ -337,10 +344,96 @@ bool sparse_checkpoint(const Plan& plan, size_t i, const std::vector<SegmentGlas
   return !plan.segments[i + 1].keeps_graph();
 }
 
+namespace {
+
+// For output bands between `edges` along `axis` (0: rows, 1: columns) of segment `s`: the input
+// positions each band's windows read along that axis, and whether any of them reads padding.
+// Every node's region a cell's windows reach is a product of its row band's and its column
+// band's (each op's window is one per axis), so a cell's is the two looked up. One pass over
+// the nodes for all bands: segment_needs band by band made the planner 5× slower.
+struct AxisReach {
+  Window input;
+  bool padding_free = true;
+};
+
+std::vector<AxisReach> axis_reaches(const Graph& graph, const std::vector<Shape>& shapes,
+                                    const Segment& s, const std::vector<int64_t>& edges,
+                                    int axis) {
+  const size_t bands = edges.size() - 1;
+  const auto size_of = [&](NodeId v) {
+    const Shape& sh = shapes[static_cast<size_t>(v)];
+    return axis == 0 ? sh.height : sh.width;
+  };
+  NodeVec<std::vector<Window>> need(s.output + 1);
+  for (size_t i = 0; i < bands; ++i) need[s.output].push_back({edges[i], edges[i + 1]});
+  std::vector<uint8_t> free(bands, 1);
+  for (NodeId v = s.output - 1; v >= s.input; --v) {
+    need[v].assign(bands, Window{});
+    const Window bounds{0, size_of(v)};
+    for (NodeId c : graph.consumers()[static_cast<size_t>(v)]) {
+      if (c > s.output) continue;
+      const AxisOp& op = graph.node(c).axis_op(axis);
+      for (size_t i = 0; i < bands; ++i) {
+        if (need[c][i].empty()) continue;
+        const Window w = input_window(op, need[c][i]);
+        if (w.begin < bounds.begin || w.end > bounds.end) free[i] = 0;
+        need[v][i] = hull(need[v][i], intersect(w, bounds));
+      }
+    }
+  }
+  std::vector<AxisReach> out(bands);
+  for (size_t i = 0; i < bands; ++i) out[i] = AxisReach{need[s.input][i], free[i] != 0};
+  return out;
+}
+
+}  // namespace
+
+CellMask uniform_through(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                         const CellMask& input) {
+  if (input.none()) return {};
+  const Shape& out = shapes[static_cast<size_t>(s.output)];
+  const std::vector<int64_t> ys = output_edges({0, out.height}, out.height);
+  const std::vector<int64_t> xs = output_edges({0, out.width}, out.width);
+  const std::vector<AxisReach> rows = axis_reaches(graph, shapes, s, ys, 0);
+  const std::vector<AxisReach> cols = axis_reaches(graph, shapes, s, xs, 1);
+  std::vector<uint8_t> in(rows.size() * cols.size(), 0);
+  bool any = false;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (size_t k = 0; k < cols.size(); ++k) {
+      const bool uniform = rows[r].padding_free && cols[k].padding_free &&
+                           input.contains({rows[r].input, cols[k].input});
+      in[r * cols.size() + k] = uniform ? 1 : 0;
+      any = any || uniform;
+    }
+  }
+  return any ? CellMask(ys, xs, std::move(in)) : CellMask();
+}
+
+Region first_position(const CellMask& m) {
+  for (int64_t r = 0; r < m.rows(); ++r) {
+    for (int64_t k = 0; k < m.cols(); ++k) {
+      if (!m.cell_in(r, k)) continue;
+      const Region c = m.cell(r, k);
+      return {{c.y.begin, c.y.begin + 1}, {c.x.begin, c.x.begin + 1}};
+    }
+  }
+  return {};
+}
+
 SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
                            const CellMask& input, bool training, bool image_gradient) {
   std::string obstacle = input.none() ? "" : glass_obstacle(graph, s, training);
   const bool skip_backward = s.input != 0 || !image_gradient;
+  std::string dense = input.none() || !obstacle.empty() ? "" : glass_dense(graph, s, training);
+  if (!dense.empty()) {
+    // Computed as tissue, its glass handed on: every position of the output whose window sees
+    // only the input's uniform positions holds one value (its gradient is taken as a sum by
+    // the next segment, which hands it back: core/exec/glass.h).
+    SegmentGlass g = glass_tiles(graph, shapes, s, CellMask(), training, skip_backward);
+    if (!training || skip_backward) g.output = uniform_through(graph, shapes, s, input);
+    g.dense = std::move(dense);
+    return g;
+  }
   SegmentGlass g =
       glass_tiles(graph, shapes, s, obstacle.empty() ? input : CellMask(), training, skip_backward);
   g.obstacle = std::move(obstacle);
@@ -376,6 +469,7 @@ GlassSummary summarize(const Plan& plan, const CellMask& image,
     const double in_fills =
         std::max(0.0, static_cast<double>(sg.forward_saved_flops()) - in_glass_tiles);
     g.segments.push_back({dense, in_glass_tiles, in_fills});
+    if (g.stopped_at < 0 && !sg.dense.empty()) g.dense.emplace_back(i, sg.dense);
     if (g.stopped_at < 0 && !sg.obstacle.empty()) {
       g.stopped_at = static_cast<int64_t>(i);
       g.stopped_why = sg.obstacle;

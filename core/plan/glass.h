@@ -22,13 +22,26 @@
 
 namespace tessel::core {
 
-// Why segment `s` cannot skip glass in a step (`training`: a backward follows), or "" where it
-// can: an op that is not the same at every position (dropout while training), one that reads a
-// statistic of the whole activation in this step (a barrier) outside recompute rounds (the one
-// barrier scheme that takes glass into its statistics and sums: core/exec/glass.h), a scheme
-// that does not skip glass yet (shared rows), or a global max pool closing it (its ties with the
-// uniform value).
+// Why segment `s` cannot skip glass nor hand it on in a step (`training`: a backward follows),
+// or "" where it can: an op that is not the same at every position (dropout while training), or
+// a global max pool closing it (its ties with the uniform value).
 std::string glass_obstacle(const Graph& graph, const Segment& s, bool training);
+
+// Why segment `s`, whose ops are the same at every position, computes its glass as tissue, or
+// "" where it skips it: a barrier reading a statistic of the whole activation in this step
+// outside recompute rounds (the one barrier scheme that takes glass into its statistics and
+// sums: core/exec/glass.h), or shared rows (full width: every node reads padding). Such a
+// segment still hands its glass on (uniform_through).
+std::string glass_dense(const Graph& graph, const Segment& s, bool training);
+
+// The output positions of segment `s` whose windows read only positions of `input` (its input's
+// uniform positions) and no padding, on cells of at most 128 a side: where a segment computed
+// whole holds one value (an erosion of `input` by the segment's windows). Empty where none.
+CellMask uniform_through(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                         const CellMask& input);
+
+// The first position (row-major by cell) of `m`, as a 1×1 region; empty for an empty mask.
+Region first_position(const CellMask& m);
 
 // Whether the regions `need` (segment_needs of one tile) read no padding: every node of (input,
 // output] reads only positions inside its inputs.
@@ -76,6 +89,9 @@ struct SegmentGlass {
   std::vector<int64_t> forward_flops, backward_flops;
   int64_t forward_dense_flops = 0, backward_dense_flops = 0;
   std::string obstacle;  // why it has none though its input has uniform positions (glass_obstacle)
+  // Why it computes its glass as tissue and only hands it on (glass_dense): then `output` is
+  // uniform_through's, and the tiles' flags and FLOPs are those of a segment without glass.
+  std::string dense;
   // The input's uniform positions the tiles fill from (computed_boxes): none where the segment
   // cannot skip glass, or its backward must run its glass tiles (the image's gradient).
   CellMask input;
@@ -107,8 +123,9 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
                          const CellMask& input, bool training, bool skip_backward);
 
 // Segment `s`'s glass tiles in a step over `input`, its input's uniform positions: none where
-// glass_obstacle says so; the backward's none in the first segment where the image's gradient
-// is wanted (`image_gradient`: it is wanted position by position).
+// glass_obstacle says so, nor where glass_dense does (then its output's uniform positions are
+// uniform_through's); the backward's none in the first segment where the image's gradient is
+// wanted (`image_gradient`: it is wanted position by position; nor any uniform output then).
 SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
                            const CellMask& input, bool training, bool image_gradient);
 

@@ -473,6 +473,14 @@ void write_glass(std::ostream& os, const GlassSummary& g) {
                 static_cast<long long>(g.backward_tiles), 100.0 * g.flops_fraction,
                 100.0 * g.filled_fraction, 100.0 * g.margin());
   os << buf;
+  if (!g.dense.empty()) {
+    // One line however many: resnet50 with train-mode batch norm has 15 such segments.
+    os << "glass computed as tissue, and handed on to the segments after, in segment"
+       << (g.dense.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < g.dense.size(); ++i) os << (i > 0 ? ", " : "") << g.dense[i].first;
+    os << " (segment " << g.dense.front().first << ": " << g.dense.front().second
+       << (g.dense.size() > 1 ? "; --json lists each" : "") << ")\n";
+  }
   if (g.stopped_at >= 0) {
     os << "glass stops at segment " << g.stopped_at << ": " << g.stopped_why
        << "; it computes its glass as tissue and hands no glass to the segments after it\n";

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -276,6 +277,8 @@ struct GlassSummary {
   // (glass_obstacle), and why; the segments after it get none. -1: none stops it.
   int64_t stopped_at = -1;
   std::string stopped_why;
+  // Segments before it that compute their glass as tissue and hand it on (glass_dense), and why.
+  std::vector<std::pair<int64_t, std::string>> dense;
   bool any_background() const { return image_fraction > 0; }
 };
 

@@ -265,7 +265,8 @@ constexpr int64_t kMostTiles = 2048;
 
 void SegmentBuild::refine_for_glass(const CellMask& uniform) {
   if (nf <= 0 || nb <= 0 || strategy != Strategy::kGrid || uniform.none() ||
-      !glass_obstacle(a.graph, s, /*training=*/true).empty()) {
+      !glass_obstacle(a.graph, s, /*training=*/true).empty() ||
+      !glass_dense(a.graph, s, /*training=*/true).empty()) {
     return;
   }
   double best = glass_priced(a, s, s.forward, s.backward, uniform);

@@ -494,6 +494,20 @@ TEST(Glass, TheOutputsUniformPositionsAreUniform) {
     }
   }
   EXPECT_GT(beyond_glass_tiles, 0);
+  // A segment computed whole hands on the erosion of its input's uniform positions by its
+  // windows (uniform_through): the same test holds, cell by cell.
+  const Segment& first = plan.segments[0];
+  const CellMask through = uniform_through(g, plan.shapes, first, b.cells);
+  EXPECT_GT(through.area(), 0);
+  for (int64_t r = 0; r < through.rows(); ++r) {
+    for (int64_t k = 0; k < through.cols(); ++k) {
+      const Region cell = through.cell(r, k);
+      const std::vector<Region> cone = segment_needs(g, plan.shapes, 0, first.output, cell);
+      const bool uniform =
+          b.cells.contains(cone[0]) && padding_free(g, plan.shapes, 0, first.output, cone);
+      EXPECT_EQ(through.cell_in(r, k), uniform) << to_string(cell);
+    }
+  }
   const Comparison c = check(g, plan, {0.7, 97, 83, 4}, 13);
   EXPECT_LT(c.worst(), kTolerance) << counts(c) << c.to_string();
 }
@@ -587,6 +601,55 @@ TEST(Glass, RecomputeRoundsTakeTheGlassIntoTheirBarriers) {
   }
 }
 
+// A segment that computes its glass as tissue (whole barriers, sub-segments, shared rows) hands
+// it on: the segment after it skips its glass tiles and fills, and the step stays exact, running
+// statistics included. Its output's uniform value is read at one uniform position, and the next
+// segment's sum of its gradient there is seeded at that position.
+TEST(Glass, SegmentsComputingTheirGlassHandItOn) {
+  for (const std::string scheme : {"whole barriers", "sub-segments", "shared rows"}) {
+    const bool shared = scheme == "shared rows";
+    Graph g = shared ? glass_network({}) : barrier_network();
+    const NodeId pool = first_of(g, OpKind::kMaxPool);
+    for (const GlassCase gc : {GlassCase{0.7, 125, 119, 4}, GlassCase{1.0, 67, 63, 5}}) {
+      PlanOptions o = fixed_tiles(Strategy::kGrid, 6, 6);
+      o.overrides.inner_checkpoints = false;
+      o.overrides.checkpoints = std::vector<NodeId>{pool};
+      PlanOptions first = o;
+      if (scheme == "whole barriers") first.overrides.tiles_y = first.overrides.tiles_x = 1;
+      if (scheme == "sub-segments") first.overrides.inner_checkpoints = true;
+      if (shared) first.strategy = Strategy::kRowsShared;
+      const Shape in{2, gc.h, gc.w};
+      Plan plan = make_plan(g, in, 0, o);
+      plan.segments[0] = make_plan(g, in, 0, first).segments[0];
+      check_scheme(g, plan.segments[0]);
+      ASSERT_EQ(to_string(plan.segments[0].scheme), scheme) << to_string(plan, g);
+      ASSERT_TRUE(tiles(plan));
+      const Background b = synthetic_background(in, gc.cell, gc.fraction, 45);
+      const std::vector<SegmentGlass> glass = plan_glass(g, plan, b.cells, true, false);
+      EXPECT_FALSE(glass[0].dense.empty()) << scheme;
+      EXPECT_EQ(glass[0].forward_count() + glass[0].backward_count(), 0) << scheme;
+      const Comparison c = check(g, plan, gc, 45);
+      const std::string what = scheme + " fraction " + std::to_string(gc.fraction) + "\n" +
+                               counts(c) + glass[0].dense + "\n";
+      EXPECT_LT(c.worst(), kTolerance) << what << to_string(plan, g) << c.to_string();
+      // The first segment fills nothing: what the second skips or fills, it was handed.
+      if (gc.fraction < 1) {
+        EXPECT_GT(c.glass_filled, 0) << what;
+      } else {
+        EXPECT_GT(c.glass_forward_tiles, 0) << what;
+        EXPECT_GT(c.glass_backward_tiles, 0) << what;
+      }
+      if (scheme == "whole barriers" && gc.fraction < 1) {
+        for (Fault f : {Fault::kHalo, Fault::kNanGrad}) {
+          StepOptions so;
+          so.inject = f;
+          EXPECT_GT(check(g, plan, gc, 45, so).worst(), 1e-6) << what << to_string(f);
+        }
+      }
+    }
+  }
+}
+
 TEST(Glass, InjectedFaultsStillFail) {
   Graph g = glass_network({});
   PlanOptions o = fixed_tiles(Strategy::kGrid, 5, 4);
@@ -649,6 +712,20 @@ TEST(Glass, ThePlanSaysWhereGlassStopsAndWhy) {
   Graph plain(2);
   models::add_head(plain, plain.relu(plain.conv(plain.input(), ConvSpec(2, 4, 3).padding(1))), {});
   EXPECT_EQ(make_plan(plain, in, 0, o).glass.stopped_at, -1);
+  // Barriers run whole compute their glass as tissue and hand it on: the plan says so, and
+  // glass does not stop there.
+  Graph bn = barrier_network();
+  o = fixed_tiles(Strategy::kGrid, 1, 1);
+  o.overrides.checkpoints = std::vector<NodeId>{first_of(bn, OpKind::kMaxPool)};
+  o.background = std::make_shared<CellMask>(b.cells);
+  const Plan whole = make_plan(bn, in, 0, o);
+  EXPECT_EQ(whole.glass.stopped_at, -1);
+  ASSERT_EQ(whole.glass.dense.size(), 2u) << to_string(whole, bn);
+  EXPECT_NE(whole.glass.dense[0].second.find("bn1 reads a statistic"), std::string::npos)
+      << whole.glass.dense[0].second;
+  EXPECT_NE(to_string(whole, bn).find("glass computed as tissue, and handed on to the segments after, in segments 0, 1 "),
+            std::string::npos)
+      << to_string(whole, bn);
 }
 
 }  // namespace
