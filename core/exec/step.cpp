@@ -251,7 +251,8 @@ void Step::take_uniform(const Segment& s, const Region& tile, const at::Tensor& 
 // holds it. Every uniform position has the same Jacobians towards the parameters and every
 // statistic (its cone is uniform), so only the sum matters; towards the input, the gradient moves
 // within the previous segment's uniform positions, which that segment takes as a sum too.
-at::Tensor Step::passed_glass_root(const Segment& s, const Region& tile, const at::Tensor& y) const {
+at::Tensor Step::passed_glass_root(const Segment& s, const Region& tile,
+                                   const at::Tensor& y) const {
   const Region& at = passed_at_[s.output];
   const at::Tensor& sum = glass_grads_[s.output];
   if (at.empty() || !sum.defined() || intersect(at, tile).empty() || !y.requires_grad()) return {};

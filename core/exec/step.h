@@ -295,10 +295,10 @@ class Step {
   NodeVec<std::unique_ptr<SparseCheckpoint>> sparse_;  // resident ones with glass (glass.h)
   // Barriers' statistics and gradient sums over this step (core/exec/barrier.h).
   NodeVec<std::unique_ptr<BarrierState>> barrier_states_;
-  at::Tensor reduced_, reduced_index_;            // streaming reduction result (and argmax for max)
-  std::unique_ptr<AttentionStream> attention_;    // a streaming attention pool's sums
-  std::vector<SegmentGlass> glass_;               // by segment
-  NodeVec<at::Tensor> uniform_, glass_grads_;     // core/exec/glass.h
+  at::Tensor reduced_, reduced_index_;          // streaming reduction result (and argmax for max)
+  std::unique_ptr<AttentionStream> attention_;  // a streaming attention pool's sums
+  std::vector<SegmentGlass> glass_;             // by segment
+  NodeVec<at::Tensor> uniform_, glass_grads_;   // core/exec/glass.h
   // Of a checkpoint whose segment computes its glass as tissue and hands it on
   // (SegmentGlass::dense): the position its uniform value is read at in the forward, and its
   // gradient's sum over the uniform positions (glass_grads_) given in the backward; empty else.

@@ -29,8 +29,7 @@ std::string glass_dense(const Graph& graph, const Segment& s, bool training) {
   for (NodeId v = s.input + 1; v <= s.output; ++v) {
     const Node& node = graph.node(v);
     if (node.is_barrier() && (training || node.barrier != BarrierOp::kBatchNorm)) {
-      return node.name + " reads a statistic of the whole activation (" + to_string(s.scheme) +
-             ")";
+      return node.name + " reads a statistic of the whole activation (" + to_string(s.scheme) + ")";
     }
   }
   return "";
@@ -357,8 +356,7 @@ struct AxisReach {
 };
 
 std::vector<AxisReach> axis_reaches(const Graph& graph, const std::vector<Shape>& shapes,
-                                    const Segment& s, const std::vector<int64_t>& edges,
-                                    int axis) {
+                                    const Segment& s, const std::vector<int64_t>& edges, int axis) {
   const size_t bands = edges.size() - 1;
   const auto size_of = [&](NodeId v) {
     const Shape& sh = shapes[static_cast<size_t>(v)];

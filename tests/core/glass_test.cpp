@@ -723,7 +723,8 @@ TEST(Glass, ThePlanSaysWhereGlassStopsAndWhy) {
   ASSERT_EQ(whole.glass.dense.size(), 2u) << to_string(whole, bn);
   EXPECT_NE(whole.glass.dense[0].second.find("bn1 reads a statistic"), std::string::npos)
       << whole.glass.dense[0].second;
-  EXPECT_NE(to_string(whole, bn).find("glass computed as tissue, and handed on to the segments after, in segments 0, 1 "),
+  EXPECT_NE(to_string(whole, bn).find(
+                "glass computed as tissue, and handed on to the segments after, in segments 0, 1 "),
             std::string::npos)
       << to_string(whole, bn);
 }
