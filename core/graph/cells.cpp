@@ -50,6 +50,13 @@ CellMask::CellMask(std::vector<int64_t> y_edges, std::vector<int64_t> x_edges,
       if (cell_in(r, c)) area_ += cell(r, c).area();
     }
   }
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
+  for (int64_t e : y_edges_) mix(static_cast<uint64_t>(e));
+  mix(~uint64_t{0});
+  for (int64_t e : x_edges_) mix(static_cast<uint64_t>(e));
+  for (uint8_t f : in_) mix(f);
+  fingerprint_ = h;
 }
 
 CellMask CellMask::grid(int64_t height, int64_t width, int64_t cell, std::vector<uint8_t> in) {
@@ -87,6 +94,37 @@ bool CellMask::contains(const Region& r) const {
   const auto [r0, r1] = cells_over(y_edges_, r.y);
   const auto [c0, c1] = cells_over(x_edges_, r.x);
   return out_cells(r0, r1, c0, c1) == 0;
+}
+
+std::vector<uint8_t> CellMask::contains_each(const std::vector<Window>& ys,
+                                             const std::vector<Window>& xs) const {
+  // Each window's cells, or none (-1) where it reaches outside the activation; an empty window
+  // is inside (as contains says).
+  const auto spans = [](const std::vector<Window>& ws, const std::vector<int64_t>& edges) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const Window& w : ws) {
+      if (w.empty()) {
+        out.emplace_back(0, 0);
+      } else if (edges.empty() || w.begin < 0 || w.end > edges.back()) {
+        out.emplace_back(-1, -1);
+      } else {
+        out.push_back(cells_over(edges, w));
+      }
+    }
+    return out;
+  };
+  const auto rows = spans(ys, y_edges_), cols = spans(xs, x_edges_);
+  std::vector<uint8_t> in(ys.size() * xs.size(), 0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (size_t j = 0; j < cols.size(); ++j) {
+      const auto [r0, r1] = rows[i];
+      const auto [c0, c1] = cols[j];
+      const bool inside =
+          ys[i].empty() || xs[j].empty() || (r0 >= 0 && c0 >= 0 && out_cells(r0, r1, c0, c1) == 0);
+      in[i * cols.size() + j] = inside ? 1 : 0;
+    }
+  }
+  return in;
 }
 
 Region CellMask::outside_box(const Region& r) const {

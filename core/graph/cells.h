@@ -33,6 +33,10 @@ class CellMask {
   // Whether every position of `r` is in the set: false where `r` reaches outside the activation
   // (the part outside is padding, never uniform); true for an empty `r`.
   bool contains(const Region& r) const;
+  // contains({ys[i], xs[j]}) for every i and j, row-major: each window's cells found once, not
+  // once a region (a segment's uniform output cells: 128 × 128 regions a call).
+  std::vector<uint8_t> contains_each(const std::vector<Window>& ys,
+                                     const std::vector<Window>& xs) const;
   // The smallest region holding every position of `r` not in the set (empty where `r` lies
   // wholly inside); `r` itself where it reaches outside the activation.
   Region outside_box(const Region& r) const;
@@ -44,6 +48,9 @@ class CellMask {
   int64_t area() const { return area_; }
   double fraction() const;
   bool none() const { return area_ == 0; }
+  // A 64-bit hash of the grid and its cells (FNV-1a): equal sets on equal grids hash alike. For
+  // memoising what the planner derives from a mask, never for deciding what is uniform.
+  uint64_t fingerprint() const { return fingerprint_; }
 
  private:
   int64_t out_cells(int64_t r0, int64_t r1, int64_t c0, int64_t c1) const;  // cells [r0,r1)×[c0,c1)
@@ -52,6 +59,7 @@ class CellMask {
   std::vector<uint8_t> in_;
   std::vector<int64_t> out_sum_;  // (rows+1)×(cols+1): cells not in the set above and left
   int64_t area_ = 0;
+  uint64_t fingerprint_ = 0;
 };
 
 std::string to_string(const CellMask& m);

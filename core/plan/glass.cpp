@@ -394,14 +394,16 @@ CellMask uniform_through(const Graph& graph, const std::vector<Shape>& shapes, c
   const std::vector<int64_t> xs = output_edges({0, out.width}, out.width);
   const std::vector<AxisReach> rows = axis_reaches(graph, shapes, s, ys, 0);
   const std::vector<AxisReach> cols = axis_reaches(graph, shapes, s, xs, 1);
-  std::vector<uint8_t> in(rows.size() * cols.size(), 0);
+  std::vector<Window> ry, cx;
+  for (const AxisReach& r : rows) ry.push_back(r.input);
+  for (const AxisReach& c : cols) cx.push_back(c.input);
+  std::vector<uint8_t> in = input.contains_each(ry, cx);
   bool any = false;
   for (size_t r = 0; r < rows.size(); ++r) {
     for (size_t k = 0; k < cols.size(); ++k) {
-      const bool uniform = rows[r].padding_free && cols[k].padding_free &&
-                           input.contains({rows[r].input, cols[k].input});
-      in[r * cols.size() + k] = uniform ? 1 : 0;
-      any = any || uniform;
+      uint8_t& uniform = in[r * cols.size() + k];
+      uniform = uniform != 0 && rows[r].padding_free && cols[k].padding_free ? 1 : 0;
+      any = any || uniform != 0;
     }
   }
   return any ? CellMask(ys, xs, std::move(in)) : CellMask();

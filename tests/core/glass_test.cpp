@@ -47,6 +47,25 @@ TEST(CellMask, ContainsOnlyRegionsWhollyInsideItsCells) {
 }
 
 // outside_box against every position: the smallest box holding what is outside the set.
+// contains_each is contains over every product of its windows: inside, outside the
+// activation, empty.
+TEST(CellMask, ContainsEachIsContainsOfEveryProduct) {
+  std::vector<uint8_t> in(36, 1);
+  for (int c : {7, 8, 14, 28, 29, 35}) in[static_cast<size_t>(c)] = 0;
+  const CellMask m = CellMask::grid(18, 17, 3, in);
+  std::vector<Window> ws;
+  for (int64_t b = -2; b < 19; b += 3) {
+    for (int64_t e = b - 1; e < 20; e += 4) ws.push_back({b, e});
+  }
+  const std::vector<uint8_t> each = m.contains_each(ws, ws);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    for (size_t j = 0; j < ws.size(); ++j) {
+      EXPECT_EQ(each[i * ws.size() + j] != 0, m.contains({ws[i], ws[j]}))
+          << ws[i].begin << "," << ws[i].end << " × " << ws[j].begin << "," << ws[j].end;
+    }
+  }
+}
+
 TEST(CellMask, OutsideBoxIsTheHullOfThePositionsOutside) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 40; ++trial) {
