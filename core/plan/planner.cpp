@@ -102,7 +102,7 @@ Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t p
 // less the headroom: allocator effects the model does not capture).
 Analysis analyse(const Graph& graph, const Shape& input, int64_t budget,
                  const PlanOptions& options) {
-  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}};
+  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}, {}, {}};
   // At least one byte: a budget of a few bytes is a budget nothing fits, not "no budget" (0).
   a.target = budget > 0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(budget) *
                                                                     (1.0 - options.headroom)))

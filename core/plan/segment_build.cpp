@@ -245,14 +245,29 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
                     const CellMask& uniform) {
   s.forward = f;
   s.backward = b;
+  const Analysis::GlassKey key = Analysis::glass_key(s, uniform);
+  const auto hit = a.glass_prices.find(key);
+  if (hit != a.glass_prices.end()) return hit->second;
   const SegmentGlass g =
       segment_glass(a.graph, a.shapes, s, uniform, /*training=*/true, a.options.input_gradient);
   const auto run_f = static_cast<double>(f.tiles() - g.forward_count());
   const auto run_b = static_cast<double>(b.tiles() - g.backward_count());
   const double per_tile = a.options.prices.per_tile *
                           std::max(1.0, static_cast<double>(s.output - s.input) / kOpsPerTilePrice);
-  return pass_flops(a, s, f, g.forward_flops) + 3.0 * pass_flops(a, s, b, g.backward_flops) +
-         per_tile * (run_f + run_b);
+  const double price = pass_flops(a, s, f, g.forward_flops) +
+                       3.0 * pass_flops(a, s, b, g.backward_flops) + per_tile * (run_f + run_b);
+  a.glass_prices.emplace(key, price);
+  return price;
+}
+
+// The output's uniform positions of `s` over `uniform`, its input's (SegmentGlass::output).
+CellMask glass_output(const Analysis& a, const Segment& s, const CellMask& uniform) {
+  const Analysis::GlassKey key = Analysis::glass_key(s, uniform);
+  const auto hit = a.glass_outputs.find(key);
+  if (hit != a.glass_outputs.end()) return hit->second;
+  CellMask out =
+      segment_glass(a.graph, a.shapes, s, uniform, true, a.options.input_gradient).output;
+  return a.glass_outputs.emplace(key, std::move(out)).first->second;
 }
 
 // Finer grids refine_for_glass tries: the backward's tiles split by each factor, while the tiles
@@ -496,8 +511,7 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
     b.set_partitions();
     if (!uniform.none()) {
       b.refine_for_glass(uniform);
-      uniform =
-          segment_glass(a.graph, a.shapes, b.s, uniform, true, a.options.input_gradient).output;
+      uniform = glass_output(a, b.s, uniform);
     }
     const auto [fwd_at, bwd_at] = b.account(cost);
     Segment& s = b.s;
