@@ -19,6 +19,11 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
                           all of them; a run of some models keeps the other models' rows)
   bench/run --only glass-slides  the real slides of ../shared/slides with tissue_fill: glass
                           against dense, and the gradient in float64 (about 5 minutes)
+  bench/run --only cohort  whole-slide throughput: one training epoch over a synthetic cohort
+                          of JPEG pyramidal slides (tessel sample-data), slides per hour and the
+                          epoch against its slides' opening, steps and waits for pixels
+                          (BENCH_COHORT_SLIDES, _SIZE, _MODELS=vgg-mini,resnet50:batch, _MPP,
+                          _BUDGET, _DEVICE, _PRECISION; about 5 minutes as it comes)
                              (resnet50 in 2 GiB; BENCH_BARRIER_SIZES=1024,2048,4096 to choose)
 
 Besides Tessel's strategies (none = plain LibTorch, grid, rows) each size runs the baselines a
@@ -847,6 +852,119 @@ def run_glass_slides_section(args):
     report_section(args, table, out, GLASS_SLIDES_TABLE_BEGIN, GLASS_SLIDES_TABLE_END, points)
 
 
+COHORT_TABLE_BEGIN = "<!-- cohort table: bench/run --only cohort writes between these lines -->"
+COHORT_TABLE_END = "<!-- end of cohort table -->"
+
+
+def cohort_settings(quick):
+    """The cohort and the runs over it: a small one for this CPU (6 slides of 8192² at 0.25 µm/px,
+    2048² at the 1 µm/px they train at), the issue's (20 of 40000²) where a GPU is at hand."""
+    env = os.environ.get
+    return {"slides": int(env("BENCH_COHORT_SLIDES", 2 if quick else 6)),
+            "size": int(env("BENCH_COHORT_SIZE", 2048 if quick else 8192)),
+            "models": env("BENCH_COHORT_MODELS", "tiny" if quick else "vgg-mini").split(","),
+            "mpp": float(env("BENCH_COHORT_MPP", 1.0)),
+            "budget": env("BENCH_COHORT_BUDGET", "1GiB"),
+            "device": env("BENCH_COHORT_DEVICE", "cpu"),
+            "precision": env("BENCH_COHORT_PRECISION", "float32")}
+
+
+def cohort_slides(tessel, folder, settings):
+    """Writes the cohort (tessel sample-data at 0.25 µm/px), every slide in the train split: the
+    epoch is training alone. Returns the manifest and the seconds writing took."""
+    t0 = time.monotonic()
+    subprocess.run([tessel, "sample-data", "--out", folder, "--slides", str(settings["slides"]),
+                    "--size", str(settings["size"]), "--mpp", "0.25", "--seed", "1"],
+                   check=True, capture_output=True)
+    manifest = os.path.join(folder, "manifest.csv")
+    with open(manifest) as m:
+        rows = list(csv.DictReader(m))
+    for row in rows:
+        row["split"] = "train"
+    with open(manifest, "w", newline="") as m:
+        w = csv.DictWriter(m, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    return manifest, time.monotonic() - t0
+
+
+def cohort_point(tessel, tmp, manifest, settings, spec):
+    """One epoch of `spec` (MODEL or MODEL:NORM) over the cohort: its slides' events summed."""
+    model, _, norm = spec.partition(":")
+    run = os.path.join(tmp, "run-" + spec.replace(":", "-"))
+    config = os.path.join(tmp, "cohort.yaml")
+    with open(config, "w") as c:
+        c.write(f"manifest: {manifest}\nmodel: {model}\nnorm: {norm or 'frozen'}\n"
+                f"mpp: {settings['mpp']}\ntissue_fill: true\nepochs: 1\nbatch: 1\n"
+                f"optimizer: sgd\nbudget: {settings['budget']}\ndevice: {settings['device']}\n"
+                f"precision: {settings['precision']}\nseed: 1\noutput: {run}\n")
+    t0 = time.monotonic()
+    done = subprocess.run([tessel, "--log-level", "warn", "train", "--config", config],
+                          capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if done.returncode != 0:
+        return {"model": spec, "status": "error", "message": done.stderr.strip()[-600:]}
+    with open(os.path.join(run, "metrics.csv")) as m:
+        epoch_s = float(list(csv.DictReader(m))[-1]["seconds"])
+    slides = [json.loads(line) for line in open(os.path.join(run, "events.jsonl"))]
+    slides = [e for e in slides if e.get("type") == "slide"]
+    total = {k: sum(e[k] for e in slides) for k in
+             ("seconds", "open_seconds", "step_seconds", "wait_seconds")}
+    return {"model": spec, "status": "ok", "slides": len(slides), "epoch_s": epoch_s,
+            "process_s": wall, "slides_per_hour": 3600.0 * len(slides) / epoch_s,
+            "pixels": [e["height"] * e["width"] for e in slides],
+            "peak_bytes": max(e["measured_peak_bytes"] for e in slides), **total}
+
+
+def cohort_row(p, settings):
+    if p["status"] != "ok":
+        return f"| {p['model']} | error: {p['message'][:200]} |" + " |" * 7
+    e = p["epoch_s"]
+    side = int(round((sum(p["pixels"]) / len(p["pixels"])) ** 0.5))
+    rest = e - p["seconds"]
+    return (f"| {p['model']} | {p['slides']} × ~{side}² | {e:.1f} | {p['slides_per_hour']:.0f} | "
+            f"{p['open_seconds']:.1f} ({100 * p['open_seconds'] / e:.0f}%) | "
+            f"{p['step_seconds']:.1f} ({100 * p['step_seconds'] / e:.0f}%) | "
+            f"{p['wait_seconds']:.2f} ({100 * p['wait_seconds'] / e:.1f}%) | "
+            f"{rest:.1f} ({100 * rest / e:.0f}%) | {fmt_mib(p['peak_bytes'])} |")
+
+
+def run_cohort_section(args):
+    import tempfile
+    settings = cohort_settings(args.quick)
+    stamp = datetime.date.today().isoformat()
+    out = args.out or os.path.join(ROOT, "bench", "results",
+                                   f"cohort-{'quick' if args.quick else stamp}.jsonl")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    points = []
+    with tempfile.TemporaryDirectory(prefix="tessel-cohort-") as tmp:
+        manifest, written_s = cohort_slides(args.tessel, os.path.join(tmp, "slides"), settings)
+        print(f"bench: cohort of {settings['slides']} slides of {settings['size']}² written in "
+              f"{written_s:.1f} s", flush=True)
+        for spec in settings["models"]:
+            p = cohort_point(args.tessel, tmp, manifest, settings, spec)
+            p.update({k: settings[k] for k in ("size", "mpp", "budget", "device", "precision")})
+            p["cohort_slides"] = settings["slides"]
+            points.append(p)
+            print(f"bench: cohort {spec}: " + (f"{p['slides_per_hour']:.0f} slides/h, epoch "
+                  f"{p['epoch_s']:.1f} s" if p["status"] == "ok" else p["message"]), flush=True)
+    with open(out, "w") as f:
+        for p in points:
+            f.write(json.dumps(p) + "\n")
+    table = (f"Measured by `bench/run --only cohort` on {stamp}. Machine: {machine()}. Device "
+             f"{settings['device']}, {settings['precision']}. Cohort: {settings['slides']} "
+             f"synthetic H&E-like slides (`tessel sample-data`, JPEG pyramidal TIFF) of "
+             f"{settings['size']}² at 0.25 µm/px, trained one epoch at {settings['mpp']} µm/px "
+             f"(tissue_fill: true, so glass is computed once), batch 1, SGD, budget "
+             f"{settings['budget']}. Opening: the slide, its tissue mask and the plan; waits: the "
+             f"step waiting for pixels (inside the step's time); the rest: between slides "
+             f"(optimizer, checkpoint, logs).\n\n"
+             "| network | slides | epoch s | slides / hour | opening s | steps s | waits s | "
+             "rest s | peak MiB |\n|---|---|---|---|---|---|---|---|---|\n" +
+             "\n".join(cohort_row(p, settings) for p in points))
+    report_section(args, table, out, COHORT_TABLE_BEGIN, COHORT_TABLE_END, points)
+
+
 # Data-parallel training (`tessel train --distributed`, docs/distributed.md) on this machine:
 # local ranks over loopback TCP, each at 1 thread. Kept apart from the step benchmark above.
 DIST_MODELS = ["vgg-mini", "vgg16"]
@@ -938,7 +1056,7 @@ def main():
     ap.add_argument("--tessel", default=os.path.join(ROOT, "build", "app", "tessel"))
     ap.add_argument("--out", default=None, help="results file (JSON lines)")
     ap.add_argument("--only", choices=["step", "read", "offload", "dist", "barriers", "attention",
-                                       "rows", "glass", "glass-slides"],
+                                       "rows", "glass", "glass-slides", "cohort"],
                     default=None,
                     help="run one section only")
     ap.add_argument("--redo", default=None, metavar="MODEL:SIZE:METHOD,...",
@@ -967,6 +1085,9 @@ def main():
         return
     if args.only == "glass-slides":
         run_glass_slides_section(args)
+        return
+    if args.only == "cohort":
+        run_cohort_section(args)
         return
 
     scenarios = QUICK if args.quick else FULL

@@ -924,6 +924,7 @@ class Trainer {
       const core::Plan& plan = plan_for(*source, entry.slide.string());
       progress.predicted_peak_bytes = plan.predicted.total();
       progress.budget_bytes = budget_bytes_;
+      progress.open_seconds = seconds_since(t0);
       if (request_.observer) request_.observer->on_slide(progress);
 
       const int64_t batch_start = index - index % config_.batch;
@@ -938,6 +939,7 @@ class Trainer {
       };
       const at::Tensor target = at::tensor({static_cast<int64_t>(entry.class_index)}, at::kLong);
       core::StepResult r;
+      const auto step_start = Clock::now();
       core::StepOptions options = step_options();
       // Spatial dropout's masks (core/exec/dropout.h): a resumed run draws the same.
       options.dropout_seed =
@@ -947,6 +949,7 @@ class Trainer {
       } catch (const c10::OutOfMemoryError& e) {
         throw out_of_memory(entry, progress, e);
       }
+      progress.step_seconds = seconds_since(step_start);
       check_finite(r, entry, index);
       // The slide's own (unweighted) cross-entropy, for the logs and the epoch's mean.
       const at::Tensor logits = r.logits.to(at::kCPU, at::kDouble);
@@ -989,6 +992,8 @@ class Trainer {
                     {"loss", progress.loss},
                     {"seconds", progress.seconds},
                     {"wait_seconds", progress.wait_seconds},
+                    {"open_seconds", progress.open_seconds},
+                    {"step_seconds", progress.step_seconds},
                     {"tiles", progress.tiles},
                     {"lr", lr_},
                     {"step", position_.step},
