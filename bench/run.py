@@ -481,6 +481,12 @@ def run_variant_points(args, name, model, sizes, variants, repeat, warmup):
     return points, out
 
 
+def write_jsonl(out, points):
+    with open(out, "w") as f:
+        for p in points:
+            f.write(json.dumps(p) + "\n")
+
+
 def report_section(args, table, out, begin, end, points):
     """The section's table into its .md beside the results and, unless --quick, into
     bench/README.md between its markers; exits 1 when a point failed."""
@@ -836,9 +842,7 @@ def run_glass_slides_section(args):
         rows.append(glass_slides_row(name, more, check))
     if not points:
         return
-    with open(out, "w") as f:
-        for p in points:
-            f.write(json.dumps(p) + "\n")
+    write_jsonl(out, points)
     table = (f"Measured by `bench/run --only glass-slides` on {stamp}. Machine: {machine()}. "
              f"Threads: {points[0].get('threads', '?')}. {GLASS_SLIDES_MODEL} (frozen), "
              f"{GLASS_SLIDES_BUDGET}, prices 100 ns/byte and 100 GFLOP/s, tissue_fill: true; "
@@ -948,9 +952,7 @@ def run_cohort_section(args):
             points.append(p)
             print(f"bench: cohort {spec}: " + (f"{p['slides_per_hour']:.0f} slides/h, epoch "
                   f"{p['epoch_s']:.1f} s" if p["status"] == "ok" else p["message"]), flush=True)
-    with open(out, "w") as f:
-        for p in points:
-            f.write(json.dumps(p) + "\n")
+    write_jsonl(out, points)
     table = (f"Measured by `bench/run --only cohort` on {stamp}. Machine: {machine()}. Device "
              f"{settings['device']}, {settings['precision']}. Cohort: {settings['slides']} "
              f"synthetic H&E-like slides (`tessel sample-data`, JPEG pyramidal TIFF) of "
