@@ -873,6 +873,12 @@ def cohort_settings(quick):
             "precision": env("BENCH_COHORT_PRECISION", "float32")}
 
 
+def check_cohort(settings):
+    if settings["slides"] < 2:
+        sys.exit("bench: BENCH_COHORT_SLIDES must be at least 2 (half tumour, half normal: a "
+                 "classifier needs two classes)")
+
+
 def cohort_slides(tessel, folder, settings):
     """Writes the cohort (tessel sample-data at 0.25 µm/px), every slide in the train split: the
     epoch is training alone. Returns the manifest and the seconds writing took."""
@@ -936,6 +942,7 @@ def cohort_row(p, settings):
 def run_cohort_section(args):
     import tempfile
     settings = cohort_settings(args.quick)
+    check_cohort(settings)
     stamp = datetime.date.today().isoformat()
     out = args.out or os.path.join(ROOT, "bench", "results",
                                    f"cohort-{'quick' if args.quick else stamp}.jsonl")
