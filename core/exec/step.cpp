@@ -565,9 +565,8 @@ at::Tensor Step::output_root(const Segment& s, const Region& tile, at::Tensor& y
     surrogate = y;
     seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
                                       : crop({grad_out, whole(out_shape)}, tile);
-    if (passed.defined()) {
+    if (passed.defined()) {  // then y requires a gradient (passed_glass_root)
       y.reset();
-      if (!surrogate.requires_grad()) return passed;
       return seeded(surrogate, seed.to(surrogate.scalar_type())) + passed;
     }
   } else if (!is_max) {

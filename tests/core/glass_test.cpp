@@ -658,7 +658,7 @@ TEST(Glass, SegmentsComputingTheirGlassHandItOn) {
         EXPECT_GT(c.glass_forward_tiles, 0) << what;
         EXPECT_GT(c.glass_backward_tiles, 0) << what;
       }
-      if (scheme == "whole barriers" && gc.fraction < 1) {
+      if (gc.fraction < 1) {
         for (Fault f : {Fault::kHalo, Fault::kNanGrad}) {
           StepOptions so;
           so.inject = f;
