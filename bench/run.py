@@ -870,10 +870,14 @@ def cohort_settings(quick):
             "mpp": float(env("BENCH_COHORT_MPP", 1.0)),
             "budget": env("BENCH_COHORT_BUDGET", "1GiB"),
             "device": env("BENCH_COHORT_DEVICE", "cpu"),
-            "precision": env("BENCH_COHORT_PRECISION", "float32")}
+            "precision": env("BENCH_COHORT_PRECISION", "float32"),
+            # Each network with the next slide read ahead (on), in turn (off), or both, in turn.
+            "read_ahead": env("BENCH_COHORT_READ_AHEAD", "both")}
 
 
 def check_cohort(settings):
+    if settings["read_ahead"] not in ("on", "off", "both"):
+        sys.exit("bench: BENCH_COHORT_READ_AHEAD must be on, off or both")
     if settings["slides"] < 2:
         sys.exit("bench: BENCH_COHORT_SLIDES must be at least 2 (half tumour, half normal: a "
                  "classifier needs two classes)")
@@ -898,42 +902,48 @@ def cohort_slides(tessel, folder, settings):
     return manifest, time.monotonic() - t0
 
 
-def cohort_point(tessel, tmp, manifest, settings, spec):
-    """One epoch of `spec` (MODEL or MODEL:NORM) over the cohort: its slides' events summed."""
+def cohort_point(tessel, tmp, manifest, settings, spec, read_ahead):
+    """One epoch of `spec` (MODEL or MODEL:NORM) over the cohort, the next slide read ahead or
+    not: its slides' events summed."""
     model, _, norm = spec.partition(":")
-    run = os.path.join(tmp, "run-" + spec.replace(":", "-"))
+    run = os.path.join(tmp, "run-" + spec.replace(":", "-") + ("-ahead" if read_ahead else ""))
     config = os.path.join(tmp, "cohort.yaml")
     with open(config, "w") as c:
         c.write(f"manifest: {manifest}\nmodel: {model}\nnorm: {norm or 'frozen'}\n"
                 f"mpp: {settings['mpp']}\ntissue_fill: true\nepochs: 1\nbatch: 1\n"
                 f"optimizer: sgd\nbudget: {settings['budget']}\ndevice: {settings['device']}\n"
-                f"precision: {settings['precision']}\nseed: 1\noutput: {run}\n")
+                f"precision: {settings['precision']}\nread_ahead: {str(read_ahead).lower()}\n"
+                f"seed: 1\noutput: {run}\n")
     t0 = time.monotonic()
     done = subprocess.run([tessel, "--log-level", "warn", "train", "--config", config],
                           capture_output=True, text=True)
     wall = time.monotonic() - t0
     if done.returncode != 0:
-        return {"model": spec, "status": "error", "message": done.stderr.strip()[-600:]}
+        return {"model": spec, "read_ahead": read_ahead, "status": "error",
+                "message": done.stderr.strip()[-600:]}
     with open(os.path.join(run, "metrics.csv")) as m:
         epoch_s = float(list(csv.DictReader(m))[-1]["seconds"])
     slides = [json.loads(line) for line in open(os.path.join(run, "events.jsonl"))]
     slides = [e for e in slides if e.get("type") == "slide"]
     total = {k: sum(e[k] for e in slides) for k in
-             ("seconds", "open_seconds", "step_seconds", "wait_seconds")}
-    return {"model": spec, "status": "ok", "slides": len(slides), "epoch_s": epoch_s,
+             ("seconds", "open_seconds", "open_wait_seconds", "step_seconds", "wait_seconds")}
+    return {"model": spec, "read_ahead": read_ahead, "status": "ok", "slides": len(slides),
+            "epoch_s": epoch_s,
             "process_s": wall, "slides_per_hour": 3600.0 * len(slides) / epoch_s,
             "pixels": [e["height"] * e["width"] for e in slides],
             "peak_bytes": max(e["measured_peak_bytes"] for e in slides), **total}
 
 
 def cohort_row(p, settings):
+    name = f"{p['model']}, {'read ahead' if p['read_ahead'] else 'in turn'}"
     if p["status"] != "ok":
-        return f"| {p['model']} | error: {p['message'][:200]} |" + " |" * 7
+        return f"| {name} | error: {p['message'][:200]} |" + " |" * 8
     e = p["epoch_s"]
     side = int(round((sum(p["pixels"]) / len(p["pixels"])) ** 0.5))
     rest = e - p["seconds"]
-    return (f"| {p['model']} | {p['slides']} × ~{side}² | {e:.1f} | {p['slides_per_hour']:.0f} | "
-            f"{p['open_seconds']:.1f} ({100 * p['open_seconds'] / e:.0f}%) | "
+    return (f"| {name} | {p['slides']} × ~{side}² | {e:.1f} | {p['slides_per_hour']:.0f} | "
+            f"{p['open_seconds']:.1f} | "
+            f"{p['open_wait_seconds']:.1f} ({100 * p['open_wait_seconds'] / e:.0f}%) | "
             f"{p['step_seconds']:.1f} ({100 * p['step_seconds'] / e:.0f}%) | "
             f"{p['wait_seconds']:.2f} ({100 * p['wait_seconds'] / e:.1f}%) | "
             f"{rest:.1f} ({100 * rest / e:.0f}%) | {fmt_mib(p['peak_bytes'])} |")
@@ -952,24 +962,31 @@ def run_cohort_section(args):
         manifest, written_s = cohort_slides(args.tessel, os.path.join(tmp, "slides"), settings)
         print(f"bench: cohort of {settings['slides']} slides of {settings['size']}² written in "
               f"{written_s:.1f} s", flush=True)
+        ahead = {"on": [True], "off": [False], "both": [True, False]}[settings["read_ahead"]]
         for spec in settings["models"]:
-            p = cohort_point(args.tessel, tmp, manifest, settings, spec)
-            p.update({k: settings[k] for k in ("size", "mpp", "budget", "device", "precision")})
-            p["cohort_slides"] = settings["slides"]
-            points.append(p)
-            print(f"bench: cohort {spec}: " + (f"{p['slides_per_hour']:.0f} slides/h, epoch "
-                  f"{p['epoch_s']:.1f} s" if p["status"] == "ok" else p["message"]), flush=True)
+            for read_ahead in ahead:
+                p = cohort_point(args.tessel, tmp, manifest, settings, spec, read_ahead)
+                p.update({k: settings[k] for k in ("size", "mpp", "budget", "device",
+                                                   "precision")})
+                p["cohort_slides"] = settings["slides"]
+                points.append(p)
+                write_jsonl(out, points)  # each point as it comes: a timed-out run keeps them
+                print(f"bench: cohort {cohort_row(p, settings).split(' | ')[0][2:]}: " +
+                      (f"{p['slides_per_hour']:.0f} slides/h, epoch {p['epoch_s']:.1f} s"
+                       if p["status"] == "ok" else p["message"]), flush=True)
     write_jsonl(out, points)
     table = (f"Measured by `bench/run --only cohort` on {stamp}. Machine: {machine()}. Device "
              f"{settings['device']}, {settings['precision']}. Cohort: {settings['slides']} "
              f"synthetic H&E-like slides (`tessel sample-data`, JPEG pyramidal TIFF) of "
              f"{settings['size']}² at 0.25 µm/px, trained one epoch at {settings['mpp']} µm/px "
              f"(tissue_fill: true, so glass is computed once), batch 1, SGD, budget "
-             f"{settings['budget']}. Opening: the slide, its tissue mask and the plan; waits: the "
-             f"step waiting for pixels (inside the step's time); the rest: between slides "
-             f"(optimizer, checkpoint, logs).\n\n"
-             "| network | slides | epoch s | slides / hour | opening s | steps s | waits s | "
-             "rest s | peak MiB |\n|---|---|---|---|---|---|---|---|---|\n" +
+             f"{settings['budget']}. Opening: the slide, its tissue mask and the plan (read "
+             f"ahead: the next slide's, with the pixels its first tiles read, on a thread while "
+             f"the current one trains, `read_ahead`); waited: what training waited for the "
+             f"opening; waits: the step waiting for pixels (inside the step's time); the rest: "
+             f"between slides (optimizer, checkpoint, logs).\n\n"
+             "| network | slides | epoch s | slides / hour | opening s | waited for it s | "
+             "steps s | waits s | rest s | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|\n" +
              "\n".join(cohort_row(p, settings) for p in points))
     report_section(args, table, out, COHORT_TABLE_BEGIN, COHORT_TABLE_END, points)
 

@@ -8,6 +8,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/plan/geometry.h"
+#include "core/plan/glass.h"
 #include "core/plan/planner.h"
 #include "core/store/offload_prices.h"
 #include "io/manifest.h"
@@ -110,6 +112,24 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
                               : view.crop;
   in.view = source;
   return in;
+}
+
+std::vector<core::Region> first_reads(const core::Graph& graph, const core::Plan& plan,
+                                      const core::TileSource& source, bool glass) {
+  std::vector<core::Region> reads;
+  if (plan.segments.empty()) return reads;
+  const core::Segment& first = plan.segments.front();
+  const core::Background* background = glass ? source.background() : nullptr;
+  const core::SegmentGlass g = core::segment_glass(
+      graph, plan.shapes, first, background != nullptr ? background->cells : core::CellMask(),
+      /*training=*/true, /*image_gradient=*/false);
+  for (int64_t t = 0; t < first.forward.tiles(); ++t) {
+    if (!g.forward.empty() && g.forward[static_cast<size_t>(t)] != 0) continue;
+    const core::Region tile = first.forward.tile(t);
+    reads.push_back(core::segment_needs(graph, plan.shapes, first.input, first.output,
+                                        tile)[static_cast<size_t>(first.input)]);
+  }
+  return reads;
 }
 
 void check_input_size(const core::Graph& graph, const TrainConfig& config, int64_t height,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/graph/graph.h"
 #include "core/plan/plan.h"
@@ -52,6 +53,14 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
                             TissueMaskCache* tissue_masks = nullptr);
 
 io::Resolution resolution_of(const TrainConfig& config);
+
+// The image regions `plan`'s first segment reads in a training step's forward over `source`, tile
+// by tile in order, its glass tiles (which read nothing; `glass` on and the source's background)
+// left out: what the step will ask of the source first, to read ahead (TileSource::will_read).
+// A scheme may read a little more (sub-segments' inner checkpoints), which the step's own
+// schedule then adds.
+std::vector<core::Region> first_reads(const core::Graph& graph, const core::Plan& plan,
+                                      const core::TileSource& source, bool glass);
 
 // `tessel plan --slide`: the plan training makes for one slide as `config` says (resolution,
 // tissue_bbox, tissue_fill and glass, model, head and budget) and the ROI in `options`: the

@@ -13,9 +13,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <tuple>
@@ -217,6 +220,24 @@ class StopAtTile : public core::Observer {
  private:
   core::Observer* next_;
   const std::atomic<bool>* stop_now_;
+};
+
+// A slide opened for a step: its input, the plan for it (in the run's cache), and the seconds
+// opening took wherever it ran.
+struct Opened {
+  SlideInput input;
+  const core::Plan* plan = nullptr;
+  double seconds = 0;
+};
+
+// The next train slide this rank trains, and the one opening ahead of its turn.
+struct Upcoming {
+  const io::ManifestEntry* entry;
+  int64_t index;
+};
+struct Ahead {
+  int64_t index;
+  std::future<Opened> opened;
 };
 
 class Trainer {
@@ -822,8 +843,25 @@ class Trainer {
     return order;
   }
 
+  // Whether train slide `i` of an epoch is this rank's (slides of a batch go round the ranks).
+  bool mine(int64_t i) const { return (i % config_.batch) % world_ == rank_; }
+
+  // The slide this rank trains after slide `i` of `order`, if any.
+  std::optional<Upcoming> next_of(const std::vector<const io::ManifestEntry*>& order,
+                                  int64_t i) const {
+    for (auto j = static_cast<size_t>(i + 1); j < order.size(); ++j) {
+      if (mine(static_cast<int64_t>(j))) return Upcoming{order[j], static_cast<int64_t>(j)};
+    }
+    return std::nullopt;
+  }
+
   // Trains the rest of the current epoch; false when stopped on request.
   bool train_epoch() {
+    // A slide read ahead in an epoch that stopped is not the next epoch's (nor a resumed one's).
+    struct DropAhead {
+      std::optional<Ahead>& ahead;
+      ~DropAhead() { ahead.reset(); }
+    } drop{ahead_};
     const std::vector<const io::ManifestEntry*> order = epoch_order();
     const auto count = static_cast<int64_t>(order.size());
     if (position_.slide == 0) {
@@ -838,9 +876,9 @@ class Trainer {
       // The rate of the optimizer step this slide's gradient goes into.
       lr_ = learning_rate(config_, position_.epoch,
                           static_cast<double>(batch_start) / static_cast<double>(count));
-      if ((i - batch_start) % world_ == rank_) {
+      if (mine(i)) {
         try {
-          train_slide(*order[static_cast<size_t>(i)], i, count);
+          train_slide(*order[static_cast<size_t>(i)], i, count, next_of(order, i));
         } catch (const StoppedAtTile&) {
           save_checkpoint("last.h5");  // position_.slide is i: this slide again on resume
           spdlog::warn(
@@ -897,15 +935,67 @@ class Trainer {
     return options;
   }
 
-  // Trains one slide into the batch's gradients; false when it had to be skipped.
-  bool train_slide(const io::ManifestEntry& entry, int64_t index, int64_t count) {
-    const auto t0 = Clock::now();
+  // Train slide `index`'s view of its slide (flips, rotations, colour): drawn from its own
+  // stream, so that a slide read ahead sees what it would have seen opened in turn.
+  View view_of(int64_t index) const {
     std::mt19937_64 view_rng(
         stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kViewStream));
+    return random_view({}, config_.flips, config_.rotations, config_.color_jitter, view_rng);
+  }
+
+  // Opens `entry`'s slide through `view` and plans for it, on whichever thread; one opening at
+  // a time (they share the run's caches of masks and plans). With `read_pixels`, the pixels the
+  // step's first tiles read are scheduled on the slide's reader threads.
+  Opened open_and_plan(const io::ManifestEntry& entry, const View& view, bool read_pixels) {
+    const auto t0 = Clock::now();
+    std::lock_guard lock(opening_);
+    Opened o{open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_masks_)};
+    o.plan = &plan_for(*o.input.view, entry.slide.string());
+    if (read_pixels)
+      o.input.view->will_read(first_reads(*graph_, *o.plan, *o.input.view, config_.glass));
+    o.seconds = seconds_since(t0);
+    return o;
+  }
+
+  // Slide `index` of this epoch opened: the one read ahead, or opened now. Then the next one
+  // (`next`) read ahead while this one trains (TrainConfig::read_ahead). Errors opening either
+  // are thrown here, for the slide they belong to.
+  Opened take_opened(const io::ManifestEntry& entry, int64_t index,
+                     const std::optional<Upcoming>& next, double& waited) {
+    const auto t0 = Clock::now();
+    std::optional<Ahead> mine;
+    mine.swap(ahead_);
+    if (mine && mine->index != index) mine.reset();  // another slide's (waits for it)
+    if (!mine) {
+      Opened o = open_and_plan(entry, view_of(index), false);
+      waited = seconds_since(t0);
+      read_ahead(next);
+      return o;
+    }
+    read_ahead(next);  // queued behind this one's opening
+    Opened o = mine->opened.get();
+    waited = seconds_since(t0);
+    return o;
+  }
+
+  void read_ahead(const std::optional<Upcoming>& next) {
+    if (!config_.read_ahead || !next) return;
+    const View view = view_of(next->index);
+    const io::ManifestEntry* e = next->entry;
+    ahead_ = Ahead{next->index, std::async(std::launch::async, [this, e, view] {
+                     // Host bytes beside the step's: not its measured peak (budgets are the
+                     // step's).
+                     const core::MemoryTracker::Uncounted beside;
+                     return open_and_plan(*e, view, true);
+                   })};
+  }
+
+  // Trains one slide into the batch's gradients; false when it had to be skipped.
+  bool train_slide(const io::ManifestEntry& entry, int64_t index, int64_t count,
+                   const std::optional<Upcoming>& next) {
+    const auto t0 = Clock::now();
     at::manual_seed(
         stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kTorchStream));
-    const View view =
-        random_view({}, config_.flips, config_.rotations, config_.color_jitter, view_rng);
     SlideProgress progress{"train",        position_.epoch + 1,
                            config_.epochs, index,
                            count,          entry.slide.filename().string()};
@@ -916,15 +1006,15 @@ class Trainer {
       saved_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     try {
-      const SlideInput input =
-          open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_masks_);
+      const Opened opened = take_opened(entry, index, next, progress.open_wait_seconds);
+      const SlideInput& input = opened.input;
       const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
       progress.width = source->width();
-      const core::Plan& plan = plan_for(*source, entry.slide.string());
+      const core::Plan& plan = *opened.plan;
       progress.predicted_peak_bytes = plan.predicted.total();
       progress.budget_bytes = budget_bytes_;
-      progress.open_seconds = seconds_since(t0);
+      progress.open_seconds = opened.seconds;
       if (request_.observer) request_.observer->on_slide(progress);
 
       const int64_t batch_start = index - index % config_.batch;
@@ -993,6 +1083,7 @@ class Trainer {
                     {"seconds", progress.seconds},
                     {"wait_seconds", progress.wait_seconds},
                     {"open_seconds", progress.open_seconds},
+                    {"open_wait_seconds", progress.open_wait_seconds},
                     {"step_seconds", progress.step_seconds},
                     {"tiles", progress.tiles},
                     {"lr", lr_},
@@ -1015,12 +1106,11 @@ class Trainer {
       SlideProgress progress{
           "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
       try {
-        const SlideInput input =
-            open_slide_input(config_, entry.slide, options_of(entry), {}, &tissue_masks_);
-        const std::shared_ptr<core::TileSource>& source = input.view;
+        const Opened opened = open_and_plan(entry, {}, false);
+        const std::shared_ptr<core::TileSource>& source = opened.input.view;
         progress.height = source->height();
         progress.width = source->width();
-        const core::Plan& plan = plan_for(*source, entry.slide.string());
+        const core::Plan& plan = *opened.plan;
         progress.predicted_peak_bytes = plan.predicted.total();
         progress.budget_bytes = budget_bytes_;
         if (request_.observer) request_.observer->on_slide(progress);
@@ -1286,6 +1376,7 @@ class Trainer {
   core::PlanOptions plan_options_;
   fs::path scratch_dir_;  // the disk tier's: --scratch or the run folder
   bool prices_logged_ = false;
+  std::mutex opening_;  // open_and_plan: the caches below, from the read-ahead thread too
   using PlanKey = std::tuple<int64_t, int64_t, std::string>;  // height, width, slide (glass)
   std::map<PlanKey, core::Plan> plans_;
   TissueMaskCache tissue_masks_;
@@ -1301,6 +1392,9 @@ class Trainer {
   std::unique_ptr<RunLogFile> log_file_;  // train.log, for this run only
   std::unique_ptr<CsvLog> metrics_csv_;
   std::unique_ptr<JsonLines> events_;
+  // The next slide opening on its thread (TrainConfig::read_ahead); last, so that it finishes
+  // before anything it uses goes.
+  std::optional<Ahead> ahead_;
 };
 
 }  // namespace

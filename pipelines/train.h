@@ -32,9 +32,11 @@ struct SlideProgress {
   double loss = 0;          // done: this slide's loss
   double seconds = 0;       // done: wall time of the slide
   double wait_seconds = 0;  // done: time the engine waited for pixels (-1: unknown)
-  // done: of `seconds`, opening the slide (its tissue mask included) and planning, and the step
-  // itself (its waits for pixels included): a cohort's time against its reads and its steps.
-  double open_seconds = 0, step_seconds = 0;
+  // done: opening the slide (its tissue mask included) and planning, wherever it ran (on the
+  // read-ahead thread while the previous slide trained: TrainConfig::read_ahead); of `seconds`,
+  // the wait for that opening and the step itself (its waits for pixels included): a cohort's
+  // time against its reads and its steps.
+  double open_seconds = 0, open_wait_seconds = 0, step_seconds = 0;
   int64_t tiles = 0;  // forward + backward tiles of the step
   int64_t measured_peak_bytes = -1;
   int64_t predicted_peak_bytes = 0;

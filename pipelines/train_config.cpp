@@ -146,6 +146,7 @@ const std::map<std::string, Setter>& setters() {
       {"strategy", set(&TrainConfig::strategy, "grid, rows, rows-shared, auto or none")},
       {"device", set(&TrainConfig::device, "cpu, cuda, cuda:N or auto")},
       {"precision", set(&TrainConfig::precision, "float32, tf32 or bf16")},
+      {"read_ahead", set(&TrainConfig::read_ahead, "true or false")},
       {"seed", set(&TrainConfig::seed, "a whole number")},
       {"output", set_path(&TrainConfig::output)},
   };
@@ -382,6 +383,7 @@ std::string TrainConfig::to_yaml() const {
   out << YAML::Key << "strategy" << YAML::Value << strategy;
   out << YAML::Key << "device" << YAML::Value << device;
   out << YAML::Key << "precision" << YAML::Value << precision;
+  out << YAML::Key << "read_ahead" << YAML::Value << read_ahead;
   out << YAML::Key << "seed" << YAML::Value << seed;
   out << YAML::Key << "output" << YAML::Value << output.string();
   out << YAML::EndMap;

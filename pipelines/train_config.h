@@ -71,6 +71,9 @@ struct TrainConfig {
   // cpu, cuda, cuda:N, or auto: the first GPU when one is usable (core/device/device.h).
   std::string device = "auto";
   std::string precision = "float32";  // float32, tf32 or bf16 (core/device/precision.h)
+  // The next slide opened (its tissue mask, its plan, the pixels its first tiles read) on a
+  // thread while the current one trains; false opens each slide when its turn comes.
+  bool read_ahead = true;
   int64_t seed = 1;
   std::filesystem::path output = "runs/run";
 

@@ -247,10 +247,18 @@ void tracked_free(void* ptr) {
   c10::free_cpu(ptr);
 }
 
+thread_local bool t_uncounted = false;  // MemoryTracker::Uncounted
+
+void uncounted_free(void* ptr) { c10::free_cpu(ptr); }
+
 class TrackingAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const auto n = static_cast<int64_t>(nbytes);
+    if (t_uncounted) {
+      void* p = n > 0 ? c10::alloc_cpu(nbytes) : nullptr;
+      return {p, p, &uncounted_free, c10::Device(c10::DeviceType::CPU)};
+    }
     void* ptr = nullptr;
     if (n >= kCacheMin) {
       std::lock_guard<std::mutex> lock(g_mutex);
@@ -325,5 +333,8 @@ int64_t MemoryTracker::fresh_bytes() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_fresh;
 }
+
+MemoryTracker::Uncounted::Uncounted() : before_(t_uncounted) { t_uncounted = true; }
+MemoryTracker::Uncounted::~Uncounted() { t_uncounted = before_; }
 
 }  // namespace tessel::core

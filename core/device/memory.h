@@ -28,6 +28,20 @@ class MemoryTracker {
   // touched (or given back), each faults and is zeroed by the kernel at its first touch. Blocks
   // under 1 MiB (the system allocator's, which reuses its own) are not counted.
   static int64_t fresh_bytes();
+
+  // While one lives, the tensors its thread allocates come from the system and are not counted
+  // (nor cached): work beside the step that is not the step's, such as opening the next slide
+  // while this one trains (pipelines/train.cpp), whose host bytes the step's peak must not take.
+  class Uncounted {
+   public:
+    Uncounted();
+    ~Uncounted();
+    Uncounted(const Uncounted&) = delete;
+    Uncounted& operator=(const Uncounted&) = delete;
+
+   private:
+    bool before_;
+  };
 };
 
 }  // namespace tessel::core

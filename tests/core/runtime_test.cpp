@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -78,6 +79,32 @@ TEST(Memory, FreedBlocksAreReusedButNeverHeldBeyondTheMostEverLive) {
   MemoryTracker::release_cache();
   EXPECT_EQ(MemoryTracker::cached_bytes(), 0);
   EXPECT_EQ(MemoryTracker::live_bytes(), base);
+}
+
+// Work beside the step (the next slide opened on its thread) is not the step's: its tensors are
+// not counted, on that thread only, even when another thread frees them; counting resumes after.
+TEST(Memory, AnUncountedThreadsTensorsAreNotCountedNorCached) {
+  MemoryTracker::install();
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const int64_t base = MemoryTracker::live_bytes();
+  at::Tensor theirs, mine;
+  std::thread beside([&] {
+    const MemoryTracker::Uncounted uncounted;
+    theirs = at::ones({6 * kMiB}, at::kByte);
+    { const MemoryTracker::Uncounted nested; }
+    theirs.add_(1);  // still uncounted after a nested scope ends
+  });
+  mine = at::empty({2 * kMiB}, at::kByte);
+  beside.join();
+  EXPECT_EQ(MemoryTracker::live_bytes(), base + 2 * kMiB);
+  EXPECT_EQ(theirs.sum().item<int64_t>(), 2 * 6 * kMiB);
+  const int64_t cached = MemoryTracker::cached_bytes();
+  theirs.reset();  // freed here, to the system
+  EXPECT_EQ(MemoryTracker::live_bytes(), base + 2 * kMiB);
+  EXPECT_EQ(MemoryTracker::cached_bytes(), cached);
+  std::thread after([&] { theirs = at::empty({3 * kMiB}, at::kByte); });
+  after.join();
+  EXPECT_EQ(MemoryTracker::live_bytes(), base + 5 * kMiB);
 }
 
 // Pieces never overlap: blocks of many sizes, allocated and freed in a shuffled order, each

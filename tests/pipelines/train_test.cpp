@@ -786,6 +786,66 @@ TEST_F(TrainTest, ARunWhoseEveryValSlideIsSkippedFailsAndSaysWhy) {
   EXPECT_NE(summary["error"].get<std::string>().find("no val slide"), std::string::npos);
 }
 
+// Issue 52: the next slide opened (mask, plan, first pixels) on a thread while the current one
+// trains. The same run either way, augmentation and tissue_fill on, with an unreadable train slide
+// among those opened ahead: skipped with its reason as when opened in turn.
+TEST_F(TrainTest, ReadingAheadTrainsTheSameWeightsAndSkipsABrokenSlideOpenedAhead) {
+  const fs::path slides = data_->path() / "slides";
+  std::ifstream in(slides / "manifest.csv");
+  std::string text, line;
+  std::getline(in, line);
+  text = line + "\n";
+  bool broken = false;
+  for (int row = 0; std::getline(in, line); ++row) {
+    const size_t comma = line.find(',');
+    const std::string rest = line.substr(comma);
+    fs::path slide = slides / line.substr(0, comma);
+    if (!broken && rest.find(",train,") != std::string::npos) {
+      slide = runs_.path() / "unreadable-train.svs";
+      fs::copy_file(fs::path(TESSEL_SHARED_SLIDES) / "unreadable.svs", slide);
+      broken = true;
+    }
+    text += slide.string() + rest + "\n";
+  }
+  const fs::path manifest = runs_.write("one-unreadable.csv", text);
+  const auto run = [&](const std::string& name, bool read_ahead) {
+    TrainConfig c = config(name);
+    c.manifest = manifest;
+    c.read_ahead = read_ahead;
+    c.flips = c.rotations = true;
+    c.color_jitter = 0.1;
+    c.tissue_fill = true;
+    return train(TrainRequest{c});
+  };
+  const TrainSummary ahead = run("ahead", true), in_turn = run("in-turn", false);
+  expect_identical(weights(runs_.path() / "ahead"), weights(runs_.path() / "in-turn"));
+  for (const TrainSummary& s : {ahead, in_turn}) {
+    EXPECT_EQ(s.skipped_slides, 1);
+    const nlohmann::json summary = nlohmann::json::parse(std::ifstream(s.run_dir / "summary.json"));
+    EXPECT_NE(summary["skipped"][0]["slide"].get<std::string>().find("unreadable-train"),
+              std::string::npos);
+  }
+  // Every slide's opening is timed, and so is what training waited for it: all of it in turn;
+  // opened ahead, the wait for its end (no more than the time it took, up to the clocks' reads).
+  for (const auto& [name, ahead_on] : {std::pair{"ahead", true}, {"in-turn", false}}) {
+    std::ifstream events(runs_.path() / name / "events.jsonl");
+    int slides = 0;
+    for (std::string e; std::getline(events, e);) {
+      const nlohmann::json j = nlohmann::json::parse(e);
+      if (j["type"] != "slide") continue;
+      ++slides;
+      const double open = j["open_seconds"], wait = j["open_wait_seconds"];
+      EXPECT_GT(open, 0) << name;
+      if (ahead_on) {
+        EXPECT_LE(wait, open + 0.05) << name;
+      } else {
+        EXPECT_GE(wait, open) << name;
+      }
+    }
+    EXPECT_EQ(slides, 2 * 3) << name;  // 3 readable train slides, 2 epochs
+  }
+}
+
 TEST_F(TrainTest, ANonFiniteLossStopsTrainingBeforeTheWeightsTakeIt) {
   TrainConfig fresh = config("diverged");
   fresh.lr = 1e30;
