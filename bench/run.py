@@ -871,13 +871,14 @@ def cohort_settings(quick):
             "budget": env("BENCH_COHORT_BUDGET", "1GiB"),
             "device": env("BENCH_COHORT_DEVICE", "cpu"),
             "precision": env("BENCH_COHORT_PRECISION", "float32"),
-            # Each network with the next slide read ahead (on), in turn (off), or both, in turn.
-            "read_ahead": env("BENCH_COHORT_READ_AHEAD", "both")}
+            # Each network at each of these read_ahead settings (slides opened ahead; 0: in turn).
+            "read_ahead": env("BENCH_COHORT_READ_AHEAD", "auto,0").split(",")}
 
 
 def check_cohort(settings):
-    if settings["read_ahead"] not in ("on", "off", "both"):
-        sys.exit("bench: BENCH_COHORT_READ_AHEAD must be on, off or both")
+    if not all(r == "auto" or r.isdigit() for r in settings["read_ahead"]):
+        sys.exit("bench: BENCH_COHORT_READ_AHEAD must be a list of read_ahead settings (auto or "
+                 "a number of slides; 0: each opened in turn), such as auto,0")
     if settings["slides"] < 2:
         sys.exit("bench: BENCH_COHORT_SLIDES must be at least 2 (half tumour, half normal: a "
                  "classifier needs two classes)")
@@ -906,13 +907,13 @@ def cohort_point(tessel, tmp, manifest, settings, spec, read_ahead):
     """One epoch of `spec` (MODEL or MODEL:NORM) over the cohort, the next slide read ahead or
     not: its slides' events summed."""
     model, _, norm = spec.partition(":")
-    run = os.path.join(tmp, "run-" + spec.replace(":", "-") + ("-ahead" if read_ahead else ""))
+    run = os.path.join(tmp, "run-" + spec.replace(":", "-") + "-ahead-" + read_ahead)
     config = os.path.join(tmp, "cohort.yaml")
     with open(config, "w") as c:
         c.write(f"manifest: {manifest}\nmodel: {model}\nnorm: {norm or 'frozen'}\n"
                 f"mpp: {settings['mpp']}\ntissue_fill: true\nepochs: 1\nbatch: 1\n"
                 f"optimizer: sgd\nbudget: {settings['budget']}\ndevice: {settings['device']}\n"
-                f"precision: {settings['precision']}\nread_ahead: {str(read_ahead).lower()}\n"
+                f"precision: {settings['precision']}\nread_ahead: {read_ahead}\n"
                 f"seed: 1\noutput: {run}\n")
     t0 = time.monotonic()
     done = subprocess.run([tessel, "--log-level", "warn", "train", "--config", config],
@@ -935,7 +936,8 @@ def cohort_point(tessel, tmp, manifest, settings, spec, read_ahead):
 
 
 def cohort_row(p, settings):
-    name = f"{p['model']}, {'read ahead' if p['read_ahead'] else 'in turn'}"
+    ahead = p["read_ahead"]
+    name = f"{p['model']}, " + ("in turn" if ahead == "0" else f"read ahead {ahead}")
     if p["status"] != "ok":
         return f"| {name} | error: {p['message'][:200]} |" + " |" * 8
     e = p["epoch_s"]
@@ -962,9 +964,8 @@ def run_cohort_section(args):
         manifest, written_s = cohort_slides(args.tessel, os.path.join(tmp, "slides"), settings)
         print(f"bench: cohort of {settings['slides']} slides of {settings['size']}² written in "
               f"{written_s:.1f} s", flush=True)
-        ahead = {"on": [True], "off": [False], "both": [True, False]}[settings["read_ahead"]]
         for spec in settings["models"]:
-            for read_ahead in ahead:
+            for read_ahead in settings["read_ahead"]:
                 p = cohort_point(args.tessel, tmp, manifest, settings, spec, read_ahead)
                 p.update({k: settings[k] for k in ("size", "mpp", "budget", "device",
                                                    "precision")})
@@ -981,9 +982,10 @@ def run_cohort_section(args):
              f"{settings['size']}² at 0.25 µm/px, trained one epoch at {settings['mpp']} µm/px "
              f"(tissue_fill: true, so glass is computed once), batch 1, SGD, budget "
              f"{settings['budget']}. Opening: the slide, its tissue mask and the plan (read "
-             f"ahead: the next slide's, with the pixels its first tiles read, on a thread while "
-             f"the current one trains, `read_ahead`); waited: what training waited for the "
-             f"opening; waits: the step waiting for pixels (inside the step's time); the rest: "
+             f"ahead N: the next N slides', each with the pixels its first tiles read, each on a "
+             f"thread while the current one trains, `read_ahead: N`; auto: 1 on a CPU, one per 4 "
+             f"CPU threads on a GPU, 1 to 4); waited: what training waited for the opening; "
+             f"waits: the step waiting for pixels (inside the step's time); the rest: "
              f"between slides (optimizer, checkpoint, logs).\n\n"
              "| network | slides | epoch s | slides / hour | opening s | waited for it s | "
              "steps s | waits s | rest s | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|\n" +

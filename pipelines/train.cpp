@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <future>
 #include <limits>
@@ -25,6 +26,7 @@
 
 #include "core/device/device.h"
 #include "core/device/memory.h"
+#include "core/device/runtime.h"
 #include "core/error.h"
 #include "core/exec/executor.h"
 #include "core/plan/planner.h"
@@ -235,6 +237,18 @@ struct Upcoming {
   const io::ManifestEntry* entry;
   int64_t index;
 };
+// TrainConfig::read_ahead on `device`: slides opened ahead of their turn.
+int64_t read_ahead_slides(const std::string& setting, const c10::Device& device) {
+  if (setting != "auto") return std::stoi(setting);
+  if (device.is_cpu()) return 1;  // the step takes every core: one opening beside it
+  return std::clamp<int64_t>(core::hardware_threads() / 4, 1, 4);
+}
+
+// A slide opening ahead whose plan asks for the offload prices before they are measured: opened
+// in turn instead (the measurement runs on the device, which the step is using).
+struct OpenInTurn {};
+thread_local bool t_opening_ahead = false;
+
 struct Ahead {
   int64_t index;
   std::future<Opened> opened;
@@ -549,12 +563,18 @@ class Trainer {
     check_budget_fits_device();
     spdlog::info("training on {} in {}, budget {}", core::describe(device_), config_.precision,
                  core::format_bytes(budget_bytes_));
+    ahead_slides_ = read_ahead_slides(config_.read_ahead, device_);
+    spdlog::info("slides opened ahead of their turn: {} (read_ahead: {})", ahead_slides_,
+                 config_.read_ahead);
     plan_options_.strategy = core::parse_strategy(config_.strategy);
     plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
     // Asked for by the planner only when it prices offloading plans (no plan with every
     // checkpoint resident fits, or the resident one recomputes much); measured once per process
     // and scratch directory (core/store/offload_prices.h).
     plan_options_.prices.measure = [this] {
+      // Measured on the device, beside a step they would disturb (and take memory from): on the
+      // training thread only, where a read-ahead's plan first asks (take_opened).
+      if (t_opening_ahead && !prices_measured_) throw OpenInTurn{};
       const core::OffloadPrices p =
           core::measure_offload_prices(plan_options_.auto_tier, scratch_dir_, device_);
       if (!prices_logged_) {
@@ -565,6 +585,7 @@ class Trainer {
             p.seconds_per_byte_moved * 1e9, 1e-9 / p.seconds_per_flop);
         prices_logged_ = true;
       }
+      prices_measured_ = true;
       return p;
     };
   }
@@ -801,26 +822,28 @@ class Trainer {
     const int64_t height = source.height(), width = source.width();
     const core::Background* background = config_.glass ? source.background() : nullptr;
     const PlanKey key{height, width, background != nullptr ? slide : ""};
-    auto it = plans_.find(key);
-    if (it == plans_.end()) {
-      check_input_size(*graph_, config_, height, width);
-      core::PlanOptions options = plan_options_;
-      if (background != nullptr) {
-        options.background = std::make_shared<core::CellMask>(background->cells);
-      }
-      core::Plan plan = core::make_plan(*graph_, {3, height, width}, budget_bytes_, options);
-      spdlog::debug("plan for {}×{}:\n{}", width, height, core::to_string(plan, *graph_));
-      if (plan.glass.any_background()) {
-        const core::GlassSummary& g = plan.glass;
-        spdlog::info(
-            "{}: background {:.0f}% of the image; {} of {} tiles glass (computed once), {:.0f}% "
-            "of the forward's FLOPs, {:.0f}% more filled in tiles that also see tissue",
-            slide, 100.0 * g.image_fraction, g.glass_forward_tiles, g.forward_tiles,
-            100.0 * g.flops_fraction, 100.0 * g.filled_fraction);
-      }
-      it = plans_.emplace(key, std::move(plan)).first;
+    {
+      const std::lock_guard lock(caches_);
+      const auto it = plans_.find(key);
+      if (it != plans_.end()) return it->second;
     }
-    return it->second;
+    check_input_size(*graph_, config_, height, width);
+    core::PlanOptions options = plan_options_;
+    if (background != nullptr) {
+      options.background = std::make_shared<core::CellMask>(background->cells);
+    }
+    core::Plan plan = core::make_plan(*graph_, {3, height, width}, budget_bytes_, options);
+    spdlog::debug("plan for {}×{}:\n{}", width, height, core::to_string(plan, *graph_));
+    if (plan.glass.any_background()) {
+      const core::GlassSummary& g = plan.glass;
+      spdlog::info(
+          "{}: background {:.0f}% of the image; {} of {} tiles glass (computed once), {:.0f}% "
+          "of the forward's FLOPs, {:.0f}% more filled in tiles that also see tissue",
+          slide, 100.0 * g.image_fraction, g.glass_forward_tiles, g.forward_tiles,
+          100.0 * g.flops_fraction, 100.0 * g.filled_fraction);
+    }
+    const std::lock_guard lock(caches_);
+    return plans_.emplace(key, std::move(plan)).first->second;  // one made meanwhile stays
   }
 
   // The train split's order for this epoch: shuffled, or balanced draws by class.
@@ -846,21 +869,24 @@ class Trainer {
   // Whether train slide `i` of an epoch is this rank's (slides of a batch go round the ranks).
   bool mine(int64_t i) const { return (i % config_.batch) % world_ == rank_; }
 
-  // The slide this rank trains after slide `i` of `order`, if any.
-  std::optional<Upcoming> next_of(const std::vector<const io::ManifestEntry*>& order,
-                                  int64_t i) const {
-    for (auto j = static_cast<size_t>(i + 1); j < order.size(); ++j) {
-      if (mine(static_cast<int64_t>(j))) return Upcoming{order[j], static_cast<int64_t>(j)};
+  // The slides this rank trains after slide `i` of `order` that open ahead of their turn
+  // (TrainConfig::read_ahead).
+  std::vector<Upcoming> upcoming(const std::vector<const io::ManifestEntry*>& order,
+                                 int64_t i) const {
+    std::vector<Upcoming> out;
+    for (auto j = static_cast<size_t>(i + 1);
+         j < order.size() && static_cast<int64_t>(out.size()) < ahead_slides_; ++j) {
+      if (mine(static_cast<int64_t>(j))) out.push_back({order[j], static_cast<int64_t>(j)});
     }
-    return std::nullopt;
+    return out;
   }
 
   // Trains the rest of the current epoch; false when stopped on request.
   bool train_epoch() {
-    // A slide read ahead in an epoch that stopped is not the next epoch's (nor a resumed one's).
+    // Slides read ahead in an epoch that stopped are not the next epoch's (nor a resumed one's).
     struct DropAhead {
-      std::optional<Ahead>& ahead;
-      ~DropAhead() { ahead.reset(); }
+      std::deque<Ahead>& ahead;
+      ~DropAhead() { ahead.clear(); }
     } drop{ahead_};
     const std::vector<const io::ManifestEntry*> order = epoch_order();
     const auto count = static_cast<int64_t>(order.size());
@@ -878,7 +904,7 @@ class Trainer {
                           static_cast<double>(batch_start) / static_cast<double>(count));
       if (mine(i)) {
         try {
-          train_slide(*order[static_cast<size_t>(i)], i, count, next_of(order, i));
+          train_slide(*order[static_cast<size_t>(i)], i, count, upcoming(order, i));
         } catch (const StoppedAtTile&) {
           save_checkpoint("last.h5");  // position_.slide is i: this slide again on resume
           spdlog::warn(
@@ -943,56 +969,68 @@ class Trainer {
     return random_view({}, config_.flips, config_.rotations, config_.color_jitter, view_rng);
   }
 
-  // Opens `entry`'s slide through `view` and plans for it, on whichever thread; one opening at
-  // a time (they share the run's caches of masks and plans). With `read_pixels`, the pixels the
-  // step's first tiles read are scheduled on the slide's reader threads.
+  // Opens `entry`'s slide through `view` and plans for it, on whichever thread, several at once
+  // (the run's caches of masks and plans are shared under caches_). With `read_pixels`, the
+  // pixels the step's first tiles read are scheduled on the slide's reader threads.
   Opened open_and_plan(const io::ManifestEntry& entry, const View& view, bool read_pixels) {
     const auto t0 = Clock::now();
-    std::lock_guard lock(opening_);
-    Opened o{open_slide_input(config_, entry.slide, options_of(entry), view, &tissue_masks_)};
+    TissueMaskCache masks;  // this slide's, from the run's cache and back to it
+    {
+      const std::lock_guard lock(caches_);
+      const auto it = tissue_masks_.find(entry.slide.string());
+      if (it != tissue_masks_.end()) masks.insert(*it);
+    }
+    Opened o{open_slide_input(config_, entry.slide, options_of(entry), view, &masks)};
+    {
+      const std::lock_guard lock(caches_);
+      tissue_masks_.insert(masks.begin(), masks.end());
+    }
     o.plan = &plan_for(*o.input.view, entry.slide.string());
-    if (read_pixels)
+    if (read_pixels) {
       o.input.view->will_read(first_reads(*graph_, *o.plan, *o.input.view, config_.glass));
+    }
     o.seconds = seconds_since(t0);
     return o;
   }
 
-  // Slide `index` of this epoch opened: the one read ahead, or opened now. Then the next one
-  // (`next`) read ahead while this one trains (TrainConfig::read_ahead). Errors opening either
-  // are thrown here, for the slide they belong to.
+  // Slide `index` of this epoch opened: the one read ahead, or opened now; the slides `next`
+  // (upcoming's) opening meanwhile. Errors opening it are thrown here.
   Opened take_opened(const io::ManifestEntry& entry, int64_t index,
-                     const std::optional<Upcoming>& next, double& waited) {
+                     const std::vector<Upcoming>& next, double& waited) {
     const auto t0 = Clock::now();
+    // Openings of slides before this one (skipped ones'): dropped, once finished.
+    while (!ahead_.empty() && ahead_.front().index < index) ahead_.pop_front();
     std::optional<Ahead> mine;
-    mine.swap(ahead_);
-    if (mine && mine->index != index) mine.reset();  // another slide's (waits for it)
-    if (!mine) {
-      Opened o = open_and_plan(entry, view_of(index), false);
-      waited = seconds_since(t0);
-      read_ahead(next);
-      return o;
+    if (!ahead_.empty() && ahead_.front().index == index) {
+      mine = std::move(ahead_.front());
+      ahead_.pop_front();
     }
-    read_ahead(next);  // queued behind this one's opening
-    Opened o = mine->opened.get();
+    for (const Upcoming& u : next) {
+      if (!ahead_.empty() && u.index <= ahead_.back().index) continue;  // opening already
+      const View view = view_of(u.index);
+      ahead_.push_back({u.index, std::async(std::launch::async, [this, e = u.entry, view] {
+                          // Host bytes beside the step's: not its measured peak (budgets are
+                          // the step's).
+                          const core::MemoryTracker::Uncounted beside;
+                          t_opening_ahead = true;
+                          return open_and_plan(*e, view, true);
+                        })});
+    }
+    std::optional<Opened> o;
+    if (mine) {
+      try {
+        o = mine->opened.get();
+      } catch (const OpenInTurn&) {
+      }
+    }
+    if (!o) o = open_and_plan(entry, view_of(index), false);
     waited = seconds_since(t0);
-    return o;
-  }
-
-  void read_ahead(const std::optional<Upcoming>& next) {
-    if (!config_.read_ahead || !next) return;
-    const View view = view_of(next->index);
-    const io::ManifestEntry* e = next->entry;
-    ahead_ = Ahead{next->index, std::async(std::launch::async, [this, e, view] {
-                     // Host bytes beside the step's: not its measured peak (budgets are the
-                     // step's).
-                     const core::MemoryTracker::Uncounted beside;
-                     return open_and_plan(*e, view, true);
-                   })};
+    return std::move(*o);
   }
 
   // Trains one slide into the batch's gradients; false when it had to be skipped.
   bool train_slide(const io::ManifestEntry& entry, int64_t index, int64_t count,
-                   const std::optional<Upcoming>& next) {
+                   const std::vector<Upcoming>& next) {
     const auto t0 = Clock::now();
     at::manual_seed(
         stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kTorchStream));
@@ -1376,7 +1414,8 @@ class Trainer {
   core::PlanOptions plan_options_;
   fs::path scratch_dir_;  // the disk tier's: --scratch or the run folder
   bool prices_logged_ = false;
-  std::mutex opening_;  // open_and_plan: the caches below, from the read-ahead thread too
+  std::atomic<bool> prices_measured_ = false;
+  std::mutex caches_;  // plans_ and tissue_masks_: open_and_plan runs on read-ahead threads too
   using PlanKey = std::tuple<int64_t, int64_t, std::string>;  // height, width, slide (glass)
   std::map<PlanKey, core::Plan> plans_;
   TissueMaskCache tissue_masks_;
@@ -1392,9 +1431,10 @@ class Trainer {
   std::unique_ptr<RunLogFile> log_file_;  // train.log, for this run only
   std::unique_ptr<CsvLog> metrics_csv_;
   std::unique_ptr<JsonLines> events_;
-  // The next slide opening on its thread (TrainConfig::read_ahead); last, so that it finishes
-  // before anything it uses goes.
-  std::optional<Ahead> ahead_;
+  // The next slides opening, each on its thread, in the order they train (TrainConfig::
+  // read_ahead: ahead_slides_ of them); last, so that they finish before anything they use goes.
+  int64_t ahead_slides_ = 0;
+  std::deque<Ahead> ahead_;
 };
 
 }  // namespace

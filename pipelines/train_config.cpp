@@ -146,7 +146,7 @@ const std::map<std::string, Setter>& setters() {
       {"strategy", set(&TrainConfig::strategy, "grid, rows, rows-shared, auto or none")},
       {"device", set(&TrainConfig::device, "cpu, cuda, cuda:N or auto")},
       {"precision", set(&TrainConfig::precision, "float32, tf32 or bf16")},
-      {"read_ahead", set(&TrainConfig::read_ahead, "true or false")},
+      {"read_ahead", set(&TrainConfig::read_ahead, "auto or a number of slides")},
       {"seed", set(&TrainConfig::seed, "a whole number")},
       {"output", set_path(&TrainConfig::output)},
   };
@@ -240,6 +240,10 @@ void validate(const TrainConfig& c, const std::string& origin) {
       one_of(c.metric, std::vector<std::string>{"accuracy", "balanced_accuracy", "auc", "loss"}),
       origin, "metric", "must be accuracy, balanced_accuracy, auc or loss");
   require(c.patience >= 0, origin, "patience", "must be 0 or more");
+  require(c.read_ahead == "auto" ||
+              (c.read_ahead.find_first_not_of("0123456789") == std::string::npos &&
+               !c.read_ahead.empty() && c.read_ahead.size() <= 2 && std::stoi(c.read_ahead) <= 16),
+          origin, "read_ahead", "must be auto or a number of slides from 0 to 16");
   try {
     require(core::parse_bytes(c.budget) > 0, origin, "budget", "must be positive");
     core::parse_strategy(c.strategy);

@@ -71,9 +71,11 @@ struct TrainConfig {
   // cpu, cuda, cuda:N, or auto: the first GPU when one is usable (core/device/device.h).
   std::string device = "auto";
   std::string precision = "float32";  // float32, tf32 or bf16 (core/device/precision.h)
-  // The next slide opened (its tissue mask, its plan, the pixels its first tiles read) on a
-  // thread while the current one trains; false opens each slide when its turn comes.
-  bool read_ahead = true;
+  // Slides opened ahead (each's tissue mask, plan, and the pixels its first tiles read), each on
+  // a thread, while the current one trains: "auto" (1 on a CPU, whose cores the step uses; on a
+  // GPU one per 4 CPU threads, 1 to 4), or a number, 0 (each slide opened when its turn comes)
+  // to 16.
+  std::string read_ahead = "auto";
   int64_t seed = 1;
   std::filesystem::path output = "runs/run";
 

@@ -80,6 +80,12 @@ TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
   expect_error(error_of("manifest: d.csv\ndevice: cuda:x\n"), "device must be cpu, cuda");
   expect_error(error_of("manifest: d.csv\nprecision: half\n"), "unknown precision 'half'");
   EXPECT_EQ(error_of("manifest: d.csv\ndevice: cuda:1\nprecision: bf16\n"), "");
+  expect_error(error_of("manifest: d.csv\nread_ahead: true\n"),
+               "read_ahead must be auto or a number of slides from 0 to 16");
+  expect_error(error_of("manifest: d.csv\nread_ahead: 17\n"), "read_ahead must be auto");
+  expect_error(error_of("manifest: d.csv\nread_ahead: -1\n"), "read_ahead must be auto");
+  EXPECT_EQ(error_of("manifest: d.csv\nread_ahead: 0\n"), "");
+  EXPECT_EQ(error_of("manifest: d.csv\nread_ahead: 4\n"), "");
   expect_error(error_of("manifest: d.csv\nbudget: 99999999TiB\n"), "too large a size");
   expect_error(error_of("manifest: d.csv\nbudget: nanGiB\n"), "is not a size");
   expect_error(error_of("manifest: d.csv\nlr: 0.1\nepochs: 2\nlr: 0.001\n"),
