@@ -927,7 +927,8 @@ def cohort_point(tessel, tmp, manifest, settings, spec, read_ahead):
     slides = [json.loads(line) for line in open(os.path.join(run, "events.jsonl"))]
     slides = [e for e in slides if e.get("type") == "slide"]
     total = {k: sum(e[k] for e in slides) for k in
-             ("seconds", "open_seconds", "open_wait_seconds", "step_seconds", "wait_seconds")}
+             ("seconds", "open_seconds", "open_wait_seconds", "step_seconds", "wait_seconds",
+              "flops")}
     return {"model": spec, "read_ahead": read_ahead, "status": "ok", "slides": len(slides),
             "epoch_s": epoch_s,
             "process_s": wall, "slides_per_hour": 3600.0 * len(slides) / epoch_s,
@@ -939,7 +940,7 @@ def cohort_row(p, settings):
     ahead = p["read_ahead"]
     name = f"{p['model']}, " + ("in turn" if ahead == "0" else f"read ahead {ahead}")
     if p["status"] != "ok":
-        return f"| {name} | error: {p['message'][:200]} |" + " |" * 8
+        return f"| {name} | error: {p['message'][:200]} |" + " |" * 9
     e = p["epoch_s"]
     side = int(round((sum(p["pixels"]) / len(p["pixels"])) ** 0.5))
     rest = e - p["seconds"]
@@ -948,7 +949,8 @@ def cohort_row(p, settings):
             f"{p['open_wait_seconds']:.1f} ({100 * p['open_wait_seconds'] / e:.0f}%) | "
             f"{p['step_seconds']:.1f} ({100 * p['step_seconds'] / e:.0f}%) | "
             f"{p['wait_seconds']:.2f} ({100 * p['wait_seconds'] / e:.1f}%) | "
-            f"{rest:.1f} ({100 * rest / e:.0f}%) | {fmt_mib(p['peak_bytes'])} |")
+            f"{rest:.1f} ({100 * rest / e:.0f}%) | {p['flops'] / e / 1e12:.3g} | "
+            f"{fmt_mib(p['peak_bytes'])} |")
 
 
 def run_cohort_section(args):
@@ -986,9 +988,12 @@ def run_cohort_section(args):
              f"thread while the current one trains, `read_ahead: N`; auto: 1 on a CPU, one per 4 "
              f"CPU threads on a GPU, 1 to 4); waited: what training waited for the opening; "
              f"waits: the step waiting for pixels (inside the step's time); the rest: "
-             f"between slides (optimizer, checkpoint, logs).\n\n"
+             f"between slides (optimizer, checkpoint, logs); epoch TFLOP/s: the FLOPs the plans "
+             f"execute (`tessel plan`'s priced compute: recompute and halos in, glass not run "
+             f"out) over the epoch's seconds.\n\n"
              "| network | slides | epoch s | slides / hour | opening s | waited for it s | "
-             "steps s | waits s | rest s | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|\n" +
+             "steps s | waits s | rest s | epoch TFLOP/s | peak MiB |\n"
+             "|---|---|---|---|---|---|---|---|---|---|---|\n" +
              "\n".join(cohort_row(p, settings) for p in points))
     report_section(args, table, out, COHORT_TABLE_BEGIN, COHORT_TABLE_END, points)
 

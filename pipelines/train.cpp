@@ -244,6 +244,14 @@ int64_t read_ahead_slides(const std::string& setting, const c10::Device& device)
   return std::clamp<int64_t>(core::hardware_threads() / 4, 1, 4);
 }
 
+// The FLOPs a training step under `plan` runs, as the planner prices them (PlanCost::compute):
+// the forward, and the backward as 3× its tiles' forward (their recompute and both gradients),
+// halos and barriers' passes included, glass not run left out.
+double executed_flops(const core::Plan& plan) {
+  if (plan.strategy == core::Strategy::kNone) return 3.0 * static_cast<double>(plan.plain_flops);
+  return plan.cost.compute;
+}
+
 // A slide opening ahead whose plan asks for the offload prices before they are measured: opened
 // in turn instead (the measurement runs on the device, which the step is using).
 struct OpenInTurn {};
@@ -1037,6 +1045,7 @@ class Trainer {
     SlideProgress progress{"train",        position_.epoch + 1,
                            config_.epochs, index,
                            count,          entry.slide.filename().string()};
+    double flops = 0;  // executed_flops
     // Gradients accumulate over a batch; a slide that fails halfway must not leave a part of
     // its gradient behind.
     std::vector<at::Tensor> saved_grads;
@@ -1053,6 +1062,7 @@ class Trainer {
       progress.predicted_peak_bytes = plan.predicted.total();
       progress.budget_bytes = budget_bytes_;
       progress.open_seconds = opened.seconds;
+      flops = executed_flops(plan);
       if (request_.observer) request_.observer->on_slide(progress);
 
       const int64_t batch_start = index - index % config_.batch;
@@ -1124,6 +1134,7 @@ class Trainer {
                     {"open_wait_seconds", progress.open_wait_seconds},
                     {"step_seconds", progress.step_seconds},
                     {"tiles", progress.tiles},
+                    {"flops", flops},
                     {"lr", lr_},
                     {"step", position_.step},
                     {"measured_peak_bytes", progress.measured_peak_bytes},

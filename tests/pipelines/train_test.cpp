@@ -837,6 +837,7 @@ TEST_F(TrainTest, ReadingAheadTrainsTheSameWeightsAndSkipsABrokenSlideOpenedAhea
       ++slides;
       const double open = j["open_seconds"], wait = j["open_wait_seconds"];
       EXPECT_GT(open, 0) << name;
+      EXPECT_GT(j["flops"].get<double>(), 0) << name;  // what the plan runs: a cohort's TFLOP/s
       if (ahead_on) {
         EXPECT_LE(wait, open + 0.05) << name;
       } else {
