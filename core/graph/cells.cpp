@@ -161,8 +161,10 @@ std::vector<Region> CellMask::outside_pieces(const Region& r) const {
   if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return {r};
   const auto [r0, r1] = cells_over(y_edges_, r.y);
   const auto [c0, c1] = cells_over(x_edges_, r.x);
-  if (out_cells(r0, r1, c0, c1) == 0) return {};
+  const int64_t out = out_cells(r0, r1, c0, c1);
+  if (out == 0) return {};
   const int64_t w = c1 - c0;
+  if (out == (r1 - r0) * w) return {r};  // all outside: one piece (most of a tissue tile)
   std::vector<uint8_t> seen(static_cast<size_t>((r1 - r0) * w), 0);
   std::vector<Region> pieces;
   std::vector<std::pair<int64_t, int64_t>> stack;

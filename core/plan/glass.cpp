@@ -245,14 +245,16 @@ CellMask uniform_outputs(const Shape& out, const Partition& part, const Classifi
   for (int64_t t = 0; t < part.tiles(); ++t) {
     const Region tile = part.tile(t);
     const auto i = static_cast<size_t>(t);
+    const Boxes& box = c.output_box[i];
+    if (c.glass[i] == 0 && box.size() == 1 && box.front() == tile) continue;  // none uniform
     for (int64_t r = index(ys, tile.y.begin); r < index(ys, tile.y.end); ++r) {
       for (int64_t k = index(xs, tile.x.begin); k < index(xs, tile.x.end); ++k) {
         const Region cell{{ys[static_cast<size_t>(r)], ys[static_cast<size_t>(r) + 1]},
                           {xs[static_cast<size_t>(k)], xs[static_cast<size_t>(k) + 1]}};
         const bool uniform =
-            c.glass[i] != 0 ||
-            std::none_of(c.output_box[i].begin(), c.output_box[i].end(),
-                         [&](const Region& b) { return !intersect(cell, b).empty(); });
+            c.glass[i] != 0 || std::none_of(box.begin(), box.end(), [&](const Region& b) {
+              return !intersect(cell, b).empty();
+            });
         in[static_cast<size_t>(r * cols + k)] = uniform ? 1 : 0;
         any = any || uniform;
       }
@@ -290,7 +292,9 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
   g.forward_flops = f.flops;
   g.forward_dense_flops = f.dense;
   if (training && skip_backward) {
-    Classified b = classify(graph, shapes, s, s.backward, input);
+    // Most plans run both passes over one partition: classified once (half the planner's time
+    // with a background went here twice).
+    Classified b = s.backward == s.forward ? f : classify(graph, shapes, s, s.backward, input);
     g.backward_flops = b.flops;
     g.backward_dense_flops = b.dense;
     g.input = input;

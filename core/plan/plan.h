@@ -46,6 +46,7 @@ struct Partition {
   std::vector<int64_t> meeting(const Region& r) const;
   static Partition whole(int64_t height, int64_t width);
   static Partition even(int64_t height, int64_t width, int64_t rows, int64_t cols);
+  bool operator==(const Partition&) const = default;
 };
 
 // Bytes a step holds, by what holds them.
