@@ -235,7 +235,8 @@ struct Opened {
 // The next train slide this rank trains, and the one opening ahead of its turn.
 struct Upcoming {
   const io::ManifestEntry* entry;
-  int64_t index;
+  int64_t index;  // in its phase of the epoch
+  View view;
 };
 // TrainConfig::read_ahead on `device`: slides opened ahead of their turn.
 int64_t read_ahead_slides(const std::string& setting, const c10::Device& device) {
@@ -884,7 +885,8 @@ class Trainer {
     std::vector<Upcoming> out;
     for (auto j = static_cast<size_t>(i + 1);
          j < order.size() && static_cast<int64_t>(out.size()) < ahead_slides_; ++j) {
-      if (mine(static_cast<int64_t>(j))) out.push_back({order[j], static_cast<int64_t>(j)});
+      const auto k = static_cast<int64_t>(j);
+      if (mine(k)) out.push_back({order[j], k, view_of(k)});
     }
     return out;
   }
@@ -1003,26 +1005,25 @@ class Trainer {
 
   // Slide `index` of this epoch opened: the one read ahead, or opened now; the slides `next`
   // (upcoming's) opening meanwhile. Errors opening it are thrown here.
-  Opened take_opened(const io::ManifestEntry& entry, int64_t index,
-                     const std::vector<Upcoming>& next, double& waited) {
+  Opened take_opened(std::deque<Ahead>& ahead, const io::ManifestEntry& entry, int64_t index,
+                     const View& view, const std::vector<Upcoming>& next, double& waited) {
     const auto t0 = Clock::now();
     // Openings of slides before this one (skipped ones'): dropped, once finished.
-    while (!ahead_.empty() && ahead_.front().index < index) ahead_.pop_front();
+    while (!ahead.empty() && ahead.front().index < index) ahead.pop_front();
     std::optional<Ahead> mine;
-    if (!ahead_.empty() && ahead_.front().index == index) {
-      mine = std::move(ahead_.front());
-      ahead_.pop_front();
+    if (!ahead.empty() && ahead.front().index == index) {
+      mine = std::move(ahead.front());
+      ahead.pop_front();
     }
     for (const Upcoming& u : next) {
-      if (!ahead_.empty() && u.index <= ahead_.back().index) continue;  // opening already
-      const View view = view_of(u.index);
-      ahead_.push_back({u.index, std::async(std::launch::async, [this, e = u.entry, view] {
-                          // Host bytes beside the step's: not its measured peak (budgets are
-                          // the step's).
-                          const core::MemoryTracker::Uncounted beside;
-                          t_opening_ahead = true;
-                          return open_and_plan(*e, view, true);
-                        })});
+      if (!ahead.empty() && u.index <= ahead.back().index) continue;  // opening already
+      ahead.push_back({u.index, std::async(std::launch::async, [this, e = u.entry, v = u.view] {
+                         // Host bytes beside the step's: not its measured peak (budgets are
+                         // the step's).
+                         const core::MemoryTracker::Uncounted beside;
+                         t_opening_ahead = true;
+                         return open_and_plan(*e, v, true);
+                       })});
     }
     std::optional<Opened> o;
     if (mine) {
@@ -1031,7 +1032,7 @@ class Trainer {
       } catch (const OpenInTurn&) {
       }
     }
-    if (!o) o = open_and_plan(entry, view_of(index), false);
+    if (!o) o = open_and_plan(entry, view, false);
     waited = seconds_since(t0);
     return std::move(*o);
   }
@@ -1053,7 +1054,8 @@ class Trainer {
       saved_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     try {
-      const Opened opened = take_opened(entry, index, next, progress.open_wait_seconds);
+      const Opened opened =
+          take_opened(ahead_, entry, index, view_of(index), next, progress.open_wait_seconds);
       const SlideInput& input = opened.input;
       const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
@@ -1149,13 +1151,24 @@ class Trainer {
   ClassificationMetrics validate() {
     std::vector<SlideResult> mine = position_.val_done;
     const auto count = static_cast<int64_t>(val_.size());
+    // The val slides this rank runs after slide `i`, opened ahead as train slides are.
+    const auto upcoming_val = [&](int64_t i) {
+      std::vector<Upcoming> out;
+      for (int64_t j = i + world_; j < count && static_cast<int64_t>(out.size()) < ahead_slides_;
+           j += world_) {
+        out.push_back({val_[static_cast<size_t>(j)], j, View{}});
+      }
+      return out;
+    };
+    std::deque<Ahead> ahead;  // declared after what its openings use; finished when it goes
     for (int64_t i = rank_ + position_.val_next; i < count; i += world_) {
       const io::ManifestEntry& entry = *val_[static_cast<size_t>(i)];
       const auto t0 = Clock::now();
       SlideProgress progress{
           "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
       try {
-        const Opened opened = open_and_plan(entry, {}, false);
+        double waited = 0;
+        const Opened opened = take_opened(ahead, entry, i, {}, upcoming_val(i), waited);
         const std::shared_ptr<core::TileSource>& source = opened.input.view;
         progress.height = source->height();
         progress.width = source->width();

@@ -72,9 +72,9 @@ struct TrainConfig {
   std::string device = "auto";
   std::string precision = "float32";  // float32, tf32 or bf16 (core/device/precision.h)
   // Slides opened ahead (each's tissue mask, plan, and the pixels its first tiles read), each on
-  // a thread, while the current one trains: "auto" (1 on a CPU, whose cores the step uses; on a
-  // GPU one per 4 CPU threads, 1 to 4), or a number, 0 (each slide opened when its turn comes)
-  // to 16.
+  // a thread, while the current one trains or is validated: "auto" (1 on a CPU, whose cores the
+  // step uses; on a GPU one per 4 CPU threads, 1 to 4), or a number, 0 (each slide opened when its
+  // turn comes) to 16.
   std::string read_ahead = "auto";
   int64_t seed = 1;
   std::filesystem::path output = "runs/run";
