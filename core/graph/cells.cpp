@@ -29,34 +29,45 @@ std::pair<int64_t, int64_t> cells_over(const std::vector<int64_t>& edges, Window
 
 }  // namespace
 
+std::shared_ptr<const CellMask::Cells> CellMask::no_cells() {
+  static const auto none = std::make_shared<const Cells>();
+  return none;
+}
+
 CellMask::CellMask(std::vector<int64_t> y_edges, std::vector<int64_t> x_edges,
-                   std::vector<uint8_t> in)
-    : y_edges_(std::move(y_edges)), x_edges_(std::move(x_edges)), in_(std::move(in)) {
-  check_edges(y_edges_, "row");
-  check_edges(x_edges_, "column");
-  const int64_t n = rows() * cols();
-  if (static_cast<int64_t>(in_.size()) != n) {
-    throw Error("cell mask: " + std::to_string(in_.size()) + " flags for " + std::to_string(n) +
-                " cells");
+                   std::vector<uint8_t> in) {
+  Cells c{std::move(y_edges), std::move(x_edges), std::move(in), {}};
+  check_edges(c.y_edges, "row");
+  check_edges(c.x_edges, "column");
+  const auto rows = static_cast<int64_t>(c.y_edges.size()) - 1;
+  const auto cols = static_cast<int64_t>(c.x_edges.size()) - 1;
+  if (static_cast<int64_t>(c.in.size()) != rows * cols) {
+    throw Error("cell mask: " + std::to_string(c.in.size()) + " flags for " +
+                std::to_string(rows * cols) + " cells");
   }
-  const auto stride = static_cast<size_t>(cols() + 1);
-  out_sum_.assign(static_cast<size_t>(rows() + 1) * stride, 0);
-  for (int64_t r = 0; r < rows(); ++r) {
+  const auto stride = static_cast<size_t>(cols + 1);
+  c.out_sum.assign(static_cast<size_t>(rows + 1) * stride, 0);
+  for (int64_t r = 0; r < rows; ++r) {
     int64_t row_out = 0;
-    for (int64_t c = 0; c < cols(); ++c) {
-      row_out += cell_in(r, c) ? 0 : 1;
-      out_sum_[static_cast<size_t>(r + 1) * stride + static_cast<size_t>(c + 1)] =
-          out_sum_[static_cast<size_t>(r) * stride + static_cast<size_t>(c + 1)] + row_out;
-      if (cell_in(r, c)) area_ += cell(r, c).area();
+    for (int64_t k = 0; k < cols; ++k) {
+      const bool in = c.in[static_cast<size_t>(r * cols + k)] != 0;
+      row_out += in ? 0 : 1;
+      c.out_sum[static_cast<size_t>(r + 1) * stride + static_cast<size_t>(k + 1)] =
+          c.out_sum[static_cast<size_t>(r) * stride + static_cast<size_t>(k + 1)] + row_out;
+      if (in) {
+        area_ += (c.y_edges[static_cast<size_t>(r) + 1] - c.y_edges[static_cast<size_t>(r)]) *
+                 (c.x_edges[static_cast<size_t>(k) + 1] - c.x_edges[static_cast<size_t>(k)]);
+      }
     }
   }
   uint64_t h = 0xcbf29ce484222325ULL;
   const auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ULL; };
-  for (int64_t e : y_edges_) mix(static_cast<uint64_t>(e));
+  for (int64_t e : c.y_edges) mix(static_cast<uint64_t>(e));
   mix(~uint64_t{0});
-  for (int64_t e : x_edges_) mix(static_cast<uint64_t>(e));
-  for (uint8_t f : in_) mix(f);
+  for (int64_t e : c.x_edges) mix(static_cast<uint64_t>(e));
+  for (uint8_t f : c.in) mix(f);
   fingerprint_ = h;
+  cells_ = std::make_shared<const Cells>(std::move(c));
 }
 
 CellMask CellMask::grid(int64_t height, int64_t width, int64_t cell, std::vector<uint8_t> in) {
@@ -71,19 +82,20 @@ CellMask CellMask::grid(int64_t height, int64_t width, int64_t cell, std::vector
 }
 
 bool CellMask::cell_in(int64_t row, int64_t col) const {
-  return in_[static_cast<size_t>(row * cols() + col)] != 0;
+  return cells_->in[static_cast<size_t>(row * cols() + col)] != 0;
 }
 
 Region CellMask::cell(int64_t row, int64_t col) const {
   const auto r = static_cast<size_t>(row);
   const auto c = static_cast<size_t>(col);
-  return {{y_edges_[r], y_edges_[r + 1]}, {x_edges_[c], x_edges_[c + 1]}};
+  const Cells& m = *cells_;
+  return {{m.y_edges[r], m.y_edges[r + 1]}, {m.x_edges[c], m.x_edges[c + 1]}};
 }
 
 int64_t CellMask::out_cells(int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
   const auto stride = static_cast<size_t>(cols() + 1);
   const auto at = [&](int64_t r, int64_t c) {
-    return out_sum_[static_cast<size_t>(r) * stride + static_cast<size_t>(c)];
+    return cells_->out_sum[static_cast<size_t>(r) * stride + static_cast<size_t>(c)];
   };
   return at(r1, c1) - at(r0, c1) - at(r1, c0) + at(r0, c0);
 }
@@ -91,8 +103,8 @@ int64_t CellMask::out_cells(int64_t r0, int64_t r1, int64_t c0, int64_t c1) cons
 bool CellMask::contains(const Region& r) const {
   if (r.empty()) return true;
   if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return false;
-  const auto [r0, r1] = cells_over(y_edges_, r.y);
-  const auto [c0, c1] = cells_over(x_edges_, r.x);
+  const auto [r0, r1] = cells_over(y_edges(), r.y);
+  const auto [c0, c1] = cells_over(x_edges(), r.x);
   return out_cells(r0, r1, c0, c1) == 0;
 }
 
@@ -113,7 +125,7 @@ std::vector<uint8_t> CellMask::contains_each(const std::vector<Window>& ys,
     }
     return out;
   };
-  const auto rows = spans(ys, y_edges_), cols = spans(xs, x_edges_);
+  const auto rows = spans(ys, y_edges()), cols = spans(xs, x_edges());
   std::vector<uint8_t> in(ys.size() * xs.size(), 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     for (size_t j = 0; j < cols.size(); ++j) {
@@ -131,8 +143,8 @@ Region CellMask::outside_box(const Region& r) const {
   if (r.empty()) return {};
   if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return r;
   // Plain variables, not structured bindings: the lambdas below capture them.
-  const std::pair<int64_t, int64_t> rows = cells_over(y_edges_, r.y);
-  const std::pair<int64_t, int64_t> cols = cells_over(x_edges_, r.x);
+  const std::pair<int64_t, int64_t> rows = cells_over(y_edges(), r.y);
+  const std::pair<int64_t, int64_t> cols = cells_over(x_edges(), r.x);
   const int64_t r0 = rows.first, r1 = rows.second, c0 = cols.first, c1 = cols.second;
   if (out_cells(r0, r1, c0, c1) == 0) return {};
   // The first and last rows (columns) of cells holding one outside the set: binary searches on
@@ -151,16 +163,17 @@ Region CellMask::outside_box(const Region& r) const {
       r1 - 1 - first(0, r1 - r0, [&](int64_t k) { return out_cells(r1 - k, r1, c0, c1); });
   const int64_t right =
       c1 - 1 - first(0, c1 - c0, [&](int64_t k) { return out_cells(r0, r1, c1 - k, c1); });
-  const Region box{{y_edges_[static_cast<size_t>(top)], y_edges_[static_cast<size_t>(bottom) + 1]},
-                   {x_edges_[static_cast<size_t>(left)], x_edges_[static_cast<size_t>(right) + 1]}};
+  const Region box{
+      {y_edges()[static_cast<size_t>(top)], y_edges()[static_cast<size_t>(bottom) + 1]},
+      {x_edges()[static_cast<size_t>(left)], x_edges()[static_cast<size_t>(right) + 1]}};
   return intersect(box, r);
 }
 
 std::vector<Region> CellMask::outside_pieces(const Region& r) const {
   if (r.empty()) return {};
   if (r.y.begin < 0 || r.x.begin < 0 || r.y.end > height() || r.x.end > width()) return {r};
-  const auto [r0, r1] = cells_over(y_edges_, r.y);
-  const auto [c0, c1] = cells_over(x_edges_, r.x);
+  const auto [r0, r1] = cells_over(y_edges(), r.y);
+  const auto [c0, c1] = cells_over(x_edges(), r.x);
   const int64_t out = out_cells(r0, r1, c0, c1);
   if (out == 0) return {};
   const int64_t w = c1 - c0;

@@ -1,10 +1,12 @@
 // A set of positions of one activation as cells of a grid, each wholly in the set or not: the
 // constant region of an image (glass a tissue mask fills, the outside of a training ROI) and,
 // after each segment, the positions it found uniform (the union of its glass tiles). Asks
-// "does this region lie wholly inside?" in constant time (a summed-area table).
+// "does this region lie wholly inside?" in constant time (a summed-area table). Immutable: copies
+// share their cells (the planner keeps a mask per segment and candidate partition it prices).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,12 +24,12 @@ class CellMask {
   // Square cells of `cell` positions (the last row and column clipped) over height × width.
   static CellMask grid(int64_t height, int64_t width, int64_t cell, std::vector<uint8_t> in);
 
-  int64_t height() const { return y_edges_.empty() ? 0 : y_edges_.back(); }
-  int64_t width() const { return x_edges_.empty() ? 0 : x_edges_.back(); }
-  int64_t rows() const { return static_cast<int64_t>(y_edges_.size()) - 1; }
-  int64_t cols() const { return static_cast<int64_t>(x_edges_.size()) - 1; }
-  const std::vector<int64_t>& y_edges() const { return y_edges_; }
-  const std::vector<int64_t>& x_edges() const { return x_edges_; }
+  int64_t height() const { return y_edges().empty() ? 0 : y_edges().back(); }
+  int64_t width() const { return x_edges().empty() ? 0 : x_edges().back(); }
+  int64_t rows() const { return static_cast<int64_t>(y_edges().size()) - 1; }
+  int64_t cols() const { return static_cast<int64_t>(x_edges().size()) - 1; }
+  const std::vector<int64_t>& y_edges() const { return cells_->y_edges; }
+  const std::vector<int64_t>& x_edges() const { return cells_->x_edges; }
   bool cell_in(int64_t row, int64_t col) const;
   Region cell(int64_t row, int64_t col) const;
   // Whether every position of `r` is in the set: false where `r` reaches outside the activation
@@ -55,9 +57,13 @@ class CellMask {
  private:
   int64_t out_cells(int64_t r0, int64_t r1, int64_t c0, int64_t c1) const;  // cells [r0,r1)×[c0,c1)
 
-  std::vector<int64_t> y_edges_, x_edges_;
-  std::vector<uint8_t> in_;
-  std::vector<int64_t> out_sum_;  // (rows+1)×(cols+1): cells not in the set above and left
+  struct Cells {
+    std::vector<int64_t> y_edges, x_edges;
+    std::vector<uint8_t> in;
+    std::vector<int64_t> out_sum;  // (rows+1)×(cols+1): cells not in the set above and left
+  };
+  static std::shared_ptr<const Cells> no_cells();
+  std::shared_ptr<const Cells> cells_ = no_cells();
   int64_t area_ = 0;
   uint64_t fingerprint_ = 0;
 };

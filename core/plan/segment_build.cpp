@@ -239,6 +239,20 @@ double pass_flops(const Analysis& a, const Segment& s, const Partition& part,
   return sum;
 }
 
+// Segment `s`'s glass over `uniform` in a training step (segment_glass), once per segment,
+// scheme, partitions and mask (Analysis::glass_memo).
+const SegmentGlass& memo_glass(const Analysis& a, const Segment& s, const CellMask& uniform) {
+  const Analysis::GlassKey key = Analysis::glass_key(s, uniform);
+  auto hit = a.glass_memo.find(key);
+  if (hit == a.glass_memo.end()) {
+    hit = a.glass_memo
+              .emplace(key, segment_glass(a.graph, a.shapes, s, uniform, /*training=*/true,
+                                          a.options.input_gradient))
+              .first;
+  }
+  return hit->second;
+}
+
 // What running `s` over partitions `f` and `b` costs where its glass tiles over `uniform` are not
 // run and their glass elsewhere is filled: the tiles' computed FLOPs and overhead per tile run.
 double glass_priced(const Analysis& a, Segment s, const Partition& f, const Partition& b,
@@ -248,8 +262,7 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
   const Analysis::GlassKey key = Analysis::glass_key(s, uniform);
   const auto hit = a.glass_prices.find(key);
   if (hit != a.glass_prices.end()) return hit->second;
-  const SegmentGlass g =
-      segment_glass(a.graph, a.shapes, s, uniform, /*training=*/true, a.options.input_gradient);
+  const SegmentGlass& g = memo_glass(a, s, uniform);
   const auto run_f = static_cast<double>(f.tiles() - g.forward_count());
   const auto run_b = static_cast<double>(b.tiles() - g.backward_count());
   const double per_tile = a.options.prices.per_tile *
@@ -262,12 +275,7 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
 
 // The output's uniform positions of `s` over `uniform`, its input's (SegmentGlass::output).
 CellMask glass_output(const Analysis& a, const Segment& s, const CellMask& uniform) {
-  const Analysis::GlassKey key = Analysis::glass_key(s, uniform);
-  const auto hit = a.glass_outputs.find(key);
-  if (hit != a.glass_outputs.end()) return hit->second;
-  CellMask out =
-      segment_glass(a.graph, a.shapes, s, uniform, true, a.options.input_gradient).output;
-  return a.glass_outputs.emplace(key, std::move(out)).first->second;
+  return memo_glass(a, s, uniform).output;
 }
 
 // Finer grids refine_for_glass tries: the backward's tiles split by each factor, while the tiles
@@ -443,8 +451,12 @@ double sparse_checkpoints(const Analysis& a, Plan& plan, const std::vector<Segme
 PlanCost glass_savings(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes) {
   const CellMask& image = *a.options.background;
   plan.shapes = a.shapes;  // as the finished plan's (make_plan)
-  const std::vector<SegmentGlass> glass =
-      plan_glass(a.graph, plan, image, /*training=*/true, a.options.input_gradient);
+  // plan_glass's, each segment's from the memo (most were priced while the candidate was built).
+  std::vector<SegmentGlass> glass;
+  glass.reserve(plan.segments.size());
+  for (const Segment& s : plan.segments) {
+    glass.push_back(memo_glass(a, s, glass.empty() ? image : glass.back().output));
+  }
   plan.glass = summarize(plan, image, glass);
   PlanCost saved;
   for (size_t i = 0; i < plan.segments.size(); ++i) {

@@ -13,6 +13,7 @@
 
 #include "core/graph/graph.h"
 #include "core/plan/geometry.h"
+#include "core/plan/glass.h"
 #include "core/plan/plan.h"
 #include "core/plan/planner.h"
 
@@ -69,10 +70,11 @@ struct Analysis {
   };
   mutable std::map<GradKey, Additions> grad_adds;
   // Glass (core/plan/glass.h) over a segment's input's uniform positions, by segment, scheme,
-  // partitions and the mask's fingerprint: refine_for_glass's price of a partition, and the
-  // output's uniform positions the next segment's candidates start from. The search prices the
-  // same segments over the same masks in many candidates (vgg-mini 2048² on a slide: 10 s of
-  // planning against 1.6 s without glass).
+  // partitions and the mask's fingerprint: the segment's glass (segment_glass), which gives
+  // refine_for_glass's price of a partition, the output's uniform positions the next segment's
+  // candidates start from and each finished candidate's savings (glass_savings). The search
+  // prices the same segments over the same masks in many candidates (vgg-mini 2048² on a slide:
+  // 10 s of planning against 1.6 s without glass).
   using GlassKey =
       std::tuple<NodeId, NodeId, NodeId, size_t, std::vector<int64_t>, std::vector<int64_t>,
                  std::vector<int64_t>, std::vector<int64_t>, uint64_t>;
@@ -88,7 +90,7 @@ struct Analysis {
             uniform.fingerprint()};
   }
   mutable std::map<GlassKey, double> glass_prices;
-  mutable std::map<GlassKey, CellMask> glass_outputs;
+  mutable std::map<GlassKey, SegmentGlass> glass_memo;
   mutable std::map<GradKey, int64_t> grad_strips;
   // A streaming reduction's own bytes per position of the tiles of `reduction_input` (the last
   // segment's output): an attention pool copies its tile to float64 and holds a few float64
