@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -56,6 +57,30 @@ class TrainTest : public ::testing::Test {
                            "test");
     c.output = runs_.path() / run;
     return c;
+  }
+
+  // The suite's manifest, each row for which `unreadable` (given the row's columns after the
+  // slide, such as ",tumour,val,p3") says so pointing at its own copy of the shared unreadable
+  // slide (a slide listed twice is refused), written as `name` in the runs' folder.
+  fs::path manifest_with_unreadable(const std::string& name,
+                                    const std::function<bool(const std::string&)>& unreadable) {
+    const fs::path slides = data_->path() / "slides";
+    std::ifstream in(slides / "manifest.csv");
+    std::string text, line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "slide,label,split,patient");
+    text = line + "\n";
+    for (int row = 0; std::getline(in, line); ++row) {
+      const size_t comma = line.find(',');
+      const std::string rest = line.substr(comma);
+      fs::path slide = slides / line.substr(0, comma);
+      if (unreadable(rest)) {
+        slide = runs_.path() / ("unreadable-" + name + "-" + std::to_string(row) + ".svs");
+        fs::copy_file(fs::path(TESSEL_SHARED_SLIDES) / "unreadable.svs", slide);
+      }
+      text += slide.string() + rest + "\n";
+    }
+    return runs_.write(name + ".csv", text);
   }
 
   static std::vector<io::NamedTensor> weights(const fs::path& run) {
@@ -753,24 +778,9 @@ TEST_F(TrainTest, ARunInWhichEverySlideIsSkippedFailsAndItsSummarySaysWhy) {
 // Issue 51: a val split whose every slide failed to read ended "finished", no best.h5, its log
 // saying "no val split".
 TEST_F(TrainTest, ARunWhoseEveryValSlideIsSkippedFailsAndSaysWhy) {
-  const fs::path slides = data_->path() / "slides";
-  std::ifstream in(slides / "manifest.csv");
-  std::string text, line;
-  std::getline(in, line);
-  ASSERT_EQ(line, "slide,label,split,patient");
-  text = line + "\n";
-  for (int row = 0; std::getline(in, line); ++row) {
-    const size_t comma = line.find(',');
-    const std::string rest = line.substr(comma);
-    fs::path slide = slides / line.substr(0, comma);
-    if (rest.find(",val,") != std::string::npos) {  // a copy each: a slide listed twice is refused
-      slide = runs_.path() / ("unreadable-" + std::to_string(row) + ".svs");
-      fs::copy_file(fs::path(TESSEL_SHARED_SLIDES) / "unreadable.svs", slide);
-    }
-    text += slide.string() + rest + "\n";
-  }
   TrainConfig c = config("val-unreadable");
-  c.manifest = runs_.write("val-unreadable.csv", text);
+  c.manifest = manifest_with_unreadable(
+      "val-unreadable", [](const std::string& rest) { return rest.find(",val,") != rest.npos; });
   c.epochs = 1;
   try {
     train(TrainRequest{c});
@@ -790,24 +800,13 @@ TEST_F(TrainTest, ARunWhoseEveryValSlideIsSkippedFailsAndSaysWhy) {
 // trains. The same run either way, augmentation and tissue_fill on, with an unreadable train slide
 // among those opened ahead: skipped with its reason as when opened in turn.
 TEST_F(TrainTest, ReadingAheadTrainsTheSameWeightsAndSkipsABrokenSlideOpenedAhead) {
-  const fs::path slides = data_->path() / "slides";
-  std::ifstream in(slides / "manifest.csv");
-  std::string text, line;
-  std::getline(in, line);
-  text = line + "\n";
-  bool broken = false;
-  for (int row = 0; std::getline(in, line); ++row) {
-    const size_t comma = line.find(',');
-    const std::string rest = line.substr(comma);
-    fs::path slide = slides / line.substr(0, comma);
-    if (!broken && rest.find(",train,") != std::string::npos) {
-      slide = runs_.path() / "unreadable-train.svs";
-      fs::copy_file(fs::path(TESSEL_SHARED_SLIDES) / "unreadable.svs", slide);
-      broken = true;
-    }
-    text += slide.string() + rest + "\n";
-  }
-  const fs::path manifest = runs_.write("one-unreadable.csv", text);
+  bool broken = false;  // the first train slide
+  const fs::path manifest =
+      manifest_with_unreadable("one-unreadable", [&broken](const std::string& rest) {
+        const bool first = !broken && rest.find(",train,") != rest.npos;
+        broken = broken || first;
+        return first;
+      });
   const auto run = [&](const std::string& name, const std::string& read_ahead) {
     TrainConfig c = config(name);
     c.manifest = manifest;
@@ -823,7 +822,7 @@ TEST_F(TrainTest, ReadingAheadTrainsTheSameWeightsAndSkipsABrokenSlideOpenedAhea
   for (const TrainSummary& s : {ahead, in_turn}) {
     EXPECT_EQ(s.skipped_slides, 1);
     const nlohmann::json summary = nlohmann::json::parse(std::ifstream(s.run_dir / "summary.json"));
-    EXPECT_NE(summary["skipped"][0]["slide"].get<std::string>().find("unreadable-train"),
+    EXPECT_NE(summary["skipped"][0]["slide"].get<std::string>().find("unreadable-one"),
               std::string::npos);
   }
   // Every slide's opening is timed, and so is what training waited for it: all of it in turn;
