@@ -936,9 +936,13 @@ def cohort_point(tessel, tmp, manifest, settings, spec, read_ahead):
             "peak_bytes": max(e["measured_peak_bytes"] for e in slides), **total}
 
 
-def cohort_row(p, settings):
+def cohort_name(p):
     ahead = p["read_ahead"]
-    name = f"{p['model']}, " + ("in turn" if ahead == "0" else f"read ahead {ahead}")
+    return f"{p['model']}, " + ("in turn" if ahead == "0" else f"read ahead {ahead}")
+
+
+def cohort_row(p, settings):
+    name = cohort_name(p)
     if p["status"] != "ok":
         return f"| {name} | error: {p['message'][:200]} |" + " |" * 9
     e = p["epoch_s"]
@@ -974,7 +978,7 @@ def run_cohort_section(args):
                 p["cohort_slides"] = settings["slides"]
                 points.append(p)
                 write_jsonl(out, points)  # each point as it comes: a timed-out run keeps them
-                print(f"bench: cohort {cohort_row(p, settings).split(' | ')[0][2:]}: " +
+                print(f"bench: cohort {cohort_name(p)}: " +
                       (f"{p['slides_per_hour']:.0f} slides/h, epoch {p['epoch_s']:.1f} s"
                        if p["status"] == "ok" else p["message"]), flush=True)
     write_jsonl(out, points)

@@ -259,18 +259,13 @@ double glass_priced(const Analysis& a, Segment s, const Partition& f, const Part
                     const CellMask& uniform) {
   s.forward = f;
   s.backward = b;
-  const Analysis::GlassKey key = Analysis::glass_key(s, uniform);
-  const auto hit = a.glass_prices.find(key);
-  if (hit != a.glass_prices.end()) return hit->second;
   const SegmentGlass& g = memo_glass(a, s, uniform);
   const auto run_f = static_cast<double>(f.tiles() - g.forward_count());
   const auto run_b = static_cast<double>(b.tiles() - g.backward_count());
   const double per_tile = a.options.prices.per_tile *
                           std::max(1.0, static_cast<double>(s.output - s.input) / kOpsPerTilePrice);
-  const double price = pass_flops(a, s, f, g.forward_flops) +
-                       3.0 * pass_flops(a, s, b, g.backward_flops) + per_tile * (run_f + run_b);
-  a.glass_prices.emplace(key, price);
-  return price;
+  return pass_flops(a, s, f, g.forward_flops) + 3.0 * pass_flops(a, s, b, g.backward_flops) +
+         per_tile * (run_f + run_b);
 }
 
 // The output's uniform positions of `s` over `uniform`, its input's (SegmentGlass::output).

@@ -89,7 +89,6 @@ struct Analysis {
             s.backward.x_edges,
             uniform.fingerprint()};
   }
-  mutable std::map<GlassKey, double> glass_prices;
   mutable std::map<GlassKey, SegmentGlass> glass_memo;
   mutable std::map<GradKey, int64_t> grad_strips;
   // A streaming reduction's own bytes per position of the tiles of `reduction_input` (the last
