@@ -166,8 +166,26 @@ const SegmentGlass& GlassRun::tiles() const { return step_.glass(index_); }
 std::vector<at::Tensor> GlassRun::chain(const at::Tensor& x) const {
   std::vector<at::Tensor> v(static_cast<size_t>(s_.output) + 1);
   v[static_cast<size_t>(s_.input)] = x;
+  chain_from(v, s_.output);
+  return v;
+}
+
+std::vector<at::Tensor> GlassRun::sub_chain(const std::vector<NodeId>& leaves,
+                                            NodeId target) const {
+  std::vector<at::Tensor> v(static_cast<size_t>(s_.output) + 1);
+  for (NodeId l : leaves) {
+    const at::Tensor& u = l == s_.input ? step_.uniform(s_.input) : value(l);
+    v[static_cast<size_t>(l)] = u.detach().requires_grad_(true);
+  }
+  chain_from(v, target);
+  return v;
+}
+
+// The nodes of (input, last] that `v` does not hold, from those it does.
+void GlassRun::chain_from(std::vector<at::Tensor>& v, NodeId last) const {
   const Graph& graph = step_.graph();
-  for (NodeId n = s_.input + 1; n <= s_.output; ++n) {
+  for (NodeId n = s_.input + 1; n <= last; ++n) {
+    if (v[static_cast<size_t>(n)].defined()) continue;  // given
     const Node& node = graph.node(n);
     std::vector<at::Tensor> in;
     for (NodeId p : node.inputs) in.push_back(v[static_cast<size_t>(p)]);
@@ -179,7 +197,6 @@ std::vector<at::Tensor> GlassRun::chain(const at::Tensor& x) const {
     }
     v[static_cast<size_t>(n)] = uniform_node(node, in);
   }
-  return v;
 }
 
 void GlassRun::before_forward() {
@@ -251,6 +268,15 @@ at::Tensor GlassRun::output_grad_sum(const Region& tile, const at::Tensor& grad_
 void GlassRun::add_output_grad(const Region& tile, const at::Tensor& grad_out,
                                StoredActivation* stored_grad_out) {
   add_to(grad_sum_, output_grad_sum(tile, grad_out, stored_grad_out));
+}
+
+at::Tensor GlassRun::take_output_seed() {
+  at::Tensor seed;
+  for (at::Tensor* part : {&grad_sum_, &step_.glass_grad(s_.output)}) {
+    add_to(seed, *part);
+    *part = at::Tensor();
+  }
+  return seed;
 }
 
 void GlassRun::add_round_output_grad(const Region& tile, const at::Tensor& grad_out,

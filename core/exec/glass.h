@@ -59,6 +59,13 @@ class GlassRun {
   // `stored_grad_out`: the output's gradient as the segment's backward has it.
   void add_output_grad(const Region& tile, const at::Tensor& grad_out,
                        StoredActivation* stored_grad_out);
+  // The glass tiles' output gradient summed (add_output_grad) and what the next segment's glass
+  // handed back, taken (undefined where neither).
+  at::Tensor take_output_seed();
+  // Sub-segments (core/exec/schemes/sub_segments.h): the chain from `leaves` (each a new leaf
+  // holding its node's uniform value and requiring a gradient) to `target`, by node.
+  std::vector<at::Tensor> sub_chain(const std::vector<NodeId>& leaves, NodeId target) const;
+
   // After the backward's tiles: the chain's backward (the glass tiles' and fills' shares of the
   // parameters' gradients; the sum of the input's gradient to the previous segment).
   void after_backward();
@@ -75,6 +82,7 @@ class GlassRun {
  private:
   // The nodes' uniform values from the input's `x` (1×C×1×1), by node of (input, output].
   std::vector<at::Tensor> chain(const at::Tensor& x) const;
+  void chain_from(std::vector<at::Tensor>& v, NodeId last) const;
   at::Tensor chain_root(const std::vector<at::Tensor>& v,
                         const std::vector<at::Tensor>& seeds) const;
   int64_t glass_share(NodeId b) const;

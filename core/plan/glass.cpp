@@ -26,6 +26,12 @@ std::string glass_obstacle(const Graph& graph, const Segment& s, bool training) 
 std::string glass_dense(const Graph& graph, const Segment& s, bool training) {
   if (s.is<SharedRows>()) return "shared rows read padding at every node";
   if (s.is<RecomputeRounds>()) return "";  // the rounds take glass into their statistics
+  if (s.is<SubSegments>()) {
+    // Their passes take glass into their statistics and sums too (core/exec/glass.h), with
+    // their inner checkpoints whole.
+    if (s.inner_tier() == Tier::kResident) return "";
+    return "its inner checkpoints are offloaded (sub-segments)";
+  }
   for (NodeId v = s.input + 1; v <= s.output; ++v) {
     const Node& node = graph.node(v);
     if (node.is_barrier() && (training || node.barrier != BarrierOp::kBatchNorm)) {
@@ -197,7 +203,7 @@ struct Classified {
 };
 
 Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
-                    const Partition& part, const CellMask& input) {
+                    const Partition& part, const CellMask& input, bool fills) {
   Classified c;
   c.glass.assign(static_cast<size_t>(part.tiles()), 0);
   c.flops.assign(static_cast<size_t>(part.tiles()), 0);
@@ -208,7 +214,10 @@ Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const 
     c.glass[i] = input.contains(need[static_cast<size_t>(s.input)]) &&
                  padding_free(graph, shapes, s.input, s.output, need);
     c.dense += regions_flops(graph, s.input, s.output, need);
-    if (c.glass[i] == 0) {
+    if (c.glass[i] == 0 && !fills) {
+      c.flops[i] = regions_flops(graph, s.input, s.output, need);
+      c.output_box[i] = Boxes{part.tile(t)};
+    } else if (c.glass[i] == 0) {
       const std::vector<Boxes> box = computed_boxes(graph, shapes, s.input, s.output, need, input);
       c.flops[i] = boxes_flops(graph, s.input, s.output, box);
       c.output_box[i] = box[static_cast<size_t>(s.output)];
@@ -280,7 +289,7 @@ int64_t SegmentGlass::backward_count() const {
 }
 
 SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
-                         const CellMask& input, bool training, bool skip_backward) {
+                         const CellMask& input, bool training, bool skip_backward, bool fills) {
   SegmentGlass g;
   if (input.none()) {
     g.forward.assign(static_cast<size_t>(s.forward.tiles()), 0);
@@ -288,13 +297,14 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
     return g;
   }
   const Shape& out = shapes[static_cast<size_t>(s.output)];
-  Classified f = classify(graph, shapes, s, s.forward, input);
+  Classified f = classify(graph, shapes, s, s.forward, input, fills);
   g.forward_flops = f.flops;
   g.forward_dense_flops = f.dense;
   if (training && skip_backward) {
     // Most plans run both passes over one partition: classified once (half the planner's time
     // with a background went here twice).
-    Classified b = s.backward == s.forward ? f : classify(graph, shapes, s, s.backward, input);
+    Classified b =
+        s.backward == s.forward ? f : classify(graph, shapes, s, s.backward, input, fills);
     g.backward_flops = b.flops;
     g.backward_dense_flops = b.dense;
     g.input = input;
@@ -438,8 +448,11 @@ SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes,
     g.dense = std::move(dense);
     return g;
   }
-  SegmentGlass g =
-      glass_tiles(graph, shapes, s, obstacle.empty() ? input : CellMask(), training, skip_backward);
+  // Sub-segments skip their glass tiles but fill none (their tiles that see tissue run whole).
+  const bool fills = !s.is<SubSegments>();
+  SegmentGlass g = glass_tiles(graph, shapes, s, obstacle.empty() ? input : CellMask(), training,
+                               skip_backward, fills);
+  if (!fills) g.input = CellMask();
   g.obstacle = std::move(obstacle);
   return g;
 }

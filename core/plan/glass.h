@@ -29,9 +29,9 @@ std::string glass_obstacle(const Graph& graph, const Segment& s, bool training);
 
 // Why segment `s`, whose ops are the same at every position, computes its glass as tissue, or
 // "" where it skips it: a barrier reading a statistic of the whole activation in this step
-// outside recompute rounds (the one barrier scheme that takes glass into its statistics and
-// sums: core/exec/glass.h), or shared rows (full width: every node reads padding). Such a
-// segment still hands its glass on (uniform_through).
+// outside recompute rounds and sub-segments with resident inner checkpoints (the barrier schemes
+// that take glass into their statistics and sums: core/exec/glass.h), or shared rows (full
+// width: every node reads padding). Such a segment still hands its glass on (uniform_through).
 std::string glass_dense(const Graph& graph, const Segment& s, bool training);
 
 // The output positions of segment `s` whose windows read only positions of `input` (its input's
@@ -119,8 +119,11 @@ struct SegmentGlass {
 // follows; `skip_backward`: it may skip glass tiles (false where the input's gradient is wanted
 // position by position: the image's, when asked for). Without a backward, the output's uniform
 // positions are the forward's glass tiles.
+// `fills`: the other tiles compute their computed boxes and fill the rest; without, they
+// compute their whole needs (their FLOPs are those, and only the glass tiles' output is uniform).
 SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
-                         const CellMask& input, bool training, bool skip_backward);
+                         const CellMask& input, bool training, bool skip_backward,
+                         bool fills = true);
 
 // Segment `s`'s glass tiles in a step over `input`, its input's uniform positions: none where
 // glass_obstacle says so, nor where glass_dense does (then its output's uniform positions are

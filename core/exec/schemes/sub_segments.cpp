@@ -14,7 +14,8 @@
 
 namespace tessel::core {
 
-SubSegmentsRun::SubSegmentsRun(Step& step, int index) : SchemeRun(step, index) {
+SubSegmentsRun::SubSegmentsRun(Step& step, int index)
+    : SchemeRun(step, index), glass_(step, index) {
   const Graph& graph = step.graph();
   leaves_ = {s_.input};
   for (NodeId v : kept_inner(graph, s_)) leaves_.push_back(v);
@@ -119,7 +120,13 @@ TileExtras SubSegmentsRun::leaf_extras(const std::map<NodeId, TileTensor>& given
 
 // ---- Forward ----
 
-at::Tensor SubSegmentsRun::forward_tile(int64_t /*t*/, const Region& tile) {
+void SubSegmentsRun::before_forward() {
+  glass_.before_forward();
+  inner_forward(/*with_statistics=*/true);
+}
+
+at::Tensor SubSegmentsRun::forward_tile(int64_t t, const Region& tile) {
+  if (glass_.forward(t)) return glass_.output_tile(tile);
   const std::vector<Region> need = sub_needs(s_.output, tile, tile);
   const TileTensor x = step_.read_input(s_, need[static_cast<size_t>(s_.input)]);
   const auto given = leaf_tiles(need, s_.output, false);
@@ -143,9 +150,16 @@ void SubSegmentsRun::add_statistics(NodeId v, const at::Tensor& x) {
   for (NodeId b : readers(v)) step_.barrier_state(b)->add_input(x);
 }
 
+// `positions` positions of v in the glass tiles' shares, each holding v's uniform value.
+void SubSegmentsRun::add_uniform_statistics(NodeId v, int64_t positions) {
+  if (!statistics_ || positions == 0) return;
+  for (NodeId b : readers(v)) step_.barrier_state(b)->add_uniform_input(glass_.value(v), positions);
+}
+
 void SubSegmentsRun::finish_statistics(NodeId v) {
   if (!statistics_) return;
   for (NodeId b : readers(v)) step_.barrier_state(b)->finish_statistics(step_.training());
+  glass_.refresh();  // the uniform values past v's barriers
 }
 
 // Each inner checkpoint computed over the shares of the forward tiles from the leaves before
@@ -159,10 +173,15 @@ void SubSegmentsRun::inner_forward(bool with_statistics) {
   const bool input_pass = with_statistics && !readers(s_.input).empty();
   std::vector<Region> shares;
   std::vector<TileStore::BlockId> reads;
+  int64_t uniform = 0;  // the glass tiles' shares' positions
   for (int64_t t = 0; input_pass && t < s_.forward.tiles(); ++t) {
     const Region r =
         barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(s_.input));
     if (r.empty()) continue;
+    if (glass_.forward(t)) {
+      uniform += r.area();
+      continue;
+    }
     shares.push_back(r);
     if (stored_in != nullptr) {
       const auto ids = stored_in->reads(r);
@@ -172,6 +191,7 @@ void SubSegmentsRun::inner_forward(bool with_statistics) {
   const std::vector<InnerPass> passes = inner_passes(reads);
   // The step's forward then runs the output's tiles over the leaves (forward_tile).
   for (int64_t t = 0; with_statistics && t < s_.forward.tiles(); ++t) {
+    if (glass_.forward(t)) continue;  // reads nothing
     const Region tile = s_.forward.tile(t);
     const auto ids = tile_reads(s_.output, sub_needs(s_.output, tile, tile));
     reads.insert(reads.end(), ids.begin(), ids.end());
@@ -182,6 +202,7 @@ void SubSegmentsRun::inner_forward(bool with_statistics) {
   if (input_pass) {
     start_statistics(s_.input);
     for (const Region& r : shares) add_statistics(s_.input, step_.read_input(s_, r).tensor);
+    add_uniform_statistics(s_.input, uniform);
     finish_statistics(s_.input);
   }
   for (const InnerPass& p : passes) run_inner_pass(p);
@@ -216,10 +237,14 @@ std::vector<SubSegmentsRun::InnerPass> SubSegmentsRun::inner_passes(
       }
       ++k;
     }
-    InnerPass& p = passes.emplace_back(InnerPass{v, dropped, {}});
+    InnerPass& p = passes.emplace_back(InnerPass{v, dropped, {}, {}});
     for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
       const Region r = barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(v));
       if (r.empty()) continue;
+      if (glass_.forward(t)) {
+        p.glass.push_back(r);
+        continue;
+      }
       p.tiles.emplace_back(r, sub_needs(v, r, s_.forward.tile(t)));
       const auto ids = tile_reads(v, p.tiles.back().second);
       reads.insert(reads.end(), ids.begin(), ids.end());
@@ -251,6 +276,19 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
     }
     add_statistics(v, x);
   }
+  int64_t uniform = 0;
+  for (const Region& r : p.glass) {
+    uniform += r.area();
+    if (in == nullptr) continue;
+    const at::Tensor u = glass_.value(v).detach();
+    const at::Tensor x = u.expand({1, u.size(1), r.y.size(), r.x.size()});
+    if (in->stored_value) {
+      in->stored_value->write(r, x.contiguous());
+    } else {
+      crop({in->value, whole(vs)}, r).copy_(x);
+    }
+  }
+  add_uniform_statistics(v, uniform);
   finish_statistics(v);
 }
 
@@ -266,6 +304,7 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
 at::Tensor SubSegmentsRun::backward(const at::Tensor& grad_out) {
   grad_out_ = grad_out;
   grad_in_ = at::Tensor();
+  glass_sums_.clear();
   stored_grad_out_ = step_.stored_grad(s_.output).get();
   if (!s_.keeps_inner()) inner_forward(/*with_statistics=*/false);
   const std::vector<NodeId> inner = inner_nodes();
@@ -345,7 +384,7 @@ at::Tensor SubSegmentsRun::sub_segment_root(const SubPass& p, const Region& tile
 // touch, which this one then reads back).
 SubSegmentsRun::SubPass SubSegmentsRun::sub_pass(NodeId target, bool output,
                                                  const SubPass* before) const {
-  SubPass p{target, output, {}, {}, {}, {}};
+  SubPass p{target, output, {}, {}, {}, {}, {}, {}};
   std::map<const StoredActivation*, std::vector<char>> listed, stored;
   if (before != nullptr) {
     for (const auto& [g, regions] : before->adds) stored[g] = g->stored_after(regions);
@@ -360,6 +399,14 @@ SubSegmentsRun::SubPass SubSegmentsRun::sub_pass(NodeId target, bool output,
     const Region r =
         output ? tile : barrier_share(tile, step_.shape(s_.output), step_.shape(target));
     if (r.empty()) continue;
+    if (glass_.backward(t)) {  // reads nothing but, of the output, its gradient
+      p.glass.emplace_back(t, r);
+      if (output && stored_grad_out_ != nullptr) {
+        const auto ids = stored_grad_out_->reads(tile);
+        p.glass_reads.insert(p.glass_reads.end(), ids.begin(), ids.end());
+      }
+      continue;
+    }
     p.tiles.emplace_back(t, r, sub_needs(target, r, tile));
     if (step_.store() == nullptr) continue;
     const std::vector<Region>& need = std::get<2>(p.tiles.back());
@@ -387,8 +434,10 @@ SubSegmentsRun::SubPass SubSegmentsRun::sub_pass(NodeId target, bool output,
   return p;
 }
 
-// Its reads, in the order it makes them: each round's, then the pass's.
+// Its reads, in the order it makes them: the glass tiles' output gradient, each round's, then the
+// pass's.
 void SubSegmentsRun::schedule(const SubPass& p) {
+  if (!p.glass_reads.empty()) step_.store()->schedule(p.glass_reads);
   const size_t rounds = interior(p.target).size();
   for (size_t k = 0; k < rounds && !p.reads.empty(); ++k) step_.store()->schedule(p.reads);
   if (!p.pass_reads.empty()) step_.store()->schedule(p.pass_reads);
@@ -399,14 +448,16 @@ void SubSegmentsRun::schedule(const SubPass& p) {
 void SubSegmentsRun::run_sub_pass(const SubPass& p) {
   const Step::PassLog log(step_, index_, "backward to " + step_.graph().node(p.target).name);
   const std::vector<NodeId>& mine = interior(p.target);
-  for (auto b = mine.rbegin(); b != mine.rend(); ++b) sums_round(p, *b);
+  const at::Tensor seed = glass_seed(p);
+  for (auto b = mine.rbegin(); b != mine.rend(); ++b) sums_round(p, *b, seed);
   for (const auto& [g, regions] : p.adds) g->expect_additions(regions);
   for (const auto& [t, r, need] : p.tiles) backward_tile(p, t, r, need);
+  glass_backward(p, seed);
 }
 
 // One round of sums: each tile recomputed and the gradient taken back to barrier `b`'s output,
 // the later barriers' corrections added (their sums are done).
-void SubSegmentsRun::sums_round(const SubPass& p, NodeId b) {
+void SubSegmentsRun::sums_round(const SubPass& p, NodeId b, const at::Tensor& seed) {
   const std::vector<NodeId>& mine = interior(p.target);
   BarrierState& state = *step_.barrier_state(b);
   for (const auto& [t, r, need] : p.tiles) {
@@ -436,6 +487,7 @@ void SubSegmentsRun::sums_round(const SubPass& p, NodeId b) {
                                          /*create_graph=*/false, /*allow_unused=*/true);
     if (g[0].defined()) state.add_output_grad(x_b, g[0]);
   }
+  glass_round(p, b, seed);
   state.finish_sums();
 }
 
@@ -526,6 +578,126 @@ void SubSegmentsRun::input_barriers() {
       g.add_(step_.barrier_state(on_input[k])->correction_gradient(x));
     }
     add_input_grad(stored_grad_in_, grad_in_, r, g);
+  }
+}
+
+// ---- Glass ----
+//
+// A glass tile's share of every node is uniform (its whole cone is), so a sub-segment's glass
+// tiles need only the gradient's sum over their shares of its target: one backward of the chain
+// from the sub-segment's leaves, seeded with it, gives their part of the parameters' gradients,
+// of the sums of the barriers on the way, and the sums at the leaves' uniform positions (the
+// input's handed to the previous segment, a kept inner checkpoint's to its own sub-segment's
+// seed: every uniform position of a node has the same Jacobians, so only the sum matters).
+
+at::Tensor SubSegmentsRun::glass_seed(const SubPass& p) {
+  at::Tensor seed;
+  if (p.output) {
+    for (const auto& [t, r] : p.glass) {
+      step_.emit(index_, s_.backward, t, TileEvent::kBackward, false);
+      glass_.add_output_grad(r, grad_out_, stored_grad_out_);
+      ++step_.backward_tiles;
+      ++step_.glass_backward_tiles;
+      step_.emit(index_, s_.backward, t, TileEvent::kBackward, true);
+    }
+    return glass_.take_output_seed();
+  }
+  Inner& in = inner_.at(p.target);
+  for (const auto& [t, r] : p.glass) {
+    const at::Tensor g = in.grad.defined() ? crop({in.grad, whole(step_.shape(p.target))}, r)
+                                           : in.stored_grad->read(r);
+    const at::Tensor sum = g.sum({2, 3}, /*keepdim=*/true, at::kDouble);
+    seed = seed.defined() ? seed + sum : sum;
+  }
+  const auto handed = glass_sums_.find(p.target);
+  if (handed != glass_sums_.end()) {
+    seed = seed.defined() ? seed + handed->second : handed->second;
+    glass_sums_.erase(handed);
+  }
+  return seed;
+}
+
+// The segment's input and the kept inner checkpoints before `target`.
+std::vector<NodeId> SubSegmentsRun::leaves_before(NodeId target) const {
+  std::vector<NodeId> out;
+  for (NodeId l : leaves_) {
+    if (l < target) out.push_back(l);
+  }
+  return out;
+}
+
+// The seed on the target's value, and the corrections of the barriers this sub-segment
+// recomputes (those whose sums are taken) over the positions of their input the glass tiles'
+// shares hold, which no tile adds.
+at::Tensor SubSegmentsRun::glass_root(const SubPass& p, const std::vector<at::Tensor>& v,
+                                      const at::Tensor& seed) const {
+  at::Tensor root;
+  const auto add = [&root](const at::Tensor& r) { root = root.defined() ? root + r : r; };
+  const at::Tensor& y = v[static_cast<size_t>(p.target)];
+  if (seed.defined() && y.defined() && y.requires_grad()) {
+    add(seeded(y, seed.to(y.scalar_type()).view_as(y)));
+  }
+  for (NodeId b : interior(p.target)) {
+    const BarrierState& state = *step_.barrier_state(b);
+    const at::Tensor& x = v[static_cast<size_t>(step_.graph().node(b).inputs[0])];
+    if (!state.sums_done() || !x.defined() || !x.requires_grad()) continue;
+    int64_t positions = 0;
+    for (const auto& [t, r] : p.glass) positions += step_.share(s_, b, s_.backward.tile(t)).area();
+    if (positions > 0) add(state.correction(x) * static_cast<double>(positions));
+  }
+  return root;
+}
+
+// Barrier `b`'s sums over the positions whose gradient the glass takes as a sum.
+void SubSegmentsRun::glass_round(const SubPass& p, NodeId b, const at::Tensor& seed) {
+  if (!seed.defined() && p.glass.empty()) return;
+  const at::AutoGradMode grad_mode(true);
+  const std::vector<at::Tensor> v = glass_.sub_chain(leaves_before(p.target), p.target);
+  const at::Tensor root = glass_root(p, v, seed);
+  const at::Tensor& y = v[static_cast<size_t>(b)];
+  if (!root.defined() || !root.requires_grad() || !y.defined() || !y.requires_grad()) return;
+  const auto g = torch::autograd::grad({root}, {y}, {}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+  if (!g[0].defined()) return;
+  const at::Tensor& x = v[static_cast<size_t>(step_.graph().node(b).inputs[0])];
+  step_.barrier_state(b)->add_output_grad(x.detach(), g[0]);
+}
+
+// The chain's backward: the parameters' gradients, the sums of the barriers on the leaves (the
+// tiles' hooks take the rest), and the leaves' sums.
+void SubSegmentsRun::glass_backward(const SubPass& p, const at::Tensor& seed) {
+  if (!seed.defined() && p.glass.empty()) return;
+  const at::AutoGradMode grad_mode(true);
+  const std::vector<NodeId> leaves = leaves_before(p.target);
+  std::vector<at::Tensor> v = glass_.sub_chain(leaves, p.target);
+  const std::vector<NodeId>& mine = interior(p.target);
+  std::vector<NodeId> hooked;
+  for (NodeId b : step_.barriers(s_)) {
+    at::Tensor& y = v[static_cast<size_t>(b)];
+    // A leaf is given, not computed here (its own sub-segment's tiles and chain take its sums).
+    if (b > p.target || !y.defined() || !y.requires_grad() ||
+        std::find(leaves.begin(), leaves.end(), b) != leaves.end() ||
+        std::find(mine.begin(), mine.end(), b) != mine.end() ||
+        step_.barrier_state(b)->sums_done()) {
+      continue;
+    }
+    y.retain_grad();
+    hooked.push_back(b);
+  }
+  const at::Tensor root = glass_root(p, v, seed);
+  if (!root.defined() || !root.requires_grad()) return;
+  root.backward();
+  for (NodeId b : hooked) {
+    const at::Tensor& g = v[static_cast<size_t>(b)].grad();
+    if (!g.defined()) continue;
+    const at::Tensor& x = v[static_cast<size_t>(step_.graph().node(b).inputs[0])];
+    step_.barrier_state(b)->add_output_grad(x.detach(), g);
+  }
+  for (NodeId l : leaves) {
+    const at::Tensor& g = v[static_cast<size_t>(l)].grad();
+    if (!g.defined()) continue;
+    at::Tensor& sum = l == s_.input ? step_.glass_grad(s_.input) : glass_sums_[l];
+    sum = sum.defined() ? sum + g.to(at::kDouble) : g.to(at::kDouble);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/exec/glass.h"
 #include "core/exec/step.h"
 
 namespace tessel::core {
@@ -24,7 +25,7 @@ namespace tessel::core {
 class SubSegmentsRun : public SchemeRun {
  public:
   SubSegmentsRun(Step& step, int index);
-  void before_forward() override { inner_forward(/*with_statistics=*/true); }
+  void before_forward() override;
   void schedule_forward() override { schedule_source(); }  // inner_forward scheduled the store's
   at::Tensor forward_tile(int64_t t, const Region& tile) override;
   void after_forward() override;
@@ -46,6 +47,7 @@ class SubSegmentsRun : public SchemeRun {
     NodeId v;
     bool dropped;
     std::vector<std::pair<Region, std::vector<Region>>> tiles;
+    std::vector<Region> glass;  // the glass tiles' shares: v's uniform value there
   };
   // One sub-segment's backward over the backward tiles (shares of them for an inner
   // checkpoint): its tiles, the store's reads of each round and of the pass (which also reads
@@ -56,7 +58,10 @@ class SubSegmentsRun : public SchemeRun {
     bool output;
     // Backward tile index, region at target, and what it needs.
     std::vector<std::tuple<int64_t, Region, std::vector<Region>>> tiles;
-    std::vector<TileStore::BlockId> reads, pass_reads;
+    // Glass tiles with a share of the target (not run), and of the output's, the output
+    // gradient's reads (their sums are taken first).
+    std::vector<std::pair<int64_t, Region>> glass;
+    std::vector<TileStore::BlockId> glass_reads, reads, pass_reads;
     std::map<StoredActivation*, std::vector<Region>> adds;
   };
 
@@ -78,6 +83,7 @@ class SubSegmentsRun : public SchemeRun {
   void run_inner_pass(const InnerPass& p);
   void start_statistics(NodeId v);
   void add_statistics(NodeId v, const at::Tensor& x);
+  void add_uniform_statistics(NodeId v, int64_t positions);
   void finish_statistics(NodeId v);
   // Backward.
   void add_grad(NodeId l, const Region& r, const at::Tensor& g);
@@ -86,7 +92,16 @@ class SubSegmentsRun : public SchemeRun {
   SubPass sub_pass(NodeId target, bool output, const SubPass* before) const;
   void schedule(const SubPass& p);
   void run_sub_pass(const SubPass& p);
-  void sums_round(const SubPass& p, NodeId b);
+  void sums_round(const SubPass& p, NodeId b, const at::Tensor& seed);
+  // Glass (core/exec/glass.h): the gradient's sum over the target's uniform positions this
+  // sub-segment takes as one (its glass tiles', and what later sub-segments or the next segment
+  // handed back); the chain's surrogate from it; its part of a round's sums; its backward.
+  at::Tensor glass_seed(const SubPass& p);
+  std::vector<NodeId> leaves_before(NodeId target) const;
+  at::Tensor glass_root(const SubPass& p, const std::vector<at::Tensor>& v,
+                        const at::Tensor& seed) const;
+  void glass_round(const SubPass& p, NodeId b, const at::Tensor& seed);
+  void glass_backward(const SubPass& p, const at::Tensor& seed);
   void backward_tile(const SubPass& p, int64_t t, const Region& r, const std::vector<Region>& need);
   void correct_inner(NodeId v);
   void input_barriers();
@@ -98,6 +113,10 @@ class SubSegmentsRun : public SchemeRun {
   std::map<NodeId, std::vector<NodeId>> interior_;
   std::map<NodeId, Inner> inner_;
   bool statistics_ = false;  // inner_forward takes the barriers' statistics
+  GlassRun glass_;
+  // By kept inner checkpoint: the gradient's sum over its uniform positions that the glass of
+  // later sub-segments handed back (added to its own sub-segment's seed).
+  std::map<NodeId, at::Tensor> glass_sums_;
   // The backward's: the output's gradient (whole, or in the store), the input's.
   at::Tensor grad_out_, grad_in_;
   StoredActivation* stored_grad_out_ = nullptr;
