@@ -452,7 +452,13 @@ SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes,
   const bool fills = !s.is<SubSegments>();
   SegmentGlass g = glass_tiles(graph, shapes, s, obstacle.empty() ? input : CellMask(), training,
                                skip_backward, fills);
-  if (!fills) g.input = CellMask();
+  if (!fills && obstacle.empty()) {
+    g.input = CellMask();
+    // Its tiles that see tissue compute their glass too, and it holds the uniform value there:
+    // every position whose window sees only uniform input is handed on (the next segment's sum
+    // of its gradient there is seeded with the glass tiles'; only the sum matters).
+    if (!training || skip_backward) g.output = uniform_through(graph, shapes, s, input);
+  }
   g.obstacle = std::move(obstacle);
   return g;
 }
