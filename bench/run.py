@@ -11,7 +11,8 @@ between points, and writes the results (JSON lines) and the tables of bench/READ
   bench/run --only attention  the attention-MIL head against the max-pool head, memory by size
   bench/run --only rows  grid, overlapping rows (OverL) and shared rows (2PS) under one budget
   bench/run --only glass  synthetic slides at 10-100% tissue: glass computed once against dense
-                          (BENCH_GLASS_SIZES=2048 BENCH_GLASS_MODELS=vgg-mini for a short run,
+                          (BENCH_GLASS_SIZES=2048 BENCH_GLASS_MODELS=vgg-mini for a short run;
+                          MODEL, MODEL:NORM or MODEL:NORM:SIZE, comma-separated,
                           BENCH_GLASS_REPEAT=N / BENCH_GLASS_WARMUP=N for the median of N steps
                           after N warm-ups, BENCH_GLASS_SAME_PLAN=0 to skip the same plan run
                           dense, BENCH_GLASS_ROUNDS=N to run every variant N times in turn
@@ -632,8 +633,12 @@ def run_rows_section(args):
 # bar: the glass step within 1.25 × dense × (tissue + the margin the plan reports), i.e.
 # 1.25 × dense × (1 − the share of FLOPs not computed: glass tiles and the other tiles' fills);
 # at 100% tissue no slower than dense. (model, norm, size, budget) cases, repeat, warmup.
+# resnet50 with train-mode batch norm in 8 GiB (sub-segments; in 2 GiB the plan recomputes in
+# rounds, 20 minutes a step here), and at 2048² in 4 GiB (whole barriers, run as sub-segments
+# where their glass pays): BENCH_GLASS_MODELS=resnet50:batch for those alone,
+# resnet50:batch:2048 for the second.
 GLASS_FULL = ([("vgg-mini", "frozen", 4096, "1GiB"), ("resnet50", "frozen", 4096, "2GiB"),
-               ("resnet50", "batch", 4096, "2GiB")], 1, 1)
+               ("resnet50", "batch", 4096, "8GiB"), ("resnet50", "batch", 2048, "4GiB")], 1, 1)
 GLASS_QUICK = ([("tiny", "frozen", 192, "1MiB")], 1, 0)
 GLASS_BACKGROUNDS = [0.9, 0.7, 0.4, 0.0]
 GLASS_TABLE_BEGIN = "<!-- glass table: bench/run --only glass writes between these lines -->"
@@ -727,7 +732,8 @@ def run_glass_section(args):
         cases = [(m, n, size, b) for m, n, _, b in cases for size in sizes]
     if os.environ.get("BENCH_GLASS_MODELS"):
         keep = os.environ["BENCH_GLASS_MODELS"].split(",")
-        cases = [c for c in cases if f"{c[0]}:{c[1]}" in keep or c[0] in keep]
+        cases = [c for c in cases
+                 if f"{c[0]}:{c[1]}:{c[2]}" in keep or f"{c[0]}:{c[1]}" in keep or c[0] in keep]
     points, out = [] if args.quick else glass_points_kept(cases), None
     for model, norm, size, budget in cases:
         base = ["--norm", norm, "--budget", budget, "--prices", "100,100"]

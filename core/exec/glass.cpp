@@ -231,17 +231,28 @@ at::Tensor GlassRun::output_tile(const Region& tile) const {
 }
 
 void GlassRun::fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtras& extras,
-                    NodeId last) const {
+                    NodeId last, const std::map<NodeId, CellMask>* given) const {
   if (!fills() || values_.empty()) return;
   const Graph& graph = step_.graph();
   const std::vector<Shape>& shapes = step_.plan().shapes;
   const NodeId output = last < 0 ? s_.output : last;
   const std::vector<Boxes> box =
-      computed_boxes(graph, shapes, s_.input, output, need, tiles().input);
+      computed_boxes(graph, shapes, s_.input, output, need, tiles().input, given);
   boxes.held = held_regions(graph, shapes, s_.input, output, need, box);
   boxes.computed = held_boxes(box, boxes.held);
   extras.boxes = &boxes;
   extras.fill = &values_;
+}
+
+std::vector<at::Tensor> GlassRun::take_fill_grads() {
+  std::vector<at::Tensor> sums(values_.size());
+  for (size_t n = 0; n < values_.size(); ++n) {
+    at::Tensor& v = values_[n];
+    if (!v.defined() || !v.grad().defined()) continue;
+    sums[n] = v.grad().to(at::kDouble);
+    v.mutable_grad().reset();
+  }
+  return sums;
 }
 
 // The gradient at glass tile `tile`'s output, summed over it (float64, 1×C×1×1; undefined where

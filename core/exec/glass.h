@@ -16,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
 #include <vector>
 
 #include "core/exec/step.h"
@@ -49,8 +50,14 @@ class GlassRun {
   // What a tile over `need` (segment_needs up to `last`, the output when -1) fills: `extras`
   // gets what it holds and computes of each node and the nodes' values, unless the segment
   // fills nothing. `boxes` holds the regions meanwhile.
-  void fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtras& extras,
-            NodeId last = -1) const;
+  // `given`: nodes whose tiles are given (sub-segments' leaves), with their uniform positions.
+  void fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtras& extras, NodeId last = -1,
+            const std::map<NodeId, CellMask>* given = nullptr) const;
+  // Whether the other tiles fill (the input has uniform positions the tiles fill from).
+  bool fills() const { return !tiles().input.none(); }
+  // By node: the gradient's sum at the fills since the last call (float64; undefined where
+  // none), taken.
+  std::vector<at::Tensor> take_fill_grads();
   // A node's uniform value (undefined past a barrier whose statistic is not yet taken).
   const at::Tensor& value(NodeId v) const { return values_.at(static_cast<size_t>(v)); }
   // After a barrier's statistic: the values past it (RecomputeRounds' statistic passes).
@@ -88,7 +95,6 @@ class GlassRun {
   int64_t glass_share(NodeId b) const;
   at::Tensor output_grad_sum(const Region& tile, const at::Tensor& grad_out,
                              StoredActivation* stored_grad_out);
-  bool fills() const { return !tiles().input.none(); }
 
   Step& step_;
   int index_;

@@ -1,6 +1,7 @@
 #include "core/plan/glass.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/error.h"
 #include "core/graph/node_vec.h"
@@ -95,13 +96,14 @@ Boxes reading_boxes(const Node& node, const std::vector<Shape>& shapes, const Re
 
 std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const std::vector<Region>& need,
-                                  const CellMask& uniform) {
+                                  const CellMask& uniform,
+                                  const std::map<NodeId, CellMask>* given) {
   std::vector<Boxes> box(need.size());
+  const auto outside = [&](const CellMask& m, const Region& r) {
+    return m.none() ? Boxes{r} : disjoint_boxes(m.outside_pieces(r), kMostBoxes);
+  };
   const auto in = static_cast<size_t>(input);
-  if (!need[in].empty()) {
-    box[in] = uniform.none() ? Boxes{need[in]}
-                             : disjoint_boxes(uniform.outside_pieces(need[in]), kMostBoxes);
-  }
+  if (!need[in].empty()) box[in] = outside(uniform, need[in]);
   const auto whole = [&](NodeId p) {
     const Boxes& b = box[static_cast<size_t>(p)];
     return b.size() == 1 && b.front() == need[static_cast<size_t>(p)];
@@ -109,6 +111,10 @@ std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& 
   for (NodeId v = input + 1; v <= output; ++v) {
     const Region& r = need[static_cast<size_t>(v)];
     if (r.empty()) continue;
+    if (given != nullptr && v < output && given->count(v) > 0) {  // given: its uniform positions
+      box[static_cast<size_t>(v)] = outside(given->at(v), r);
+      continue;
+    }
     // Where every input's box is its whole region, so is this node's: each position reads some
     // of it or padding. Most of a tile that sees tissue, and half the planner's time with a
     // background when computed box by box (resnet50 2048²).
@@ -448,16 +454,13 @@ SegmentGlass segment_glass(const Graph& graph, const std::vector<Shape>& shapes,
     g.dense = std::move(dense);
     return g;
   }
-  // Sub-segments skip their glass tiles but fill none (their tiles that see tissue run whole).
-  const bool fills = !s.is<SubSegments>();
-  SegmentGlass g = glass_tiles(graph, shapes, s, obstacle.empty() ? input : CellMask(), training,
-                               skip_backward, fills);
-  if (!fills && obstacle.empty()) {
-    g.input = CellMask();
-    // Its tiles that see tissue compute their glass too, and it holds the uniform value there:
-    // every position whose window sees only uniform input is handed on (the next segment's sum
-    // of its gradient there is seeded with the glass tiles'; only the sum matters).
-    if (!training || skip_backward) g.output = uniform_through(graph, shapes, s, input);
+  SegmentGlass g =
+      glass_tiles(graph, shapes, s, obstacle.empty() ? input : CellMask(), training, skip_backward);
+  if (s.is<SubSegments>() && obstacle.empty() && (!training || skip_backward)) {
+    // Its tiles fill from their leaves' uniform positions, so they compute somewhat more than
+    // the segment's own boxes say; every position whose window sees only uniform input holds
+    // the uniform value all the same, and is handed on (only the gradient's sum there matters).
+    g.output = uniform_through(graph, shapes, s, input);
   }
   g.obstacle = std::move(obstacle);
   return g;

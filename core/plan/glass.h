@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,11 +56,14 @@ bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId i
 // of the region holds the node's uniform value (core/exec/glass.h fills it). need[input]'s boxes
 // hold its positions outside `uniform`, the input's uniform positions, by connected piece.
 // Indexed as `need`; a glass tile's boxes are all empty, a node whose inputs are computed whole
-// has {need[v]}.
+// has {need[v]}. `given`: nodes before `output` whose tiles are given rather than computed
+// (sub-segments' inner checkpoints), each with its uniform positions; their boxes are those
+// outside them.
 constexpr int kMostBoxes = 8;
 std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const std::vector<Region>& need,
-                                  const CellMask& uniform);
+                                  const CellMask& uniform,
+                                  const std::map<NodeId, CellMask>* given = nullptr);
 
 // What a tile whose boxes are `box` (computed_boxes of `need`) holds of each node of (input,
 // output]: the part its consumers' windows read, around each consumer's computed parts (its boxes

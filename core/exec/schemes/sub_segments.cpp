@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/exec/step.h"
 #include "core/plan/geometry.h"
+#include "core/plan/glass.h"
 
 namespace tessel::core {
 
@@ -118,10 +119,26 @@ TileExtras SubSegmentsRun::leaf_extras(const std::map<NodeId, TileTensor>& given
   return extras;
 }
 
+TileExtras SubSegmentsRun::tile_extras(const std::map<NodeId, TileTensor>& given, bool hooks,
+                                       const std::vector<Region>& need, NodeId target,
+                                       TileBoxes& boxes) {
+  TileExtras extras = leaf_extras(given, hooks);
+  glass_.fill(need, boxes, extras, target, &given_);
+  return extras;
+}
+
 // ---- Forward ----
 
 void SubSegmentsRun::before_forward() {
   glass_.before_forward();
+  given_.clear();
+  if (glass_.fills()) {
+    for (NodeId l : inner_nodes()) {
+      Segment to = s_;
+      to.output = l;
+      given_[l] = uniform_through(step_.graph(), step_.plan().shapes, to, glass_.tiles().input);
+    }
+  }
   inner_forward(/*with_statistics=*/true);
 }
 
@@ -130,7 +147,9 @@ at::Tensor SubSegmentsRun::forward_tile(int64_t t, const Region& tile) {
   const std::vector<Region> need = sub_needs(s_.output, tile, tile);
   const TileTensor x = step_.read_input(s_, need[static_cast<size_t>(s_.input)]);
   const auto given = leaf_tiles(need, s_.output, false);
-  return step_.run_tile(s_.input, s_.output, need, x, leaf_extras(given, false));
+  TileBoxes boxes;
+  return step_.run_tile(s_.input, s_.output, need, x,
+                        tile_extras(given, false, need, s_.output, boxes));
 }
 
 void SubSegmentsRun::after_forward() {
@@ -268,7 +287,9 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
   for (const auto& [r, need] : p.tiles) {
     const TileTensor x_in = step_.read_input(s_, need[static_cast<size_t>(s_.input)]);
     const auto given = leaf_tiles(need, v, false);
-    const at::Tensor x = step_.run_tile(s_.input, v, need, x_in, leaf_extras(given, false));
+    TileBoxes boxes;
+    const at::Tensor x =
+        step_.run_tile(s_.input, v, need, x_in, tile_extras(given, false, need, v, boxes));
     if (in != nullptr && in->stored_value) {
       in->stored_value->write(r, x);
     } else if (in != nullptr) {
@@ -452,7 +473,7 @@ void SubSegmentsRun::run_sub_pass(const SubPass& p) {
   for (auto b = mine.rbegin(); b != mine.rend(); ++b) sums_round(p, *b, seed);
   for (const auto& [g, regions] : p.adds) g->expect_additions(regions);
   for (const auto& [t, r, need] : p.tiles) backward_tile(p, t, r, need);
-  glass_backward(p, seed);
+  glass_backward(p, seed, glass_.take_fill_grads());
 }
 
 // One round of sums: each tile recomputed and the gradient taken back to barrier `b`'s output,
@@ -460,6 +481,7 @@ void SubSegmentsRun::run_sub_pass(const SubPass& p) {
 void SubSegmentsRun::sums_round(const SubPass& p, NodeId b, const at::Tensor& seed) {
   const std::vector<NodeId>& mine = interior(p.target);
   BarrierState& state = *step_.barrier_state(b);
+  std::vector<at::Tensor> fills(static_cast<size_t>(s_.output) + 1);  // by node, summed
   for (const auto& [t, r, need] : p.tiles) {
     const Region tile = s_.backward.tile(t);
     const Region& in_region = need[static_cast<size_t>(s_.input)];
@@ -468,7 +490,8 @@ void SubSegmentsRun::sums_round(const SubPass& p, NodeId b, const at::Tensor& se
     const auto given = leaf_tiles(need, p.target, true);
     at::AutoGradMode grad_mode(true);
     std::map<NodeId, TileTensor> acts;
-    TileExtras extras = leaf_extras(given, false);
+    TileBoxes boxes;
+    TileExtras extras = tile_extras(given, false, need, p.target, boxes);
     extras.barrier_acts = &acts;
     at::Tensor y = step_.run_tile(s_.input, p.target, need, {x, in_region}, extras);
     at::Tensor root = sub_segment_root(p, tile, r, y);
@@ -479,15 +502,24 @@ void SubSegmentsRun::sums_round(const SubPass& p, NodeId b, const at::Tensor& se
                                ? crop(acts[step_.graph().node(b).inputs[0]], out.region).detach()
                                : at::Tensor();
     acts.clear();
-    if (!root.defined() || !root.requires_grad() || !out.tensor.defined() ||
-        !out.tensor.requires_grad() || out.region.empty()) {
-      continue;
-    }
-    const auto g = torch::autograd::grad({root}, {out.tensor}, {}, /*retain_graph=*/false,
+    if (!root.defined() || !root.requires_grad()) continue;
+    // The barrier's output, and the fills' leaves: the gradient at the positions they fill.
+    std::vector<at::Tensor> outputs;
+    const bool out_grad = out.tensor.defined() && out.tensor.requires_grad() && !out.region.empty();
+    if (out_grad) outputs.push_back(out.tensor);
+    const std::vector<NodeId> leaves = glass_.fill_leaves(outputs);
+    if (outputs.empty()) continue;
+    const auto g = torch::autograd::grad({root}, outputs, {}, /*retain_graph=*/false,
                                          /*create_graph=*/false, /*allow_unused=*/true);
-    if (g[0].defined()) state.add_output_grad(x_b, g[0]);
+    if (out_grad && g[0].defined()) state.add_output_grad(x_b, g[0]);
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      const at::Tensor& f = g[k + (out_grad ? 1 : 0)];
+      if (!f.defined()) continue;
+      at::Tensor& sum = fills[static_cast<size_t>(leaves[k])];
+      sum = sum.defined() ? sum + f.to(at::kDouble) : f.to(at::kDouble);
+    }
   }
-  glass_round(p, b, seed);
+  glass_round(p, b, seed, fills);
   state.finish_sums();
 }
 
@@ -505,7 +537,8 @@ void SubSegmentsRun::backward_tile(const SubPass& p, int64_t t, const Region& r,
   {
     at::AutoGradMode grad_mode(true);
     std::map<NodeId, TileTensor> acts;
-    TileExtras extras = leaf_extras(given, true);
+    TileBoxes boxes;
+    TileExtras extras = tile_extras(given, true, need, p.target, boxes);
     if (!mine.empty()) extras.barrier_acts = &acts;
     at::Tensor y = step_.run_tile(s_.input, p.target, need, {x, in_region}, extras);
     at::Tensor root = sub_segment_root(p, tile, r, y);
@@ -617,6 +650,14 @@ at::Tensor SubSegmentsRun::glass_seed(const SubPass& p) {
   return seed;
 }
 
+namespace {
+
+bool any_defined(const std::vector<at::Tensor>& ts) {
+  return std::any_of(ts.begin(), ts.end(), [](const at::Tensor& t) { return t.defined(); });
+}
+
+}  // namespace
+
 // The segment's input and the kept inner checkpoints before `target`.
 std::vector<NodeId> SubSegmentsRun::leaves_before(NodeId target) const {
   std::vector<NodeId> out;
@@ -630,12 +671,19 @@ std::vector<NodeId> SubSegmentsRun::leaves_before(NodeId target) const {
 // recomputes (those whose sums are taken) over the positions of their input the glass tiles'
 // shares hold, which no tile adds.
 at::Tensor SubSegmentsRun::glass_root(const SubPass& p, const std::vector<at::Tensor>& v,
-                                      const at::Tensor& seed) const {
+                                      const at::Tensor& seed,
+                                      const std::vector<at::Tensor>& fills) const {
   at::Tensor root;
   const auto add = [&root](const at::Tensor& r) { root = root.defined() ? root + r : r; };
-  const at::Tensor& y = v[static_cast<size_t>(p.target)];
-  if (seed.defined() && y.defined() && y.requires_grad()) {
-    add(seeded(y, seed.to(y.scalar_type()).view_as(y)));
+  const auto seed_at = [&](NodeId n, const at::Tensor& g) {
+    const at::Tensor& y = v[static_cast<size_t>(n)];
+    if (g.defined() && y.defined() && y.requires_grad()) {
+      add(seeded(y, g.to(y.scalar_type()).view_as(y)));
+    }
+  };
+  seed_at(p.target, seed);
+  for (size_t n = 0; n < fills.size() && static_cast<NodeId>(n) <= p.target; ++n) {
+    seed_at(static_cast<NodeId>(n), fills[n]);
   }
   for (NodeId b : interior(p.target)) {
     const BarrierState& state = *step_.barrier_state(b);
@@ -649,11 +697,12 @@ at::Tensor SubSegmentsRun::glass_root(const SubPass& p, const std::vector<at::Te
 }
 
 // Barrier `b`'s sums over the positions whose gradient the glass takes as a sum.
-void SubSegmentsRun::glass_round(const SubPass& p, NodeId b, const at::Tensor& seed) {
-  if (!seed.defined() && p.glass.empty()) return;
+void SubSegmentsRun::glass_round(const SubPass& p, NodeId b, const at::Tensor& seed,
+                                 const std::vector<at::Tensor>& fills) {
+  if (!seed.defined() && p.glass.empty() && !any_defined(fills)) return;
   const at::AutoGradMode grad_mode(true);
   const std::vector<at::Tensor> v = glass_.sub_chain(leaves_before(p.target), p.target);
-  const at::Tensor root = glass_root(p, v, seed);
+  const at::Tensor root = glass_root(p, v, seed, fills);
   const at::Tensor& y = v[static_cast<size_t>(b)];
   if (!root.defined() || !root.requires_grad() || !y.defined() || !y.requires_grad()) return;
   const auto g = torch::autograd::grad({root}, {y}, {}, /*retain_graph=*/false,
@@ -665,8 +714,9 @@ void SubSegmentsRun::glass_round(const SubPass& p, NodeId b, const at::Tensor& s
 
 // The chain's backward: the parameters' gradients, the sums of the barriers on the leaves (the
 // tiles' hooks take the rest), and the leaves' sums.
-void SubSegmentsRun::glass_backward(const SubPass& p, const at::Tensor& seed) {
-  if (!seed.defined() && p.glass.empty()) return;
+void SubSegmentsRun::glass_backward(const SubPass& p, const at::Tensor& seed,
+                                    const std::vector<at::Tensor>& fills) {
+  if (!seed.defined() && p.glass.empty() && !any_defined(fills)) return;
   const at::AutoGradMode grad_mode(true);
   const std::vector<NodeId> leaves = leaves_before(p.target);
   std::vector<at::Tensor> v = glass_.sub_chain(leaves, p.target);
@@ -684,7 +734,7 @@ void SubSegmentsRun::glass_backward(const SubPass& p, const at::Tensor& seed) {
     y.retain_grad();
     hooked.push_back(b);
   }
-  const at::Tensor root = glass_root(p, v, seed);
+  const at::Tensor root = glass_root(p, v, seed, fills);
   if (!root.defined() || !root.requires_grad()) return;
   root.backward();
   for (NodeId b : hooked) {

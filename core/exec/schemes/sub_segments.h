@@ -77,6 +77,9 @@ class SubSegmentsRun : public SchemeRun {
   std::map<NodeId, TileTensor> leaf_tiles(const std::vector<Region>& need, NodeId target,
                                           bool grad);
   TileExtras leaf_extras(const std::map<NodeId, TileTensor>& given, bool hooks);
+  // The same with the tile's glass filled (GlassRun::fill) over `need` up to `target`.
+  TileExtras tile_extras(const std::map<NodeId, TileTensor>& given, bool hooks,
+                         const std::vector<Region>& need, NodeId target, TileBoxes& boxes);
   // Forward.
   void inner_forward(bool with_statistics);
   std::vector<InnerPass> inner_passes(std::vector<TileStore::BlockId>& reads);
@@ -98,10 +101,12 @@ class SubSegmentsRun : public SchemeRun {
   // handed back); the chain's surrogate from it; its part of a round's sums; its backward.
   at::Tensor glass_seed(const SubPass& p);
   std::vector<NodeId> leaves_before(NodeId target) const;
-  at::Tensor glass_root(const SubPass& p, const std::vector<at::Tensor>& v,
-                        const at::Tensor& seed) const;
-  void glass_round(const SubPass& p, NodeId b, const at::Tensor& seed);
-  void glass_backward(const SubPass& p, const at::Tensor& seed);
+  at::Tensor glass_root(const SubPass& p, const std::vector<at::Tensor>& v, const at::Tensor& seed,
+                        const std::vector<at::Tensor>& fills) const;
+  void glass_round(const SubPass& p, NodeId b, const at::Tensor& seed,
+                   const std::vector<at::Tensor>& fills);
+  void glass_backward(const SubPass& p, const at::Tensor& seed,
+                      const std::vector<at::Tensor>& fills);
   void backward_tile(const SubPass& p, int64_t t, const Region& r, const std::vector<Region>& need);
   void correct_inner(NodeId v);
   void input_barriers();
@@ -117,6 +122,8 @@ class SubSegmentsRun : public SchemeRun {
   // By kept inner checkpoint: the gradient's sum over its uniform positions that the glass of
   // later sub-segments handed back (added to its own sub-segment's seed).
   std::map<NodeId, at::Tensor> glass_sums_;
+  // The kept inner checkpoints' uniform positions, which the tiles that read them fill from.
+  std::map<NodeId, CellMask> given_;
   // The backward's: the output's gradient (whole, or in the store), the input's.
   at::Tensor grad_out_, grad_in_;
   StoredActivation* stored_grad_out_ = nullptr;
