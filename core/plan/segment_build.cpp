@@ -283,14 +283,10 @@ constexpr int64_t kMostTiles = 2048;
 
 void SegmentBuild::refine_for_glass(const CellMask& uniform) {
   if (nf <= 0 || nb <= 0 || strategy != Strategy::kGrid || uniform.none() ||
-      !glass_obstacle(a.graph, s, /*training=*/true).empty()) {
+      !glass_obstacle(a.graph, s, /*training=*/true).empty() ||
+      !glass_dense(a.graph, s, /*training=*/true).empty()) {
     return;
   }
-  if (s.is<WholeBarriers>()) {
-    glass_sub_segments(uniform);
-    return;
-  }
-  if (!glass_dense(a.graph, s, /*training=*/true).empty()) return;
   double best = glass_priced(a, s, s.forward, s.backward, uniform);
   std::optional<Partition> chosen;
   for (int64_t k : kGlassFactors) {
@@ -306,49 +302,6 @@ void SegmentBuild::refine_for_glass(const CellMask& uniform) {
     }
   }
   if (chosen) s.forward = s.backward = *chosen;
-}
-
-// A one-tile segment with barriers computes its glass as tissue (WholeBarriers). As sub-segments
-// over a grid, inner checkpoints resident, its glass tiles are not run: taken where some such
-// grid fits the budget and its price, glass tiles not run, is below the whole segment's
-// (resnet50 train-mode batch norm at 2048² in 4 GiB ran every segment whole, and none of its
-// glass was skipped).
-void SegmentBuild::glass_sub_segments(const CellMask& uniform) {
-  if (!a.options.overrides.inner_checkpoints || budget <= 0) return;
-  // The scheme's own passes (sub-segments rebuild their inner checkpoints) priced dense.
-  const auto priced = [&](const Partition& f, const Partition& b) {
-    return glass_priced(a, s, f, b, uniform) + scheme_cost(a, s).total();
-  };
-  double best = priced(s.forward, s.backward);
-  const Segment whole = s;
-  const auto [more_fwd, more_bwd] = inner_extra(Tier::kResident);
-  s.scheme = SubSegments{};
-  const int64_t avail_fwd = budget - fwd_fixed - more_fwd;
-  const int64_t avail_bwd = budget - bwd_fixed - more_bwd;
-  std::optional<Partition> chosen;
-  for (int64_t k : kGlassFactors) {
-    if (k * kFinest > out.height || k * kFinest > out.width || k * k > kMostTiles) break;
-    const Partition p = Partition::even(out.height, out.width, k, k);
-    const auto tc = worst_tile(a, s, p);
-    if (tc.forward_bytes > avail_fwd || tc.backward_bytes + open_bytes(p, false) > avail_bwd) {
-      continue;
-    }
-    s.forward = s.backward = p;  // as scheme_cost reads them
-    const double price = priced(p, p);
-    if (price < best) {
-      best = price;
-      chosen = p;
-    }
-  }
-  if (!chosen) {
-    s = whole;
-    return;
-  }
-  s.forward = s.backward = *chosen;
-  inner_fwd = more_fwd;
-  inner_bwd = more_bwd;
-  fwd_fixed += more_fwd;
-  bwd_fixed += more_bwd;
 }
 
 // Balanced rows, unless balancing by input rows makes the heaviest row heavier or changes the

@@ -65,7 +65,6 @@ class SegmentBuild {
   // passes) where its glass tiles, not run, save more than its halos and tiles add (finer
   // tiles hold less, so the budget still holds). Grids the budget search chose only.
   void refine_for_glass(const CellMask& uniform);
-  void glass_sub_segments(const CellMask& uniform);
   // Adds the segment's cost to `cost`; returns its forward's and backward's bytes at their
   // peaks (as build's passes) and fills the segment's FLOPs and the store's blocks.
   std::pair<MemoryBreakdown, MemoryBreakdown> account(PlanCost& cost);

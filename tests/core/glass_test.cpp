@@ -690,33 +690,6 @@ TEST(Glass, SubSegmentsSkipTheirGlassTiles) {
   EXPECT_LT(d.worst(), kTolerance) << to_string(offloaded, g) << d.to_string();
 }
 
-// Where the budget lets a segment with barriers run whole (computing its glass as tissue), the
-// search runs it as sub-segments over a grid instead when their glass tiles, not run, make that
-// cheaper (here: tiles priced at their FLOPs alone, a background over 90%); the step is exact.
-TEST(Glass, TheSearchRunsWholeBarriersAsSubSegmentsWhereGlassPays) {
-  Graph g = barrier_network();
-  const Shape in{2, 125, 119};
-  const Background b = synthetic_background(in, 4, 0.9, 47);
-  PlanOptions o;
-  o.strategy = Strategy::kGrid;
-  o.element_bytes = 8;
-  o.prices.per_tile = 0;
-  const auto sub_segments = [](const Plan& p) {
-    return std::count_if(p.segments.begin(), p.segments.end(),
-                         [](const Segment& s) { return s.is<SubSegments>(); });
-  };
-  const Plan dense = make_plan(g, in, 64 << 20, o);
-  ASSERT_EQ(sub_segments(dense), 0) << to_string(dense, g);
-  o.background = std::make_shared<CellMask>(b.cells);
-  const Plan plan = make_plan(g, in, 64 << 20, o);
-  ASSERT_GT(sub_segments(plan), 0) << to_string(plan, g);
-  ASSERT_TRUE(tiles(plan));
-  EXPECT_LT(plan.cost.total(), dense.cost.total()) << to_string(plan, g);
-  const Comparison c = check(g, plan, {0.9, 125, 119, 4}, 47);
-  EXPECT_LT(c.worst(), kTolerance) << counts(c) << to_string(plan, g) << c.to_string();
-  EXPECT_GT(c.glass_backward_tiles, 0) << counts(c);
-}
-
 // A segment that computes its glass as tissue (whole barriers, shared rows; sub-segments whose
 // inner checkpoints are offloaded: SubSegmentsSkipTheirGlassTiles) hands it on: the segment after
 // it skips its glass tiles and fills, and the step stays exact, running statistics included. Its
