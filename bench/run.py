@@ -634,11 +634,10 @@ def run_rows_section(args):
 # 1.25 × dense × (1 − the share of FLOPs not computed: glass tiles and the other tiles' fills);
 # at 100% tissue no slower than dense. (model, norm, size, budget) cases, repeat, warmup.
 # resnet50 with train-mode batch norm in 8 GiB (sub-segments; in 2 GiB the plan recomputes in
-# rounds, 20 minutes a step here), and at 2048² in 4 GiB (whole barriers, run as sub-segments
-# where their glass pays): BENCH_GLASS_MODELS=resnet50:batch for those alone,
-# resnet50:batch:2048 for the second.
+# rounds, 20 minutes a step here), and at 1024² in 1 GiB (two sub-segment segments, minutes):
+# BENCH_GLASS_MODELS=resnet50:batch for those alone, resnet50:batch:1024 for the second.
 GLASS_FULL = ([("vgg-mini", "frozen", 4096, "1GiB"), ("resnet50", "frozen", 4096, "2GiB"),
-               ("resnet50", "batch", 4096, "8GiB"), ("resnet50", "batch", 2048, "4GiB")], 1, 1)
+               ("resnet50", "batch", 4096, "8GiB"), ("resnet50", "batch", 1024, "1GiB")], 1, 1)
 GLASS_QUICK = ([("tiny", "frozen", 192, "1MiB")], 1, 0)
 GLASS_BACKGROUNDS = [0.9, 0.7, 0.4, 0.0]
 GLASS_TABLE_BEGIN = "<!-- glass table: bench/run --only glass writes between these lines -->"
