@@ -1,6 +1,6 @@
 #include "io/slide.h"
 
-#include <openslide.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/openslide_api.h"
 #include "io/user_file.h"
 
 namespace tessel::io {
@@ -29,6 +30,12 @@ std::optional<double> positive_number(const std::optional<std::string>& text) {
   }
   return value;
 }
+
+// OpenSlide 4 takes a generic TIFF's mpp from its resolution tags, which programs fill with their
+// own default when an image has no scale (libvips writes 1 px/mm or 72 dpi: 1000 or 353 µm per
+// pixel, as in boxes.tiff and the tests' tiny slides). No scanner's level 0 is that coarse: such an
+// mpp is no mpp (the manifest's mpp column or --base-mpp gives the real one).
+constexpr double kMaxGenericTiffMpp = 100.0;
 
 std::vector<std::string> string_list(const char* const* names) {
   std::vector<std::string> list;
@@ -69,41 +76,51 @@ Slide::Slide(const std::filesystem::path& path) : path_(path) {
     // A MIRAX slide's .mrxs names its folder beside it; the slide is still the one file.
     throw Error(prefix + (why == kIsAFolder ? "it is a folder, not a slide file" : why));
   }
-  const char* vendor = openslide_detect_vendor(name.c_str());
+  const OpenSlideApi& api = openslide();
+  const char* vendor = api.detect_vendor(name.c_str());
   if (vendor == nullptr) {
-    throw Error(prefix + "not a slide format OpenSlide " + openslide_get_version() +
-                " can read (supported: Aperio, Hamamatsu, Leica, MIRAX, Philips, Sakura, Trestle, "
-                "Ventana, generic tiled TIFF)");
+    throw Error(prefix + "not a slide format OpenSlide " + api.get_version() +
+                " can read (supported: Aperio, DICOM, Hamamatsu, Leica, MIRAX, Philips, Sakura, "
+                "Trestle, Ventana, Zeiss, generic tiled TIFF)");
   }
   vendor_ = vendor;
-  handle_.reset(openslide_open(name.c_str()));
+  handle_.reset(api.open(name.c_str()));
   if (!handle_) {
     throw Error(prefix + "OpenSlide recognises it as " + vendor_ + " but cannot open it");
   }
   openslide_t* osr = handle_.get();
-  if (const char* error = openslide_get_error(osr)) {
+  if (const char* error = api.get_error(osr)) {
     throw Error(prefix + "broken " + vendor_ + " slide: " + one_line(error));
   }
 
-  const int32_t count = openslide_get_level_count(osr);
+  const int32_t count = api.get_level_count(osr);
   for (int32_t i = 0; i < count; ++i) {
     Level level;
-    openslide_get_level_dimensions(osr, i, &level.width, &level.height);
-    level.downsample = openslide_get_level_downsample(osr, i);
+    api.get_level_dimensions(osr, i, &level.width, &level.height);
+    level.downsample = api.get_level_downsample(osr, i);
     levels_.push_back(level);
   }
-  for (const std::string& key : string_list(openslide_get_property_names(osr))) {
-    const char* value = openslide_get_property_value(osr, key.c_str());
+  for (const std::string& key : string_list(api.get_property_names(osr))) {
+    const char* value = api.get_property_value(osr, key.c_str());
     properties_[key] = value != nullptr ? value : "";
   }
-  associated_names_ = string_list(openslide_get_associated_image_names(osr));
-  mpp_x_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_MPP_X));
-  mpp_y_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_MPP_Y));
-  objective_power_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_OBJECTIVE_POWER));
+  associated_names_ = string_list(api.get_associated_image_names(osr));
+  mpp_x_ = positive_number(property("openslide.mpp-x"));
+  mpp_y_ = positive_number(property("openslide.mpp-y"));
+  objective_power_ = positive_number(property("openslide.objective-power"));
+  if (vendor_ == "generic-tiff" &&
+      ((mpp_x_ && *mpp_x_ > kMaxGenericTiffMpp) || (mpp_y_ && *mpp_y_ > kMaxGenericTiffMpp))) {
+    spdlog::debug(
+        "slide {}: its TIFF resolution ({} µm per pixel) is a writing program's "
+        "default, not a scan's scale: no mpp",
+        name, property("openslide.mpp-x").value_or("?"));
+    mpp_x_.reset();
+    mpp_y_.reset();
+  }
   if (count <= 0) throw Error(prefix + "the slide has no resolution levels");
 }
 
-void Slide::Close::operator()(openslide_t* handle) const noexcept { openslide_close(handle); }
+void Slide::Close::operator()(openslide_t* handle) const noexcept { openslide().close(handle); }
 
 openslide_t* Slide::handle() const {
   if (!handle_) throw Error("slide " + path_.string() + " was moved from");
@@ -125,7 +142,7 @@ std::optional<std::string> Slide::property(const std::string& name) const {
 }
 
 void Slide::throw_if_failed(const std::string& what) const {
-  if (const char* error = openslide_get_error(handle())) {
+  if (const char* error = openslide().get_error(handle())) {
     throw Error("slide " + path_.string() + ": OpenSlide failed " + what + ": " + one_line(error));
   }
 }
@@ -136,7 +153,7 @@ std::pair<int64_t, int64_t> Slide::associated_image_size(const std::string& name
     throw Error("slide " + path_.string() + " has no associated image \"" + name + "\"");
   }
   int64_t width = -1, height = -1;
-  openslide_get_associated_image_dimensions(handle(), name.c_str(), &width, &height);
+  openslide().get_associated_image_dimensions(handle(), name.c_str(), &width, &height);
   throw_if_failed("reading the size of associated image \"" + name + "\"");
   return {width, height};
 }
@@ -144,7 +161,7 @@ std::pair<int64_t, int64_t> Slide::associated_image_size(const std::string& name
 RgbImage Slide::read_associated_image(const std::string& name, Rgb background) const {
   const auto [width, height] = associated_image_size(name);
   std::vector<uint32_t> argb(static_cast<size_t>(width * height));
-  openslide_read_associated_image(handle(), name.c_str(), argb.data());
+  openslide().read_associated_image(handle(), name.c_str(), argb.data());
   throw_if_failed("reading associated image \"" + name + "\"");
   RgbImage image{width, height, std::vector<uint8_t>(static_cast<size_t>(3 * width * height))};
   rgb_from_premultiplied_argb(argb.data(), width * height, background, image.pixels.data());
@@ -174,7 +191,7 @@ void Slide::read_region_into(int level, int64_t x, int64_t y, int64_t width, int
   // integer it resamples the sub-pixel remainder itself.
   const int64_t x0 = level == 0 ? x : std::llround(static_cast<double>(x) * downsample);
   const int64_t y0 = level == 0 ? y : std::llround(static_cast<double>(y) * downsample);
-  openslide_read_region(handle(), argb.data(), x0, y0, level, width, height);
+  openslide().read_region(handle(), argb.data(), x0, y0, level, width, height);
   throw_if_failed("reading level " + std::to_string(level) + " region x " + std::to_string(x) +
                   ", y " + std::to_string(y) + ", " + std::to_string(width) + "×" +
                   std::to_string(height));
