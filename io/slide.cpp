@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/dicom_folder.h"
 #include "io/openslide_api.h"
 #include "io/user_file.h"
 
@@ -72,19 +73,27 @@ void rgb_from_premultiplied_argb(const uint32_t* argb, int64_t count, Rgb backgr
 Slide::Slide(const std::filesystem::path& path) : path_(path) {
   const std::string name = path.string();
   const std::string prefix = "cannot open slide " + name + ": ";
-  if (const std::string why = not_a_regular_file(path); !why.empty()) {
-    // A MIRAX slide's .mrxs names its folder beside it; the slide is still the one file.
-    throw Error(prefix + (why == kIsAFolder ? "it is a folder, not a slide file" : why));
+  // A DICOM slide may be named by its folder; OpenSlide takes one of its files. (A MIRAX slide's
+  // .mrxs names its folder beside it; that slide is still the one file.)
+  std::filesystem::path file = path;
+  if (const std::string why = not_a_regular_file(path); why == kIsAFolder) {
+    file = dicom_slide_file(path);
+  } else if (!why.empty()) {
+    throw Error(prefix + why);
   }
   const OpenSlideApi& api = openslide();
-  const char* vendor = api.detect_vendor(name.c_str());
+  const char* vendor = api.detect_vendor(file.c_str());
+  if (vendor == nullptr && is_dicom_file(file)) {
+    throw Error(prefix + "a DICOM file, but not a whole-slide image (VL Whole Slide Microscopy) " +
+                "OpenSlide " + api.get_version() + " can read");
+  }
   if (vendor == nullptr) {
     throw Error(prefix + "not a slide format OpenSlide " + api.get_version() +
                 " can read (supported: Aperio, DICOM, Hamamatsu, Leica, MIRAX, Philips, Sakura, "
                 "Trestle, Ventana, Zeiss, generic tiled TIFF)");
   }
   vendor_ = vendor;
-  handle_.reset(api.open(name.c_str()));
+  handle_.reset(api.open(file.c_str()));
   if (!handle_) {
     throw Error(prefix + "OpenSlide recognises it as " + vendor_ + " but cannot open it");
   }

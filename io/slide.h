@@ -36,8 +36,10 @@ struct Level {
 
 class Slide {
  public:
-  // Throws tessel::Error when the file is missing, is not a format OpenSlide supports, or is a
-  // slide OpenSlide recognises but cannot open (broken); the message says which.
+  // `path` is a slide file, or a folder holding the DICOM files of one DICOM whole-slide image
+  // (io/dicom_folder.h; path() stays the folder). Throws tessel::Error when the file is missing,
+  // is not a format OpenSlide supports, or is a slide OpenSlide recognises but cannot open
+  // (broken); the message says which.
   explicit Slide(const std::filesystem::path& path);
   // Moves leave the source without a handle; its reads then throw. Copies would share a handle.
   Slide(Slide&&) noexcept = default;
