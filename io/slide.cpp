@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/dicom_folder.h"
+#include "io/ome_xml.h"
 #include "io/openslide_api.h"
 #include "io/user_file.h"
 
@@ -127,6 +128,32 @@ Slide::Slide(const std::filesystem::path& path) : path_(path) {
     mpp_y_.reset();
   }
   if (count <= 0) throw Error(prefix + "the slide has no resolution levels");
+  if (vendor_ == "generic-tiff") read_ome_xml(prefix);
+}
+
+// An OME-TIFF's physical pixel size is in its OME-XML, not (or not only) in the TIFF resolution
+// tags OpenSlide reads: the XML's wins. XML that contradicts the pixels is refused.
+void Slide::read_ome_xml(const std::string& prefix) {
+  const auto description = property("tiff.ImageDescription");
+  if (!description) return;
+  std::optional<OmePixels> ome;
+  try {
+    ome = read_ome_pixels(*description);
+  } catch (const Error& e) {
+    throw Error(prefix + e.what());
+  }
+  if (!ome) return;
+  const Level& level0 = levels_.front();
+  if (ome->size_x != level0.width || ome->size_y != level0.height) {
+    throw Error(prefix + "its OME-XML says the image is " + std::to_string(ome->size_x) + " × " +
+                std::to_string(ome->size_y) + " pixels, but it is " + std::to_string(level0.width) +
+                " × " + std::to_string(level0.height) +
+                ": the metadata does not describe this file");
+  }
+  if (ome->mpp_x && ome->mpp_y) {
+    mpp_x_ = ome->mpp_x;
+    mpp_y_ = ome->mpp_y;
+  }
 }
 
 void Slide::Close::operator()(openslide_t* handle) const noexcept { openslide().close(handle); }

@@ -78,6 +78,7 @@ class Slide {
     void operator()(openslide_t* handle) const noexcept;
   };
   openslide_t* handle() const;  // throws when moved from
+  void read_ome_xml(const std::string& prefix);
   void throw_if_failed(const std::string& what) const;
 
   std::filesystem::path path_;

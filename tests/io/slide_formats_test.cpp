@@ -1,6 +1,7 @@
 // Slides as hospitals and imaging labs store them, made at test time from ../shared/slides by
 // third-party tools (tests/io/make_slides.py, the ctest fixture made_slides): DICOM WSI by
-// wsidicomizer. Through io::Slide and through `tessel` as a user runs it.
+// wsidicomizer, pyramidal OME-TIFF by tifffile. Through io::Slide and through `tessel` as a user
+// runs it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/ome_xml.h"
 #include "io/slide.h"
 #include "tests/io/shared_slides.h"
 #include "tests/io/temp_folder.h"
@@ -175,6 +177,66 @@ TEST(DicomCommands, TrainRunsOnAManifestOfDicomSlides) {
   const CliRun run = run_cli("train --config " + config.string());
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(fs::exists(folder.path() / "run" / "checkpoints" / "last.h5")) << run.output;
+}
+
+TEST(OmeTiff, ItsPhysicalPixelSizeComesFromTheOmeXml) {
+  // make_slides.py writes no TIFF resolution tags: the size is in the XML only.
+  const Slide slide(made("ome/pyramid.ome.tif"));
+  EXPECT_EQ(slide.vendor(), "generic-tiff");
+  EXPECT_EQ(slide.level(0).width, 1500);
+  EXPECT_EQ(slide.level(0).height, 1000);
+  ASSERT_TRUE(slide.mpp_x() && slide.mpp_y());
+  EXPECT_DOUBLE_EQ(*slide.mpp_x(), 0.25);
+  EXPECT_DOUBLE_EQ(*slide.mpp_y(), 0.25);
+  const CliRun run = run_cli("inspect " + made("ome/pyramid.ome.tif").string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "mpp         0.25 × 0.25 µm")) << run.output;
+}
+
+TEST(OmeTiff, XmlThatLiesAboutTheSizeIsAOneLineErrorNamingTheFile) {
+  const CliRun run = run_cli("inspect " + made("ome/lying.ome.tif").string());
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  for (const std::string& part : {made("ome/lying.ome.tif").string(),
+                                  std::string("its OME-XML says the image is 150000 × 100000 "
+                                              "pixels, but it is 1500 × 1000")}) {
+    EXPECT_TRUE(contains(run.output, part)) << run.output;
+  }
+}
+
+TEST(OmeXml, ReadsTheFirstPixelsSizeAndPhysicalSizeInItsUnit) {
+  using tessel::io::read_ome_pixels;
+  EXPECT_FALSE(read_ome_pixels("Aperio Image Library v10.0.50"));
+  const auto pixels = read_ome_pixels(
+      R"(<?xml version="1.0"?><OME xmlns="http://www.openmicroscopy.org/Schemas/OME/2016-06">)"
+      R"(<Image ID="Image:0"><ome:Pixels DimensionOrder="XYCZT" ID="Pixels:0" SizeC="3" )"
+      R"(SizeX="640" SizeY='480' PhysicalSizeX="250" PhysicalSizeXUnit="nm" )"
+      R"(PhysicalSizeY="0.25"/></Image><Image><Pixels SizeX="2" SizeY="2"/></Image></OME>)");
+  ASSERT_TRUE(pixels);
+  EXPECT_EQ(pixels->size_x, 640);
+  EXPECT_EQ(pixels->size_y, 480);
+  ASSERT_TRUE(pixels->mpp_x && pixels->mpp_y);
+  EXPECT_NEAR(*pixels->mpp_x, 0.25, 1e-12);
+  EXPECT_NEAR(*pixels->mpp_y, 0.25, 1e-12);  // µm when no unit is given
+  const auto no_size =
+      read_ome_pixels(R"(<OME><Image><Pixels SizeX="64" SizeY="64"/></Image></OME>)");
+  ASSERT_TRUE(no_size);
+  EXPECT_FALSE(no_size->mpp_x);
+}
+
+TEST(OmeXml, RefusesXmlItCannotUseSayingWhy) {
+  using tessel::io::read_ome_pixels;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"<OME><Image/></OME>", "no Pixels element"},
+      {R"(<OME><Pixels SizeX="-3" SizeY="4"/></OME>)", "no whole number of pixels for SizeX"},
+      {R"(<OME><Pixels SizeX="3" SizeY="4" PhysicalSizeX="0"/></OME>)", "not a positive number"},
+      {R"(<OME><Pixels SizeX="3" SizeY="4" PhysicalSizeX="1" PhysicalSizeXUnit="pixel"/></OME>)",
+       "not a length"},
+  };
+  for (const auto& [xml, why] : cases) {
+    const std::string message = error_of([&] { read_ome_pixels(xml); });
+    EXPECT_TRUE(contains(message, why)) << xml << "\n" << message;
+  }
 }
 
 }  // namespace
