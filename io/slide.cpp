@@ -11,6 +11,7 @@
 #include "io/dicom_folder.h"
 #include "io/ome_xml.h"
 #include "io/openslide_api.h"
+#include "io/tiff_reader.h"
 #include "io/user_file.h"
 
 namespace tessel::io {
@@ -128,6 +129,7 @@ Slide::Slide(const std::filesystem::path& path) : path_(path) {
     mpp_y_.reset();
   }
   if (count <= 0) throw Error(prefix + "the slide has no resolution levels");
+  openslide_levels_ = count;
   if (vendor_ == "generic-tiff") read_ome_xml(prefix);
 }
 
@@ -153,6 +155,39 @@ void Slide::read_ome_xml(const std::string& prefix) {
   if (ome->mpp_x && ome->mpp_y) {
     mpp_x_ = ome->mpp_x;
     mpp_y_ = ome->mpp_y;
+  }
+  if (levels_.size() != 1) return;  // a pyramid in the main IFDs, which OpenSlide lists itself
+  const auto sizes = subifd_levels(path_);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto [width, height] = sizes[i];
+    // OpenSlide's own rule for a level's downsample: the mean of the two axes'.
+    const double downsample =
+        (static_cast<double>(levels_[0].width) / static_cast<double>(width) +
+         static_cast<double>(levels_[0].height) / static_cast<double>(height)) /
+        2.0;
+    subifd_readers_.push_back(
+        std::make_shared<const TiffLevelReader>(path_, 0, width, height, static_cast<int>(i)));
+    levels_.push_back(Level{width, height, downsample});
+  }
+}
+
+void Slide::read_subifd_region(int level, int64_t x, int64_t y, int64_t width, int64_t height,
+                               Rgb background, uint8_t* rgb) const {
+  const Level& size = this->level(level);
+  for (int64_t i = 0; i < width * height; ++i) {
+    rgb[3 * i] = background.r;
+    rgb[3 * i + 1] = background.g;
+    rgb[3 * i + 2] = background.b;
+  }
+  const int64_t x0 = std::max<int64_t>(x, 0), x1 = std::min(x + width, size.width);
+  const int64_t y0 = std::max<int64_t>(y, 0), y1 = std::min(y + height, size.height);
+  if (x0 >= x1 || y0 >= y1) return;
+  std::vector<uint8_t> inside(static_cast<size_t>(3 * (x1 - x0) * (y1 - y0)));
+  subifd_readers_[static_cast<size_t>(level - openslide_levels_)]->read_into(
+      x0, y0, x1 - x0, y1 - y0, inside.data());
+  for (int64_t row = y0; row < y1; ++row) {
+    std::copy_n(inside.data() + 3 * (row - y0) * (x1 - x0), 3 * (x1 - x0),
+                rgb + 3 * ((row - y) * width + (x0 - x)));
   }
 }
 
@@ -222,6 +257,10 @@ void Slide::read_region_into(int level, int64_t x, int64_t y, int64_t width, int
     throw Error("slide " + path_.string() + ": a region cannot have a negative size");
   }
   if (width == 0 || height == 0) return;
+  if (level >= openslide_levels_) {
+    read_subifd_region(level, x, y, width, height, background, rgb);
+    return;
+  }
   std::vector<uint32_t> argb(static_cast<size_t>(width * height));
   // OpenSlide places regions in level-0 coordinates. At levels whose downsample is not an
   // integer it resamples the sub-pixel remainder itself.

@@ -16,6 +16,8 @@ typedef struct _openslide openslide_t;  // NOLINT(modernize-use-using): must mat
 
 namespace tessel::io {
 
+class TiffLevelReader;
+
 struct Rgb {
   uint8_t r = 255, g = 255, b = 255;  // white: the glass of a slide
   bool operator==(const Rgb&) const = default;
@@ -79,6 +81,8 @@ class Slide {
   };
   openslide_t* handle() const;  // throws when moved from
   void read_ome_xml(const std::string& prefix);
+  void read_subifd_region(int level, int64_t x, int64_t y, int64_t width, int64_t height,
+                          Rgb background, uint8_t* rgb) const;
   void throw_if_failed(const std::string& what) const;
 
   std::filesystem::path path_;
@@ -89,6 +93,10 @@ class Slide {
   std::optional<double> mpp_x_, mpp_y_, objective_power_;
   std::map<std::string, std::string> properties_;
   std::vector<std::string> associated_names_;
+  // An OME-TIFF's smaller levels kept in SubIFDs, which OpenSlide does not list: levels
+  // openslide_levels_, openslide_levels_ + 1, ..., read with libvips.
+  int openslide_levels_ = 0;
+  std::vector<std::shared_ptr<const TiffLevelReader>> subifd_readers_;
 };
 
 // OpenSlide's premultiplied ARGB (one uint32 per pixel, as openslide_read_region writes it) to

@@ -4,6 +4,7 @@
 // runs it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -191,6 +192,47 @@ TEST(OmeTiff, ItsPhysicalPixelSizeComesFromTheOmeXml) {
   const CliRun run = run_cli("inspect " + made("ome/pyramid.ome.tif").string());
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(contains(run.output, "mpp         0.25 × 0.25 µm")) << run.output;
+}
+
+// tifffile wrote levels 1 and 2 as level 0's every 2nd and 4th pixel (deflate: lossless), in
+// SubIFDs, which OpenSlide 4 does not list; Slide reads them with libvips.
+TEST(OmeTiff, ItsSubIfdPyramidLevelsAreLevels) {
+  const Slide slide(made("ome/pyramid.ome.tif"));
+  ASSERT_EQ(slide.level_count(), 3);
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1500, 1000}, {750, 500}, {375, 250}};
+  for (int level = 0; level < 3; ++level) {
+    EXPECT_EQ(slide.level(level).width, sizes[static_cast<size_t>(level)].first);
+    EXPECT_EQ(slide.level(level).height, sizes[static_cast<size_t>(level)].second);
+    EXPECT_DOUBLE_EQ(slide.level(level).downsample, 1 << level);
+  }
+  const RgbImage level0 = slide.read_region(0, 0, 0, 1500, 1000);
+  for (int level = 1; level < 3; ++level) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const int step = 1 << level;
+    // Reaching 7 px past the level's left and bottom edges: the background shows there.
+    const int64_t x = -7, y = 200 / step, width = 300, height = slide.level(level).height - y + 7;
+    const tessel::io::Rgb background{1, 2, 3};
+    const RgbImage image = slide.read_region(level, x, y, width, height, background);
+    int64_t wrong = 0;
+    for (int64_t row = 0; row < height; ++row) {
+      for (int64_t col = 0; col < width; ++col) {
+        const uint8_t* got = image.pixels.data() + 3 * (row * width + col);
+        const int64_t lx = x + col, ly = y + row;
+        if (lx < 0 || ly >= slide.level(level).height) {
+          wrong += got[0] != 1 || got[1] != 2 || got[2] != 3;
+          continue;
+        }
+        const uint8_t* want = level0.pixels.data() + 3 * (ly * step * 1500 + lx * step);
+        wrong += !std::equal(got, got + 3, want);
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+  }
+  const CliRun run = run_cli("inspect " + made("ome/pyramid.ome.tif").string() + " --mpp 1");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* part : {"levels      3 ", "  level 2   375 × 250, downsample 4"}) {
+    EXPECT_TRUE(contains(run.output, part)) << "missing \"" << part << "\" in:\n" << run.output;
+  }
 }
 
 TEST(OmeTiff, XmlThatLiesAboutTheSizeIsAOneLineErrorNamingTheFile) {
