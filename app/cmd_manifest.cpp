@@ -52,6 +52,18 @@ std::string describe(const io::Manifest& manifest) {
   }
   out << "problems  " << manifest.problems.size() << "\n";
   for (const io::ManifestProblem& problem : manifest.problems) out << "  " << problem << "\n";
+  if (!manifest.without_mpp.empty()) {
+    // Not a problem for a run at a level; a run at an mpp or magnification fails on these.
+    const size_t count = manifest.without_mpp.size();
+    out << "no mpp    " << count << (count == 1 ? " slide says" : " slides say")
+        << " nothing of its scale (microns per pixel):\n";
+    for (const io::ManifestEntry& entry : manifest.without_mpp) {
+      out << "  line " << entry.line << ": " << entry.slide.string() << "\n";
+    }
+    out << "  to train at an mpp or magnification, give each its scale: an `mpp` column in the "
+           "manifest (0.25 for a 40x scan, 0.5 for 20x), or `base_mpp: 0.25` in the training "
+           "config for all of them (--base-mpp 0.25 for tessel heatmap)\n";
+  }
   return out.str();
 }
 

@@ -499,6 +499,9 @@ void check_slides(Manifest& manifest) {
         // Its polygons on this slide: training would skip the slide for a broken or foreign ROI.
         (void)read_roi(*roi, slide.level(0).width, slide.level(0).height);
       }
+      if (!(slide.mpp_x() && slide.mpp_y()) && !manifest_mpp(entry.metadata)) {
+        manifest.without_mpp.push_back(entry);
+      }
       usable.push_back(std::move(entry));
     } catch (const Error& e) {
       manifest.problems.push_back({entry.line, entry.slide.string(), e.what(), Severity::kSkip});

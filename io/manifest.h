@@ -46,6 +46,9 @@ struct Manifest {
   std::vector<ManifestProblem> problems;  // in line order
   bool has_split_column = false;
   std::vector<std::string> metadata_columns;  // header names of the kept extra columns
+  // Usable slides whose file has no mpp and whose row gives none (found by check_slides): a run
+  // at an mpp or a magnification needs the row's `mpp` or the config's base_mpp for them.
+  std::vector<ManifestEntry> without_mpp;
 
   // Empty when the manifest can be used: no kError problem, at least one slide remains, and no
   // split that has rows in the CSV lost all of them to skipping. Otherwise the reason.

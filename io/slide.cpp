@@ -1,6 +1,6 @@
 #include "io/slide.h"
 
-#include <openslide.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -8,6 +8,10 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/dicom_folder.h"
+#include "io/ome_xml.h"
+#include "io/openslide_api.h"
+#include "io/tiff_reader.h"
 #include "io/user_file.h"
 
 namespace tessel::io {
@@ -29,6 +33,12 @@ std::optional<double> positive_number(const std::optional<std::string>& text) {
   }
   return value;
 }
+
+// OpenSlide 4 takes a generic TIFF's mpp from its resolution tags, which programs fill with their
+// own default when an image has no scale (libvips writes 1 px/mm or 72 dpi: 1000 or 353 µm per
+// pixel, as in boxes.tiff and the tests' tiny slides). No scanner's level 0 is that coarse: such an
+// mpp is no mpp (the manifest's mpp column or --base-mpp gives the real one).
+constexpr double kMaxGenericTiffMpp = 100.0;
 
 std::vector<std::string> string_list(const char* const* names) {
   std::vector<std::string> list;
@@ -65,45 +75,123 @@ void rgb_from_premultiplied_argb(const uint32_t* argb, int64_t count, Rgb backgr
 Slide::Slide(const std::filesystem::path& path) : path_(path) {
   const std::string name = path.string();
   const std::string prefix = "cannot open slide " + name + ": ";
-  if (const std::string why = not_a_regular_file(path); !why.empty()) {
-    // A MIRAX slide's .mrxs names its folder beside it; the slide is still the one file.
-    throw Error(prefix + (why == kIsAFolder ? "it is a folder, not a slide file" : why));
+  // A DICOM slide may be named by its folder; OpenSlide takes one of its files. (A MIRAX slide's
+  // .mrxs names its folder beside it; that slide is still the one file.)
+  std::filesystem::path file = path;
+  if (const std::string why = not_a_regular_file(path); why == kIsAFolder) {
+    file = dicom_slide_file(path);
+  } else if (!why.empty()) {
+    throw Error(prefix + why);
   }
-  const char* vendor = openslide_detect_vendor(name.c_str());
+  const OpenSlideApi& api = openslide();
+  const char* vendor = api.detect_vendor(file.c_str());
+  if (vendor == nullptr && is_dicom_file(file)) {
+    throw Error(prefix + "a DICOM file, but not a whole-slide image (VL Whole Slide Microscopy) " +
+                "OpenSlide " + api.get_version() + " can read");
+  }
   if (vendor == nullptr) {
-    throw Error(prefix + "not a slide format OpenSlide " + openslide_get_version() +
-                " can read (supported: Aperio, Hamamatsu, Leica, MIRAX, Philips, Sakura, Trestle, "
-                "Ventana, generic tiled TIFF)");
+    throw Error(prefix + "not a slide format OpenSlide " + api.get_version() +
+                " can read (supported: Aperio, DICOM, Hamamatsu, Leica, MIRAX, Philips, Sakura, "
+                "Trestle, Ventana, Zeiss, generic tiled TIFF)");
   }
   vendor_ = vendor;
-  handle_.reset(openslide_open(name.c_str()));
+  handle_.reset(api.open(file.c_str()));
   if (!handle_) {
     throw Error(prefix + "OpenSlide recognises it as " + vendor_ + " but cannot open it");
   }
   openslide_t* osr = handle_.get();
-  if (const char* error = openslide_get_error(osr)) {
+  if (const char* error = api.get_error(osr)) {
     throw Error(prefix + "broken " + vendor_ + " slide: " + one_line(error));
   }
 
-  const int32_t count = openslide_get_level_count(osr);
+  const int32_t count = api.get_level_count(osr);
   for (int32_t i = 0; i < count; ++i) {
     Level level;
-    openslide_get_level_dimensions(osr, i, &level.width, &level.height);
-    level.downsample = openslide_get_level_downsample(osr, i);
+    api.get_level_dimensions(osr, i, &level.width, &level.height);
+    level.downsample = api.get_level_downsample(osr, i);
     levels_.push_back(level);
   }
-  for (const std::string& key : string_list(openslide_get_property_names(osr))) {
-    const char* value = openslide_get_property_value(osr, key.c_str());
+  for (const std::string& key : string_list(api.get_property_names(osr))) {
+    const char* value = api.get_property_value(osr, key.c_str());
     properties_[key] = value != nullptr ? value : "";
   }
-  associated_names_ = string_list(openslide_get_associated_image_names(osr));
-  mpp_x_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_MPP_X));
-  mpp_y_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_MPP_Y));
-  objective_power_ = positive_number(property(OPENSLIDE_PROPERTY_NAME_OBJECTIVE_POWER));
+  associated_names_ = string_list(api.get_associated_image_names(osr));
+  mpp_x_ = positive_number(property("openslide.mpp-x"));
+  mpp_y_ = positive_number(property("openslide.mpp-y"));
+  objective_power_ = positive_number(property("openslide.objective-power"));
+  if (vendor_ == "generic-tiff" &&
+      ((mpp_x_ && *mpp_x_ > kMaxGenericTiffMpp) || (mpp_y_ && *mpp_y_ > kMaxGenericTiffMpp))) {
+    spdlog::debug(
+        "slide {}: its TIFF resolution ({} µm per pixel) is a writing program's "
+        "default, not a scan's scale: no mpp",
+        name, property("openslide.mpp-x").value_or("?"));
+    mpp_x_.reset();
+    mpp_y_.reset();
+  }
   if (count <= 0) throw Error(prefix + "the slide has no resolution levels");
+  openslide_levels_ = count;
+  if (vendor_ == "generic-tiff") read_ome_xml(prefix);
 }
 
-void Slide::Close::operator()(openslide_t* handle) const noexcept { openslide_close(handle); }
+// An OME-TIFF's physical pixel size is in its OME-XML, not (or not only) in the TIFF resolution
+// tags OpenSlide reads: the XML's wins. XML that contradicts the pixels is refused.
+void Slide::read_ome_xml(const std::string& prefix) {
+  const auto description = property("tiff.ImageDescription");
+  if (!description) return;
+  std::optional<OmePixels> ome;
+  try {
+    ome = read_ome_pixels(*description);
+  } catch (const Error& e) {
+    throw Error(prefix + e.what());
+  }
+  if (!ome) return;
+  const Level& level0 = levels_.front();
+  if (ome->size_x != level0.width || ome->size_y != level0.height) {
+    throw Error(prefix + "its OME-XML says the image is " + std::to_string(ome->size_x) + " × " +
+                std::to_string(ome->size_y) + " pixels, but it is " + std::to_string(level0.width) +
+                " × " + std::to_string(level0.height) +
+                ": the metadata does not describe this file");
+  }
+  if (ome->mpp_x && ome->mpp_y) {
+    mpp_x_ = ome->mpp_x;
+    mpp_y_ = ome->mpp_y;
+  }
+  if (levels_.size() != 1) return;  // a pyramid in the main IFDs, which OpenSlide lists itself
+  const auto sizes = subifd_levels(path_);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto [width, height] = sizes[i];
+    // OpenSlide's own rule for a level's downsample: the mean of the two axes'.
+    const double downsample =
+        (static_cast<double>(levels_[0].width) / static_cast<double>(width) +
+         static_cast<double>(levels_[0].height) / static_cast<double>(height)) /
+        2.0;
+    subifd_readers_.push_back(
+        std::make_shared<const TiffLevelReader>(path_, 0, width, height, static_cast<int>(i)));
+    levels_.push_back(Level{width, height, downsample});
+  }
+}
+
+void Slide::read_subifd_region(int level, int64_t x, int64_t y, int64_t width, int64_t height,
+                               Rgb background, uint8_t* rgb) const {
+  const Level& size = this->level(level);
+  for (int64_t i = 0; i < width * height; ++i) {
+    rgb[3 * i] = background.r;
+    rgb[3 * i + 1] = background.g;
+    rgb[3 * i + 2] = background.b;
+  }
+  const int64_t x0 = std::max<int64_t>(x, 0), x1 = std::min(x + width, size.width);
+  const int64_t y0 = std::max<int64_t>(y, 0), y1 = std::min(y + height, size.height);
+  if (x0 >= x1 || y0 >= y1) return;
+  std::vector<uint8_t> inside(static_cast<size_t>(3 * (x1 - x0) * (y1 - y0)));
+  subifd_readers_[static_cast<size_t>(level - openslide_levels_)]->read_into(
+      x0, y0, x1 - x0, y1 - y0, inside.data());
+  for (int64_t row = y0; row < y1; ++row) {
+    std::copy_n(inside.data() + 3 * (row - y0) * (x1 - x0), 3 * (x1 - x0),
+                rgb + 3 * ((row - y) * width + (x0 - x)));
+  }
+}
+
+void Slide::Close::operator()(openslide_t* handle) const noexcept { openslide().close(handle); }
 
 openslide_t* Slide::handle() const {
   if (!handle_) throw Error("slide " + path_.string() + " was moved from");
@@ -125,7 +213,7 @@ std::optional<std::string> Slide::property(const std::string& name) const {
 }
 
 void Slide::throw_if_failed(const std::string& what) const {
-  if (const char* error = openslide_get_error(handle())) {
+  if (const char* error = openslide().get_error(handle())) {
     throw Error("slide " + path_.string() + ": OpenSlide failed " + what + ": " + one_line(error));
   }
 }
@@ -136,7 +224,7 @@ std::pair<int64_t, int64_t> Slide::associated_image_size(const std::string& name
     throw Error("slide " + path_.string() + " has no associated image \"" + name + "\"");
   }
   int64_t width = -1, height = -1;
-  openslide_get_associated_image_dimensions(handle(), name.c_str(), &width, &height);
+  openslide().get_associated_image_dimensions(handle(), name.c_str(), &width, &height);
   throw_if_failed("reading the size of associated image \"" + name + "\"");
   return {width, height};
 }
@@ -144,7 +232,7 @@ std::pair<int64_t, int64_t> Slide::associated_image_size(const std::string& name
 RgbImage Slide::read_associated_image(const std::string& name, Rgb background) const {
   const auto [width, height] = associated_image_size(name);
   std::vector<uint32_t> argb(static_cast<size_t>(width * height));
-  openslide_read_associated_image(handle(), name.c_str(), argb.data());
+  openslide().read_associated_image(handle(), name.c_str(), argb.data());
   throw_if_failed("reading associated image \"" + name + "\"");
   RgbImage image{width, height, std::vector<uint8_t>(static_cast<size_t>(3 * width * height))};
   rgb_from_premultiplied_argb(argb.data(), width * height, background, image.pixels.data());
@@ -169,12 +257,16 @@ void Slide::read_region_into(int level, int64_t x, int64_t y, int64_t width, int
     throw Error("slide " + path_.string() + ": a region cannot have a negative size");
   }
   if (width == 0 || height == 0) return;
+  if (level >= openslide_levels_) {
+    read_subifd_region(level, x, y, width, height, background, rgb);
+    return;
+  }
   std::vector<uint32_t> argb(static_cast<size_t>(width * height));
   // OpenSlide places regions in level-0 coordinates. At levels whose downsample is not an
   // integer it resamples the sub-pixel remainder itself.
   const int64_t x0 = level == 0 ? x : std::llround(static_cast<double>(x) * downsample);
   const int64_t y0 = level == 0 ? y : std::llround(static_cast<double>(y) * downsample);
-  openslide_read_region(handle(), argb.data(), x0, y0, level, width, height);
+  openslide().read_region(handle(), argb.data(), x0, y0, level, width, height);
   throw_if_failed("reading level " + std::to_string(level) + " region x " + std::to_string(x) +
                   ", y " + std::to_string(y) + ", " + std::to_string(width) + "×" +
                   std::to_string(height));

@@ -16,6 +16,8 @@ typedef struct _openslide openslide_t;  // NOLINT(modernize-use-using): must mat
 
 namespace tessel::io {
 
+class TiffLevelReader;
+
 struct Rgb {
   uint8_t r = 255, g = 255, b = 255;  // white: the glass of a slide
   bool operator==(const Rgb&) const = default;
@@ -36,8 +38,10 @@ struct Level {
 
 class Slide {
  public:
-  // Throws tessel::Error when the file is missing, is not a format OpenSlide supports, or is a
-  // slide OpenSlide recognises but cannot open (broken); the message says which.
+  // `path` is a slide file, or a folder holding the DICOM files of one DICOM whole-slide image
+  // (io/dicom_folder.h; path() stays the folder). Throws tessel::Error when the file is missing,
+  // is not a format OpenSlide supports, or is a slide OpenSlide recognises but cannot open
+  // (broken); the message says which.
   explicit Slide(const std::filesystem::path& path);
   // Moves leave the source without a handle; its reads then throw. Copies would share a handle.
   Slide(Slide&&) noexcept = default;
@@ -76,6 +80,9 @@ class Slide {
     void operator()(openslide_t* handle) const noexcept;
   };
   openslide_t* handle() const;  // throws when moved from
+  void read_ome_xml(const std::string& prefix);
+  void read_subifd_region(int level, int64_t x, int64_t y, int64_t width, int64_t height,
+                          Rgb background, uint8_t* rgb) const;
   void throw_if_failed(const std::string& what) const;
 
   std::filesystem::path path_;
@@ -86,6 +93,10 @@ class Slide {
   std::optional<double> mpp_x_, mpp_y_, objective_power_;
   std::map<std::string, std::string> properties_;
   std::vector<std::string> associated_names_;
+  // An OME-TIFF's smaller levels kept in SubIFDs, which OpenSlide does not list: levels
+  // openslide_levels_, openslide_levels_ + 1, ..., read with libvips.
+  int openslide_levels_ = 0;
+  std::vector<std::shared_ptr<const TiffLevelReader>> subifd_readers_;
 };
 
 // OpenSlide's premultiplied ARGB (one uint32 per pixel, as openslide_read_region writes it) to

@@ -107,17 +107,44 @@ struct TiffLevelReader::Impl {
   vips::VImage image;
 };
 
+std::vector<std::pair<int64_t, int64_t>> subifd_levels(const std::filesystem::path& path) {
+  std::vector<std::pair<int64_t, int64_t>> levels;
+  std::unique_ptr<TIFF, CloseTiff> tiff(TIFFOpen(path.c_str(), "rm"));
+  if (!tiff) return levels;
+  uint16_t count = 0;
+  uint64_t* offsets_in_tiff = nullptr;
+  if (TIFFGetField(tiff.get(), TIFFTAG_SUBIFD, &count, &offsets_in_tiff) != 1 || count == 0) {
+    return levels;
+  }
+  // Moving to a SubIFD frees libtiff's copy of the list.
+  const std::vector<uint64_t> offsets(offsets_in_tiff, offsets_in_tiff + count);
+  for (const uint64_t offset : offsets) {
+    if (TIFFSetSubDirectory(tiff.get(), offset) != 1) break;
+    uint32_t width = 0, height = 0;
+    TIFFGetField(tiff.get(), TIFFTAG_IMAGEWIDTH, &width);
+    TIFFGetField(tiff.get(), TIFFTAG_IMAGELENGTH, &height);
+    if (TIFFIsTiled(tiff.get()) == 0 || width == 0 || height == 0 ||
+        !page_problem(tiff.get()).empty()) {
+      break;  // a level that is not plain tiled RGB ends the pyramid Tessel can read
+    }
+    levels.emplace_back(width, height);
+  }
+  return levels;
+}
+
 TiffLevelReader::TiffLevelReader(const std::filesystem::path& path, int page, int64_t width,
-                                 int64_t height)
+                                 int64_t height, int subifd)
     : impl_(std::make_unique<Impl>()) {
   start_vips();
   impl_->path = path;
   impl_->page = page;
   const std::string prefix =
-      "cannot read slide " + path.string() + " page " + std::to_string(page) + " with libvips: ";
+      "cannot read slide " + path.string() + " page " + std::to_string(page) +
+      (subifd >= 0 ? " SubIFD " + std::to_string(subifd) : "") + " with libvips: ";
   try {
     impl_->image = vips::VImage::tiffload(path.c_str(), vips::VImage::option()
                                                             ->set("page", page)
+                                                            ->set("subifd", subifd)
                                                             ->set("access", VIPS_ACCESS_RANDOM)
                                                             ->set("fail_on", VIPS_FAIL_ON_ERROR));
   } catch (const vips::VError& e) {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/slide.h"
 
@@ -28,11 +30,18 @@ PixelReader parse_pixel_reader(const std::string& text);  // "auto", "openslide"
 std::optional<int> libvips_page_of(const Slide& slide, int level, bool any_vendor,
                                    std::string* why = nullptr);
 
+// The sizes of the first page's SubIFDs that are tiled 8-bit RGB images libvips reads as
+// OpenSlide would (a pyramid's smaller levels, as OME-TIFF keeps them), in order; empty when
+// there are none or libtiff cannot read the file.
+std::vector<std::pair<int64_t, int64_t>> subifd_levels(const std::filesystem::path& path);
+
 class TiffLevelReader {
  public:
-  // Opens `page` of the TIFF file with libvips (random access). Throws tessel::Error naming the
-  // file when libvips cannot, or when the page is not width × height 8-bit RGB.
-  TiffLevelReader(const std::filesystem::path& path, int page, int64_t width, int64_t height);
+  // Opens `page` of the TIFF file with libvips (random access), or its SubIFD `subifd` (OME-TIFF
+  // keeps its pyramid there; -1: the page itself). Throws tessel::Error naming the file when
+  // libvips cannot, or when the image is not width × height 8-bit RGB.
+  TiffLevelReader(const std::filesystem::path& path, int page, int64_t width, int64_t height,
+                  int subifd = -1);
   ~TiffLevelReader();
   TiffLevelReader(const TiffLevelReader&) = delete;
   TiffLevelReader& operator=(const TiffLevelReader&) = delete;

@@ -333,7 +333,11 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   result.png = request.out_dir / (stem + ".heatmap.png");
   result.geojson = request.out_dir / (stem + ".heatmap.geojson");
   result.drawn = drawn;
-  io::write_heatmap_tiff(result.tiff, h, drawn, input.slide->mpp_x());
+  // The level-0 scale the run used (the file's, or --base-mpp's over it), so that QuPath and ASAP
+  // overlay the heatmap at the slide's scale even when the file carries none.
+  std::optional<double> level0_mpp;
+  if (input.choice.mpp) level0_mpp = *input.choice.mpp / input.level0_per_pixel;
+  io::write_heatmap_tiff(result.tiff, h, drawn, level0_mpp ? level0_mpp : input.slide->mpp_x());
   io::write_heatmap_overlay(result.png, *input.slide, h, drawn);
   io::write_heatmap_geojson(result.geojson, h);
   progress.done = true;

@@ -1,7 +1,5 @@
 #include "pipelines/read_bench.h"
 
-#include <openslide.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "io/openslide_api.h"
 #include "io/sample_slides.h"
 #include "io/slide.h"
 #include "io/slide_tile_source.h"
@@ -52,15 +51,16 @@ void warm_page_cache(const std::filesystem::path& path) {
 }
 
 struct CloseOpenSlide {
-  void operator()(openslide_t* osr) const noexcept { openslide_close(osr); }
+  void operator()(openslide_t* osr) const noexcept { io::openslide().close(osr); }
 };
 
 // openslide_read_region into ARGB, as a program without Tessel would call it.
 double run_raw(const std::filesystem::path& path, const std::vector<core::Region>& regions,
                int threads) {
   const auto t0 = Clock::now();  // opening included, as for the tile source
-  std::unique_ptr<openslide_t, CloseOpenSlide> osr(openslide_open(path.c_str()));
-  if (!osr || openslide_get_error(osr.get()) != nullptr) {
+  const io::OpenSlideApi& api = io::openslide();
+  std::unique_ptr<openslide_t, CloseOpenSlide> osr(api.open(path.c_str()));
+  if (!osr || api.get_error(osr.get()) != nullptr) {
     throw Error("bench read: OpenSlide cannot open " + path.string());
   }
   std::atomic<size_t> next{0};
@@ -72,10 +72,9 @@ double run_raw(const std::filesystem::path& path, const std::vector<core::Region
       for (size_t i = next++; i < regions.size(); i = next++) {
         const core::Region& r = regions[i];
         argb.resize(static_cast<size_t>(r.area()));
-        openslide_read_region(osr.get(), argb.data(), r.x.begin, r.y.begin, 0, r.x.size(),
-                              r.y.size());
+        api.read_region(osr.get(), argb.data(), r.x.begin, r.y.begin, 0, r.x.size(), r.y.size());
       }
-      if (openslide_get_error(osr.get()) != nullptr) failed = true;
+      if (api.get_error(osr.get()) != nullptr) failed = true;
     });
   }
   for (std::thread& worker : workers) worker.join();

@@ -7,12 +7,14 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <vips/vips8>
 
 #include "core/error.h"
 #include "io/thumbnail.h"
 #include "io/vips.h"
 #include "temp_folder.h"
+#include "tests/run_cli.h"
 
 namespace tessel::io {
 namespace {
@@ -55,6 +57,33 @@ TEST(HeatmapWriter, TiffIsLevelZeroSizedWithOneColourPerCell) {
   EXPECT_EQ(image.getpoint(2, 2), (std::vector<double>{0, 0, 0}));
   EXPECT_EQ(image.getpoint(95, 75), (std::vector<double>{0, 0, 0}));
   EXPECT_THROW(write_heatmap_tiff(folder.path() / "x.tif", h, "fibrosis", {}), Error);
+}
+
+// QuPath and ASAP overlay the heatmap by its TIFF resolution: read back by tifffile (not libvips,
+// which wrote it), level 0 says the slide's scale in centimetres.
+TEST(HeatmapWriter, TiffCarriesTheSlidesMppAsTifffileReadsIt) {
+  const test::TempFolder folder;
+  write_heatmap_tiff(folder.path() / "h.tif", sample_map(), "tumour", 0.25);
+  const std::string script =
+      "import sys, tifffile\n"
+      "page = tifffile.TiffFile(sys.argv[1]).pages[0]\n"
+      "x, y = page.tags['XResolution'].value, page.tags['YResolution'].value\n"
+      "print(page.shape[1], page.shape[0], int(page.tags['ResolutionUnit'].value),\n"
+      "      1e4 * x[1] / x[0], 1e4 * y[1] / y[0])\n";
+  std::ofstream(folder.path() / "resolution.py") << script;
+  const testing::CliRun run = testing::run_command(std::string(TESSEL_PYTHON) + " " +
+                                                   (folder.path() / "resolution.py").string() +
+                                                   " " + (folder.path() / "h.tif").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::istringstream values(run.output);
+  int width = 0, height = 0, unit = 0;
+  double mpp_x = 0, mpp_y = 0;
+  ASSERT_TRUE(values >> width >> height >> unit >> mpp_x >> mpp_y) << run.output;
+  EXPECT_EQ(width, 100);
+  EXPECT_EQ(height, 80);
+  EXPECT_EQ(unit, 3) << "ResolutionUnit: centimetre";
+  EXPECT_NEAR(mpp_x, 0.25, 1e-6) << run.output;
+  EXPECT_NEAR(mpp_y, 0.25, 1e-6) << run.output;
 }
 
 // Issue 51: onto a full disk, libvips' tiffsave crashed (SIGSEGV in TIFFClose) and left a 0-byte

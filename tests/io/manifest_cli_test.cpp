@@ -75,6 +75,21 @@ TEST_F(ManifestCommand, OpenSkipsSlidesOpenSlideCannotOpenOrRead) {
   }
 }
 
+TEST_F(ManifestCommand, OpenSaysHowToGiveAScaleToSlidesWithoutMpp) {
+  // boxes.tiff and the TCGA slide carry no mpp; the TCGA row gives one in the manifest.
+  const CliRun run =
+      check("slide,label,mpp\n" + shared_slide("small.svs") + ",a,\n" + shared_slide("boxes.tiff") +
+                ",a,\n" + shared_slide("tcga-cr-7395-01a-01-ts1.svs") + ",b,0.5\n",
+            " --open");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* part : {"no mpp    1 slide says nothing of its scale", "  line 3: ",
+                           "an `mpp` column in the manifest", "`base_mpp: 0.25` in the training",
+                           "--base-mpp 0.25 for tessel heatmap"}) {
+    EXPECT_TRUE(contains(run.output, part)) << "missing \"" << part << "\" in:\n" << run.output;
+  }
+  EXPECT_FALSE(contains(run.output, "  line 4: ")) << run.output;
+}
+
 TEST_F(ManifestCommand, OpenFailsWhenASplitLosesEverySlide) {
   const CliRun run = check("slide,label,split\n" + shared_slide("small.svs") + ",a,train\n" +
                                shared_slide("unreadable.svs") + ",b,val\n",

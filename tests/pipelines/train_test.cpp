@@ -24,6 +24,7 @@
 #include "core/exec/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
+#include "io/slide.h"
 #include "models/network_json.h"
 #include "models/zoo.h"
 #include "pipelines/slide_input.h"
@@ -412,6 +413,19 @@ TEST_F(TrainTest, HeatmapsAgreeWithEvaluationAndAreWrittenInThreeForms) {
     }
   }
 
+  {
+    // The heatmap TIFF carries the level-0 scale the run used, --base-mpp's over the file's, for
+    // QuPath and ASAP to overlay it by (read back here by OpenSlide).
+    HeatmapRequest request;
+    request.checkpoint = checkpoint;
+    request.slide = r.predictions[0].slide;
+    request.out_dir = runs_.path() / "heatmaps-rescaled";
+    request.base_mpp = 0.3;
+    const io::Slide tiff(make_heatmap(request).tiff);
+    ASSERT_TRUE(tiff.mpp_x() && tiff.mpp_y());
+    EXPECT_NEAR(*tiff.mpp_x(), 0.3, 1e-6);
+    EXPECT_NEAR(*tiff.mpp_y(), 0.3, 1e-6);
+  }
   for (const SlidePrediction& p : {r.predictions[0], r.predictions[3]}) {
     HeatmapRequest request;
     request.checkpoint = checkpoint;
