@@ -237,7 +237,7 @@ void GlassRun::fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtra
   const std::vector<Shape>& shapes = step_.plan().shapes;
   const NodeId output = last < 0 ? s_.output : last;
   const std::vector<Boxes> box =
-      computed_boxes(graph, shapes, s_.input, output, need, tiles().input, given);
+      computed_boxes(graph, shapes, s_.input, output, need, TileUniform{tiles().input, given});
   boxes.held = held_regions(graph, shapes, s_.input, output, need, box);
   boxes.computed = held_boxes(box, boxes.held);
   extras.boxes = &boxes;

@@ -96,14 +96,14 @@ Boxes reading_boxes(const Node& node, const std::vector<Shape>& shapes, const Re
 
 std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const std::vector<Region>& need,
-                                  const CellMask& uniform,
-                                  const std::map<NodeId, CellMask>* given) {
+                                  const TileUniform& uniform) {
+  const std::map<NodeId, CellMask>* given = uniform.given;
   std::vector<Boxes> box(need.size());
   const auto outside = [&](const CellMask& m, const Region& r) {
     return m.none() ? Boxes{r} : disjoint_boxes(m.outside_pieces(r), kMostBoxes);
   };
   const auto in = static_cast<size_t>(input);
-  if (!need[in].empty()) box[in] = outside(uniform, need[in]);
+  if (!need[in].empty()) box[in] = outside(uniform.input, need[in]);
   const auto whole = [&](NodeId p) {
     const Boxes& b = box[static_cast<size_t>(p)];
     return b.size() == 1 && b.front() == need[static_cast<size_t>(p)];
@@ -209,7 +209,7 @@ struct Classified {
 };
 
 Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
-                    const Partition& part, const CellMask& input, bool fills) {
+                    const Partition& part, const CellMask& input) {
   Classified c;
   c.glass.assign(static_cast<size_t>(part.tiles()), 0);
   c.flops.assign(static_cast<size_t>(part.tiles()), 0);
@@ -220,10 +220,7 @@ Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const 
     c.glass[i] = input.contains(need[static_cast<size_t>(s.input)]) &&
                  padding_free(graph, shapes, s.input, s.output, need);
     c.dense += regions_flops(graph, s.input, s.output, need);
-    if (c.glass[i] == 0 && !fills) {
-      c.flops[i] = regions_flops(graph, s.input, s.output, need);
-      c.output_box[i] = Boxes{part.tile(t)};
-    } else if (c.glass[i] == 0) {
+    if (c.glass[i] == 0) {
       const std::vector<Boxes> box = computed_boxes(graph, shapes, s.input, s.output, need, input);
       c.flops[i] = boxes_flops(graph, s.input, s.output, box);
       c.output_box[i] = box[static_cast<size_t>(s.output)];
@@ -295,7 +292,7 @@ int64_t SegmentGlass::backward_count() const {
 }
 
 SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
-                         const CellMask& input, bool training, bool skip_backward, bool fills) {
+                         const CellMask& input, bool training, bool skip_backward) {
   SegmentGlass g;
   if (input.none()) {
     g.forward.assign(static_cast<size_t>(s.forward.tiles()), 0);
@@ -303,14 +300,13 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
     return g;
   }
   const Shape& out = shapes[static_cast<size_t>(s.output)];
-  Classified f = classify(graph, shapes, s, s.forward, input, fills);
+  Classified f = classify(graph, shapes, s, s.forward, input);
   g.forward_flops = f.flops;
   g.forward_dense_flops = f.dense;
   if (training && skip_backward) {
     // Most plans run both passes over one partition: classified once (half the planner's time
     // with a background went here twice).
-    Classified b =
-        s.backward == s.forward ? f : classify(graph, shapes, s, s.backward, input, fills);
+    Classified b = s.backward == s.forward ? f : classify(graph, shapes, s, s.backward, input);
     g.backward_flops = b.flops;
     g.backward_dense_flops = b.dense;
     g.input = input;

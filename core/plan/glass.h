@@ -56,14 +56,22 @@ bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId i
 // of the region holds the node's uniform value (core/exec/glass.h fills it). need[input]'s boxes
 // hold its positions outside `uniform`, the input's uniform positions, by connected piece.
 // Indexed as `need`; a glass tile's boxes are all empty, a node whose inputs are computed whole
-// has {need[v]}. `given`: nodes before `output` whose tiles are given rather than computed
-// (sub-segments' inner checkpoints), each with its uniform positions; their boxes are those
-// outside them.
+// has {need[v]}. `uniform.given`: nodes before `output` whose tiles are given rather than
+// computed (sub-segments' inner checkpoints), each with its uniform positions; their boxes are
+// those outside them.
 constexpr int kMostBoxes = 8;
+struct TileUniform {
+  const CellMask& input;
+  const std::map<NodeId, CellMask>* given = nullptr;
+};
 std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const std::vector<Region>& need,
-                                  const CellMask& uniform,
-                                  const std::map<NodeId, CellMask>* given = nullptr);
+                                  const TileUniform& uniform);
+inline std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
+                                         NodeId input, NodeId output,
+                                         const std::vector<Region>& need, const CellMask& uniform) {
+  return computed_boxes(graph, shapes, input, output, need, TileUniform{uniform});
+}
 
 // What a tile whose boxes are `box` (computed_boxes of `need`) holds of each node of (input,
 // output]: the part its consumers' windows read, around each consumer's computed parts (its boxes
@@ -123,11 +131,8 @@ struct SegmentGlass {
 // follows; `skip_backward`: it may skip glass tiles (false where the input's gradient is wanted
 // position by position: the image's, when asked for). Without a backward, the output's uniform
 // positions are the forward's glass tiles.
-// `fills`: the other tiles compute their computed boxes and fill the rest; without, they
-// compute their whole needs (their FLOPs are those, and only the glass tiles' output is uniform).
 SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
-                         const CellMask& input, bool training, bool skip_backward,
-                         bool fills = true);
+                         const CellMask& input, bool training, bool skip_backward);
 
 // Segment `s`'s glass tiles in a step over `input`, its input's uniform positions: none where
 // glass_obstacle says so, nor where glass_dense does (then its output's uniform positions are
