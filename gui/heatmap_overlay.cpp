@@ -5,27 +5,26 @@
 // clang-format on
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
 
+#include "core/error.h"
 #include "io/heatmap_writer.h"
+#include "io/resolution.h"
+#include "io/slide.h"
 
 namespace tessel::gui {
 
-HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
-                                       const std::filesystem::path& slide,
-                                       const std::filesystem::path& out_dir) {
-  pipelines::HeatmapRequest request;
-  request.checkpoint = checkpoint;
-  request.slide = slide;
-  request.out_dir = out_dir;
-  const pipelines::HeatmapResult result = pipelines::make_heatmap(request);
-  const io::Heatmap& map = result.heatmap;
-  HeatmapOverlay overlay;
-  // The map the PNG shows: the last class's score, or its attention (an attention head).
-  overlay.class_name = QString::fromStdString(result.drawn);
-  overlay.png = result.png;
-  const std::vector<float>& scores = map.of(result.drawn);
+namespace {
+
+// The drawn map as the overlay's image and scores: turbo colours on tissue, clear on glass.
+void draw(const io::Heatmap& map, const std::string& drawn, HeatmapOverlay& overlay) {
+  const std::vector<float>& scores = map.of(drawn);
   overlay.image =
       QImage(static_cast<int>(map.cols), static_cast<int>(map.rows), QImage::Format_ARGB32);
+  overlay.scores.assign(scores.size(), std::numeric_limits<float>::quiet_NaN());
   for (int64_t r = 0; r < map.rows; ++r) {
     auto* line = reinterpret_cast<QRgb*>(overlay.image.scanLine(static_cast<int>(r)));
     for (int64_t c = 0; c < map.cols; ++c) {
@@ -34,12 +33,123 @@ HeatmapOverlay compute_heatmap_overlay(const std::filesystem::path& checkpoint,
         line[c] = qRgba(0, 0, 0, 0);
         continue;
       }
-      const auto rgb = io::turbo(scores[static_cast<size_t>(r * map.cols + c)]);
+      const auto i = static_cast<size_t>(r * map.cols + c);
+      const auto rgb = io::turbo(scores[i]);
       line[c] = qRgb(rgb[0], rgb[1], rgb[2]);
+      overlay.scores[i] = scores[i];
     }
   }
   overlay.level0 =
       QRectF(map.origin_x, map.origin_y, map.cell_width * map.cols, map.cell_height * map.rows);
+}
+
+}  // namespace
+
+std::optional<float> HeatmapOverlay::score_at(QPointF level0_point) const {
+  if (image.isNull() || level0.isEmpty() || !level0.contains(level0_point)) return std::nullopt;
+  const auto col =
+      static_cast<int>((level0_point.x() - level0.left()) / level0.width() * image.width());
+  const auto row =
+      static_cast<int>((level0_point.y() - level0.top()) / level0.height() * image.height());
+  if (col < 0 || row < 0 || col >= image.width() || row >= image.height()) return std::nullopt;
+  const auto i =
+      static_cast<size_t>(row) * static_cast<size_t>(image.width()) + static_cast<size_t>(col);
+  if (i >= scores.size() || std::isnan(scores[i])) return std::nullopt;
+  return scores[i];
+}
+
+HeatmapOverlay compute_heatmap_overlay(const HeatmapOrder& order) {
+  pipelines::HeatmapRequest request;
+  request.checkpoint = order.checkpoint;
+  request.slide = order.slide;
+  request.out_dir = order.out_dir;
+  request.base_mpp = order.base_mpp;
+  request.observer = order.observer;
+  pipelines::HeatmapResult result;
+  try {
+    result = pipelines::make_heatmap(request);
+  } catch (const io::MissingMpp& e) {
+    // The CLI's words (--base-mpp) mean nothing in the viewer: say what to do here.
+    throw Error(order.slide.filename().string() +
+                " has no microns per pixel (mpp) in its file, and this checkpoint was trained at " +
+                e.asked() +
+                ": enter the slide's mpp with Set mpp… (Tools ▸ Set Microns per Pixel…), then "
+                "ask for the heatmap again.");
+  }
+  HeatmapOverlay overlay;
+  // The map the PNG shows: the last class's score, or its attention (an attention head).
+  overlay.class_name = QString::fromStdString(result.drawn);
+  overlay.png = result.png;
+  draw(result.heatmap, result.drawn, overlay);
+  return overlay;
+}
+
+std::optional<float> score_of_turbo(QRgb rgb) {
+  static const std::vector<std::array<uint8_t, 3>> table = [] {
+    std::vector<std::array<uint8_t, 3>> t(256);
+    for (int i = 0; i < 256; ++i)
+      t[static_cast<size_t>(i)] = io::turbo(static_cast<float>(i) / 255);
+    return t;
+  }();
+  if (qRed(rgb) == 0 && qGreen(rgb) == 0 && qBlue(rgb) == 0) return std::nullopt;  // glass
+  int best = -1;
+  int best_distance = std::numeric_limits<int>::max();
+  for (int i = 0; i < 256; ++i) {
+    const auto& c = table[static_cast<size_t>(i)];
+    const int dr = qRed(rgb) - c[0], dg = qGreen(rgb) - c[1], db = qBlue(rgb) - c[2];
+    const int distance = dr * dr + dg * dg + db * db;
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = i;
+    }
+  }
+  // Far from every turbo colour (another program's image): no score, not a made-up one.
+  if (best_distance > 3 * 12 * 12) return std::nullopt;
+  return static_cast<float>(best) / 255;
+}
+
+HeatmapOverlay load_heatmap_tiff(const std::filesystem::path& tiff, int64_t slide_width,
+                                 int64_t slide_height, int max_side) {
+  const io::Slide file(tiff);
+  const io::Level& full = file.level(0);
+  if (full.width != slide_width || full.height != slide_height) {
+    throw Error(tiff.string() + " is " + std::to_string(full.width) + " × " +
+                std::to_string(full.height) + " px, but the slide shown is " +
+                std::to_string(slide_width) + " × " + std::to_string(slide_height) +
+                " px: it is the heatmap of another slide");
+  }
+  // The smallest level at least max_side on its long side (the heatmap's cells are much larger
+  // than a level-0 pixel), else the largest.
+  int level = 0;
+  for (int l = 0; l < file.level_count(); ++l) {
+    if (std::max(file.level(l).width, file.level(l).height) >= max_side) level = l;
+  }
+  const io::Level& read = file.level(level);
+  const io::RgbImage rgb = file.read_region(level, 0, 0, read.width, read.height);
+  HeatmapOverlay overlay;
+  overlay.image =
+      QImage(static_cast<int>(rgb.width), static_cast<int>(rgb.height), QImage::Format_ARGB32);
+  overlay.scores.assign(static_cast<size_t>(rgb.width * rgb.height),
+                        std::numeric_limits<float>::quiet_NaN());
+  overlay.approximate = true;
+  // A heatmap has few colours (256 and the blends at cell edges): each looked up once.
+  std::unordered_map<QRgb, std::optional<float>> seen;
+  for (int64_t y = 0; y < rgb.height; ++y) {
+    auto* line = reinterpret_cast<QRgb*>(overlay.image.scanLine(static_cast<int>(y)));
+    for (int64_t x = 0; x < rgb.width; ++x) {
+      const auto i = static_cast<size_t>(y * rgb.width + x);
+      const QRgb colour = qRgb(rgb.pixels[3 * i], rgb.pixels[3 * i + 1], rgb.pixels[3 * i + 2]);
+      auto found = seen.find(colour);
+      if (found == seen.end()) found = seen.emplace(colour, score_of_turbo(colour)).first;
+      const std::optional<float>& score = found->second;
+      line[x] = score ? colour : qRgba(0, 0, 0, 0);  // black: glass or off the cells
+      if (score) overlay.scores[i] = *score;
+    }
+  }
+  overlay.level0 =
+      QRectF(0, 0, static_cast<double>(slide_width), static_cast<double>(slide_height));
+  // make_heatmap's names: <slide stem>.heatmap.tif; the TIFF does not name its class.
+  overlay.class_name = QStringLiteral("score");
   return overlay;
 }
 

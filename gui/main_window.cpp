@@ -84,12 +84,39 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
   resizeDocks({dataset_dock}, {250}, Qt::Vertical);
 
+  heatmap_status_ = new QLabel(this);
+  heatmap_bar_ = new QProgressBar(this);
+  heatmap_bar_->setMaximumWidth(120);
+  heatmap_bar_->setTextVisible(false);
+  cancel_heatmap_ = new QPushButton(tr("Cancel"), this);
+  cancel_heatmap_->setToolTip(tr("Stop the heatmap at its next tile (nothing is written)"));
+  statusBar()->addPermanentWidget(heatmap_status_);
+  statusBar()->addPermanentWidget(heatmap_bar_);
+  statusBar()->addPermanentWidget(cancel_heatmap_);
+  connect(cancel_heatmap_, &QPushButton::clicked, &heatmaps_, &HeatmapQueue::cancel);
+  connect(&heatmaps_, &HeatmapQueue::changed, this, &MainWindow::update_heatmap_status);
+  connect(&heatmaps_, &HeatmapQueue::finished, this, &MainWindow::heatmap_finished);
+  connect(&heatmaps_, &HeatmapQueue::failed, this, [this](const HeatmapJob&, const QString& why) {
+    show_error(why);
+    emit heatmapFailed(why);
+  });
+  connect(&heatmaps_, &HeatmapQueue::cancelled, this, [this](const HeatmapJob& job) {
+    statusBar()->showMessage(
+        tr("Heatmap of %1 cancelled: nothing was written").arg(QFileInfo(job.slide).fileName()));
+  });
+  update_heatmap_status();
   cursor_label_ = new QLabel(this);
   statusBar()->addPermanentWidget(cursor_label_);
   zoom_label_ = new QLabel(this);
   statusBar()->addPermanentWidget(zoom_label_);
   connect(view_, &SlideView::cursorMoved, this, [this](QPointF level0) {
-    cursor_label_->setText(cursor_readout(level0, view_->mpp(), view_->mpp_y()));
+    QString text = cursor_readout(level0, view_->mpp(), view_->mpp_y());
+    if (const std::optional<float> score = heatmap_score_at(level0)) {
+      text += tr(" · %1 %2%3")
+                  .arg(heatmap_.class_name, heatmap_.approximate ? QStringLiteral("≈") : QString())
+                  .arg(static_cast<double>(*score), 0, 'f', 2);
+    }
+    cursor_label_->setText(text);
   });
   connect(view_, &SlideView::cursorLeft, cursor_label_, &QLabel::clear);
   connect(view_, &SlideView::viewChanged, this, [this](QRectF level0) {
@@ -126,7 +153,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   }
   connect(training_, &TrainingPanel::heatmapRequested, this, &MainWindow::request_heatmap);
   connect(training_, &TrainingPanel::heatmapOpacityChanged, view_, &SlideView::set_heatmap_opacity);
-  connect(view_, &SlideView::heatmapChanged, this, &MainWindow::update_heatmap_actions);
+  connect(view_, &SlideView::heatmapChanged, this, [this] {
+    if (!view_->has_heatmap()) heatmap_ = {};  // cleared, or another slide opened
+    update_heatmap_actions();
+  });
   connect(view_, &SlideView::mppChanged, this, &MainWindow::update_magnification_actions);
   connect(view_, &SlideView::roisChanged, this, [this] {
     update_roi_actions();
@@ -163,6 +193,13 @@ void MainWindow::create_menus() {
     const QString path = QFileDialog::getOpenFileName(this, tr("Open a manifest"), {},
                                                       tr("Manifests (*.csv);;All files (*)"));
     if (!path.isEmpty()) open_manifest(path);
+  });
+  file->addAction(tr("Open &Heatmap…"), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(
+        this, tr("Open a heatmap of the slide shown"),
+        QSettings().value(QLatin1String(kHeatmapFolderKey)).toString(),
+        tr("Heatmap TIFFs (*.heatmap.tif);;TIFF images (*.tif *.tiff);;All files (*)"));
+    if (!path.isEmpty()) open_heatmap(path);
   });
   recent_menu_ = file->addMenu(tr("Open &Recent"));
   // Rebuilt as it opens: another window of the app may have changed the list.
@@ -557,26 +594,82 @@ void MainWindow::show_heatmap(const QString& checkpoint, const QString& out_dir)
     emit heatmapFailed(last_error_);
     return;
   }
-  if (heatmap_busy_) return;
-  heatmap_busy_ = true;
+  HeatmapJob job{checkpoint, slide_path_, out_dir, std::nullopt, serial_};
+  // The mpp entered for a slide whose file has none (Set mpp…) is the heatmap's too.
+  if (view_->mpp_was_set()) job.base_mpp = view_->mpp();
+  if (heatmaps_.busy()) {
+    statusBar()->showMessage(tr("The heatmap of %1 waits until the one running ends")
+                                 .arg(QFileInfo(slide_path_).fileName()));
+  }
+  heatmaps_.add(std::move(job));
+}
+
+void MainWindow::update_heatmap_status() {
+  const bool busy = heatmaps_.busy();
+  heatmap_status_->setVisible(busy);
+  heatmap_bar_->setVisible(busy);
+  cancel_heatmap_->setVisible(busy);
+  if (!busy) return;
+  heatmap_status_->setText(heatmaps_.status());
+  QStringList waiting;
+  for (const HeatmapJob& job : heatmaps_.waiting()) waiting << QFileInfo(job.slide).fileName();
+  heatmap_status_->setToolTip(waiting.isEmpty() ? QString()
+                                                : tr("Waiting: %1").arg(waiting.join(", ")));
+  // Within the running segment: the engine's tile of its partition (busy while planning).
+  const HeatmapProgress* progress = heatmaps_.progress();
+  if (progress == nullptr || progress->segment < 0 || progress->tiles <= 0) {
+    heatmap_bar_->setRange(0, 0);
+  } else {
+    heatmap_bar_->setRange(0, static_cast<int>(progress->tiles));
+    heatmap_bar_->setValue(static_cast<int>(progress->tile + 1));
+  }
+}
+
+void MainWindow::heatmap_finished(const HeatmapJob& job, const HeatmapOverlay& overlay) {
+  if (job.serial != serial_) {
+    // Another slide is shown now: the files are written, the overlay would lie over it.
+    statusBar()->showMessage(tr("Heatmap of %1 written to %2 (not shown: another slide is open)")
+                                 .arg(QFileInfo(job.slide).fileName(), job.out_dir));
+    return;
+  }
+  display_heatmap(overlay);
+  statusBar()->showMessage(
+      tr("Heatmap of %1 (also written to %2)")
+          .arg(overlay.class_name, QString::fromStdString(overlay.png.string())));
+  emit heatmapShown(overlay.class_name);
+}
+
+void MainWindow::display_heatmap(HeatmapOverlay overlay) {
+  view_->set_heatmap(overlay.image, overlay.level0, overlay.class_name);
+  view_->set_heatmap_opacity(training_->opacity_slider()->value() / 100.0);
+  training_->set_heatmap_legend(overlay.class_name);
+  heatmap_ = std::move(overlay);  // after set_heatmap, whose heatmapChanged clears it first
+}
+
+std::optional<float> MainWindow::heatmap_score_at(QPointF level0) const {
+  if (!view_->heatmap_visible()) return std::nullopt;
+  return heatmap_.score_at(level0);
+}
+
+void MainWindow::open_heatmap(const QString& tiff) {
+  if (slide_path_.isEmpty() || !view_->has_slide()) {
+    show_error(tr("Open a slide in the viewer first: the heatmap is drawn over it."));
+    emit heatmapFailed(last_error_);
+    return;
+  }
   const quint64 serial = serial_;
-  const QString slide = slide_path_;
-  statusBar()->showMessage(tr("Computing the heatmap of %1 with %2…").arg(slide, checkpoint));
-  pool_.start([this, serial, slide, checkpoint, out_dir] {
+  const io::Level& level0 = view_->document().slide->level(0);
+  statusBar()->showMessage(tr("Reading the heatmap %1…").arg(tiff));
+  pool_.start([this, serial, tiff, width = level0.width, height = level0.height] {
     try {
-      HeatmapOverlay overlay = compute_heatmap_overlay(checkpoint.toStdString(),
-                                                       slide.toStdString(), out_dir.toStdString());
+      HeatmapOverlay overlay = load_heatmap_tiff(tiff.toStdString(), width, height);
       QMetaObject::invokeMethod(
           this,
-          [this, serial, overlay = std::move(overlay)] {
-            heatmap_busy_ = false;
+          [this, serial, tiff, overlay = std::move(overlay)] {
             if (serial != serial_) return;  // another slide is shown now
-            view_->set_heatmap(overlay.image, overlay.level0, overlay.class_name);
-            view_->set_heatmap_opacity(training_->opacity_slider()->value() / 100.0);
-            training_->set_heatmap_legend(overlay.class_name);
-            statusBar()->showMessage(
-                tr("Heatmap of %1 (also written to %2)")
-                    .arg(overlay.class_name, QString::fromStdString(overlay.png.string())));
+            display_heatmap(overlay);
+            statusBar()->showMessage(tr("Heatmap %1 over %2 (scores read from its colours)")
+                                         .arg(tiff, QFileInfo(slide_path_).fileName()));
             emit heatmapShown(overlay.class_name);
           },
           Qt::QueuedConnection);
@@ -585,7 +678,6 @@ void MainWindow::show_heatmap(const QString& checkpoint, const QString& out_dir)
       QMetaObject::invokeMethod(
           this,
           [this, reason] {
-            heatmap_busy_ = false;
             show_error(reason);
             emit heatmapFailed(reason);
           },

@@ -11,6 +11,8 @@
 #include <QLabel>
 #include <QMainWindow>
 #include <QMenu>
+#include <QProgressBar>
+#include <QPushButton>
 #include <QString>
 #include <QStringList>
 #include <QThreadPool>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "gui/dataset_panel.h"
+#include "gui/heatmap_queue.h"
 #include "gui/message_bar.h"
 #include "gui/overview_widget.h"
 #include "gui/prompts.h"
@@ -102,9 +105,23 @@ class MainWindow : public QMainWindow {
   bool request_heatmap(const QString& checkpoint);
   static constexpr const char* kHeatmapFolderKey = "heatmap/folder";
   // Returns at once; heatmapShown or a message (last_error) follow. The heatmap's TIFF, PNG and
-  // GeoJSON are written into `out_dir`.
+  // GeoJSON are written into `out_dir`. The mpp entered for the viewer's slide (Set mpp…) is the
+  // heatmap's too. One heatmap is computed at a time: a request while one runs waits its turn,
+  // listed in the status bar beside the running one's progress and its Cancel button. A heatmap
+  // finished after another slide was opened is written but not shown (a message says so).
   void show_heatmap(const QString& checkpoint, const QString& out_dir);
-  bool computing_heatmap() const { return heatmap_busy_; }
+  bool computing_heatmap() const { return heatmaps_.busy(); }
+  HeatmapQueue& heatmaps() { return heatmaps_; }
+  // The running heatmap's progress in the status bar (hidden when none runs) and its Cancel.
+  QLabel* heatmap_status() { return heatmap_status_; }
+  QPushButton* cancel_heatmap_button() { return cancel_heatmap_; }
+  // File ▸ Open Heatmap…: a heatmap TIFF written earlier (tessel heatmap, or this window) over
+  // the viewer's slide, read off the UI thread; heatmapShown or a message follow. Its scores
+  // are read back from its colours (to within 1/255). Refused when it is not the slide's size.
+  void open_heatmap(const QString& tiff);
+  // The heatmap's score under the cursor, shown after the position in the status bar; none off
+  // the heatmap's cells, on glass, or without a heatmap shown.
+  std::optional<float> heatmap_score_at(QPointF level0) const;
   // File ▸ Export View…: what the viewer shows (slide, overlays, heatmap legend, scale bar) as a
   // PNG of the viewer's size, written to a temporary name and renamed. False, with the reason in
   // last_error, when no slide is shown or the file cannot be written.
@@ -129,6 +146,9 @@ class MainWindow : public QMainWindow {
   void create_menus();
   void update_magnification_actions();
   void update_heatmap_actions();
+  void update_heatmap_status();
+  void heatmap_finished(const HeatmapJob& job, const HeatmapOverlay& overlay);
+  void display_heatmap(HeatmapOverlay overlay);
   void update_roi_actions();
   void add_recent_file(const QString& path);
   void set_recent_files(const QStringList& paths);
@@ -145,7 +165,11 @@ class MainWindow : public QMainWindow {
   QDockWidget* training_dock_;
   MessageBar* message_bar_;
   Prompts* prompts_ = nullptr;
-  bool heatmap_busy_ = false;
+  HeatmapQueue heatmaps_;
+  HeatmapOverlay heatmap_;  // the one shown, for the score under the cursor
+  QLabel* heatmap_status_ = nullptr;
+  QProgressBar* heatmap_bar_ = nullptr;
+  QPushButton* cancel_heatmap_ = nullptr;
   QAction* tissue_action_ = nullptr;
   QAction* heatmap_action_ = nullptr;
   QAction* clear_heatmap_action_ = nullptr;

@@ -116,8 +116,11 @@ ResolutionChoice choose_resolution(const Pyramid& pyramid, const Resolution& res
     throw Error(name + asked + ": must be a positive number");
   }
   if (!base_mpp) {
-    throw Error(name + "the file gives no microns per pixel, so " + asked +
-                " cannot be resolved; use --level, or give --base-mpp (the mpp of level 0)");
+    throw MissingMpp(
+        name + "the file gives no microns per pixel, so " + asked +
+            " cannot be resolved; use --level, or give --base-mpp (the mpp of level 0)",
+        resolution.kind == Resolution::Kind::kMpp ? number(resolution.value) + " µm per pixel"
+                                                  : number(resolution.value) + "× magnification");
   }
   double mpp = resolution.value;
   if (resolution.kind == Resolution::Kind::kMagnification) {

@@ -7,11 +7,26 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "io/slide.h"
 
 namespace tessel::io {
+
+// An mpp or magnification asked of a slide whose file gives no microns per pixel, with no base
+// mpp given: the CLI's message says --base-mpp, the GUI's says Set mpp…. `asked` in a
+// pathologist's words: "8 µm per pixel", "10× magnification".
+class MissingMpp : public Error {
+ public:
+  MissingMpp(const std::string& message, std::string asked)
+      : Error(message), asked_(std::move(asked)) {}
+  const std::string& asked() const { return asked_; }
+
+ private:
+  std::string asked_;
+};
 
 // What the user asked for: one of a level, microns per pixel or a magnification, plus optionally
 // the mpp of level 0 (overrides the file's, and is the only way to use mpp or magnification on a
@@ -76,8 +91,8 @@ std::ostream& operator<<(std::ostream& out, const ResolutionChoice& choice);
 // is; otherwise the coarsest level finer than the asked mpp is shrunk to it (never upsampled).
 // Magnification m becomes mpp base_mpp · objective_power / m. Throws tessel::Error naming the
 // file when: the level is out of range; mpp or magnification is asked of a slide without mpp and
-// no base_mpp is given; magnification is asked without an objective power in the file; the asked
-// mpp is finer than level 0 (beyond the tolerance); the value is not positive.
+// no base_mpp is given (MissingMpp); magnification is asked without an objective power in the file;
+// the asked mpp is finer than level 0 (beyond the tolerance); the value is not positive.
 ResolutionChoice choose_resolution(const Pyramid& pyramid, const Resolution& resolution);
 
 }  // namespace tessel::io

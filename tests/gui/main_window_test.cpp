@@ -968,6 +968,68 @@ class MainWindowTest : public QObject {
     QVERIFY(inside_differ > inside / 3);
   }
 
+  // File ▸ Open Heatmap…: a heatmap TIFF written earlier (as `tessel heatmap` writes it) over the
+  // slide shown, with the score under the cursor read back from its colours; glass has none; a
+  // heatmap of another slide's size is refused with a message.
+  void aHeatmapTiffWrittenEarlierIsShownWithTheScoreUnderTheCursor() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    QVERIFY(!window_.heatmap_score_at(QPointF(100, 100)));
+    io::Heatmap map;
+    map.rows = 3;
+    map.cols = 2;
+    map.cell_width = 1110;
+    map.cell_height = 989;
+    map.classes = {"tumor"};
+    map.scores = {{0.1F, 0.9F, 0.5F, 0.25F, 0.75F, 0.0F}};
+    map.tissue = {1, 1, 1, 0, 1, 1};
+    map.slide_width = 2220;
+    map.slide_height = 2967;
+    test::TempFolder folder;
+    const auto tiff = folder.path() / "cmu.heatmap.tif";
+    io::write_heatmap_tiff(tiff, map, "tumor", 0.5);
+    QSignalSpy shown(&window_, &MainWindow::heatmapShown);
+    window_.open_heatmap(QString::fromStdString(tiff.string()));
+    QVERIFY2(shown.wait(kTimeoutMs), qPrintable(window_.last_error()));
+    QVERIFY(view->has_heatmap());
+    const auto centre = [&](int row, int col) {
+      return QPointF(1110 * (col + 0.5), 989 * (row + 0.5));
+    };
+    for (int i = 0; i < 6; ++i) {
+      const std::optional<float> score = window_.heatmap_score_at(centre(i / 2, i % 2));
+      if (map.tissue[static_cast<size_t>(i)] == 0) {
+        QVERIFY2(!score, qPrintable(QString::number(i)));
+        continue;
+      }
+      QVERIFY2(score && std::abs(*score - map.scores[0][static_cast<size_t>(i)]) <= 1.5F / 255,
+               qPrintable(QStringLiteral("cell %1: %2").arg(i).arg(score.value_or(-1))));
+    }
+    view->set_view({centre(0, 1), 4.0});
+    QTest::mouseMove(view, on_screen(view, centre(0, 1)));
+    QVERIFY2(window_.cursor_label()->text().endsWith(QStringLiteral("score ≈0.90")),
+             qPrintable(window_.cursor_label()->text()));
+    window_.heatmap_action()->trigger();  // hidden: no score
+    QTest::mouseMove(view, on_screen(view, centre(0, 1)) + QPoint(2, 0));
+    QVERIFY2(!window_.cursor_label()->text().contains(QStringLiteral("score")),
+             qPrintable(window_.cursor_label()->text()));
+    window_.clear_heatmap_action()->trigger();
+    QVERIFY(!window_.heatmap_score_at(centre(0, 1)));
+
+    map.slide_width = 1000;
+    map.slide_height = 1000;
+    map.cell_width = map.cell_height = 100;
+    const auto other = folder.path() / "other.heatmap.tif";
+    io::write_heatmap_tiff(other, map, "tumor", 0.5);
+    QSignalSpy failed(&window_, &MainWindow::heatmapFailed);
+    window_.open_heatmap(QString::fromStdString(other.string()));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("another slide")),
+             qPrintable(window_.last_error()));
+    QVERIFY(!view->has_heatmap());
+  }
+
  private:
   StubPrompts prompts_;  // before the window, which asks it until it is destroyed
   MainWindow window_;

@@ -33,7 +33,9 @@
 #include <vector>
 
 #include "gui/main_window.h"
+#include "io/checkpoint.h"
 #include "io/sample_slides.h"
+#include "io/slide.h"
 #include "io/vips.h"
 #include "pipelines/logging.h"
 #include "pipelines/train_config.h"
@@ -850,6 +852,93 @@ class TrainingPanelTest : public QObject {
     QVERIFY(failed.wait(kTimeoutMs));
     QVERIFY2(window_.last_error().contains(QStringLiteral("best.h5")),
              qPrintable(window_.last_error()));
+  }
+
+  // A slide whose file has no mpp, under a checkpoint trained at an mpp: the message says to Set
+  // mpp… (never the CLI's --base-mpp); once it is set in the viewer, the heatmap is computed.
+  void aHeatmapOfASlideWithoutMppUsesTheMppSetInTheViewer() {
+    // The run's checkpoint as if trained at 1 µm per pixel (level 1 of these 0.5 µm slides).
+    io::CheckpointState state =
+        io::read_checkpoint(window_.training()->checkpoint_edit()->text().toStdString());
+    pipelines::TrainConfig config = pipelines::parse_train_config(state.config, "checkpoint");
+    config.level.reset();
+    config.mpp = 1.0;
+    state.config = config.to_yaml();
+    const auto at_mpp = runs_.path() / "at-mpp.h5";
+    io::write_checkpoint(at_mpp, state);
+    const QString checkpoint = QString::fromStdString(at_mpp.string());
+    // The first slide's pixels in a plain TIFF that says nothing of its scale.
+    const io::Slide source(data_.path() / "slides" / slides_.front().file);
+    const io::RgbImage rgb =
+        source.read_region(0, 0, 0, source.level(0).width, source.level(0).height);
+    const auto plain = data_.path() / "no-mpp.tif";
+    vips::VImage::new_from_memory(const_cast<uint8_t*>(rgb.pixels.data()), rgb.pixels.size(),
+                                  static_cast<int>(rgb.width), static_cast<int>(rgb.height), 3,
+                                  VIPS_FORMAT_UCHAR)
+        .tiffsave(plain.string().c_str(), vips::VImage::option()
+                                              ->set("tile", true)
+                                              ->set("pyramid", true)
+                                              ->set("xres", 1.0)
+                                              ->set("yres", 1.0));
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(QString::fromStdString(plain.string()));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(!window_.slide_view()->mpp());
+    const auto folder = runs_.path() / "no-mpp-heatmaps";
+    std::filesystem::create_directories(folder);
+    prompts_.folder_answer = QString::fromStdString(folder.string());
+    QSignalSpy failed(&window_, &MainWindow::heatmapFailed);
+    QVERIFY(window_.request_heatmap(checkpoint));
+    QVERIFY(failed.wait(kTimeoutMs));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("Set mpp")) &&
+                 window_.last_error().contains(QStringLiteral("1 µm per pixel")) &&
+                 !window_.last_error().contains(QStringLiteral("--base-mpp")),
+             qPrintable(window_.last_error()));
+
+    prompts_.number_answer = 0.5;
+    QVERIFY(window_.request_mpp());
+    QSignalSpy shown(&window_, &MainWindow::heatmapShown);
+    QVERIFY(window_.request_heatmap(checkpoint));
+    QVERIFY2(shown.wait(kTimeoutMs), qPrintable(window_.last_error()));
+    QVERIFY(std::filesystem::exists(folder / "no-mpp.heatmap.tif"));
+    QVERIFY(window_.slide_view()->has_heatmap());
+    prompts_.number_answer.reset();
+  }
+
+  // A heatmap asked for while one runs waits its turn, listed beside the running one's progress;
+  // Cancel stops the running one (nothing written) and the waiting one then runs.
+  void heatmapsWaitTheirTurnShowTheirProgressAndCancelStopsTheRunningOne() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(
+        QString::fromStdString((data_.path() / "slides" / slides_.back().file).string()));
+    QVERIFY(opened.wait(kTimeoutMs));
+    const QString checkpoint = window_.training()->checkpoint_edit()->text();
+    const auto first = runs_.path() / "cancelled-heatmap";
+    const auto second = runs_.path() / "waiting-heatmap";
+    std::filesystem::create_directories(first);
+    std::filesystem::create_directories(second);
+    QSignalSpy cancelled(&window_.heatmaps(), &HeatmapQueue::cancelled);
+    QSignalSpy shown(&window_, &MainWindow::heatmapShown);
+    window_.show_heatmap(checkpoint, QString::fromStdString(first.string()));
+    window_.show_heatmap(checkpoint, QString::fromStdString(second.string()));
+    QVERIFY(window_.computing_heatmap());
+    QCOMPARE(window_.heatmaps().waiting().size(), size_t{1});
+    QVERIFY(window_.heatmap_status()->isVisible());
+    QVERIFY(window_.cancel_heatmap_button()->isVisible());
+    QVERIFY2(window_.heatmap_status()->text().contains(QStringLiteral("1 more waiting")),
+             qPrintable(window_.heatmap_status()->text()));
+    QVERIFY(window_.heatmap_status()->toolTip().contains(
+        QString::fromStdString(std::filesystem::path(slides_.back().file).filename().string())));
+    window_.cancel_heatmap_button()->click();
+    QVERIFY2(window_.heatmap_status()->text().contains(QStringLiteral("cancelling")),
+             qPrintable(window_.heatmap_status()->text()));
+    QVERIFY(cancelled.wait(kTimeoutMs));
+    QVERIFY2(shown.wait(kTimeoutMs), qPrintable(window_.last_error()));
+    QVERIFY(std::filesystem::is_empty(first));
+    const std::string stem = std::filesystem::path(slides_.back().file).stem().string();
+    QVERIFY(std::filesystem::exists(second / (stem + ".heatmap.tif")));
+    QTRY_VERIFY(!window_.heatmap_status()->isVisible());
+    QVERIFY(!window_.computing_heatmap());
   }
 
   // Quit during a run asks; no keeps the window and the run; yes stops the run at the next tile
