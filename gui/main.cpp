@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   }
 
   tessel::gui::MainWindow window;
+  window.restore_session();  // the layout as it was closed, the last run offered for Resume
   window.show();
   if (!parser.positionalArguments().isEmpty())
     window.open_path(parser.positionalArguments().front());

@@ -708,8 +708,22 @@ void MainWindow::show_error(const QString& message) {
   statusBar()->showMessage(message);
 }
 
+void MainWindow::restore_session() {
+  QSettings settings;
+  restoreGeometry(settings.value(QLatin1String(kGeometryKey)).toByteArray());
+  restoreState(settings.value(QLatin1String(kLayoutKey)).toByteArray());
+  if (training_->restore_last_run()) {
+    training_dock_->show();
+    training_dock_->raise();
+    statusBar()->showMessage(training_->message());
+  }
+}
+
 void MainWindow::closeEvent(QCloseEvent* event) {
   if (!training_->running()) {
+    QSettings settings;
+    settings.setValue(QLatin1String(kGeometryKey), saveGeometry());
+    settings.setValue(QLatin1String(kLayoutKey), saveState());
     event->accept();
     return;
   }

@@ -94,6 +94,13 @@ class MainWindow : public QMainWindow {
   // io::read_roi, written to a temporary name and renamed. False, with the reason in last_error,
   // when none are drawn or the file cannot be written.
   bool save_roi(const QString& path);
+  // At the app's start (main.cpp; tests call it to play a restart): the window's size and its
+  // docks' places as they were when it last closed (QSettings: kGeometryKey, kLayoutKey,
+  // written as it closes), and the last run offered for Resume with its own config
+  // (TrainingPanel::restore_last_run), the Training dock raised to show it.
+  void restore_session();
+  static constexpr const char* kGeometryKey = "window/geometry";
+  static constexpr const char* kLayoutKey = "window/layout";
   TrainingPanel* training() { return training_; }
   MessageBar* message_bar() { return message_bar_; }
   // The questions the window and its training panel ask; nullptr: dialogs. Not owned.

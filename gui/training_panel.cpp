@@ -573,9 +573,10 @@ void TrainingPanel::sync_resume(bool reload) {
       // The folder resumed, wherever the run was started from (as `tessel train --resume`).
       c.output = folder.toStdString();
       run_config_ = c;
-      // The other fields stay as they are: where they differ from the run, the note says so and
-      // Resume asks.
-      write_locked(form_of(c));
+      // Every field as the run has it: epochs, budget and the others the form had before (the
+      // defaults, after a restart) are not changes anyone made. What the user changes from here
+      // on, the note lists and Resume asks about.
+      write_form(form_of(c));
     } catch (const std::exception& e) {
       run_config_error_ =
           tr("Cannot resume the run in %1: %2").arg(folder, QString::fromStdString(e.what()));
@@ -607,13 +608,33 @@ void TrainingPanel::show_resume_note() {
 bool TrainingPanel::load_config(const QString& path) {
   try {
     const std::filesystem::path file = path.toStdString();
-    set_config(resolve_paths(pipelines::load_train_config(file), file));
+    pipelines::TrainConfig c = resolve_paths(pipelines::load_train_config(file), file);
+    // A run's own config.yaml names the folder it was started with, relative to where that was
+    // (runs/run2): taken against the file's folder it nested a new run inside the old one.
+    const std::filesystem::path folder = std::filesystem::absolute(file).parent_path();
+    std::error_code error;
+    if (std::filesystem::is_directory(folder / "checkpoints", error)) c.output = folder;
+    set_config(c);
     show_message(tr("Loaded %1").arg(path), false);
     return true;
   } catch (const std::exception& e) {
     show_message(QString::fromStdString(e.what()), true);
     return false;
   }
+}
+
+bool TrainingPanel::restore_last_run() {
+  const QString folder = QSettings().value(QLatin1String(kLastRunKey)).toString();
+  std::error_code error;
+  if (folder.isEmpty() ||
+      !std::filesystem::exists(
+          std::filesystem::path(folder.toStdString()) / "checkpoints" / "last.h5", error)) {
+    return false;
+  }
+  output_->setText(folder);  // update_resume: Resume checked, the form the run's
+  if (!resuming()) return false;
+  show_message(tr("The last run, in %1: Resume continues it where it stopped.").arg(folder), false);
+  return true;
 }
 
 bool TrainingPanel::save_config(const QString& path) {
@@ -718,6 +739,9 @@ bool TrainingPanel::start() {
   }
   charts_run_.clear();
   running_folder_ = QString::fromStdString(c->output.string());
+  // Offered again when the app starts next (restore_last_run).
+  QSettings().setValue(QLatin1String(kLastRunKey),
+                       QString::fromStdString(std::filesystem::absolute(c->output).string()));
   summary_.reset();
   tile_events_ = 0;
   slides_done_ = 0;

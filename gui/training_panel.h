@@ -74,8 +74,16 @@ class TrainingPanel : public QWidget {
   // file: or the nearest folder above it that holds them, as sample_data/demo.yaml, written for
   // `tessel train` run from the repository, names sample_data/manifest.csv); the form shows them
   // absolute. False: message() says why.
+  // A run's own config.yaml (its folder holds checkpoints/) is that run: the output is its
+  // folder, never a folder nested in it, and Resume is offered.
   bool load_config(const QString& path);
   bool save_config(const QString& path);
+  // The folder of the last run started from the panel, kept in QSettings under kLastRunKey.
+  // restore_last_run(), at the app's start: when it still holds checkpoints/last.h5, the form is
+  // that run (its config.yaml, every field) with Resume checked, and a message says so. False:
+  // no such run.
+  static constexpr const char* kLastRunKey = "training/last_run";
+  bool restore_last_run();
   // The manifest field; while resuming, the one used once Resume is unchecked.
   void set_manifest(const QString& csv);
   // A network file as the model: an .h5 as it is; an .onnx imported to NAME.h5 beside it first
@@ -187,8 +195,10 @@ class TrainingPanel : public QWidget {
   void write_form(const FormState& form);
   void write_locked(const FormState& form);  // the fields locked while resuming, and the base
   std::vector<Change> changes() const;
-  // Locks the form to the output folder's run while resuming; unlocks (the locked fields as they
-  // were) when not. `reload`: the run's config.yaml again, though the folder is the same.
+  // Locks the form to the output folder's run while resuming: every field shows the run's
+  // config.yaml, so that only what the user changes afterwards is a change Resume asks about;
+  // unlocks (the locked fields as they were) when not. `reload`: the run's config.yaml again,
+  // though the folder is the same.
   void sync_resume(bool reload = false);
   void show_resume_note();
   Prompts& prompts() { return prompts_ != nullptr ? *prompts_ : dialog_prompts(); }

@@ -968,6 +968,33 @@ class MainWindowTest : public QObject {
     QVERIFY(inside_differ > inside / 3);
   }
 
+  // The window as it was closed comes back at the next start: its size, and a dock hidden stays
+  // hidden.
+  void theWindowsSizeAndDocksAreRestoredAtTheNextStart() {
+    QSettings().remove(QLatin1String(MainWindow::kGeometryKey));
+    QSettings().remove(QLatin1String(MainWindow::kLayoutKey));
+    const auto properties_dock = [](MainWindow& window) {
+      return window.findChild<QDockWidget*>(QStringLiteral("properties"));
+    };
+    {
+      MainWindow first;
+      first.set_prompts(&prompts_);
+      first.resize(1000, 700);
+      first.show();
+      QVERIFY(QTest::qWaitForWindowExposed(&first));
+      properties_dock(first)->hide();
+      QVERIFY(first.close());
+    }
+    MainWindow second;
+    second.set_prompts(&prompts_);
+    second.restore_session();
+    second.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&second));
+    QCOMPARE(second.size(), QSize(1000, 700));
+    QVERIFY(!properties_dock(second)->isVisible());
+    QVERIFY(second.findChild<QDockWidget*>(QStringLiteral("overview"))->isVisible());
+  }
+
   // File ▸ Open Heatmap…: a heatmap TIFF written earlier (as `tessel heatmap` writes it) over the
   // slide shown, with the score under the cursor read back from its colours; glass has none; a
   // heatmap of another slide's size is refused with a message.

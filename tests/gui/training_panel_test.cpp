@@ -34,6 +34,7 @@
 
 #include "gui/main_window.h"
 #include "io/checkpoint.h"
+#include "io/durable.h"
 #include "io/sample_slides.h"
 #include "io/slide.h"
 #include "io/vips.h"
@@ -461,6 +462,52 @@ class TrainingPanelTest : public QObject {
     QVERIFY2(failed.front().front().toString().contains(QStringLiteral("cannot resume")),
              qPrintable(failed.front().front().toString()));
     QCOMPARE(read_file(run / "config.yaml"), yaml);
+  }
+
+  // The app restarted (a new window, the same QSettings): the last run is offered for Resume
+  // with its own config, every field as the run has it (not the form's defaults), and resumes
+  // without a question about changes nobody made.
+  void afterARestartTheLastRunResumesWithItsOwnConfigAndNoQuestion() {
+    const auto run = runs_.path() / "stopped";
+    QCOMPARE(QSettings().value(QLatin1String(TrainingPanel::kLastRunKey)).toString(),
+             QString::fromStdString(run.string()));
+    const pipelines::TrainConfig yaml = pipelines::load_train_config(run / "config.yaml");
+    QVERIFY(yaml.epochs != TrainingPanel::default_config().epochs);
+    StubPrompts prompts;
+    MainWindow restarted;
+    restarted.set_prompts(&prompts);
+    TrainingPanel* panel = restarted.training();
+    QVERIFY(!panel->resuming());
+    restarted.restore_session();
+    QCOMPARE(panel->output_edit()->text(), QString::fromStdString(run.string()));
+    QVERIFY(panel->resuming());
+    QCOMPARE(panel->epochs_edit()->value(), static_cast<int>(yaml.epochs));
+    QCOMPARE(panel->budget_edit()->text(), QString::fromStdString(yaml.budget));
+    QCOMPARE(panel->model_edit()->currentText(), QString::fromStdString(yaml.model));
+    QVERIFY2(panel->resume_changes().isEmpty(), qPrintable(panel->resume_changes().join("; ")));
+    QVERIFY2(panel->message().contains(QStringLiteral("last run")), qPrintable(panel->message()));
+    QSignalSpy finished(panel, &TrainingPanel::runFinished);
+    QVERIFY2(panel->start(), qPrintable(panel->message()));
+    QVERIFY(finished.wait(kTimeoutMs));
+    QVERIFY(prompts.questions.isEmpty());
+  }
+
+  // Load… of a run's own config.yaml (whose output names the folder relative to where the run
+  // was started) is that run: the output is the run's folder, never one nested inside it, and
+  // Resume is offered with nothing changed.
+  void loadingARunsConfigYamlOffersToResumeThatRun() {
+    TrainingPanel* panel = window_.training();
+    const auto run = runs_.path() / "stopped";
+    pipelines::TrainConfig c = pipelines::load_train_config(run / "config.yaml");
+    c.output = "runs/stopped";  // as `tessel train` started from runs_' parent writes it
+    io::write_file_atomically(run / "config.yaml", c.to_yaml(), "the config");
+    panel->output_edit()->setText(QString::fromStdString((runs_.path() / "elsewhere").string()));
+    QVERIFY(!panel->resuming());
+    QVERIFY(panel->load_config(QString::fromStdString((run / "config.yaml").string())));
+    QCOMPARE(panel->output_edit()->text(), QString::fromStdString(run.string()));
+    QVERIFY(panel->resuming());
+    QVERIFY2(panel->resume_changes().isEmpty(), qPrintable(panel->resume_changes().join("; ")));
+    QCOMPARE(panel->start_button()->text(), QStringLiteral("Resume"));
   }
 
   // The wheel over the Training dock scrolls it; a combo box or spin box under the cursor
