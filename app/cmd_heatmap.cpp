@@ -39,7 +39,8 @@ void register_heatmap(CLI::App& app, const GlobalOptions& /*global*/, CommandReg
   auto base_mpp = std::make_shared<double>(0);
   cmd->add_option("--base-mpp", *base_mpp, "µm per level-0 pixel, for a slide whose file lacks it")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--roi", request->roi, "GeoJSON region (QuPath export): map its bounding box");
+  cmd->add_option("--roi", request->roi,
+                  "GeoJSON region (QuPath export): map its polygons (outside: glass)");
   cmd->callback([&registry, request, checkpoint, slide, out, base_mpp, scratch] {
     registry.selected = [request, checkpoint, slide, out, base_mpp, scratch] {
       request->scratch_dir = *scratch;

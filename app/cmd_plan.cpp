@@ -26,7 +26,7 @@ void add_slide_options(CLI::App* cmd, SlideArgs& args, const std::string& what) 
                       " this slide as training sees it: its resolution, tissue box and "
                       "tissue_fill's background (glass), from key=value settings "
                       "(docs/train-config.md)");
-  cmd->add_option("--roi", args.roi, "With --slide: a GeoJSON region to train on (its box)");
+  cmd->add_option("--roi", args.roi, "With --slide: a GeoJSON region to train on (its polygons)");
   cmd->add_option("settings", args.overrides,
                   "With --slide: key=value settings (mpp=, tissue_fill=true, glass=false, "
                   "model=, budget=, ...)");

@@ -202,4 +202,53 @@ core::Region training_region(const std::string& slide, int64_t slide_width, int6
   return region;
 }
 
+namespace {
+
+// Where the rings of `polygon` cross the horizontal line at `y`, sorted: between the first and
+// second crossing, the third and fourth … the line is inside (even-odd: the holes cut out).
+std::vector<double> crossings(const Polygon& polygon, double y) {
+  std::vector<double> xs;
+  const auto ring = [&](const std::vector<Point>& points) {
+    const size_t n = points.size();
+    for (size_t i = 0; i < n; ++i) {
+      const Point& p = points[i];
+      const Point& q = points[(i + 1) % n];
+      if ((p.y <= y) == (q.y <= y)) continue;  // a closing repeat of the first point too
+      xs.push_back(p.x + (y - p.y) * (q.x - p.x) / (q.y - p.y));
+    }
+  };
+  ring(polygon.exterior);
+  for (const auto& hole : polygon.holes) ring(hole);
+  std::sort(xs.begin(), xs.end());
+  return xs;
+}
+
+}  // namespace
+
+std::vector<uint8_t> rasterise(const RegionOfInterest& roi, int64_t width, int64_t height,
+                               double cell_x, double cell_y) {
+  if (width < 0 || height < 0 || !(cell_x > 0) || !(cell_y > 0)) {
+    throw Error("rasterise: a mask of " + std::to_string(width) + "x" + std::to_string(height) +
+                " cells needs cells of positive size");
+  }
+  std::vector<uint8_t> mask(static_cast<size_t>(width * height), 0);
+  // Cell x's centre is at (x + 0.5)·cell_x: the cells whose centres lie in [a, b).
+  const auto first_cell = [&](double v) {
+    return std::clamp<double>(std::ceil(v / cell_x - 0.5), 0, static_cast<double>(width));
+  };
+  for (int64_t row = 0; row < height; ++row) {
+    const double y = (static_cast<double>(row) + 0.5) * cell_y;
+    uint8_t* line = mask.data() + row * width;
+    for (const Polygon& polygon : roi.polygons) {
+      const std::vector<double> xs = crossings(polygon, y);
+      for (size_t i = 0; i + 1 < xs.size(); i += 2) {
+        const auto from = static_cast<int64_t>(first_cell(xs[i]));
+        const auto to = static_cast<int64_t>(first_cell(xs[i + 1]));
+        std::fill(line + from, line + std::max(from, to), uint8_t{1});
+      }
+    }
+  }
+  return mask;
+}
+
 }  // namespace tessel::io

@@ -1,6 +1,8 @@
 // Regions of interest: polygons drawn on a slide (a GeoJSON export of QuPath annotations) that
-// restrict training to their bounding box, and the level-0 rectangle to train on when a tissue
-// mask, a region of interest, both or neither restrict it.
+// restrict training to themselves: the image is cropped to their bounding box and what lies
+// outside them within it is background (pipelines/slide_input.cpp); the level-0 rectangle to train
+// on when a tissue mask, a region of interest, both or neither restrict it; and the polygons as a
+// mask.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,7 @@ struct Point {
 
 struct Polygon {
   std::vector<Point> exterior;
-  std::vector<std::vector<Point>> holes;  // kept, but inside the exterior: no effect on a bbox
+  std::vector<std::vector<Point>> holes;  // inside the exterior: no effect on the bbox
 };
 
 struct RegionOfInterest {
@@ -43,5 +45,12 @@ RegionOfInterest parse_roi(const std::string& geojson, const std::string& source
 core::Region training_region(const std::string& slide, int64_t slide_width, int64_t slide_height,
                              const std::optional<core::Region>& tissue_bbox,
                              const std::optional<core::Region>& roi_bbox);
+
+// The polygons as a mask of `width` × `height` cells over level 0, cell (x, y) covering level-0
+// pixels [x·cell_x, (x+1)·cell_x) × [y·cell_y, (y+1)·cell_y). A cell is inside (1, else 0) when
+// its centre is: inside some polygon's exterior and in none of that polygon's holes (each
+// polygon by the even-odd rule over its rings, the polygons' union). Row-major.
+std::vector<uint8_t> rasterise(const RegionOfInterest& roi, int64_t width, int64_t height,
+                               double cell_x, double cell_y);
 
 }  // namespace tessel::io

@@ -69,7 +69,7 @@ struct HeatmapRequest {
   std::filesystem::path out_dir;
   std::string class_name;          // the class drawn in the TIFF and PNG; empty: the last class
   std::optional<double> base_mpp;  // µm per level-0 pixel, for a slide whose file lacks it
-  std::filesystem::path roi;       // GeoJSON region: only its bounding box is mapped
+  std::filesystem::path roi;       // GeoJSON region: its bounding box is mapped, outside it glass
   std::string budget;              // empty: the checkpoint's
   // Checkpoints offloaded to disk when they do not fit the budget; empty: the temporary directory.
   std::filesystem::path scratch_dir;

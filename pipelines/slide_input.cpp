@@ -55,6 +55,80 @@ io::Resolution resolution_of(const TrainConfig& c) {
   return r;
 }
 
+namespace {
+
+// Tissue masks are made once per slide and run (TissueMaskCache); null: no tissue found.
+std::shared_ptr<const io::TissueMask> tissue_of(const std::filesystem::path& path,
+                                                const io::Slide& slide, TissueMaskCache* masks) {
+  TissueMaskCache local;
+  TissueMaskCache& cache = masks != nullptr ? *masks : local;
+  auto it = cache.find(path.string());
+  if (it == cache.end()) {
+    it =
+        cache.emplace(path.string(), std::make_shared<const io::TissueMask>(io::tissue_mask(slide)))
+            .first;
+  }
+  if (!it->second->empty()) return it->second;
+  spdlog::warn("{}: no tissue found; using the whole slide as it is", path.string());
+  return nullptr;
+}
+
+// The cells of the image the engine keeps (non-zero), each per_x × per_y of its pixels.
+struct KeepMask {
+  at::Tensor keep;  // uint8, cells high × cells wide
+  double per_x = 1, per_y = 1;
+};
+
+KeepMask tissue_keep(const io::TissueMask& mask, double level0_per_pixel) {
+  KeepMask k;
+  k.keep =
+      at::from_blob(const_cast<uint8_t*>(mask.pixels.data()), {mask.height, mask.width}, at::kByte)
+          .clone();
+  k.per_x =
+      static_cast<double>(mask.slide_width) / static_cast<double>(mask.width) / level0_per_pixel;
+  k.per_y =
+      static_cast<double>(mask.slide_height) / static_cast<double>(mask.height) / level0_per_pixel;
+  return k;
+}
+
+// A region of interest's polygons over the image, in cells of k × k pixels (k: the fewest that
+// keep the mask within kRoiMaskSide a side), and within the tissue when it is given: outside
+// them the image is background, as glass is under tissue_fill.
+constexpr int64_t kRoiMaskSide = 4096;
+
+KeepMask roi_keep(const io::RegionOfInterest& roi, const SlideInput& in,
+                  const io::TissueMask* tissue) {
+  const int64_t height = in.pixels->height(), width = in.pixels->width();
+  const int64_t k =
+      std::max<int64_t>(1, (std::max(height, width) + kRoiMaskSide - 1) / kRoiMaskSide);
+  const int64_t rows = (height + k - 1) / k, cols = (width + k - 1) / k;
+  const double cell = static_cast<double>(k) * in.level0_per_pixel;  // in level-0 pixels
+  std::vector<uint8_t> keep = io::rasterise(roi, cols, rows, cell, cell);
+  if (tissue != nullptr) {
+    // A cell keeps when its centre is on tissue too.
+    const double tx = static_cast<double>(tissue->slide_width) / static_cast<double>(tissue->width);
+    const double ty =
+        static_cast<double>(tissue->slide_height) / static_cast<double>(tissue->height);
+    const auto at = [](double centre, double per, int64_t size) {
+      return std::clamp<int64_t>(static_cast<int64_t>(centre / per), 0, size - 1);
+    };
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t y = at((static_cast<double>(r) + 0.5) * cell, ty, tissue->height);
+      for (int64_t c = 0; c < cols; ++c) {
+        uint8_t& cell_keep = keep[static_cast<size_t>(r * cols + c)];
+        const int64_t x = at((static_cast<double>(c) + 0.5) * cell, tx, tissue->width);
+        cell_keep = static_cast<uint8_t>(cell_keep != 0 && tissue->at(x, y));
+      }
+    }
+  }
+  KeepMask m;
+  m.keep = at::from_blob(keep.data(), {rows, cols}, at::kByte).clone();
+  m.per_x = m.per_y = static_cast<double>(k);
+  return m;
+}
+
+}  // namespace
+
 SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::path& path,
                             const SlideOptions& slide_options, View view,
                             TissueMaskCache* tissue_masks) {
@@ -68,43 +142,34 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
   options.mean = io::kImageNetMean;
   options.std = io::kImageNetStd;
   in.pixels = std::make_shared<io::SlideTileSource>(in.slide, in.choice, options);
-  std::shared_ptr<core::TileSource> pixels = in.pixels;
-  std::optional<core::Region> tissue, roi;
-  if (config.tissue_fill || config.tissue_bbox) {
-    TissueMaskCache local;
-    TissueMaskCache& cache = tissue_masks != nullptr ? *tissue_masks : local;
-    auto it = cache.find(path.string());
-    if (it == cache.end()) {
-      it = cache
-               .emplace(path.string(),
-                        std::make_shared<const io::TissueMask>(io::tissue_mask(*in.slide)))
-               .first;
-    }
-    const io::TissueMask& mask = *it->second;
-    if (mask.empty()) {
-      spdlog::warn("{}: no tissue found; using the whole slide as it is", path.string());
-    } else {
-      if (config.tissue_bbox) tissue = mask.bbox;
-      if (config.tissue_fill) {
-        std::vector<float> white;
-        for (size_t c = 0; c < 3; ++c) white.push_back((1.0F - options.mean[c]) / options.std[c]);
-        const at::Tensor keep = at::from_blob(const_cast<uint8_t*>(mask.pixels.data()),
-                                              {mask.height, mask.width}, at::kByte)
-                                    .clone();
-        const double per_x = static_cast<double>(mask.slide_width) /
-                             static_cast<double>(mask.width) / in.level0_per_pixel;
-        const double per_y = static_cast<double>(mask.slide_height) /
-                             static_cast<double>(mask.height) / in.level0_per_pixel;
-        pixels = std::make_shared<MaskedTileSource>(pixels, keep, per_x, per_y, white);
-      }
-    }
-  }
+  const std::shared_ptr<const io::TissueMask> tissue =
+      config.tissue_fill || config.tissue_bbox ? tissue_of(path, *in.slide, tissue_masks) : nullptr;
+  std::optional<io::RegionOfInterest> roi;
   if (!slide_options.roi.empty()) {
-    roi = io::read_roi(slide_options.roi, in.slide->level(0).width, in.slide->level(0).height).bbox;
+    roi = io::read_roi(slide_options.roi, in.slide->level(0).width, in.slide->level(0).height);
   }
-  if (tissue || roi) {
+  // Glass (tissue_fill) and what lies outside the region's polygons become the background: the
+  // colour of empty glass, which the engine computes once (docs/glass.md).
+  const io::TissueMask* fill = config.tissue_fill ? tissue.get() : nullptr;
+  std::optional<KeepMask> keep;
+  if (roi) {
+    keep = roi_keep(*roi, in, fill);
+  } else if (fill != nullptr) {
+    keep = tissue_keep(*fill, in.level0_per_pixel);
+  }
+  std::shared_ptr<core::TileSource> pixels = in.pixels;
+  if (keep) {
+    std::vector<float> white;
+    for (size_t c = 0; c < 3; ++c) white.push_back((1.0F - options.mean[c]) / options.std[c]);
+    pixels = std::make_shared<MaskedTileSource>(pixels, keep->keep, keep->per_x, keep->per_y,
+                                                std::move(white));
+  }
+  const std::optional<core::Region> tissue_box =
+      config.tissue_bbox && tissue ? std::optional(tissue->bbox) : std::nullopt;
+  const std::optional<core::Region> roi_box = roi ? std::optional(roi->bbox) : std::nullopt;
+  if (tissue_box || roi_box) {
     const core::Region level0 = io::training_region(path.string(), in.slide->level(0).width,
-                                                    in.slide->level(0).height, tissue, roi);
+                                                    in.slide->level(0).height, tissue_box, roi_box);
     view.crop = to_pixels(level0, in.level0_per_pixel, in.choice.height, in.choice.width);
   }
   auto source = std::make_shared<ViewTileSource>(pixels, view);
@@ -172,7 +237,9 @@ namespace {
 
 // What a slide input is: the slide, its level and scale, the image's size, its background.
 std::string describe(const SlideInput& in, const std::filesystem::path& slide,
-                     const TrainConfig& config, const core::Background* background) {
+                     const TrainConfig& config, const SlideOptions& options,
+                     const core::Background* background) {
+  const bool options_roi = !options.roi.empty();
   const core::TileSource& source = *in.view;
   return fmt::format(
       "slide {}: level {} × {:.3g} (level-0 pixels per pixel {:.3g}), {}×{} px seen{}; {}\n",
@@ -181,10 +248,15 @@ std::string describe(const SlideInput& in, const std::filesystem::path& slide,
       in.crop == core::Region{{0, in.pixels->height()}, {0, in.pixels->width()}}
           ? ""
           : " (cropped to " + core::to_string(in.crop) + ")",
-      background != nullptr ? fmt::format("background (tissue_fill) {:.1f}% of it",
-                                          100.0 * background->cells.fraction())
-      : config.tissue_fill  ? "no background (the tissue mask covers it all, or glass: false)"
-                            : "no background (tissue_fill: false)");
+      background != nullptr
+          ? fmt::format("background ({}) {:.1f}% of it",
+                        !options_roi         ? "tissue_fill"
+                        : config.tissue_fill ? "tissue_fill and outside the region's polygons"
+                                             : "outside the region's polygons",
+                        100.0 * background->cells.fraction())
+      : config.tissue_fill || options_roi
+          ? "no background (the tissue mask or the region covers it all, or glass: false)"
+          : "no background (tissue_fill: false)");
 }
 
 }  // namespace
@@ -205,7 +277,7 @@ SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& sli
   out.plan = core::make_plan(network.graph, {3, source.height(), source.width()},
                              core::parse_bytes(config.budget), o);
   out.table = core::to_string(out.plan, network.graph);
-  out.description = describe(in, slide, config, background);
+  out.description = describe(in, slide, config, options, background);
   return out;
 }
 
@@ -223,7 +295,7 @@ SlideImage read_slide_image(const TrainConfig& config, const std::filesystem::pa
   SlideImage out;
   out.pixels = source.read({{0, source.height()}, {0, source.width()}});
   if (background != nullptr) out.background = *background;
-  out.description = describe(in, slide, config, background);
+  out.description = describe(in, slide, config, options, background);
   return out;
 }
 

@@ -34,7 +34,7 @@ struct SlideInput {
 // What a manifest row may add for its slide (columns `mpp` and `roi`).
 struct SlideOptions {
   std::optional<double> base_mpp;  // µm per level-0 pixel, over the file's and the config's
-  std::filesystem::path roi;       // GeoJSON (QuPath export): train on its bounding box
+  std::filesystem::path roi;       // GeoJSON (QuPath export): train on its polygons
 };
 // Reads the optional `mpp` and `roi` columns of a manifest row (`roi` relative to the CSV).
 // Throws tessel::Error naming the CSV line for a value that is not a positive number.
@@ -45,9 +45,11 @@ SlideOptions slide_options(const std::map<std::string, std::string>& metadata,
 // bounding box and the fill, not once per epoch.
 using TissueMaskCache = std::map<std::string, std::shared_ptr<const io::TissueMask>>;
 
-// Opens `slide` as `config` says (resolution; tissue_bbox) and the row's options say (base mpp;
-// ROI), and applies `view`'s geometry and colour over the level-0 training region (tissue box ∩
-// ROI box, mapped to the resolution's pixels). Throws tessel::Error.
+// Opens `slide` as `config` says (resolution; tissue_bbox, tissue_fill) and the row's options say
+// (base mpp; ROI), and applies `view`'s geometry and colour over the level-0 training region
+// (tissue box ∩ ROI box, mapped to the resolution's pixels). Glass under tissue_fill and what
+// lies outside the ROI's polygons (their holes included) read as empty glass's colour, declared
+// as the image's background (MaskedTileSource). Throws tessel::Error.
 SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::path& slide,
                             const SlideOptions& options = {}, View view = {},
                             TissueMaskCache* tissue_masks = nullptr);

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -210,6 +212,63 @@ TEST(TrainingRegion, RefusesASlideWithoutTissueAndBoxesThatDoNotOverlap) {
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "does not overlap the tissue")) << e.what();
   }
+}
+
+// ---- The polygons as a mask ----
+
+Polygon rectangle(double x0, double y0, double x1, double y1) {
+  return {{{x0, y0}, {x1, y0}, {x1, y1}, {x0, y1}, {x0, y0}}, {}};
+}
+
+int64_t inside(const std::vector<uint8_t>& mask) {
+  return std::count(mask.begin(), mask.end(), uint8_t{1});
+}
+
+TEST(Rasterise, ACellIsInsideWhenItsCentreIs) {
+  RegionOfInterest roi;
+  roi.polygons = {rectangle(10, 20, 30, 25)};
+  const std::vector<uint8_t> mask = rasterise(roi, 40, 40, 1, 1);
+  EXPECT_EQ(inside(mask), 20 * 5);
+  EXPECT_EQ(mask[20 * 40 + 10], 1);  // centre (10.5, 20.5)
+  EXPECT_EQ(mask[20 * 40 + 9], 0);
+  EXPECT_EQ(mask[24 * 40 + 29], 1);
+  EXPECT_EQ(mask[24 * 40 + 30], 0);
+  EXPECT_EQ(mask[25 * 40 + 29], 0);
+  // Half-pixel edges: a cell whose centre lies exactly on the left edge is in, on the right out.
+  roi.polygons = {rectangle(10.5, 0, 12.5, 1)};
+  const std::vector<uint8_t> half = rasterise(roi, 20, 1, 1, 1);
+  EXPECT_EQ(std::vector<uint8_t>(half.begin() + 9, half.begin() + 14),
+            (std::vector<uint8_t>{0, 1, 1, 0, 0}));
+}
+
+TEST(Rasterise, HolesAreCutOutAndPolygonsUnite) {
+  RegionOfInterest roi;
+  Polygon framed = rectangle(0, 0, 100, 100);
+  framed.holes.push_back(rectangle(25, 25, 75, 75).exterior);
+  roi.polygons = {framed};
+  EXPECT_EQ(inside(rasterise(roi, 100, 100, 1, 1)), 100 * 100 - 50 * 50);
+  // A second polygon overlapping the first and filling its hole: the union, not an even-odd
+  // over all polygons.
+  roi.polygons.push_back(rectangle(20, 20, 80, 80));
+  EXPECT_EQ(inside(rasterise(roi, 100, 100, 1, 1)), 100 * 100);
+}
+
+TEST(Rasterise, CoarseCellsAndPolygonsPastTheMaskEdge) {
+  RegionOfInterest roi;
+  roi.polygons = {rectangle(-50, -50, 95, 1e9)};  // off the mask to the left, top and bottom
+  // Cells of 10 × 20 level-0 pixels: columns 0–8 have their centres (5 … 85) inside.
+  const std::vector<uint8_t> mask = rasterise(roi, 12, 7, 10, 20);
+  EXPECT_EQ(inside(mask), 9 * 7);
+  EXPECT_EQ(mask[8], 1);
+  EXPECT_EQ(mask[9], 0);
+}
+
+TEST(Rasterise, ATriangleCoversHalfItsBoxAndAnUnclosedRingCloses) {
+  RegionOfInterest roi;
+  roi.polygons = {Polygon{{{0, 0}, {200, 0}, {0, 200}}, {}}};  // no closing repeat
+  const double area = static_cast<double>(inside(rasterise(roi, 200, 200, 1, 1)));
+  EXPECT_NEAR(area, 200.0 * 200.0 / 2, 200.0);  // within a pixel along the diagonal
+  EXPECT_THROW(rasterise(roi, 10, 10, 0, 1), Error);
 }
 
 }  // namespace

@@ -6,13 +6,18 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/exec/executor.h"
 #include "core/exec/gradcheck.h"
 #include "core/plan/planner.h"
 #include "models/zoo.h"
 #include "pipelines/slide_input.h"
+#include "temp_folder.h"
 
 namespace tessel::pipelines {
 namespace {
@@ -205,17 +210,11 @@ TEST(MaskedTileSource, DeclaresItsFilledPixelsThroughEveryView) {
 // the glass tiles, and the loss and every parameter's gradient are plain autograd's on the whole
 // image read at once (float64). The image's gradient is not compared: the fill's flat regions
 // tie under max pooling (docs/glass.md).
-TEST(MaskedTileSource, GlassOfARealSlideGivesPlainAutogradsGradients) {
-  TrainConfig config;
-  config.manifest = "none.csv";
-  config.tissue_fill = true;
-  config.mpp = 4.0;
-  const SlideInput in =
-      open_slide_input(config, std::string(TESSEL_SHARED_SLIDES) + "/cmu-1-small-region.svs");
-  core::TileSource& source = *in.view;
+// A tiled step over `source` with its background's glass tiles skipped, against plain autograd on
+// the whole image read at once (float64): the loss and every parameter's gradient.
+void expect_plain_gradients(core::TileSource& source) {
   const core::Background* background = source.background();
   ASSERT_NE(background, nullptr);
-  EXPECT_GT(background->cells.fraction(), 0.3);
   core::Graph g = models::build_model("tiny");
   g.module().to(at::kDouble);
   core::randomise(g, 4);
@@ -226,6 +225,7 @@ TEST(MaskedTileSource, GlassOfARealSlideGivesPlainAutogradsGradients) {
   o.overrides.tile_size = 6;
   o.background = std::make_shared<core::CellMask>(background->cells);
   const core::Plan tiled = core::make_plan(g, shape, 0, o);
+  ASSERT_GT(tiled.segments.front().forward.tiles(), 1) << core::to_string(tiled, g);
   o.strategy = core::Strategy::kNone;
   const core::Plan plain = core::make_plan(g, shape, 0, o);
   core::TensorTileSource whole(source.read({{0, shape.height}, {0, shape.width}}));
@@ -248,6 +248,80 @@ TEST(MaskedTileSource, GlassOfARealSlideGivesPlainAutogradsGradients) {
   for (size_t i = 0; i < glass.size(); ++i) {
     EXPECT_LT(core::relative_error(glass[i], reference[i]), 1e-10) << "parameter " << i;
   }
+}
+
+const std::string kSmallRegion = std::string(TESSEL_SHARED_SLIDES) + "/cmu-1-small-region.svs";
+
+// A real slide with tissue_fill (CMU-1 at 4 µm/px): its filled glass is declared, the step skips
+// the glass tiles, and the loss and every parameter's gradient are plain autograd's on the whole
+// image read at once (float64). The image's gradient is not compared: the fill's flat regions
+// tie under max pooling (docs/glass.md).
+TEST(MaskedTileSource, GlassOfARealSlideGivesPlainAutogradsGradients) {
+  TrainConfig config;
+  config.manifest = "none.csv";
+  config.tissue_fill = true;
+  config.mpp = 4.0;
+  const SlideInput in = open_slide_input(config, kSmallRegion);
+  EXPECT_GT(in.view->background()->cells.fraction(), 0.3);
+  expect_plain_gradients(*in.view);
+}
+
+// A region of interest trains on its polygons (issue 53), not on their bounding box: the image is
+// cropped to the box, and within it what lies outside the polygons or in a hole reads as empty
+// glass and is declared background, so the step computes it once; the rest is the slide's pixels.
+TEST(MaskedTileSource, ARegionOfInterestsOutsideAndHolesAreBackground) {
+  const test::TempFolder folder;
+  const std::filesystem::path geojson = folder.path() / "roi.geojson";
+  // Level 0 is 2220 × 2967: an L of two rectangles, the first with a square hole.
+  std::ofstream(geojson) << R"({"type": "FeatureCollection", "features": [
+    {"type": "Feature", "properties": {"objectType": "annotation"}, "geometry": {
+      "type": "Polygon", "coordinates": [
+        [[200, 300], [1400, 300], [1400, 1100], [200, 1100], [200, 300]],
+        [[500, 500], [900, 500], [900, 900], [500, 900], [500, 500]]]}},
+    {"type": "Feature", "properties": {"objectType": "annotation"}, "geometry": {
+      "type": "Polygon", "coordinates": [
+        [[200, 1100], [700, 1100], [700, 2300], [200, 2300], [200, 1100]]]}}]})";
+  TrainConfig config;
+  config.manifest = "none.csv";
+  config.mpp = 4.0;
+  SlideOptions options;
+  options.roi = geojson;
+  const SlideInput in = open_slide_input(config, kSmallRegion, options);
+  const SlideInput plain = open_slide_input(config, kSmallRegion);
+  const double l0 = in.level0_per_pixel;
+  EXPECT_EQ(in.view->width(), in.crop.x.size());
+  EXPECT_EQ(in.view->height(), in.crop.y.size());
+  EXPECT_LE(in.crop.x.begin, static_cast<int64_t>(200 / l0));
+  EXPECT_GE(in.crop.x.end, static_cast<int64_t>(1400 / l0));
+  EXPECT_GE(in.crop.y.end, static_cast<int64_t>(2300 / l0));
+  // The reference: the slide's own pixels in the box, white where a pixel's centre is outside.
+  const at::Tensor seen = in.view->read({{0, in.view->height()}, {0, in.view->width()}});
+  const at::Tensor slide = plain.view->read({in.crop.y, in.crop.x});
+  const auto centres = [&](const core::Window& span) {
+    return (at::arange(span.begin, span.end, at::kDouble) + 0.5) * l0;
+  };
+  const at::Tensor x = centres(in.crop.x).view({1, -1});
+  const at::Tensor y = centres(in.crop.y).view({-1, 1});
+  const auto within = [](const at::Tensor& v, double lo, double hi) {
+    return (v >= lo) & (v < hi);
+  };
+  const at::Tensor keep = (within(x, 200, 1400) & within(y, 300, 1100) &
+                           (within(x, 500, 900) & within(y, 500, 900)).logical_not()) |
+                          (within(x, 200, 700) & within(y, 1100, 2300));
+  std::vector<float> white;
+  for (size_t c = 0; c < 3; ++c)
+    white.push_back((1.0F - io::kImageNetMean[c]) / io::kImageNetStd[c]);
+  const at::Tensor fill = at::tensor(white).view({1, 3, 1, 1}).to(seen.scalar_type());
+  const at::Tensor expected = at::where(keep.view({1, 1, keep.size(0), keep.size(1)}), slide, fill);
+  EXPECT_TRUE(at::equal(seen, expected.to(seen.scalar_type())));
+  // Declared: a good part of the outside (the cells wholly in it; coarser than pixels).
+  const double outside = 1.0 - keep.to(at::kDouble).mean().item<double>();
+  ASSERT_NE(in.view->background(), nullptr);
+  const double declared = in.view->background()->cells.fraction();
+  EXPECT_GT(outside, 0.3);
+  EXPECT_GT(declared, 0.3 * outside) << outside;
+  EXPECT_LE(declared, outside + 1e-9);
+  expect_plain_gradients(*in.view);
 }
 
 }  // namespace
