@@ -27,4 +27,14 @@ QString cursor_readout(QPointF level0, std::optional<double> mpp_x, std::optiona
       .arg(px_y);
 }
 
+QString zoom_readout(double downsample, std::optional<double> mpp, int level) {
+  if (mpp && *mpp > 0) {
+    const double m = magnification_for_downsample(downsample, *mpp);
+    return QStringLiteral("≈ %1× · level %2").arg(m, 0, 'g', m < 10 ? 2 : 3).arg(level);
+  }
+  return QStringLiteral("zoom %1% (no mpp) · level %2")
+      .arg(std::round(100.0 / downsample), 0, 'f', 0)
+      .arg(level);
+}
+
 }  // namespace tessel::gui

@@ -25,4 +25,9 @@ double magnification_for_downsample(double downsample, double mpp);
 QString cursor_readout(QPointF level0, std::optional<double> mpp_x,
                        std::optional<double> mpp_y = std::nullopt);
 
+// The status bar's zoom: with mpp the magnification it matches ("≈ 20× · level 1"); without,
+// the slide's pixels per screen pixel as a percentage ("zoom 575% (no mpp) · level 0": a
+// magnification would be made up).
+QString zoom_readout(double downsample, std::optional<double> mpp, int level);
+
 }  // namespace tessel::gui

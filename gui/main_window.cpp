@@ -3,6 +3,7 @@
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QCryptographicHash>
 #include <QDir>
 #include <QDockWidget>
 #include <QDragEnterEvent>
@@ -29,6 +30,7 @@
 #include "gui/heatmap_overlay.h"
 #include "gui/magnification.h"
 #include "gui/roi_geojson.h"
+#include "gui/words.h"
 #include "io/roi.h"
 #include "pipelines/environment.h"
 
@@ -66,8 +68,13 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   auto* overview_dock = dock(tr("Overview"), QStringLiteral("overview"), overview_, this);
   auto* properties_dock = dock(tr("Properties"), QStringLiteral("properties"), properties_, this);
   auto* dataset_dock = dock(tr("Dataset"), QStringLiteral("dataset"), dataset_, this);
+  annotations_ = new AnnotationPanel(view_, this);
+  auto* annotations_dock =
+      dock(tr("Annotations"), QStringLiteral("annotations"), annotations_, this);
   addDockWidget(Qt::RightDockWidgetArea, overview_dock);
   addDockWidget(Qt::RightDockWidgetArea, properties_dock);
+  addDockWidget(Qt::RightDockWidgetArea, annotations_dock);
+  tabifyDockWidget(properties_dock, annotations_dock);
   addDockWidget(Qt::BottomDockWidgetArea, dataset_dock);
   training_ = new TrainingPanel(this);
   // Scrolled, so the panel's charts never squeeze the viewer when the dock is short.
@@ -78,8 +85,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   training_dock_ = dock(tr("Training"), QStringLiteral("training"), training_scroll, this);
   addDockWidget(Qt::BottomDockWidgetArea, training_dock_);
   tabifyDockWidget(dataset_dock, training_dock_);
-  docks_ = {overview_dock, properties_dock, dataset_dock, training_dock_};
+  docks_ = {overview_dock, properties_dock, annotations_dock, dataset_dock, training_dock_};
   dataset_dock->raise();
+  properties_dock->raise();
   // The slide gets most of the window; the docks what they need to be read.
   resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
   resizeDocks({dataset_dock}, {250}, Qt::Vertical);
@@ -121,9 +129,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(view_, &SlideView::cursorLeft, cursor_label_, &QLabel::clear);
   connect(view_, &SlideView::viewChanged, this, [this](QRectF level0) {
     overview_->set_viewport(level0);
-    zoom_label_->setText(tr("level %1 · %2 level-0 px per screen px")
-                             .arg(view_->current_level())
-                             .arg(view_->view().downsample, 0, 'g', 3));
+    zoom_label_->setText(
+        zoom_readout(view_->view().downsample, view_->mpp(), view_->current_level()));
   });
   connect(view_, &SlideView::tileError, this, &MainWindow::show_error);
   connect(overview_, &OverviewWidget::centerRequested, view_, &SlideView::center_on);
@@ -160,12 +167,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(view_, &SlideView::mppChanged, this, &MainWindow::update_magnification_actions);
   connect(view_, &SlideView::roisChanged, this, [this] {
     update_roi_actions();
-    const size_t n = view_->rois().size();
-    if (n > 0) {
-      statusBar()->showMessage(
-          tr("%1 drawn: File ▸ Save ROI… writes %2 as GeoJSON, for a manifest's roi column")
-              .arg(n == 1 ? tr("1 ROI") : tr("%1 ROIs").arg(n), n == 1 ? tr("it") : tr("them")));
-    }
+    save_slide_annotations();
   });
   connect(view_, &SlideView::rulerChanged, this, [this] {
     if (view_->ruler()) statusBar()->showMessage(tr("Ruler: %1").arg(view_->ruler_label()));
@@ -201,6 +203,14 @@ void MainWindow::create_menus() {
         tr("Heatmap TIFFs (*.heatmap.tif);;TIFF images (*.tif *.tiff);;All files (*)"));
     if (!path.isEmpty()) open_heatmap(path);
   });
+  import_annotations_action_ = file->addAction(tr("&Import Annotations…"), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(
+        this, tr("Import annotations (QuPath GeoJSON) onto the slide shown"),
+        QSettings().value(QLatin1String(kRoiFolderKey)).toString(),
+        tr("GeoJSON (*.geojson *.json);;All files (*)"));
+    if (!path.isEmpty()) import_annotations(path);
+  });
+  import_annotations_action_->setEnabled(false);  // until a slide is shown
   recent_menu_ = file->addMenu(tr("Open &Recent"));
   // Rebuilt as it opens: another window of the app may have changed the list.
   connect(recent_menu_, &QMenu::aboutToShow, this, &MainWindow::update_recent_menu);
@@ -219,6 +229,14 @@ void MainWindow::create_menus() {
   quit_action_ = file->addAction(tr("&Quit"), QKeySequence::Quit, this, [this] {
     if (close()) QApplication::quit();
   });
+
+  auto* edit = menuBar()->addMenu(tr("&Edit"));
+  undo_action_ = view_->undo_stack()->createUndoAction(this, tr("&Undo"));
+  undo_action_->setShortcut(QKeySequence::Undo);
+  redo_action_ = view_->undo_stack()->createRedoAction(this, tr("&Redo"));
+  redo_action_->setShortcut(QKeySequence::Redo);
+  edit->addAction(undo_action_);
+  edit->addAction(redo_action_);
 
   auto* view = menuBar()->addMenu(tr("&View"));
   view_menu_ = view;
@@ -299,7 +317,14 @@ void MainWindow::create_menus() {
   });
   tools_menu_->addSeparator();
   tools_menu_->addAction(save_roi_action_);
-  clear_rois_action_ = tools_menu_->addAction(tr("&Clear ROIs"), view_, &SlideView::clear_rois);
+  clear_rois_action_ = tools_menu_->addAction(tr("&Clear Annotations"), this, [this] {
+    const size_t n = view_->annotations().size();
+    view_->clear_rois();
+    statusBar()->showMessage(
+        tr("%1 removed: Edit ▸ Undo brings %2 back")
+            .arg(counted(static_cast<long long>(n), tr("annotation"), tr("annotations")),
+                 n == 1 ? tr("it") : tr("them")));
+  });
   tools_menu_->addSeparator();
   tools_menu_->addAction(set_mpp_action_);
   update_roi_actions();
@@ -416,10 +441,105 @@ bool MainWindow::save_roi(const QString& path) {
   }
   const size_t n = view_->rois().size();
   statusBar()->showMessage(
-      tr("Saved %1 to %2 (level-0 pixels): a manifest's roi column trains on %3 bounding box")
-          .arg(n == 1 ? tr("1 ROI") : tr("%1 ROIs").arg(n), path,
-               n == 1 ? tr("its") : tr("their")));
+      tr("Saved %1 to %2 (level-0 pixels): a manifest's roi column trains on what %3 encloses")
+          .arg(counted(static_cast<long long>(n), tr("ROI"), tr("ROIs")), path,
+               n == 1 ? tr("it") : tr("they")));
   return true;
+}
+
+QString MainWindow::annotation_file(const QString& slide) const {
+  const QFileInfo info(slide);
+  // The slide's full path picks its file: two slides named alike in two folders stay apart.
+  const QByteArray hash =
+      QCryptographicHash::hash(info.absoluteFilePath().toUtf8(), QCryptographicHash::Sha1)
+          .toHex()
+          .left(10);
+  const QString folder =
+      annotations_folder_.isEmpty()
+          ? QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation))
+                .filePath(QStringLiteral("annotations"))
+          : annotations_folder_;
+  return QDir(folder).filePath(info.completeBaseName() + QLatin1Char('-') +
+                               QString::fromLatin1(hash) + QStringLiteral(".geojson"));
+}
+
+void MainWindow::load_slide_annotations() {
+  const QString path = annotation_file(slide_path_);
+  QFile file(path);
+  if (!file.exists()) return;
+  try {
+    if (!file.open(QIODevice::ReadOnly)) {
+      throw Error(path.toStdString() + ": " + file.errorString().toStdString());
+    }
+    ParsedAnnotations parsed = parse_annotations(file.readAll(), path);
+    const auto n = static_cast<int>(parsed.annotations.size());
+    view_->load_annotations(std::move(parsed.annotations));
+    statusBar()->showMessage(tr("%1 of %2 restored")
+                                 .arg(counted(n, tr("annotation"), tr("annotations")),
+                                      QFileInfo(slide_path_).fileName()));
+  } catch (const std::exception& e) {
+    // Kept aside, never overwritten by the next drawing: the pathologist's work is in it.
+    const QString aside = path + QStringLiteral(".unreadable");
+    QFile::remove(aside);
+    QFile::rename(path, aside);
+    show_error(
+        tr("The saved annotations of %1 could not be read (%2); the file is kept as %3")
+            .arg(QFileInfo(slide_path_).fileName(), QString::fromStdString(e.what()), aside));
+  }
+}
+
+void MainWindow::save_slide_annotations() {
+  if (loading_annotations_ || slide_path_.isEmpty() || !view_->has_slide()) return;
+  const QString path = annotation_file(slide_path_);
+  if (view_->annotations().empty()) {
+    QFile::remove(path);
+    return;
+  }
+  QDir().mkpath(QFileInfo(path).absolutePath());
+  const QByteArray geojson = annotations_geojson(view_->annotations());
+  QSaveFile file(path);  // a temporary name, renamed on commit: a crash leaves the last whole one
+  if (!file.open(QIODevice::WriteOnly) || file.write(geojson) != geojson.size() || !file.commit()) {
+    show_error(tr("Cannot keep the annotations of %1 in %2: %3")
+                   .arg(QFileInfo(slide_path_).fileName(), path, file.errorString()));
+  }
+}
+
+bool MainWindow::import_annotations(const QString& path) {
+  if (!view_->has_slide()) {
+    show_error(tr("Open a slide first: annotations are drawn over it."));
+    return false;
+  }
+  QFile file(path);
+  try {
+    if (!file.open(QIODevice::ReadOnly)) {
+      throw Error("cannot read " + path.toStdString() + ": " + file.errorString().toStdString());
+    }
+    const ParsedAnnotations parsed = parse_annotations(file.readAll(), path);
+    if (parsed.annotations.empty()) {
+      throw Error(path.toStdString() + " holds no polygon annotation");
+    }
+    std::vector<Annotation> list = view_->annotations();
+    list.insert(list.end(), parsed.annotations.begin(), parsed.annotations.end());
+    const auto n = static_cast<int>(parsed.annotations.size());
+    view_->set_annotations(std::move(list),
+                           tr("Import %1").arg(counted(n, tr("annotation"), tr("annotations"))));
+    QString note =
+        tr("Imported %1 from %2").arg(counted(n, tr("annotation"), tr("annotations")), path);
+    if (parsed.holes_dropped > 0) {
+      note += tr(" (%1 inside them not kept: the viewer keeps outlines)")
+                  .arg(counted(parsed.holes_dropped, tr("hole"), tr("holes")));
+    }
+    if (parsed.skipped > 0) {
+      note += tr("; %1 that %2 not polygons skipped")
+                  .arg(counted(parsed.skipped, tr("feature"), tr("features")),
+                       parsed.skipped == 1 ? tr("is") : tr("are"));
+    }
+    statusBar()->showMessage(note);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(QString::fromStdString(e.what()));
+    return false;
+  }
 }
 
 void MainWindow::update_heatmap_actions() {
@@ -531,7 +651,11 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   overview_->set_overview(doc.overview, QSizeF(static_cast<double>(slide.level(0).width),
                                                static_cast<double>(slide.level(0).height)));
   const QString note = doc.tissue_note;
+  loading_annotations_ = true;  // another slide's list emptied, then this one's: nothing to save
   view_->set_document(std::move(doc));
+  load_slide_annotations();
+  loading_annotations_ = false;
+  import_annotations_action_->setEnabled(true);
   export_action_->setEnabled(true);
   update_magnification_actions();
   cursor_label_->clear();

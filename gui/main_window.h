@@ -20,6 +20,7 @@
 
 #include <vector>
 
+#include "gui/annotation_panel.h"
 #include "gui/dataset_panel.h"
 #include "gui/heatmap_queue.h"
 #include "gui/message_bar.h"
@@ -87,7 +88,23 @@ class MainWindow : public QMainWindow {
   // folder chosen, kept in QSettings as kRoiFolderKey, else the slide's; named after the slide)
   // and save_roi writes it. False when cancelled or nothing was written.
   QAction* save_roi_action() { return save_roi_action_; }
+  // Tools ▸ Clear Annotations: all of the slide's, one step Edit ▸ Undo takes back.
   QAction* clear_rois_action() { return clear_rois_action_; }
+  // Edit ▸ Undo and Redo: the annotations' steps (drawn, deleted, renamed, classified, cleared,
+  // imported), of the slide shown.
+  QAction* undo_action() { return undo_action_; }
+  QAction* redo_action() { return redo_action_; }
+  AnnotationPanel* annotation_panel() { return annotations_; }
+  // Where the annotations of `slide` are kept, written on every change and read back when it
+  // opens: <annotations folder>/<slide stem>-<hash of its full path>.geojson (QuPath GeoJSON),
+  // the project's annotations folder when a project is open, else the app's data folder. A
+  // file that cannot be read is renamed *.unreadable, with a message, never overwritten.
+  QString annotation_file(const QString& slide) const;
+  // File ▸ Import Annotations…: QuPath GeoJSON polygons added to the slide's (one undoable
+  // step); holes and non-polygons are left out, and the message says so. False: a message says
+  // why.
+  bool import_annotations(const QString& path);
+  QAction* import_annotations_action() { return import_annotations_action_; }
   bool request_save_roi();
   static constexpr const char* kRoiFolderKey = "roi/folder";
   // The viewer's ROIs as QuPath GeoJSON (gui/roi_geojson.h), checked to read back with
@@ -157,6 +174,8 @@ class MainWindow : public QMainWindow {
   void heatmap_finished(const HeatmapJob& job, const HeatmapOverlay& overlay);
   void display_heatmap(HeatmapOverlay overlay);
   void update_roi_actions();
+  void load_slide_annotations();
+  void save_slide_annotations();
   void add_recent_file(const QString& path);
   void set_recent_files(const QStringList& paths);
   void update_recent_menu();
@@ -190,6 +209,12 @@ class MainWindow : public QMainWindow {
   QMenu* tools_menu_ = nullptr;
   std::vector<QAction*> tool_actions_;
   QAction* save_roi_action_ = nullptr;
+  QAction* import_annotations_action_ = nullptr;
+  QAction* undo_action_ = nullptr;
+  QAction* redo_action_ = nullptr;
+  AnnotationPanel* annotations_ = nullptr;
+  QString annotations_folder_;  // a project's; empty: the app's data folder
+  bool loading_annotations_ = false;
   QAction* clear_rois_action_ = nullptr;
   bool quit_after_run_ = false;  // Quit was confirmed during a run: close when it has ended
   QLabel* zoom_label_;

@@ -1,13 +1,16 @@
 // Regions of interest drawn on the viewer, in level-0 pixels: a rectangle from two corners, when
 // a click closes a polygon, and the shapes as QuPath-compatible GeoJSON, which io/roi.h reads
-// back (a manifest's `roi` column trains on its bounding box). Pure functions.
+// back (a manifest's `roi` column trains on the polygons), with their names and classes, and read
+// back here (annotations kept per slide, imported from QuPath). Pure functions.
 #pragma once
 
 #include <QByteArray>
 #include <QPointF>
 #include <QPolygonF>
 #include <QRectF>
+#include <QString>
 
+#include <optional>
 #include <vector>
 
 namespace tessel::gui {
@@ -32,5 +35,35 @@ QPolygonF clamped(const QPolygonF& polygon, const QRectF& bounds);
 // pixel coordinates to 0.01 px, each ring closed (its first point repeated at the end),
 // properties objectType "annotation" and name "ROI n". Indented JSON text.
 QByteArray roi_geojson(const std::vector<QPolygonF>& rois);
+
+// An annotation as a pathologist keeps it: its outline, a name, and a class (QuPath's
+// classification: "Tumor", "Stroma"; empty for none).
+struct Annotation {
+  QPolygonF polygon;  // level-0 pixels, open (the first point not repeated)
+  QString name;
+  QString classification;
+  bool operator==(const Annotation&) const = default;
+};
+
+// As roi_geojson, with each annotation's name and its class as QuPath's classification
+// {"name", "color"}.
+QByteArray annotations_geojson(const std::vector<Annotation>& annotations);
+
+struct ParsedAnnotations {
+  std::vector<Annotation> annotations;
+  int holes_dropped = 0;  // rings inside polygons: the viewer keeps outlines only
+  int skipped = 0;        // features that are not polygons (points, lines) or have no area
+};
+
+// QuPath GeoJSON (a FeatureCollection, a Feature or a bare geometry; Polygon and MultiPolygon
+// features, each polygon of a MultiPolygon one annotation) with properties.name and
+// properties.classification.name (or a bare string). Throws tessel::Error naming `source` when
+// it is not JSON or not GeoJSON.
+ParsedAnnotations parse_annotations(const QByteArray& geojson, const QString& source);
+
+// The area as a pathologist reads it: "0.425 mm²", "12.50 mm²" from the mpp (µm² below
+// 0.01 mm²), or level-0 px² labelled "(no mpp)" without one.
+QString area_text(const QPolygonF& polygon, std::optional<double> mpp_x,
+                  std::optional<double> mpp_y);
 
 }  // namespace tessel::gui

@@ -38,13 +38,14 @@ void SlideView::set_document(SlideDocument doc) {
   const bool had_heatmap = !heatmap_.isNull();
   heatmap_ = QPixmap();
   const bool had_mpp = entered_mpp_.has_value(), had_ruler = ruler_.has_value(),
-             had_rois = !rois_.empty();
+             had_rois = !annotations_.empty();
   entered_mpp_.reset();
   ruler_.reset();
   dragging_ruler_ = false;
   rectangle_.reset();
   polygon_.clear();
-  rois_.clear();
+  annotations_.clear();
+  undo_.clear();  // another slide's edits are not this one's to undo
   message_.clear();
   fitted_ = isVisible();  // a hidden widget's size is not yet the one it will show at
   pending_ = 0;
@@ -546,20 +547,73 @@ QString SlideView::ruler_label() const {
   return ruler_length(ruler_->p1(), ruler_->p2(), mpp(), mpp_y()).label();
 }
 
+// One change of the annotations: the list before and after, swapped by undo and redo.
+class AnnotationsCommand : public QUndoCommand {
+ public:
+  AnnotationsCommand(SlideView* view, std::vector<Annotation> before, std::vector<Annotation> after,
+                     const QString& what)
+      : QUndoCommand(what), view_(view), before_(std::move(before)), after_(std::move(after)) {}
+  void undo() override { show(before_); }
+  void redo() override { show(after_); }
+
+ private:
+  void show(const std::vector<Annotation>& list) {
+    view_->annotations_ = list;
+    view_->update();
+    emit view_->roisChanged();
+  }
+  SlideView* view_;
+  std::vector<Annotation> before_, after_;
+};
+
+std::vector<QPolygonF> SlideView::rois() const {
+  std::vector<QPolygonF> out;
+  for (const Annotation& a : annotations_) out.push_back(a.polygon);
+  return out;
+}
+
 void SlideView::add_roi(const QPolygonF& level0) {
   if (!doc_.slide) return;
-  const io::Level& base = doc_.slide->level(0);
-  const QPolygonF roi = clamped(
-      level0, QRectF(0, 0, static_cast<double>(base.width), static_cast<double>(base.height)));
-  if (!(polygon_area(roi) > 0)) return;
-  rois_.push_back(roi);
-  update();
-  emit roisChanged();
+  std::vector<Annotation> after = annotations_;
+  // The next free number: names stay unique after deletions.
+  int n = static_cast<int>(after.size()) + 1;
+  const auto taken = [&after](const QString& name) {
+    return std::any_of(after.begin(), after.end(),
+                       [&name](const Annotation& a) { return a.name == name; });
+  };
+  while (taken(QStringLiteral("Annotation %1").arg(n))) ++n;
+  after.push_back({level0, QStringLiteral("Annotation %1").arg(n), {}});
+  set_annotations(std::move(after), tr("Draw Annotation %1").arg(n));
 }
 
 void SlideView::clear_rois() {
-  if (rois_.empty()) return;
-  rois_.clear();
+  if (annotations_.empty()) return;
+  set_annotations({}, tr("Clear Annotations"));
+}
+
+void SlideView::set_annotations(std::vector<Annotation> annotations, const QString& what) {
+  if (!doc_.slide) return;
+  const io::Level& base = doc_.slide->level(0);
+  const QRectF bounds(0, 0, static_cast<double>(base.width), static_cast<double>(base.height));
+  std::vector<Annotation> kept;
+  for (Annotation& a : annotations) {
+    a.polygon = clamped(a.polygon, bounds);
+    if (polygon_area(a.polygon) > 0) kept.push_back(std::move(a));
+  }
+  if (kept == annotations_) return;
+  undo_.push(new AnnotationsCommand(this, annotations_, std::move(kept), what));
+}
+
+void SlideView::load_annotations(std::vector<Annotation> annotations) {
+  if (!doc_.slide) return;
+  const io::Level& base = doc_.slide->level(0);
+  const QRectF bounds(0, 0, static_cast<double>(base.width), static_cast<double>(base.height));
+  annotations_.clear();
+  for (Annotation& a : annotations) {
+    a.polygon = clamped(a.polygon, bounds);
+    if (polygon_area(a.polygon) > 0) annotations_.push_back(std::move(a));
+  }
+  undo_.clear();
   update();
   emit roisChanged();
 }
@@ -585,19 +639,20 @@ QPointF SlideView::on_slide(QPointF screen) const {
 }
 
 void SlideView::draw_rois(QPainter& painter) {
-  if (rois_.empty() && !rectangle_ && polygon_.isEmpty()) return;
+  if (annotations_.empty() && !rectangle_ && polygon_.isEmpty()) return;
   painter.setRenderHint(QPainter::Antialiasing, true);
   const QColor yellow(255, 214, 0);
   // A dark halo under each line, so that it reads over pale glass and dark tissue alike.
   const QPen halo(QColor(0, 0, 0, 150), 4);
   const QPen line(yellow, 2);
-  for (const QPolygonF& roi : rois_) {
-    const QPolygonF screen = to_screen_polygon(roi);
+  for (const Annotation& a : annotations_) {
+    const QPolygonF screen = to_screen_polygon(a.polygon);
     painter.setBrush(Qt::NoBrush);
     painter.setPen(halo);
     painter.drawPolygon(screen);
+    // A faint fill only: the tissue inside is what the pathologist looks at.
     painter.setPen(line);
-    painter.setBrush(QColor(255, 214, 0, 40));
+    painter.setBrush(QColor(255, 214, 0, 14));
     painter.drawPolygon(screen);
   }
   QPen dashed = line;

@@ -12,6 +12,7 @@
 #include <QPixmap>
 #include <QPoint>
 #include <QPolygonF>
+#include <QUndoStack>
 #include <QWidget>
 
 #include <memory>
@@ -19,6 +20,7 @@
 #include <set>
 #include <vector>
 
+#include "gui/roi_geojson.h"
 #include "gui/scale_bar.h"
 #include "gui/slide_document.h"
 #include "gui/tile_cache.h"
@@ -119,11 +121,20 @@ class SlideView : public QWidget {
   void clear_ruler();
   QString ruler_label() const;  // "123.4 µm" (gui/ruler.h); empty without a ruler
 
-  // The ROIs drawn, oldest first: level-0 pixels inside the slide, each with an area. Removed
-  // when another slide opens.
-  const std::vector<QPolygonF>& rois() const { return rois_; }
+  // The annotations (ROIs) on the slide, oldest first: level-0 pixels inside the slide, each with
+  // an area, a name ("Annotation n" when drawn) and a class. Every change but
+  // load_annotations is one step of undo_stack(); another slide starts them (and the stack)
+  // empty, and the window loads that slide's.
+  const std::vector<Annotation>& annotations() const { return annotations_; }
+  std::vector<QPolygonF> rois() const;    // their outlines
   void add_roi(const QPolygonF& level0);  // clamped to the slide; one without area is ignored
-  void clear_rois();
+  void clear_rois();                      // all removed (undoable)
+  // Replaces them, as one undoable step named `what` ("Delete Annotation 2"); each clamped to
+  // the slide, those without area dropped.
+  void set_annotations(std::vector<Annotation> annotations, const QString& what);
+  // The slide's saved annotations, as they were: not a step to undo.
+  void load_annotations(std::vector<Annotation> annotations);
+  QUndoStack* undo_stack() { return &undo_; }
   // A ruler or rectangle being dragged or a polygon being clicked.
   bool drawing() const;
   void cancel_drawing();
@@ -147,7 +158,7 @@ class SlideView : public QWidget {
   void toolChanged(Tool tool);
   // The ruler was drawn (at the end of its drag), set or removed.
   void rulerChanged();
-  // An ROI was added, or they were removed.
+  // An annotation was added, changed or removed (drawn, edited, undone, loaded).
   void roisChanged();
 
  protected:
@@ -204,7 +215,9 @@ class SlideView : public QWidget {
   std::optional<QLineF> rectangle_;  // a rectangle ROI being dragged: its corners, level 0
   QPolygonF polygon_;                // a polygon ROI's corners clicked so far, level 0
   QPointF hover_;                    // the level-0 point under the mouse, for the rubber band
-  std::vector<QPolygonF> rois_;
+  std::vector<Annotation> annotations_;
+  QUndoStack undo_;
+  friend class AnnotationsCommand;
 };
 
 }  // namespace tessel::gui

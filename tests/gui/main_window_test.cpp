@@ -8,6 +8,7 @@
 // a slide without one entered, and slide pixels drawn smoothly above native resolution.
 #include <QAbstractItemView>
 #include <QApplication>
+#include <QDir>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QDropEvent>
@@ -20,6 +21,7 @@
 #include <QSignalSpy>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QTableWidget>
 #include <QTest>
 #include <QTimer>
 #include <QToolBar>
@@ -108,6 +110,8 @@ class MainWindowTest : public QObject {
     QCoreApplication::setApplicationName(QStringLiteral("MainWindowTest"));
     QSettings().remove(QLatin1String(MainWindow::kRecentFilesKey));
     QSettings().remove(QLatin1String(MainWindow::kRoiFolderKey));
+    // Annotations are kept per slide in the app's data folder: the test's own, empty at start.
+    QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).removeRecursively();
     window_.set_prompts(&prompts_);
     io::start_vips();
     window_.resize(1200, 800);
@@ -530,7 +534,8 @@ class MainWindowTest : public QObject {
     QList<QWidget*> bars;
     for (QDockWidget* dock : window_.findChildren<QDockWidget*>()) bars << dock;
     for (QToolBar* toolbar : window_.findChildren<QToolBar*>()) bars << toolbar;
-    QCOMPARE(bars.size(), 6);  // overview, properties, dataset, training; magnification, tools
+    // overview, properties, annotations, dataset, training; magnification, tools
+    QCOMPARE(bars.size(), 7);
     for (QWidget* bar : bars) {
       QAction* toggle = qobject_cast<QDockWidget*>(bar) != nullptr
                             ? qobject_cast<QDockWidget*>(bar)->toggleViewAction()
@@ -966,6 +971,110 @@ class MainWindowTest : public QObject {
     QVERIFY(inside > 0 && across > 0);
     QVERIFY2(across_differ > across / 2, "the sampled area is not tissue");
     QVERIFY(inside_differ > inside / 3);
+  }
+
+  // Annotations last: drawn ones are kept per slide and come back when it opens again (after
+  // another slide, or a restart); each is listed with its area in mm², renamed and classified in
+  // place, deleted, and every step (Clear too) undone and redone.
+  void annotationsAreKeptPerSlideListedEditedAndUndone() {
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    view->clear_rois();
+    view->undo_stack()->clear();
+    AnnotationPanel* panel = window_.annotation_panel();
+    QTableWidget* table = panel->table();
+    view->add_roi(rectangle_roi(QPointF(100, 100), QPointF(1100, 600)));  // 1000 × 500 px
+    view->add_roi(QPolygonF({QPointF(1500, 1500), QPointF(2000, 1500), QPointF(1500, 2500)}));
+    QCOMPARE(table->rowCount(), 2);
+    QCOMPARE(table->item(0, 0)->text(), QStringLiteral("Annotation 1"));
+    const double mpp = *view->mpp();
+    QCOMPARE(table->item(0, 2)->text(),
+             QStringLiteral("%1 mm²").arg(1000 * 500 * mpp * mpp / 1e6, 0, 'f', 3));
+    table->item(1, 0)->setText(QStringLiteral("gland"));
+    table->item(1, 1)->setText(QStringLiteral("Tumor"));
+    QCOMPARE(view->annotations()[1].name, QStringLiteral("gland"));
+    QCOMPARE(view->annotations()[1].classification, QStringLiteral("Tumor"));
+    table->selectRow(0);
+    QVERIFY(panel->delete_selected());
+    QCOMPARE(view->annotations().size(), size_t{1});
+    window_.undo_action()->trigger();
+    QCOMPARE(view->annotations().size(), size_t{2});
+    window_.clear_rois_action()->trigger();
+    QVERIFY(view->annotations().empty());
+    QVERIFY(window_.statusBar()->currentMessage().contains(QStringLiteral("Undo")));
+    window_.undo_action()->trigger();
+    QCOMPARE(view->annotations().size(), size_t{2});
+    window_.undo_action()->trigger();  // the class
+    QVERIFY(view->annotations()[1].classification.isEmpty());
+    window_.redo_action()->trigger();
+    QCOMPARE(view->annotations()[1].classification, QStringLiteral("Tumor"));
+    const std::vector<Annotation> drawn = view->annotations();
+
+    // Kept in the app's data folder as QuPath GeoJSON, and back after another slide.
+    const QString kept = window_.annotation_file(slide("cmu-1-small-region.svs"));
+    QVERIFY(QFileInfo::exists(kept));
+    window_.open_slide(slide("boxes.tiff"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(view->annotations().empty());
+    QVERIFY(!window_.undo_action()->isEnabled());  // another slide's steps are not this one's
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    QCOMPARE(view->annotations().size(), drawn.size());
+    for (size_t i = 0; i < drawn.size(); ++i) {
+      QCOMPARE(view->annotations()[i].name, drawn[i].name);
+      QCOMPARE(view->annotations()[i].classification, drawn[i].classification);
+      QVERIFY(polygon_area(view->annotations()[i].polygon) > 0);
+    }
+    // And after a restart: another window, the same data folder.
+    {
+      MainWindow restarted;
+      QSignalSpy reopened(&restarted, &MainWindow::slideOpened);
+      restarted.open_slide(slide("cmu-1-small-region.svs"));
+      QVERIFY(reopened.wait(kTimeoutMs));
+      QCOMPARE(restarted.slide_view()->annotations().size(), drawn.size());
+    }
+    view->clear_rois();
+    QVERIFY(!QFileInfo::exists(kept));  // nothing left to keep
+  }
+
+  // File ▸ Import Annotations…: QuPath's GeoJSON onto the slide, names and classes kept, holes
+  // and points left out and said so; one step to undo. A file that is not GeoJSON is a message.
+  void annotationsExportedFromQuPathAreImported() {
+    SlideView* view = window_.slide_view();
+    QVERIFY(view->has_slide());
+    test::TempFolder folder;
+    const auto qupath =
+        folder.write("qupath.geojson", R"({"type": "FeatureCollection", "features": [
+      {"type": "Feature", "geometry": {"type": "Polygon", "coordinates":
+        [[[100, 100], [900, 100], [900, 900], [100, 900], [100, 100]],
+         [[300, 300], [400, 300], [400, 400], [300, 300]]]},
+       "properties": {"objectType": "annotation", "name": "margin",
+                      "classification": {"name": "Stroma", "color": [150, 200, 150]}}},
+      {"type": "Feature", "geometry": {"type": "Point", "coordinates": [5, 5]},
+       "properties": {"objectType": "annotation"}},
+      {"type": "Feature", "geometry": {"type": "MultiPolygon", "coordinates":
+        [[[[1000, 1000], [1200, 1000], [1200, 1200], [1000, 1000]]],
+         [[[1500, 1500], [1700, 1500], [1700, 1700], [1500, 1500]]]]},
+       "properties": {"classification": "Tumor"}}]})");
+    QVERIFY2(window_.import_annotations(QString::fromStdString(qupath.string())),
+             qPrintable(window_.last_error()));
+    const auto& list = view->annotations();
+    QCOMPARE(list.size(), size_t{3});
+    QCOMPARE(list[0].name, QStringLiteral("margin"));
+    QCOMPARE(list[0].classification, QStringLiteral("Stroma"));
+    QCOMPARE(list[2].classification, QStringLiteral("Tumor"));
+    const QString message = window_.statusBar()->currentMessage();
+    QVERIFY2(
+        message.contains(QStringLiteral("1 hole")) && message.contains(QStringLiteral("1 feature")),
+        qPrintable(message));
+    window_.undo_action()->trigger();
+    QVERIFY(view->annotations().empty());
+    const auto broken = folder.write("broken.geojson", "{ not json");
+    QVERIFY(!window_.import_annotations(QString::fromStdString(broken.string())));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("broken.geojson")),
+             qPrintable(window_.last_error()));
   }
 
   // The window as it was closed comes back at the next start: its size, and a dock hidden stays

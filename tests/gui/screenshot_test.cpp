@@ -25,6 +25,8 @@ class ScreenshotTest : public QObject {
   void rendersTheViewerWithATissueOverlayARulerAnRoiAndADataset() {
     // Opened files go to File ▸ Open Recent in QSettings: a test's own, never the user's.
     QStandardPaths::setTestModeEnabled(true);
+    // Annotations are kept per slide in the app's data folder: none from an earlier run.
+    QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).removeRecursively();
     io::start_vips();
     constexpr int kTimeoutMs = 30000;
     MainWindow window;

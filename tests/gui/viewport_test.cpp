@@ -120,6 +120,9 @@ class ViewportTest : public QObject {
   }
 
   void cursorReadoutIsInMicronsAndPixelsOrLabelledPixelsWithoutMpp() {
+    QCOMPARE(zoom_readout(0.5, 0.25, 0), QStringLiteral("≈ 80× · level 0"));
+    QCOMPARE(zoom_readout(8, 0.25, 2), QStringLiteral("≈ 5× · level 2"));
+    QCOMPARE(zoom_readout(0.174, std::nullopt, 0), QStringLiteral("zoom 575% (no mpp) · level 0"));
     QCOMPARE(cursor_readout(QPointF(1100.6, 1460.6), 0.5),
              QStringLiteral("x 550.3 µm, y 730.3 µm (1100, 1460 px)"));
     QCOMPARE(cursor_readout(QPointF(100, 200), 0.25, 0.5),
