@@ -23,9 +23,14 @@ struct TileEvent {
   bool glass = false;
 };
 
+// The device's allocated bytes (the CPU's: core/device/memory.h) while a step runs. `live` and
+// `peak` count everything allocated, the network's weights and the caller's tensors included;
+// the plan's prediction and the budget bound what the step adds to `baseline`, the bytes live
+// when it began: the step's own use is live - baseline (peak - baseline at most).
 struct MemorySample {
   int64_t live = 0;
   int64_t peak = 0;
+  int64_t baseline = 0;
   int64_t budget = 0;  // 0: none
   std::map<std::string, int64_t> by_category;
 };

@@ -4,12 +4,14 @@
 // clang-format off
 #include "gui/training_models.h"
 // clang-format on
+#include "gui/words.h"
 
 #include <algorithm>
 #include <cmath>
 #include <exception>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace tessel::gui {
@@ -86,23 +88,55 @@ bool TileStateModel::segment_done(int segment, core::TileEvent::Pass pass) const
 
 void MemorySeries::clear() { *this = MemorySeries(); }
 
+namespace {
+
+bool is_disk(const std::string& category) {
+  return category == "disk" || category.ends_with(".disk");
+}
+
+QPointF point(double seconds, int64_t bytes) { return {seconds, static_cast<double>(bytes)}; }
+
+}  // namespace
+
 void MemorySeries::add(double seconds, const core::MemorySample& s) {
-  live_.append(QPointF(seconds, static_cast<double>(s.live)));
-  peak_.append(QPointF(seconds, static_cast<double>(s.peak)));
+  const int64_t base = std::max<int64_t>(0, s.baseline);
+  const int64_t live = std::max<int64_t>(0, s.live - base);
+  const int64_t peak = std::max(live, s.peak - base);
+  live_.append(point(seconds, live));
+  peak_.append(point(seconds, peak));
+  std::optional<int64_t> disk;
   for (const auto& [name, bytes] : s.by_category) {
-    categories_[name].append(QPointF(seconds, static_cast<double>(bytes)));
+    if (is_disk(name)) {
+      disk = disk.value_or(0) + bytes;
+    } else {
+      categories_[name].append(point(seconds, bytes));
+      largest_ = std::max(largest_, bytes);
+    }
+  }
+  if (disk) {
+    disk_.append(point(seconds, *disk));
+    largest_disk_ = std::max(largest_disk_, *disk);
   }
   if (s.budget > 0) budget_ = s.budget;
-  largest_ = std::max({largest_, s.live, s.peak, budget_});
+  largest_ = std::max({largest_, live, peak, budget_});
   if (live_.size() > kMaxPoints) thin();
 }
 
-void MemorySeries::add_slide(const pipelines::SlideProgress& s) {
-  // The plan's prediction comes when the slide starts, the measurement when it is done.
-  if (s.predicted_peak_bytes > 0) predicted_peak_ = s.predicted_peak_bytes;
-  if (s.done) measured_peak_ = s.measured_peak_bytes;
+void MemorySeries::add_slide(double seconds, const pipelines::SlideProgress& s) {
   if (s.budget_bytes > 0) budget_ = s.budget_bytes;
-  largest_ = std::max({largest_, predicted_peak_, measured_peak_, budget_});
+  largest_ = std::max(largest_, budget_);
+  if (s.phase != "train") return;
+  // The plan's prediction comes when the slide starts, the measurement when it is done.
+  if (!s.done && s.predicted_peak_bytes > 0) {
+    predicted_peak_ = s.predicted_peak_bytes;
+    predicted_.append(point(seconds, predicted_peak_));
+  }
+  if (s.done && s.measured_peak_bytes >= 0) {
+    measured_peak_ = s.measured_peak_bytes;
+    measured_.append(point(seconds, measured_peak_));
+  }
+  largest_ = std::max({largest_, predicted_peak_, measured_peak_});
+  if (predicted_.size() > kMaxPoints || measured_.size() > kMaxPoints) thin();
 }
 
 void MemorySeries::thin() {
@@ -113,9 +147,14 @@ void MemorySeries::thin() {
     if (!points.isEmpty() && (points.size() - 1) % 2 != 0) kept.append(points.back());
     points = std::move(kept);
   };
-  halve(live_);
-  halve(peak_);
-  for (auto& [name, points] : categories_) halve(points);
+  if (live_.size() > kMaxPoints) {
+    halve(live_);
+    halve(peak_);
+    halve(disk_);
+    for (auto& [name, points] : categories_) halve(points);
+  }
+  if (predicted_.size() > kMaxPoints) halve(predicted_);
+  if (measured_.size() > kMaxPoints) halve(measured_);
 }
 
 void MetricsSeries::clear() { *this = MetricsSeries(); }
@@ -126,6 +165,7 @@ void MetricsSeries::add(const pipelines::EpochReport& e) {
        {&train_loss_, &val_loss_, &val_accuracy_, &val_balanced_, &val_auc_}) {
     points->removeIf([x](const QPointF& p) { return p.x() >= x; });
   }
+  skipped_epochs_.removeIf([&e](int epoch) { return epoch >= e.epoch; });
   if (best_epoch_ >= e.epoch) best_epoch_ = 0;
   // An epoch whose slides were all skipped has no loss (NaN): the chart leaves a gap.
   const auto append = [x](QVector<QPointF>& points, double value) {
@@ -133,6 +173,7 @@ void MetricsSeries::add(const pipelines::EpochReport& e) {
   };
   epochs_ = static_cast<int>(e.epoch);
   append(train_loss_, e.train_loss);
+  if (!std::isfinite(e.train_loss)) skipped_epochs_.append(static_cast<int>(e.epoch));
   if (std::isfinite(e.train_loss)) largest_loss_ = std::max(largest_loss_, e.train_loss);
   if (e.val.count > 0) {
     append(val_loss_, e.val.loss);
@@ -142,6 +183,103 @@ void MetricsSeries::add(const pipelines::EpochReport& e) {
     append(val_auc_, e.val.auc);
   }
   if (e.best) best_epoch_ = static_cast<int>(e.epoch);
+}
+
+LossScale MetricsSeries::loss_scale() const {
+  // Each epoch's largest loss, training or validation.
+  std::map<int, double> largest;
+  for (const QVector<QPointF>* points : {&train_loss_, &val_loss_}) {
+    for (const QPointF& p : *points) {
+      double& l = largest[static_cast<int>(p.x())];
+      l = std::max(l, p.y());
+    }
+  }
+  const std::vector<std::pair<int, double>> epochs(largest.begin(), largest.end());
+  const auto n = epochs.size();
+  LossScale scale;
+  scale.top = std::max(0.1, largest_loss_ * 1.1);
+  // The fewest leading epochs, at most half of them, each over kOutlier × every later one.
+  std::vector<double> later(n + 1, 0);  // later[i]: the largest from epoch i on
+  for (size_t i = n; i-- > 0;) later[i] = std::max(later[i + 1], epochs[i].second);
+  double leading = std::numeric_limits<double>::infinity();  // the smallest of the first k
+  for (size_t k = 1; 2 * k <= n; ++k) {
+    leading = std::min(leading, epochs[k - 1].second);
+    if (leading <= kOutlier * later[k]) continue;
+    scale.top = std::max(0.1, later[k] * 1.1);
+    scale.above.assign(epochs.begin(), epochs.begin() + static_cast<std::ptrdiff_t>(k));
+    break;
+  }
+  return scale;
+}
+
+namespace {
+
+QString loss_text(double loss) { return QString::number(loss, 'g', 3); }
+
+bool at_chance(const QVector<QPointF>& auc) {
+  if (auc.size() < 2) return false;
+  return std::all_of(auc.begin(), auc.end(),
+                     [](const QPointF& p) { return std::abs(p.y() - 0.5) <= kChanceBand; });
+}
+
+}  // namespace
+
+RunVerdict judge_run(const MetricsSeries& m) {
+  RunVerdict v;
+  const QVector<QPointF>& train = m.train_loss();
+  const int epochs = m.epochs();
+  if (!m.skipped_epochs().isEmpty() && m.skipped_epochs().back() == epochs) {
+    v.kind = RunVerdict::kSkipped;
+    v.text =
+        QStringLiteral("Epoch %1 trained no slide: every one was skipped (the log below says why).")
+            .arg(epochs);
+    return v;
+  }
+  const auto n = train.size();
+  if (n >= 3 && train[n - 1].x() == epochs && train[n - 1].y() > train[n - 2].y() &&
+      train[n - 2].y() > train[n - 3].y() && train[n - 1].y() > train.front().y()) {
+    v.kind = RunVerdict::kDiverging;
+    v.text = QStringLiteral(
+                 "Diverging: the training loss rose two epochs running, to %1, above the first "
+                 "epoch's %2. Lower the learning rate.")
+                 .arg(loss_text(train[n - 1].y()), loss_text(train.front().y()));
+    return v;
+  }
+  if (at_chance(m.val_auc())) {
+    v.kind = RunVerdict::kAtChance;
+    v.text = QStringLiteral(
+                 "At chance: the validation AUC has stayed within %1 of 0.5 (a coin toss) in all "
+                 "%2 validations. The network does not yet tell the classes apart on slides it "
+                 "has not trained on.")
+                 .arg(kChanceBand)
+                 .arg(m.val_auc().size());
+    return v;
+  }
+  if (n >= 2 && train.back().y() <= 0.9 * train.front().y()) {
+    v.kind = RunVerdict::kLearning;
+    v.text = QStringLiteral("Learning: the training loss fell from %1 to %2")
+                 .arg(loss_text(train.front().y()), loss_text(train.back().y()));
+    if (!m.val_auc().isEmpty()) {
+      v.text += QStringLiteral("; validation AUC %1").arg(m.val_auc().back().y(), 0, 'f', 2);
+    }
+    if (m.best_epoch() > 0) v.text += QStringLiteral(", best epoch %1").arg(m.best_epoch());
+    v.text += QLatin1Char('.');
+    return v;
+  }
+  if (n >= 3) {
+    v.kind = RunVerdict::kNotLearning;
+    v.text = QStringLiteral(
+                 "Not learning yet: the training loss is %1 after %2 epochs, against %3 in the "
+                 "first. Try another learning rate.")
+                 .arg(loss_text(train.back().y()))
+                 .arg(epochs)
+                 .arg(loss_text(train.front().y()));
+    return v;
+  }
+  v.text = n == 0 ? QStringLiteral("No epoch finished yet.")
+                  : QStringLiteral("Too early to judge after %1.")
+                        .arg(counted(epochs, QStringLiteral("epoch"), QStringLiteral("epochs")));
+  return v;
 }
 
 std::vector<pipelines::EpochReport> read_metrics_csv(const std::filesystem::path& csv) {

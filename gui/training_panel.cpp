@@ -23,6 +23,7 @@
 #include "gui/heatmap_overlay.h"
 #include "gui/slide_document.h"
 #include "gui/wheel_guard.h"
+#include "gui/words.h"
 #include "io/durable.h"
 #include "io/manifest.h"
 #include "pipelines/import_network.h"
@@ -192,8 +193,8 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   for (QPushButton* b : {load, save, start_button_, stop_button_}) buttons->addWidget(b);
   resume_ = new QCheckBox(tr("Resume from the output folder's checkpoints/last.h5"), this);
   resume_->setToolTip(
-      tr("The output folder holds a run: continue it (weights, optimizer, epoch and slide) as "
-         "`tessel train --resume` does. Unchecked, choose another output folder."));
+      tr("The output folder holds a run: continue it where it stopped (weights, optimizer, "
+         "epoch and slide). Unchecked, choose another output folder."));
   connect(resume_, &QCheckBox::toggled, this, [this] {
     sync_resume();
     update_buttons();
@@ -275,6 +276,11 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   grid->addWidget(memory_chart_, 0, 1);
   grid->addWidget(metrics_chart_, 1, 0);
   grid->addWidget(log_, 1, 1);
+  // What the epochs say, in words, under the numbers (judge_run).
+  verdict_label_ = new QLabel(this);
+  verdict_label_->setWordWrap(true);
+  verdict_label_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  grid->addWidget(verdict_label_, 2, 0, 1, 2);
   grid->setColumnStretch(0, 2);
   grid->setColumnStretch(1, 3);
 
@@ -290,15 +296,16 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   connect(&run_, &TrainingRun::finished, this, [this](const pipelines::TrainSummary& s) {
     summary_ = s;
     const QString text =
-        tr("%1 after %2 epoch(s), %3 step(s) in %4 s; best epoch %5; run folder %6%7")
+        tr("%1 after %2, %3 in %4 s; best epoch %5; run folder %6%7")
             .arg(s.interrupted ? tr("Stopped (checkpoint written)") : tr("Finished"))
-            .arg(s.epochs_done)
-            .arg(s.steps)
+            .arg(counted(s.epochs_done, tr("epoch"), tr("epochs")))
+            .arg(counted(s.steps, tr("step"), tr("steps")))
             .arg(s.seconds, 0, 'f', 1)
             .arg(s.best_epoch)
             .arg(QString::fromStdString(s.run_dir.string()))
-            .arg(s.skipped_slides > 0 ? tr("; %1 slide(s) skipped").arg(s.skipped_slides)
-                                      : QString()) +
+            .arg(s.skipped_slides > 0
+                     ? tr("; %1 skipped").arg(counted(s.skipped_slides, tr("slide"), tr("slides")))
+                     : QString()) +
         (last_warning_.isEmpty() ? QString() : tr(". Warning: %1").arg(last_warning_));
     show_message(text, !last_warning_.isEmpty());
     const auto best = s.run_dir / "checkpoints" / "best.h5";
@@ -756,7 +763,7 @@ bool TrainingPanel::start() {
   tile_progress_->set_thumbnail({});
   tile_progress_->set_caption({}, {});
   memory_chart_->refresh(memory_);
-  metrics_chart_->refresh(metrics_);
+  refresh_metrics();
   run_start_ = slide_start_ = std::chrono::steady_clock::now();
   // The slides' paths for their thumbnails: the pipeline reports file names.
   slide_paths_.clear();
@@ -903,25 +910,26 @@ void TrainingPanel::show_estimate(const RunEstimate& e) {
     const auto rounded = [](double seconds) {
       return seconds < 1 ? TrainingPanel::tr("< 1 s") : duration(seconds);
     };
-    text += tr(" · an epoch ≈ %1, %2 epoch(s) ≈ %3 (estimate)")
+    text += tr(" · an epoch ≈ %1, %2 ≈ %3 (estimate)")
                 .arg(rounded(epoch_s))
-                .arg(epochs_for_estimate_)
+                .arg(counted(epochs_for_estimate_, tr("epoch"), tr("epochs")))
                 .arg(rounded(epoch_s * epochs_for_estimate_));
     details +=
         QLatin1Char('\n') +
-        tr("An epoch: %1 train slide(s), a training step each, and %2 validation slide(s), a "
+        tr("An epoch: %1, a training step each, and %2, a "
            "forward each: %3 GFLOP by the planner's count, at %4 GFLOP/s measured on this "
            "machine with a timed convolution. An estimate: reading slides, small tiles and the "
            "optimizer add to it.")
-            .arg(e.train_slides)
-            .arg(e.val_slides)
+            .arg(counted(e.train_slides, tr("train slide"), tr("train slides")))
+            .arg(counted(e.val_slides, tr("validation slide"), tr("validation slides")))
             .arg(e.epoch_flops() / 1e9, 0, 'f', 1)
             .arg(flops_per_second_ / 1e9, 0, 'f', 1);
   } else {
     text += tr(" · the epoch's time once this machine's speed is measured (after the run)");
   }
   if (!e.skipped.empty()) {
-    text += tr(" · %1 slide(s) cannot be opened and will be skipped").arg(e.skipped.size());
+    text += tr(" · %1 cannot be opened and will be skipped")
+                .arg(counted(static_cast<long long>(e.skipped.size()), tr("slide"), tr("slides")));
     for (const std::string& why : e.skipped) {
       details += QLatin1Char('\n') + QString::fromStdString(why);
     }
@@ -992,7 +1000,7 @@ void TrainingPanel::apply(const TrainingEvents& batch) {
     }
   }
   if (memory_changed) memory_chart_->refresh(memory_);
-  if (metrics_changed) metrics_chart_->refresh(metrics_);
+  if (metrics_changed) refresh_metrics();
   const auto now = std::chrono::steady_clock::now();
   const double slide_seconds = std::chrono::duration<double>(now - slide_start_).count();
   const double run_seconds = std::chrono::duration<double>(now - run_start_).count();
@@ -1012,8 +1020,16 @@ void TrainingPanel::apply(const TrainingEvents& batch) {
   emit batchApplied();
 }
 
+void TrainingPanel::refresh_metrics() {
+  metrics_chart_->refresh(metrics_);
+  const RunVerdict verdict = judge_run(metrics_);
+  verdict_label_->setText(metrics_.epochs() == 0 ? QString() : verdict.text);
+  const bool bad = verdict.kind != RunVerdict::kLearning && verdict.kind != RunVerdict::kTooEarly;
+  verdict_label_->setStyleSheet(bad ? QStringLiteral("color: #b00020;") : QString());
+}
+
 void TrainingPanel::on_slide(const pipelines::SlideProgress& s) {
-  memory_.add_slide(s);
+  memory_.add_slide(memory_.last_seconds(), s);
   if (!s.done && s.budget_bytes > 0 && s.predicted_peak_bytes > s.budget_bytes) {
     last_warning_ = tr("%1: the plan needs %2, more than the %3 budget; raise the budget or let "
                        "the strategy be auto so the slide is tiled")

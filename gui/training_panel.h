@@ -123,6 +123,7 @@ class TrainingPanel : public QWidget {
   const MetricsSeries& metrics() const { return metrics_; }
   MemoryChart* memory_chart() { return memory_chart_; }
   MetricsChart* metrics_chart() { return metrics_chart_; }
+  QLabel* verdict_label() { return verdict_label_; }  // judge_run's sentence
   TileProgressWidget* tile_progress() { return tile_progress_; }
   QPlainTextEdit* log() { return log_; }
   int64_t tile_events() const { return tile_events_; }  // received since Start
@@ -205,6 +206,7 @@ class TrainingPanel : public QWidget {
   void show_message(const QString& message, bool error);
   void apply(const TrainingEvents& batch);
   void on_slide(const pipelines::SlideProgress& slide);
+  void refresh_metrics();  // the chart and the verdict under it
   void update_buttons();
   // The Model button: asks for a network file, and whether to replace an earlier import.
   void choose_network();
@@ -238,6 +240,7 @@ class TrainingPanel : public QWidget {
   TileProgressWidget* tile_progress_;
   MemoryChart* memory_chart_;
   MetricsChart* metrics_chart_;
+  QLabel* verdict_label_;
   QPlainTextEdit* log_;
   QString message_;
   QString last_warning_;  // the run's latest warning (a skipped slide says why)

@@ -148,19 +148,24 @@ QLineSeries* line(QChart* chart, const QString& name, QColor colour, Qt::PenStyl
 
 MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   auto* chart = new QChart();
-  chart->setTitle(tr("Memory"));
+  chart->setTitle(tr("Memory the step uses"));
   chart->legend()->setAlignment(Qt::AlignRight);
   chart->setMargins(QMargins(2, 2, 2, 2));
-  live_ = line(chart, tr("live"), QColor(40, 120, 255), Qt::SolidLine);
+  live_ = line(chart, tr("in use"), QColor(40, 120, 255), Qt::SolidLine);
   peak_ = line(chart, tr("peak"), QColor(200, 40, 40), Qt::SolidLine);
   budget_ = line(chart, tr("budget"), Qt::black, Qt::DashLine);
   predicted_ = line(chart, tr("predicted peak"), QColor(150, 0, 200), Qt::DotLine);
-  // Not the red of "peak": the two are read against each other.
-  measured_ = line(chart, tr("measured peak"), QColor(20, 150, 60), Qt::DashDotLine);
+  // One point per training slide, not the red of "peak": the two are read against each other.
+  measured_ = new QScatterSeries(chart);
+  measured_->setName(tr("measured peak (per slide)"));
+  measured_->setColor(QColor(20, 150, 60));
+  measured_->setBorderColor(QColor(20, 150, 60));
+  measured_->setMarkerSize(7);
+  chart->addSeries(measured_);
   x_ = new QValueAxis(chart);
   x_->setTitleText(tr("seconds"));
   y_ = new QValueAxis(chart);
-  y_->setTitleText(tr("MiB"));
+  y_->setTitleText(tr("memory, MiB"));
   set_readable_range(x_, 0, 1);
   set_readable_range(y_, 0, 1);
   chart->addAxis(x_, Qt::AlignBottom);
@@ -169,6 +174,16 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
     s->attachAxis(x_);
     s->attachAxis(y_);
   }
+  // Disk is not memory: its own axis, hidden until something is written there.
+  disk_ = line(chart, tr("on disk"), QColor(120, 120, 120), Qt::DashDotLine);
+  disk_axis_ = new QValueAxis(chart);
+  disk_axis_->setTitleText(tr("disk, MiB"));
+  set_readable_range(disk_axis_, 0, 1);
+  chart->addAxis(disk_axis_, Qt::AlignRight);
+  disk_->attachAxis(x_);
+  disk_->attachAxis(disk_axis_);
+  disk_axis_->setVisible(false);
+  disk_->setVisible(false);
   setChart(chart);
   setRenderHint(QPainter::Antialiasing);
   setMinimumSize(320, 200);
@@ -182,6 +197,18 @@ QList<QPointF> in_mib(const QVector<QPointF>& points) {
   QList<QPointF> out;
   out.reserve(points.size());
   for (const QPointF& p : points) out.append(QPointF(p.x(), p.y() / kMiB));
+  return out;
+}
+
+// Each training slide's prediction holds from its start to the next slide's, the last one's to
+// `end`.
+QList<QPointF> steps_in_mib(const QVector<QPointF>& points, double end) {
+  QList<QPointF> out;
+  for (qsizetype i = 0; i < points.size(); ++i) {
+    if (i > 0) out.append(QPointF(points[i].x(), points[i - 1].y() / kMiB));
+    out.append(QPointF(points[i].x(), points[i].y() / kMiB));
+  }
+  if (!points.isEmpty()) out.append(QPointF(std::max(end, points.back().x()), out.back().y()));
   return out;
 }
 
@@ -205,21 +232,27 @@ void MemoryChart::refresh(const MemorySeries& series) {
     it->second->replace(in_mib(points));
   }
   const double t_end = std::max(series.last_seconds(), 1.0);
-  const auto flat = [&](QLineSeries* s, int64_t bytes) {
-    if (bytes > 0) {
-      s->replace(QList<QPointF>{{0, bytes / kMiB}, {t_end, bytes / kMiB}});
-    } else {
-      s->clear();
-    }
-  };
-  flat(budget_, series.budget());
-  flat(predicted_, series.predicted_peak());
-  flat(measured_, series.measured_peak());
+  if (series.budget() > 0) {
+    const double mib = static_cast<double>(series.budget()) / kMiB;
+    budget_->replace(QList<QPointF>{{0, mib}, {t_end, mib}});
+  } else {
+    budget_->clear();
+  }
+  predicted_->replace(steps_in_mib(series.predicted(), t_end));
+  measured_->replace(in_mib(series.measured()));
+  const bool disk = series.largest_disk() > 0;
+  disk_->setVisible(disk);
+  disk_axis_->setVisible(disk);
+  disk_->replace(in_mib(series.disk()));
+  set_readable_range(disk_axis_, 0,
+                     std::max(1.0, static_cast<double>(series.largest_disk()) / kMiB * 1.1));
   set_readable_range(x_, 0, t_end);
   set_readable_range(y_, 0, std::max(1.0, static_cast<double>(series.largest()) / kMiB * 1.1));
 }
 
 int MemoryChart::points() const { return static_cast<int>(live_->count()); }
+
+bool MemoryChart::shows_disk() const { return disk_axis_->isVisible(); }
 
 MetricsChart::MetricsChart(QWidget* parent) : QChartView(parent) {
   auto* chart = new QChart();
@@ -280,9 +313,25 @@ void MetricsChart::refresh(const MetricsSeries& series) {
     }
   }
   x_->setTickInterval(interval);
-  set_readable_range(loss_axis_, 0, std::max(0.1, series.largest_loss() * 1.1));
+  // A large first epoch would flatten every later one to zero: its loss is above the axis, and
+  // the title says so.
+  const LossScale scale = series.loss_scale();
+  set_readable_range(loss_axis_, 0, scale.top);
+  QString title = tr("Metrics per epoch");
+  if (!scale.above.empty()) {
+    QStringList above;
+    for (const auto& [epoch, loss] : scale.above) {
+      above << tr("epoch %1: %2").arg(epoch).arg(loss, 0, 'g', 3);
+    }
+    title += tr(" (loss above the axis: %1)").arg(above.join(QStringLiteral(", ")));
+  }
+  chart()->setTitle(title);
 }
 
 int MetricsChart::points() const { return static_cast<int>(train_loss_->count()); }
+
+double MetricsChart::loss_axis_top() const { return loss_axis_->max(); }
+
+QString MetricsChart::title() const { return chart()->title(); }
 
 }  // namespace tessel::gui

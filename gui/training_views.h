@@ -7,6 +7,7 @@
 #include <QImage>
 #include <QLabel>
 #include <QLineSeries>
+#include <QScatterSeries>
 #include <QValueAxis>
 #include <QWidget>
 
@@ -54,10 +55,14 @@ class MemoryChart : public QChartView {
   int points() const;  // in the live series
   int category_series() const { return static_cast<int>(categories_.size()); }
 
+  // The disk axis on the right, shown while there are bytes on disk.
+  bool shows_disk() const;
+
  private:
-  QLineSeries *live_, *peak_, *budget_, *predicted_, *measured_;
+  QLineSeries *live_, *peak_, *budget_, *predicted_, *disk_;
+  QScatterSeries* measured_;
   std::map<std::string, QLineSeries*> categories_;
-  QValueAxis *x_, *y_;
+  QValueAxis *x_, *y_, *disk_axis_;
 };
 
 class MetricsChart : public QChartView {
@@ -67,6 +72,9 @@ class MetricsChart : public QChartView {
   explicit MetricsChart(QWidget* parent = nullptr);
   void refresh(const MetricsSeries& series);
   int points() const;  // in the training-loss series
+  double loss_axis_top() const;
+  // The chart's title: "Metrics per epoch", with the losses above the axis when it is clipped.
+  QString title() const;
 
  private:
   QLineSeries *train_loss_, *val_loss_, *val_balanced_, *val_auc_;

@@ -360,7 +360,7 @@ class Trainer {
         // finish_epoch changes nothing before its validation: last.h5 holds the epoch trained
         // and the val slides validated so far.
         save_checkpoint("last.h5");
-        spdlog::warn(
+        spdlog::info(
             "stopped on request in the validation of epoch {} after {} of {} slide(s); {} holds "
             "the position (continue with --resume {})",
             position_.epoch + 1, position_.val_next, val_.size(),
@@ -376,7 +376,7 @@ class Trainer {
       if (agreed_stop() && position_.epoch + 1 < config_.epochs) {
         ++position_.epoch;  // last.h5 holds the start of the next epoch
         summary.interrupted = true;
-        spdlog::warn("stopped on request after epoch {}; continue with --resume {}",
+        spdlog::info("stopped on request after epoch {}; continue with --resume {}",
                      position_.epoch, run_dir_.string());
         break;
       }
@@ -917,7 +917,7 @@ class Trainer {
           train_slide(*order[static_cast<size_t>(i)], i, count, upcoming(order, i));
         } catch (const StoppedAtTile&) {
           save_checkpoint("last.h5");  // position_.slide is i: this slide again on resume
-          spdlog::warn(
+          spdlog::info(
               "stopped on request in slide {} of epoch {}, at a tile boundary; {} holds the "
               "position before it (the slide is trained again; continue with --resume {})",
               i + 1, position_.epoch + 1, (run_dir_ / "checkpoints" / "last.h5").string(),
@@ -948,7 +948,7 @@ class Trainer {
       if (stop && i + 1 < count) {
         ++position_.slide;
         save_checkpoint("last.h5");
-        spdlog::warn(
+        spdlog::info(
             "stopped on request after slide {} of epoch {}; {} holds the position "
             "(continue with --resume {})",
             i + 1, position_.epoch + 1, (run_dir_ / "checkpoints" / "last.h5").string(),

@@ -190,6 +190,7 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
       uniform_(graph.size()),
       glass_grads_(graph.size()),
       passed_at_(graph.size()) {
+  memory_baseline_ = std::max<int64_t>(0, memory_reading(tensor_options_.device()).live);
   if (options.inject == Fault::kHalo) {
     const int halo = halo_fault_segment(graph, plan);
     if (halo < 0) throw Error("cannot inject halo: every tile reads its whole input");
@@ -648,6 +649,7 @@ void Step::emit(int segment, const Partition& part, int64_t index, TileEvent::Pa
   MemorySample m;
   m.live = reading.live;
   m.peak = reading.peak;
+  m.baseline = memory_baseline_;
   m.budget = plan_.budget_bytes;
   if (store_) {
     const TileStoreStats st = store_->stats();

@@ -286,6 +286,7 @@ class Step {
   TileSource& source_;
   const StepOptions& options_;
   const Segment* halo_segment_ = nullptr;  // Fault::kHalo's segment and window
+  int64_t memory_baseline_ = 0;            // live bytes when the step began (MemorySample)
   std::optional<Region> halo_region_;
   at::TensorOptions tensor_options_;  // the dtype and device the step computes in
   TileFormats formats_;               // the tiles' memory formats in each pass

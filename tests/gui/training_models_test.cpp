@@ -5,6 +5,8 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "gui/training_models.h"
 #include "tests/io/temp_folder.h"
@@ -103,33 +105,70 @@ class TrainingModelsTest : public QObject {
     QCOMPARE(model.count(TileState::kPending), 4);
   }
 
-  void memorySeriesKeepLiveAndPeakByCategoryWithTheBudget() {
+  // What the step uses (above the bytes live when it began: the budget bounds that), its memory
+  // categories, disk apart, the budget.
+  void memorySeriesKeepWhatTheStepUsesByCategoryWithTheBudget() {
     MemorySeries series;
     core::MemorySample s;
-    s.live = 100;
-    s.peak = 150;
+    s.live = 1100;
+    s.peak = 1150;
+    s.baseline = 1000;
     s.budget = 1000;
-    s.by_category = {{"parameters", 40}, {"checkpoints.disk", 10}};
+    s.by_category = {{"host", 40}, {"checkpoints.disk", 10}, {"disk", 5}};
     series.add(0.5, s);
-    s.live = 300;
-    s.peak = 300;
+    s.live = 1300;
+    s.peak = 1300;
+    s.by_category["disk"] = 2000;
     series.add(1.0, s);
     QCOMPARE(series.live().size(), 2);
     QCOMPARE(series.live()[1], QPointF(1.0, 300));
     QCOMPARE(series.peak()[0], QPointF(0.5, 150));
-    QCOMPARE(series.by_category().size(), size_t{2});
-    QCOMPARE(series.by_category().at("checkpoints.disk").size(), 2);
+    QCOMPARE(series.by_category().size(), size_t{1});
+    QCOMPARE(series.by_category().at("host").size(), 2);
+    QCOMPARE(series.disk().size(), 2);
+    QCOMPARE(series.disk()[0], QPointF(0.5, 15));
+    QCOMPARE(series.largest_disk(), 2010);
     QCOMPARE(series.budget(), 1000);
-    QCOMPARE(series.largest(), 1000);
+    QCOMPARE(series.largest(), 1000);  // disk is not on the memory axis
     QCOMPARE(series.measured_peak(), -1);
+  }
 
+  // The measured peak of each training slide stays drawn: validation's slides (no gradients,
+  // another plan; measured -1 from the GUI's point of view) leave it as it was.
+  void eachTrainingSlideHasItsPredictedAndMeasuredPeak() {
+    MemorySeries series;
     pipelines::SlideProgress slide;
-    slide.done = true;
+    slide.phase = "train";
     slide.predicted_peak_bytes = 900;
+    slide.budget_bytes = 1000;
+    series.add_slide(1, slide);
+    slide.done = true;
     slide.measured_peak_bytes = 850;
-    series.add_slide(slide);
+    series.add_slide(2, slide);
     QCOMPARE(series.predicted_peak(), 900);
     QCOMPARE(series.measured_peak(), 850);
+    slide.phase = "val";
+    slide.done = false;
+    slide.predicted_peak_bytes = 400;
+    series.add_slide(3, slide);
+    slide.done = true;
+    slide.measured_peak_bytes = -1;
+    series.add_slide(4, slide);
+    QCOMPARE(series.measured_peak(), 850);
+    QCOMPARE(series.predicted_peak(), 900);
+    slide.phase = "train";
+    slide.done = false;
+    slide.predicted_peak_bytes = 700;
+    series.add_slide(5, slide);
+    slide.done = true;
+    slide.measured_peak_bytes = 650;
+    series.add_slide(6, slide);
+    QCOMPARE(series.predicted().size(), 2);
+    QCOMPARE(series.predicted()[1], QPointF(5, 700));
+    QCOMPARE(series.measured().size(), 2);
+    QCOMPARE(series.measured()[0], QPointF(2, 850));
+    QCOMPARE(series.measured()[1], QPointF(6, 650));
+    QCOMPARE(series.budget(), 1000);
   }
 
   void aLongRunKeepsTheMemorySeriesBoundedWithItsFirstAndLastPoints() {
@@ -231,6 +270,59 @@ class TrainingModelsTest : public QObject {
     QCOMPARE(metrics.val_auc().size(), 1);
     QCOMPARE(metrics.best_epoch(), 1);
     QVERIFY(read_metrics_csv(folder.path() / "none.csv").empty());
+  }
+
+  void aLargeFirstEpochIsAboveTheLossAxisAndAGradualFallIsNot() {
+    const auto series = [](std::vector<double> losses) {
+      MetricsSeries metrics;
+      pipelines::EpochReport e;
+      for (size_t i = 0; i < losses.size(); ++i) {
+        e.epoch = static_cast<int64_t>(i + 1);
+        e.train_loss = losses[i];
+        metrics.add(e);
+      }
+      return metrics;
+    };
+    LossScale scale = series({40, 0.7, 0.6, 0.5}).loss_scale();
+    QCOMPARE(scale.above.size(), size_t{1});
+    QCOMPARE(scale.above[0], std::make_pair(1, 40.0));
+    QVERIFY(std::abs(scale.top - 0.77) < 1e-9);
+    scale = series({80, 30, 0.7, 0.6, 0.5}).loss_scale();  // two leading epochs
+    QCOMPARE(scale.above.size(), size_t{2});
+    scale = series({2, 1, 0.7, 0.5}).loss_scale();  // a gradual fall: nothing clipped
+    QVERIFY(scale.above.empty());
+    QVERIFY(std::abs(scale.top - 2.2) < 1e-9);
+    scale = series({40}).loss_scale();  // one epoch is not an outlier against nothing
+    QVERIFY(scale.above.empty());
+  }
+
+  void theVerdictSaysLearningAtChanceDivergingOrNotYet() {
+    const auto run = [](std::vector<double> train, std::vector<double> auc) {
+      MetricsSeries metrics;
+      pipelines::EpochReport e;
+      for (size_t i = 0; i < train.size(); ++i) {
+        e.epoch = static_cast<int64_t>(i + 1);
+        e.train_loss = train[i];
+        e.val.count = auc.empty() ? 0 : 4;
+        e.val.loss = 0.69;
+        e.val.auc = auc.empty() ? 0 : auc[i];
+        metrics.add(e);
+      }
+      return judge_run(metrics);
+    };
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    QCOMPARE(run({0.7}, {}).kind, RunVerdict::kTooEarly);
+    QCOMPARE(run({0.7, 0.5}, {}).kind, RunVerdict::kLearning);
+    QCOMPARE(run({0.7, 0.6, 0.4}, {0.6, 0.7, 0.8}).kind, RunVerdict::kLearning);
+    const RunVerdict chance = run({0.7, 0.6, 0.4}, {0.5, 0.52, 0.47});
+    QCOMPARE(chance.kind, RunVerdict::kAtChance);
+    QVERIFY2(chance.text.contains(QStringLiteral("3 validations")), qPrintable(chance.text));
+    QCOMPARE(run({0.7, 0.6, 0.4}, {0.5, 0.52, 0.6}).kind, RunVerdict::kLearning);
+    QCOMPARE(run({0.7, 0.6, nan}, {}).kind, RunVerdict::kSkipped);
+    QCOMPARE(run({0.7, 0.8, 0.9}, {}).kind, RunVerdict::kDiverging);
+    QCOMPARE(run({0.7, 0.71, 0.69, 0.7}, {}).kind, RunVerdict::kNotLearning);
+    // An epoch skipped earlier is history, not the verdict.
+    QCOMPARE(run({0.7, nan, 0.5}, {}).kind, RunVerdict::kLearning);
   }
 };
 

@@ -3,6 +3,7 @@
 // and an ETA that stays whole under a long slide name.
 #include <QChart>
 #include <QLineSeries>
+#include <QScatterSeries>
 #include <QTest>
 #include <QValueAxis>
 
@@ -50,7 +51,9 @@ void verify_readable(const QChart* chart) {
 
 QColor colour_of(const QChart* chart, const QString& name) {
   for (QAbstractSeries* s : chart->series()) {
-    if (s->name() == name) return static_cast<QLineSeries*>(s)->pen().color();
+    if (s->name() != name) continue;
+    if (const auto* points = qobject_cast<QScatterSeries*>(s)) return points->color();
+    return qobject_cast<QXYSeries*>(s)->pen().color();
   }
   return {};
 }
@@ -99,13 +102,52 @@ class TrainingViewsTest : public QObject {
     MemoryChart memory;
     std::set<QRgb> colours;
     for (const QString& name :
-         {QStringLiteral("live"), QStringLiteral("peak"), QStringLiteral("budget"),
-          QStringLiteral("predicted peak"), QStringLiteral("measured peak")}) {
+         {QStringLiteral("in use"), QStringLiteral("peak"), QStringLiteral("budget"),
+          QStringLiteral("predicted peak"), QStringLiteral("measured peak (per slide)")}) {
       const QColor c = colour_of(memory.chart(), name);
       QVERIFY2(c.isValid(), qPrintable(name));
       colours.insert(c.rgb());
     }
     QCOMPARE(colours.size(), size_t{5});
+  }
+
+  // Disk bytes on the memory axis read as a blown budget (issue 53): they have their own axis,
+  // shown only when there are some.
+  void diskIsDrawnOnItsOwnAxis() {
+    MemorySeries series;
+    core::MemorySample sample;
+    sample.live = 100 << 20;
+    sample.peak = 120 << 20;
+    sample.budget = 200 << 20;
+    sample.by_category = {{"host", 10 << 20}, {"disk", 0}};
+    series.add(1, sample);
+    MemoryChart memory;
+    memory.refresh(series);
+    QVERIFY(!memory.shows_disk());
+    sample.by_category["disk"] = int64_t{5000} << 20;
+    series.add(2, sample);
+    memory.refresh(series);
+    QVERIFY(memory.shows_disk());
+    verify_readable(memory.chart());
+    const auto* left = qobject_cast<QValueAxis*>(memory.chart()->axes(Qt::Vertical).front());
+    QVERIFY2(left->max() < 1000, "5000 MiB on disk does not stretch the memory axis");
+  }
+
+  // A first epoch's loss of 40 against 0.7 after it: the axis is the later epochs', and the
+  // title names the loss above it.
+  void aLargeFirstEpochIsClippedWithANote() {
+    MetricsSeries epochs;
+    for (int64_t e = 1; e <= 5; ++e) {
+      pipelines::EpochReport report;
+      report.epoch = e;
+      report.train_loss = e == 1 ? 40.0 : 0.8 - 0.05 * static_cast<double>(e);
+      epochs.add(report);
+    }
+    MetricsChart metrics;
+    metrics.refresh(epochs);
+    QVERIFY2(metrics.loss_axis_top() < 2, qPrintable(QString::number(metrics.loss_axis_top())));
+    QVERIFY2(metrics.title().contains(QStringLiteral("epoch 1: 40")), qPrintable(metrics.title()));
+    verify_readable(metrics.chart());
   }
 
   void theEtaStaysWholeUnderALongSlideName() {
