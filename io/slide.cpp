@@ -214,7 +214,12 @@ std::optional<std::string> Slide::property(const std::string& name) const {
 
 void Slide::throw_if_failed(const std::string& what) const {
   if (const char* error = openslide().get_error(handle())) {
-    throw Error("slide " + path_.string() + ": OpenSlide failed " + what + ": " + one_line(error));
+    // OpenSlide's words ("Bogus marker length") are a decoder's: the reader is told first what
+    // they mean for the file and what to do.
+    throw Error("slide " + path_.string() +
+                ": its image data is damaged or incomplete; copy the file again or export it "
+                "from the scanner again (OpenSlide failed " +
+                what + ": " + one_line(error) + ")");
   }
 }
 

@@ -162,6 +162,7 @@ TEST(Slide, OpensASlideWithBrokenTileDataButThrowsOnRead) {
   const std::string message = error_of([&] { slide.read_region(0, 0, 0, 16, 16); });
   EXPECT_TRUE(contains(message, "unreadable.svs")) << message;
   EXPECT_TRUE(contains(message, "OpenSlide failed reading level 0 region")) << message;
+  EXPECT_TRUE(contains(message, "damaged or incomplete; copy the file again")) << message;
   // OpenSlide stays in its error state: later reads fail too rather than return blank pixels.
   EXPECT_THROW(slide.read_region(0, 4, 4, 2, 2), Error);
 }
