@@ -2,10 +2,12 @@
 
 #include <QBrush>
 #include <QColor>
+#include <QDir>
 #include <QFileInfo>
 #include <QPixmap>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 namespace tessel::gui {
@@ -28,6 +30,10 @@ std::vector<DatasetRow> dataset_rows(const io::Manifest& manifest) {
     row.slide = QString::fromStdString(entry.slide.string());
     row.label = QString::fromStdString(entry.label);
     row.split = QString::fromLatin1(io::to_string(entry.split));
+    row.patient = QString::fromStdString(entry.patient);
+    for (const auto& [name, value] : entry.metadata) {
+      row.metadata[QString::fromStdString(name)] = QString::fromStdString(value);
+    }
     row.line = entry.line;
     return row;
   };
@@ -50,10 +56,105 @@ std::vector<DatasetRow> dataset_rows(const io::Manifest& manifest) {
   return rows;
 }
 
-void DatasetModel::set_rows(std::vector<DatasetRow> rows) {
+namespace {
+
+QString csv_field(const QString& text) {
+  const bool quote = text.contains(QLatin1Char(',')) || text.contains(QLatin1Char('"')) ||
+                     text.contains(QLatin1Char('\n')) || text.contains(QLatin1Char('\r')) ||
+                     text.trimmed() != text;
+  if (!quote) return text;
+  QString doubled = text;
+  doubled.replace(QLatin1Char('"'), QStringLiteral("\"\""));
+  return QLatin1Char('"') + doubled + QLatin1Char('"');
+}
+
+}  // namespace
+
+QByteArray manifest_csv(const std::vector<DatasetRow>& rows, const QString& folder,
+                        const QStringList& columns) {
+  QStringList header = {QStringLiteral("slide"), QStringLiteral("label"), QStringLiteral("split"),
+                        QStringLiteral("patient"), QStringLiteral("mpp")};
+  for (const QString& c : columns) {
+    if (!header.contains(c)) header << c;
+  }
+  const QDir dir(folder);
+  QStringList lines = {header.join(QLatin1Char(','))};
+  for (const DatasetRow& row : rows) {
+    const QString relative = dir.relativeFilePath(row.slide);
+    const bool inside = !relative.startsWith(QStringLiteral("../")) &&
+                        relative != QLatin1String("..") && !QDir::isAbsolutePath(relative);
+    QStringList fields = {csv_field(inside ? relative : row.slide), csv_field(row.label),
+                          csv_field(row.split), csv_field(row.patient)};
+    for (qsizetype i = 4; i < header.size(); ++i) {
+      const auto it = row.metadata.find(header[i]);
+      fields << csv_field(it == row.metadata.end() ? QString() : it->second);
+    }
+    lines << fields.join(QLatin1Char(','));
+  }
+  return (lines.join(QLatin1Char('\n')) + QLatin1Char('\n')).toUtf8();
+}
+
+QString check_cell(int column, const QString& text) {
+  const QString t = text.trimmed();
+  switch (column) {
+    case DatasetModel::kLabel:
+      if (t.isEmpty()) return QStringLiteral("a slide needs a label");
+      if (t.contains(QLatin1Char('\n'))) return QStringLiteral("a label is one line");
+      return {};
+    case DatasetModel::kSplit:
+      if (t != QLatin1String("train") && t != QLatin1String("val") && t != QLatin1String("test")) {
+        return QStringLiteral("the split is train, val or test");
+      }
+      return {};
+    case DatasetModel::kMpp: {
+      if (t.isEmpty()) return {};  // the file's own
+      bool ok = false;
+      const double mpp = t.toDouble(&ok);
+      if (!ok || !std::isfinite(mpp) || mpp <= 0) {
+        return QStringLiteral("mpp is a positive number of microns per pixel, such as 0.25");
+      }
+      return {};
+    }
+    default:
+      return QStringLiteral("only the label, the split and the mpp are edited here");
+  }
+}
+
+void DatasetModel::set_rows(std::vector<DatasetRow> rows, QStringList columns) {
   beginResetModel();
   rows_ = std::move(rows);
+  columns_ = std::move(columns);
+  modified_ = false;
   endResetModel();
+}
+
+Qt::ItemFlags DatasetModel::flags(const QModelIndex& index) const {
+  Qt::ItemFlags f = QAbstractTableModel::flags(index);
+  const int c = index.column();
+  if (c == kLabel || c == kSplit || c == kMpp) f |= Qt::ItemIsEditable;
+  return f;
+}
+
+bool DatasetModel::setData(const QModelIndex& index, const QVariant& value, int role) {
+  if (role != Qt::EditRole || !index.isValid() || index.row() >= static_cast<int>(rows_.size())) {
+    return false;
+  }
+  const QString text = value.toString().trimmed();
+  refusal_ = check_cell(index.column(), text);
+  if (!refusal_.isEmpty()) {
+    emit rowEditRefused(refusal_);
+    return false;
+  }
+  DatasetRow& row = rows_[index.row()];
+  QString& cell = index.column() == kLabel   ? row.label
+                  : index.column() == kSplit ? row.split
+                                             : row.metadata[QStringLiteral("mpp")];
+  if (cell == text) return true;
+  cell = text;
+  modified_ = true;
+  emit dataChanged(index, index, {Qt::DisplayRole, Qt::EditRole});
+  emit rowEdited(index.row());
+  return true;
 }
 
 void DatasetModel::set_thumbnail(int row, const QImage& thumbnail) {
@@ -83,7 +184,7 @@ QVariant DatasetModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::DecorationRole && column == kThumbnail && !row.thumbnail.isNull()) {
     return row.thumbnail;
   }
-  if (role == Qt::DisplayRole) {
+  if (role == Qt::DisplayRole || role == Qt::EditRole) {
     switch (column) {
       case kSlide:
         return QFileInfo(row.slide).fileName();
@@ -91,6 +192,10 @@ QVariant DatasetModel::data(const QModelIndex& index, int role) const {
         return row.label;
       case kSplit:
         return row.split;
+      case kMpp: {
+        const auto it = row.metadata.find(QStringLiteral("mpp"));
+        return it == row.metadata.end() ? QString() : it->second;
+      }
       case kStatus:
         return row.reason.isEmpty() ? to_string(row.status)
                                     : to_string(row.status) + QStringLiteral(": ") + row.reason;
@@ -122,6 +227,8 @@ QVariant DatasetModel::headerData(int section, Qt::Orientation orientation, int 
       return tr("Label");
     case kSplit:
       return tr("Split");
+    case kMpp:
+      return tr("mpp");
     case kStatus:
       return tr("Status");
     default:

@@ -1,6 +1,8 @@
 #include "gui/dataset_panel.h"
 
+#include <QFileInfo>
 #include <QHeaderView>
+#include <QSaveFile>
 #include <QVBoxLayout>
 
 #include <exception>
@@ -21,17 +23,29 @@ DatasetPanel::DatasetPanel(QWidget* parent) : QWidget(parent) {
   table_->setModel(&model_);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setSelectionMode(QAbstractItemView::SingleSelection);
-  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  // A click on the selected row's label, split or mpp edits it (a double-click opens the slide).
+  table_->setEditTriggers(QAbstractItemView::SelectedClicked | QAbstractItemView::EditKeyPressed);
   table_->setIconSize(QSize(DatasetModel::kThumbnailSidePx, DatasetModel::kThumbnailSidePx));
   table_->verticalHeader()->setDefaultSectionSize(DatasetModel::kThumbnailSidePx + 6);
   table_->verticalHeader()->hide();
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->setColumnWidth(DatasetModel::kThumbnail, DatasetModel::kThumbnailSidePx + 36);
   table_->setColumnWidth(DatasetModel::kSlide, 220);
+  save_ = new QPushButton(tr("Save Manifest"), this);
+  save_->setToolTip(tr("Write the labels, splits and mpp edited above to the manifest CSV"));
+  save_->setEnabled(false);
+  connect(save_, &QPushButton::clicked, this, [this] { save_manifest(); });
+  connect(&model_, &DatasetModel::rowEdited, this, [this] {
+    update_save();
+    message_->setText(tr("Edited: Save Manifest writes the changes to %1").arg(path_));
+  });
+  connect(&model_, &DatasetModel::rowEditRefused, this,
+          [this](const QString& reason) { message_->setText(tr("Not changed: %1").arg(reason)); });
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addWidget(message_);
   layout->addWidget(table_, 1);
+  layout->addWidget(save_, 0, Qt::AlignRight);
   connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
     const DatasetRow& row = model_.row(index.row());
     emit slideActivated(row.slide);
@@ -76,7 +90,10 @@ void DatasetPanel::open_manifest(const QString& csv) {
 void DatasetPanel::show_manifest(quint64 serial, const io::Manifest& manifest) {
   if (serial != serial_) return;
   loading_ = false;
-  model_.set_rows(dataset_rows(manifest));
+  QStringList columns;
+  for (const std::string& c : manifest.metadata_columns) columns << QString::fromStdString(c);
+  model_.set_rows(dataset_rows(manifest), columns);
+  update_save();
   QString summary = tr("%1: %2 slides, %3 ok, %4 missing, %5 unreadable; classes: %6")
                         .arg(QString::fromStdString(manifest.path.filename().string()))
                         .arg(model_.rowCount())
@@ -104,6 +121,23 @@ void DatasetPanel::show_manifest(quint64 serial, const io::Manifest& manifest) {
   }
   load_thumbnails(serial);
   emit manifestLoaded(summary);
+}
+
+void DatasetPanel::update_save() { save_->setEnabled(model_.modified() && !loading_); }
+
+bool DatasetPanel::save_manifest() {
+  if (path_.isEmpty() || !model_.modified()) return false;
+  const QByteArray csv =
+      manifest_csv(model_.rows(), QFileInfo(path_).absolutePath(), model_.metadata_columns());
+  QSaveFile file(path_);  // a temporary name, renamed on commit: never half a manifest
+  if (!file.open(QIODevice::WriteOnly) || file.write(csv) != csv.size() || !file.commit()) {
+    message_->setText(tr("Cannot save the manifest %1: %2").arg(path_, file.errorString()));
+    return false;
+  }
+  // Read back as a run will read it: the classes and problems as they now are.
+  open_manifest(path_);
+  emit manifestSaved(path_);
+  return true;
 }
 
 void DatasetPanel::load_thumbnails(quint64 serial) {

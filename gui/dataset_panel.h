@@ -1,10 +1,12 @@
 // The dataset panel: opens a manifest CSV off the UI thread (load_manifest, then check_slides,
 // which opens every slide), lists its slides in a DatasetModel, loads their thumbnails in the
 // background and reports a double-clicked slide. A manifest that cannot be used says why above
-// the table; its readable rows are still listed.
+// the table; its readable rows are still listed. Labels, splits and mpp edited in the table are
+// written back to the CSV with Save Manifest.
 #pragma once
 
 #include <QLabel>
+#include <QPushButton>
 #include <QString>
 #include <QTableView>
 #include <QThreadPool>
@@ -27,19 +29,26 @@ class DatasetPanel : public QWidget {
   QString message() const { return message_->text(); }
   DatasetModel* model() { return &model_; }
   QTableView* table() { return table_; }
+  QPushButton* save_button() { return save_; }
+  // Writes the edited rows to the manifest (atomically) and reads it back; false when there was
+  // nothing to save or it could not be written (the message says why).
+  bool save_manifest();
 
  signals:
   void manifestLoaded(QString summary);
   void manifestFailed(QString message);
   void slideActivated(QString path);
+  void manifestSaved(QString path);
 
  private:
   void show_manifest(quint64 serial, const io::Manifest& manifest);
   void load_thumbnails(quint64 serial);
+  void update_save();
 
   DatasetModel model_;
   QLabel* message_;
   QTableView* table_;
+  QPushButton* save_;
   QThreadPool pool_;
   QString path_;
   quint64 serial_ = 0;  // results of an older manifest than this are dropped

@@ -159,6 +159,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     });
   }
   connect(training_, &TrainingPanel::heatmapRequested, this, &MainWindow::request_heatmap);
+  connect(training_, &TrainingPanel::runStarted, this, [this] {
+    if (!project_) return;
+    // The project's last run: offered for Resume when the project is opened again.
+    const QString run =
+        QDir(project_->folder).relativeFilePath(QDir(training_->output_folder()).absolutePath());
+    project_->last_run = run;
+    try {
+      write_project(*project_);
+    } catch (const std::exception& e) {
+      show_error(QString::fromStdString(e.what()));
+    }
+  });
   connect(training_, &TrainingPanel::heatmapOpacityChanged, view_, &SlideView::set_heatmap_opacity);
   connect(view_, &SlideView::heatmapChanged, this, [this] {
     if (!view_->has_heatmap()) heatmap_ = {};  // cleared, or another slide opened
@@ -195,6 +207,16 @@ void MainWindow::create_menus() {
     const QString path = QFileDialog::getOpenFileName(this, tr("Open a manifest"), {},
                                                       tr("Manifests (*.csv);;All files (*)"));
     if (!path.isEmpty()) open_manifest(path);
+  });
+  file->addAction(tr("&New Project…"), this, [this] {
+    const QString folder =
+        prompts().folder(this, tr("Folder for a new project of the manifest's slides"),
+                         QFileInfo(dataset_->manifest_path()).absolutePath());
+    if (!folder.isEmpty()) new_project(folder);
+  });
+  file->addAction(tr("Open &Project…"), this, [this] {
+    const QString folder = prompts().folder(this, tr("Open a project folder"), {});
+    if (!folder.isEmpty()) open_project(folder);
   });
   file->addAction(tr("Open &Heatmap…"), this, [this] {
     const QString path = QFileDialog::getOpenFileName(
@@ -449,11 +471,13 @@ bool MainWindow::save_roi(const QString& path) {
 
 QString MainWindow::annotation_file(const QString& slide) const {
   const QFileInfo info(slide);
-  // The slide's full path picks its file: two slides named alike in two folders stay apart.
+  // The slide's full path picks its file: two slides named alike in two folders stay apart. The
+  // canonical one: the same file reached through "..", a link or a manifest's relative path is
+  // one slide.
+  const QString canonical = info.canonicalFilePath();
+  const QString key = canonical.isEmpty() ? info.absoluteFilePath() : canonical;
   const QByteArray hash =
-      QCryptographicHash::hash(info.absoluteFilePath().toUtf8(), QCryptographicHash::Sha1)
-          .toHex()
-          .left(10);
+      QCryptographicHash::hash(key.toUtf8(), QCryptographicHash::Sha1).toHex().left(10);
   const QString folder =
       annotations_folder_.isEmpty()
           ? QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation))
@@ -601,11 +625,71 @@ void MainWindow::open_recent(const QString& path) {
 }
 
 void MainWindow::open_path(const QString& path) {
-  if (path.endsWith(QStringLiteral(".csv"), Qt::CaseInsensitive)) {
+  if (is_project(path)) {
+    open_project(path);
+  } else if (path.endsWith(QStringLiteral(".csv"), Qt::CaseInsensitive)) {
     open_manifest(path);
   } else {
     open_slide(path);
   }
+}
+
+bool MainWindow::new_project(const QString& folder) {
+  const DatasetModel& rows = *dataset_->model();
+  if (dataset_->manifest_path().isEmpty() || rows.rowCount() == 0) {
+    show_error(
+        tr("Open a manifest first (File ▸ Open Manifest…): a project starts from its "
+           "slides, labels and splits."));
+    return false;
+  }
+  try {
+    const QString absolute = QDir(folder).absolutePath();
+    const Project p =
+        create_project(absolute, manifest_csv(rows.rows(), absolute, rows.metadata_columns()));
+    // The annotations kept so far for these slides come along.
+    int copied = 0;
+    for (const DatasetRow& row : rows.rows()) {
+      const QString from = annotation_file(row.slide);
+      const QString to = QDir(p.annotations_folder()).filePath(QFileInfo(from).fileName());
+      if (QFileInfo::exists(from) && QFile::copy(from, to)) ++copied;
+    }
+    if (!open_project(p.folder)) return false;
+    statusBar()->showMessage(tr("Project %1 made from %2, with the annotations of %3")
+                                 .arg(p.folder, QFileInfo(dataset_->manifest_path()).fileName(),
+                                      counted(copied, tr("slide"), tr("slides"))));
+    return true;
+  } catch (const std::exception& e) {
+    show_error(QString::fromStdString(e.what()));
+    return false;
+  }
+}
+
+bool MainWindow::open_project(const QString& path) {
+  Project p;
+  try {
+    p = read_project(path);
+  } catch (const std::exception& e) {
+    show_error(QString::fromStdString(e.what()));
+    return false;
+  }
+  if (!QFileInfo::exists(p.manifest_path())) {
+    show_error(tr("Project %1: its manifest %2 is missing; put it back, or make the project again "
+                  "(File ▸ New Project…)")
+                   .arg(p.folder, p.manifest_path()));
+    return false;
+  }
+  // The open slide's annotations stay where they were kept; from now on, the project's.
+  save_slide_annotations();
+  project_ = p;
+  annotations_folder_ = p.annotations_folder();
+  if (view_->has_slide()) load_slide_annotations();
+  open_manifest(p.manifest_path());
+  if (!training_->offer_run(p.last_run_path())) training_->set_output(p.next_run_folder());
+  setWindowTitle(tr("%1 — Tessel").arg(p.name()));
+  QSettings().setValue(QLatin1String(kLastProjectKey), p.folder);
+  add_recent_file(p.file());
+  statusBar()->showMessage(tr("Project %1 opened").arg(p.folder));
+  return true;
 }
 
 void MainWindow::open_manifest(const QString& csv) {
@@ -686,10 +770,12 @@ bool MainWindow::request_heatmap(const QString& checkpoint) {
   }
   // Never the checkpoint's run folder unasked: a heatmap there replaced an earlier one silently.
   QSettings settings;
-  const QString start = settings
-                            .value(QLatin1String(kHeatmapFolderKey),
-                                   QStandardPaths::writableLocation(QStandardPaths::HomeLocation))
-                            .toString();
+  const QString start =
+      project_ ? project_->heatmaps_folder()
+               : settings
+                     .value(QLatin1String(kHeatmapFolderKey),
+                            QStandardPaths::writableLocation(QStandardPaths::HomeLocation))
+                     .toString();
   const QString folder = prompts().folder(
       this, tr("Folder for the heatmap of %1").arg(QFileInfo(slide_path_).fileName()), start);
   if (folder.isEmpty()) return false;
@@ -836,7 +922,13 @@ void MainWindow::restore_session() {
   QSettings settings;
   restoreGeometry(settings.value(QLatin1String(kGeometryKey)).toByteArray());
   restoreState(settings.value(QLatin1String(kLayoutKey)).toByteArray());
-  if (training_->restore_last_run()) {
+  const QString project = settings.value(QLatin1String(kLastProjectKey)).toString();
+  if (!project.isEmpty() && is_project(project) && open_project(project)) {
+    if (training_->resuming()) {
+      training_dock_->show();
+      training_dock_->raise();
+    }
+  } else if (training_->restore_last_run()) {
     training_dock_->show();
     training_dock_->raise();
     statusBar()->showMessage(training_->message());

@@ -18,6 +18,7 @@
 #include <QThreadPool>
 #include <QToolBar>
 
+#include <optional>
 #include <vector>
 
 #include "gui/annotation_panel.h"
@@ -25,6 +26,7 @@
 #include "gui/heatmap_queue.h"
 #include "gui/message_bar.h"
 #include "gui/overview_widget.h"
+#include "gui/project.h"
 #include "gui/prompts.h"
 #include "gui/properties_panel.h"
 #include "gui/slide_view.h"
@@ -42,8 +44,21 @@ class MainWindow : public QMainWindow {
   // Both return at once; slideOpened / slideFailed (or the dataset panel's signals) follow.
   void open_slide(const QString& path);
   void open_manifest(const QString& csv);
-  // A path from the command line or a drop: a .csv is a manifest, anything else a slide.
+  // A path from the command line or a drop: a project (its file or folder), a .csv manifest, or
+  // anything else a slide.
   void open_path(const QString& path);
+  // File ▸ New Project…: a project (gui/project.h) in `folder` from the manifest the dataset
+  // panel shows (written there as manifest.csv, its slides' paths relative where they lie
+  // inside) with the annotations kept so far for its slides; then opened. False: a message says
+  // why (no manifest shown, already a project, not writable).
+  bool new_project(const QString& folder);
+  // File ▸ Open Project… (a project file or folder opened or dropped, or at the start the last
+  // one): its manifest in the dataset panel and the training form, its annotations folder, its
+  // last run offered for Resume (else runs/runN next as the output), its heatmaps folder; the
+  // title names it. A run started then is recorded as its last. False: a message says why.
+  bool open_project(const QString& path);
+  const std::optional<Project>& project() const { return project_; }
+  static constexpr const char* kLastProjectKey = "project/last";
 
   bool opening() const { return opening_; }
   const QString& slide_path() const { return slide_path_; }
@@ -113,8 +128,9 @@ class MainWindow : public QMainWindow {
   bool save_roi(const QString& path);
   // At the app's start (main.cpp; tests call it to play a restart): the window's size and its
   // docks' places as they were when it last closed (QSettings: kGeometryKey, kLayoutKey,
-  // written as it closes), and the last run offered for Resume with its own config
-  // (TrainingPanel::restore_last_run), the Training dock raised to show it.
+  // written as it closes), the last project opened (kLastProjectKey) with its last run, or else
+  // the last run offered for Resume with its own config (TrainingPanel::restore_last_run), the
+  // Training dock raised to show it.
   void restore_session();
   static constexpr const char* kGeometryKey = "window/geometry";
   static constexpr const char* kLayoutKey = "window/layout";
@@ -214,6 +230,7 @@ class MainWindow : public QMainWindow {
   QAction* redo_action_ = nullptr;
   AnnotationPanel* annotations_ = nullptr;
   QString annotations_folder_;  // a project's; empty: the app's data folder
+  std::optional<Project> project_;
   bool loading_annotations_ = false;
   QAction* clear_rois_action_ = nullptr;
   bool quit_after_run_ = false;  // Quit was confirmed during a run: close when it has ended

@@ -631,7 +631,14 @@ bool TrainingPanel::load_config(const QString& path) {
 }
 
 bool TrainingPanel::restore_last_run() {
-  const QString folder = QSettings().value(QLatin1String(kLastRunKey)).toString();
+  return offer_run(QSettings().value(QLatin1String(kLastRunKey)).toString());
+}
+
+void TrainingPanel::set_output(const QString& folder) { output_->setText(folder); }
+
+QString TrainingPanel::output_folder() const { return output_->text().trimmed(); }
+
+bool TrainingPanel::offer_run(const QString& folder) {
   std::error_code error;
   if (folder.isEmpty() ||
       !std::filesystem::exists(

@@ -84,6 +84,11 @@ class TrainingPanel : public QWidget {
   // no such run.
   static constexpr const char* kLastRunKey = "training/last_run";
   bool restore_last_run();
+  // The same for a given run folder (a project's last run): false when it holds no last.h5.
+  bool offer_run(const QString& folder);
+  // The output field: where Start writes the run (a project's next runs/runN).
+  void set_output(const QString& folder);
+  QString output_folder() const;
   // The manifest field; while resuming, the one used once Resume is unchecked.
   void set_manifest(const QString& csv);
   // A network file as the model: an .h5 as it is; an .onnx imported to NAME.h5 beside it first

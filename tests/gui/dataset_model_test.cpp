@@ -4,6 +4,8 @@
 #include <QSignalSpy>
 #include <QTest>
 
+#include <filesystem>
+
 #include "gui/dataset_model.h"
 #include "tests/io/shared_slides.h"
 #include "tests/io/temp_folder.h"
@@ -75,12 +77,62 @@ class DatasetModelTest : public QObject {
     QCOMPARE(changed.count(), 1);
   }
 
+  // Label, split and mpp edited in place, a bad value refused with its reason, and the rows
+  // written back as a manifest that io::load_manifest reads as edited (issue 53's dataset panel).
+  void editedRowsAreWrittenBackAsAManifestThatReadsTheSame() {
+    test::TempFolder folder;
+    const std::string slides = QFileInfo(QString::fromStdString(test::shared_slide("small.svs")))
+                                   .absolutePath()
+                                   .toStdString();
+    std::filesystem::copy_file(slides + "/small.svs", folder.path() / "a.svs");
+    const std::string csv = folder.write(
+        "m.csv", "slide,label,split,site,roi\na.svs,tumor,train,\"Pittsburgh, PA\",\n" + slides +
+                     "/cmu-1-small-region.svs,normal,val,Boston,\n");
+    io::Manifest manifest = io::load_manifest(csv);
+    DatasetModel model;
+    QStringList columns;
+    for (const std::string& c : manifest.metadata_columns) columns << QString::fromStdString(c);
+    model.set_rows(dataset_rows(manifest), columns);
+    QVERIFY(model.flags(model.index(0, DatasetModel::kLabel)) & Qt::ItemIsEditable);
+    QVERIFY(!(model.flags(model.index(0, DatasetModel::kSlide)) & Qt::ItemIsEditable));
+    QSignalSpy refused(&model, &DatasetModel::rowEditRefused);
+    QVERIFY(!model.setData(model.index(0, DatasetModel::kSplit), QStringLiteral("training")));
+    QVERIFY(!model.setData(model.index(0, DatasetModel::kMpp), QStringLiteral("-1")));
+    QVERIFY(!model.setData(model.index(0, DatasetModel::kLabel), QStringLiteral(" ")));
+    QCOMPARE(refused.count(), 3);
+    QVERIFY2(model.last_refusal().contains(QStringLiteral("label")),
+             qPrintable(model.last_refusal()));
+    QVERIFY(!model.modified());
+    QVERIFY(model.setData(model.index(0, DatasetModel::kSplit), QStringLiteral("test")));
+    QVERIFY(model.setData(model.index(1, DatasetModel::kMpp), QStringLiteral("0.25")));
+    QVERIFY(model.setData(model.index(1, DatasetModel::kLabel), QStringLiteral("tumor, grade 2")));
+    QVERIFY(model.modified());
+    QCOMPARE(text_of(model, 1, DatasetModel::kMpp), QStringLiteral("0.25"));
+
+    const QByteArray written = manifest_csv(
+        model.rows(), QString::fromStdString(folder.path().string()), model.metadata_columns());
+    const std::string again = folder.write("again.csv", written.toStdString());
+    const io::Manifest back = io::load_manifest(again);
+    QVERIFY2(back.problems.empty(), written.constData());
+    QCOMPARE(back.entries.size(), size_t{2});
+    QVERIFY2(written.startsWith("slide,label,split,patient,mpp,site,roi\na.svs,tumor,test,"),
+             written.constData());  // the slide under the folder stays relative
+    QCOMPARE(back.entries[0].split, io::Split::kTest);
+    QCOMPARE(back.entries[0].metadata.at("site"), std::string("Pittsburgh, PA"));
+    QCOMPARE(back.entries[1].label, std::string("tumor, grade 2"));
+    QCOMPARE(io::manifest_mpp(back.entries[1].metadata).value_or(0), 0.25);
+    QCOMPARE(back.entries[1].slide, manifest.entries[1].slide);  // outside: absolute
+  }
+
   void headersNameTheColumns() {
     QCOMPARE(model_.headerData(DatasetModel::kStatus, Qt::Horizontal, Qt::DisplayRole).toString(),
              QStringLiteral("Status"));
   }
 
  private:
+  static QString text_of(const DatasetModel& model, int row, int column) {
+    return model.data(model.index(row, column), Qt::DisplayRole).toString();
+  }
   QString text(int row, int column) const {
     return model_.data(model_.index(row, column), Qt::DisplayRole).toString();
   }

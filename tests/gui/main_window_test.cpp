@@ -110,6 +110,7 @@ class MainWindowTest : public QObject {
     QCoreApplication::setApplicationName(QStringLiteral("MainWindowTest"));
     QSettings().remove(QLatin1String(MainWindow::kRecentFilesKey));
     QSettings().remove(QLatin1String(MainWindow::kRoiFolderKey));
+    QSettings().remove(QLatin1String(MainWindow::kLastProjectKey));
     // Annotations are kept per slide in the app's data folder: the test's own, empty at start.
     QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).removeRecursively();
     window_.set_prompts(&prompts_);
@@ -1164,6 +1165,87 @@ class MainWindowTest : public QObject {
     QVERIFY2(window_.last_error().contains(QStringLiteral("another slide")),
              qPrintable(window_.last_error()));
     QVERIFY(!view->has_heatmap());
+  }
+
+  // A project (issue 53): made from the manifest shown, with the annotations kept so far for its
+  // slides; its manifest edited in the dataset panel; annotations kept in it; the run started
+  // from it recorded; and all of it back after a restart.
+  void aProjectKeepsItsManifestAnnotationsAndRunsAndComesBackAfterARestart() {
+    QSettings().remove(QLatin1String(MainWindow::kLastProjectKey));
+    test::TempFolder folder;
+    const auto csv = folder.write(
+        "dataset.csv", "slide,label,split\n" + test::shared_slide("cmu-1-small-region.svs") +
+                           ",tumor,train\n" + test::shared_slide("small.svs") + ",normal,val\n");
+    DatasetPanel* dataset = window_.dataset();
+    QSignalSpy loaded(dataset, &DatasetPanel::manifestLoaded);
+    window_.open_manifest(QString::fromStdString(csv.string()));
+    QVERIFY(loaded.wait(kTimeoutMs));
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
+    SlideView* view = window_.slide_view();
+    view->clear_rois();
+    view->add_roi(rectangle_roi(QPointF(100, 100), QPointF(600, 600)));  // before the project
+
+    const QString project = QString::fromStdString((folder.path() / "study").string());
+    QVERIFY2(window_.new_project(project), qPrintable(window_.last_error()));
+    QVERIFY(loaded.wait(kTimeoutMs));
+    QVERIFY(window_.project().has_value());
+    QCOMPARE(dataset->manifest_path(), project + QStringLiteral("/manifest.csv"));
+    QCOMPARE(dataset->model()->rowCount(), 2);
+    QVERIFY(window_.windowTitle().startsWith(QStringLiteral("study")));
+    const QString kept = window_.annotation_file(slide("cmu-1-small-region.svs"));
+    QVERIFY2(kept.startsWith(project + QStringLiteral("/annotations/")), qPrintable(kept));
+    QVERIFY(QFileInfo::exists(kept));
+    QCOMPARE(view->annotations().size(), size_t{1});
+    QCOMPARE(window_.training()->output_folder(), project + QStringLiteral("/runs/run1"));
+    QVERIFY(!window_.new_project(project));  // already one
+    QVERIFY(window_.last_error().contains(QStringLiteral("already exists")));
+
+    // The split edited in the dataset panel and saved is the project's manifest's.
+    DatasetModel* model = dataset->model();
+    QVERIFY(!dataset->save_button()->isEnabled());
+    QVERIFY(model->setData(model->index(1, DatasetModel::kSplit), QStringLiteral("test")));
+    QVERIFY(dataset->save_button()->isEnabled());
+    QVERIFY(dataset->save_manifest());
+    QVERIFY(loaded.wait(kTimeoutMs));
+    QCOMPARE(dataset->model()->row(1).split, QStringLiteral("test"));
+    QCOMPARE(io::load_manifest((project + QStringLiteral("/manifest.csv")).toStdString())
+                 .entries.at(1)
+                 .split,
+             io::Split::kTest);
+
+    view->add_roi(rectangle_roi(QPointF(700, 700), QPointF(900, 900)));  // kept in the project
+    emit window_.training()->runStarted();  // a run started from it is its last
+    QCOMPARE(read_project(project).last_run, QStringLiteral("runs/run1"));
+    {
+      MainWindow restarted;
+      restarted.set_prompts(&prompts_);
+      QSignalSpy again(restarted.dataset(), &DatasetPanel::manifestLoaded);
+      restarted.restore_session();
+      QVERIFY(again.wait(kTimeoutMs));
+      QVERIFY(restarted.project().has_value());
+      QCOMPARE(restarted.project()->folder, project);
+      QCOMPARE(restarted.dataset()->model()->row(1).split, QStringLiteral("test"));
+      QSignalSpy reopened(&restarted, &MainWindow::slideOpened);
+      restarted.open_slide(slide("cmu-1-small-region.svs"));
+      QVERIFY(reopened.wait(kTimeoutMs));
+      QCOMPARE(restarted.slide_view()->annotations().size(), size_t{2});
+    }
+
+    // What is not a project says so, with the file.
+    folder.write("other/project.tessel", "{\"tessel_project\": 9, \"manifest\": \"m.csv\"}");
+    QVERIFY(!window_.open_project(QString::fromStdString((folder.path() / "other").string())));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("newer Tessel")),
+             qPrintable(window_.last_error()));
+    folder.write("bad/project.tessel", "not json");
+    QVERIFY(!window_.open_project(QString::fromStdString((folder.path() / "bad").string())));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("bad/project.tessel")) &&
+                 window_.last_error().contains(QStringLiteral("not a Tessel project")),
+             qPrintable(window_.last_error()));
+    QCOMPARE(window_.project()->folder, project);  // the open one stays
+    view->clear_rois();
+    QSettings().remove(QLatin1String(MainWindow::kLastProjectKey));
   }
 
  private:
