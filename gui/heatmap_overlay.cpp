@@ -4,6 +4,8 @@
 #include "gui/heatmap_overlay.h"
 // clang-format on
 
+#include <QPoint>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -160,6 +162,107 @@ QImage turbo_bar(int width, int height) {
     for (int y = 0; y < height; ++y) bar.setPixel(x, y, qRgb(c[0], c[1], c[2]));
   }
   return bar;
+}
+
+namespace {
+
+// A boundary edge between a cell in the region and one out of it, from one grid corner to the
+// next, the region on its right (y down): cells' outer boundaries run clockwise on screen.
+struct Edge {
+  int x, y, dx, dy;
+};
+
+// The edge to leave corner (x, y) by after arriving along (dx, dy), of `candidates` (edge
+// indices): the sharpest right turn, so that regions touching at a corner stay apart.
+int next_edge(const std::vector<Edge>& edges, const std::vector<int>& candidates, int dx, int dy) {
+  int best = -1, best_rank = -1;
+  for (const int e : candidates) {
+    const int cross = dx * edges[e].dy - dy * edges[e].dx;
+    const int rank = cross > 0 ? 2 : cross == 0 ? 1 : 0;
+    if (rank > best_rank) {
+      best = e;
+      best_rank = rank;
+    }
+  }
+  return best;
+}
+
+// The boundary edges of the cells scoring at least `threshold`.
+std::vector<Edge> boundary_edges(const HeatmapOverlay& h, float threshold) {
+  const int w = h.image.width(), rows = h.image.height();
+  const auto in = [&](int x, int y) {
+    if (x < 0 || y < 0 || x >= w || y >= rows) return false;
+    const float s = h.scores[static_cast<size_t>(y) * static_cast<size_t>(w) + x];
+    return !std::isnan(s) && s >= threshold;
+  };
+  std::vector<Edge> edges;
+  for (int y = 0; y < rows; ++y) {
+    for (int x = 0; x < w; ++x) {
+      if (!in(x, y)) continue;
+      if (!in(x, y - 1)) edges.push_back({x, y, 1, 0});
+      if (!in(x + 1, y)) edges.push_back({x + 1, y, 0, 1});
+      if (!in(x, y + 1)) edges.push_back({x + 1, y + 1, -1, 0});
+      if (!in(x - 1, y)) edges.push_back({x, y + 1, 0, -1});
+    }
+  }
+  return edges;
+}
+
+// Twice the signed area of a closed ring of grid corners (positive: clockwise on screen).
+int64_t twice_area(const std::vector<QPoint>& ring) {
+  int64_t sum = 0;
+  for (size_t i = 0; i < ring.size(); ++i) {
+    const QPoint& a = ring[i];
+    const QPoint& b = ring[(i + 1) % ring.size()];
+    sum += static_cast<int64_t>(a.x()) * b.y() - static_cast<int64_t>(b.x()) * a.y();
+  }
+  return sum;
+}
+
+}  // namespace
+
+std::vector<QPolygonF> threshold_outlines(const HeatmapOverlay& h, float threshold) {
+  const int w = h.image.width();
+  if (w <= 0 || h.scores.size() != static_cast<size_t>(w) * h.image.height()) return {};
+  const std::vector<Edge> edges = boundary_edges(h, threshold);
+  std::unordered_map<int64_t, std::vector<int>> from;  // corner → edges leaving it
+  const auto key = [w](int x, int y) { return static_cast<int64_t>(y) * (w + 1) + x; };
+  for (int e = 0; e < static_cast<int>(edges.size()); ++e)
+    from[key(edges[e].x, edges[e].y)].push_back(e);
+  std::vector<uint8_t> used(edges.size(), 0);
+  std::vector<std::pair<int64_t, QPolygonF>> outlines;
+  const double sx = h.level0.width() / w, sy = h.level0.height() / h.image.height();
+  for (int first = 0; first < static_cast<int>(edges.size()); ++first) {
+    if (used[first] != 0) continue;
+    std::vector<QPoint> ring;  // the corners where the direction changes
+    int e = first;
+    for (;;) {
+      used[e] = 1;
+      const Edge& cur = edges[e];
+      const int x = cur.x + cur.dx, y = cur.y + cur.dy;
+      std::vector<int> candidates;
+      for (const int c : from[key(x, y)]) {
+        if (used[c] == 0 || c == first) candidates.push_back(c);
+      }
+      const int next = next_edge(edges, candidates, cur.dx, cur.dy);
+      if (next < 0) break;  // not reached: every boundary closes
+      if (edges[next].dx != cur.dx || edges[next].dy != cur.dy) ring.emplace_back(x, y);
+      if (next == first) break;
+      e = next;
+    }
+    const int64_t area = twice_area(ring);
+    if (area <= 0) continue;  // a hole (counter-clockwise)
+    QPolygonF polygon;
+    for (const QPoint& p : ring) {
+      polygon << QPointF(h.level0.left() + p.x() * sx, h.level0.top() + p.y() * sy);
+    }
+    outlines.emplace_back(area, std::move(polygon));
+  }
+  std::stable_sort(outlines.begin(), outlines.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<QPolygonF> out;
+  for (auto& [area, polygon] : outlines) out.push_back(std::move(polygon));
+  return out;
 }
 
 }  // namespace tessel::gui

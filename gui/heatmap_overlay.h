@@ -7,6 +7,7 @@
 
 #include <QImage>
 #include <QPointF>
+#include <QPolygonF>
 #include <QRectF>
 #include <QString>
 
@@ -56,6 +57,12 @@ HeatmapOverlay load_heatmap_tiff(const std::filesystem::path& tiff, int64_t slid
 // The turbo colour map inverted: the score whose io::turbo colour is nearest `rgb`; none for
 // black (glass in a heatmap TIFF) or a colour far from the map.
 std::optional<float> score_of_turbo(QRgb rgb);
+
+// The outlines of the cells whose score is at least `threshold` (glass and cells without a
+// score left out), in level-0 pixels: each region's outer boundary along its cells' edges, its
+// corners only, regions that touch only at a corner apart (4-connected). Holes inside a region
+// are not outlined (an annotation is one outline). Largest first.
+std::vector<QPolygonF> threshold_outlines(const HeatmapOverlay& overlay, float threshold);
 
 // The legend's colour bar: io::turbo from 0 (left) to 1 (right), `width` × `height` pixels.
 QImage turbo_bar(int width, int height);

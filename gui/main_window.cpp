@@ -85,12 +85,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   training_dock_ = dock(tr("Training"), QStringLiteral("training"), training_scroll, this);
   addDockWidget(Qt::BottomDockWidgetArea, training_dock_);
   tabifyDockWidget(dataset_dock, training_dock_);
-  docks_ = {overview_dock, properties_dock, annotations_dock, dataset_dock, training_dock_};
+  predictions_ = new PredictionsPanel(this);
+  predictions_dock_ = dock(tr("Predictions"), QStringLiteral("predictions"), predictions_, this);
+  addDockWidget(Qt::BottomDockWidgetArea, predictions_dock_);
+  tabifyDockWidget(training_dock_, predictions_dock_);
+  docks_ = {overview_dock, properties_dock, annotations_dock,
+            dataset_dock,  training_dock_,  predictions_dock_};
   dataset_dock->raise();
   properties_dock->raise();
   // The slide gets most of the window; the docks what they need to be read.
   resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
-  resizeDocks({dataset_dock}, {250}, Qt::Vertical);
+  // Tall enough for the Training dock's form and its heatmap controls without scrolling.
+  resizeDocks({dataset_dock}, {340}, Qt::Vertical);
 
   heatmap_status_ = new QLabel(this);
   heatmap_bar_ = new QProgressBar(this);
@@ -141,6 +147,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     statusBar()->showMessage(summary);
   });
   connect(dataset_, &DatasetPanel::manifestFailed, this, &MainWindow::show_error);
+  connect(training_, &TrainingPanel::heatmapOutlineRequested, this, &MainWindow::outline_heatmap);
+  connect(training_, &TrainingPanel::predictionsRequested, this, &MainWindow::request_predictions);
+  connect(predictions_, &PredictionsPanel::slideActivated, this, &MainWindow::open_slide);
   connect(training_, &TrainingPanel::runStarted, this, [this] {
     training_dock_->raise();
     statusBar()->showMessage(training_->message());
@@ -447,7 +456,8 @@ bool MainWindow::save_roi(const QString& path) {
     show_error(tr("Draw an ROI first (Tools ▸ Rectangle ROI or Polygon ROI)."));
     return false;
   }
-  const QByteArray geojson = roi_geojson(view_->rois());
+  // With names and classes, as QuPath reads its annotations; io::read_roi takes the polygons.
+  const QByteArray geojson = annotations_geojson(view_->annotations());
   const io::Level& base = view_->document().slide->level(0);
   try {
     // What training will read, read here first: a file written is a file a manifest can use.
@@ -564,6 +574,54 @@ bool MainWindow::import_annotations(const QString& path) {
     show_error(QString::fromStdString(e.what()));
     return false;
   }
+}
+
+bool MainWindow::request_predictions(const QString& checkpoint) {
+  const QString manifest = dataset_->manifest_path();
+  if (manifest.isEmpty()) {
+    show_error(tr("Open a manifest or a project first: its test slides are the ones predicted."));
+    return false;
+  }
+  if (checkpoint.trimmed().isEmpty()) {
+    show_error(tr("Choose a checkpoint (.h5) in the Training dock's Heatmap box first."));
+    return false;
+  }
+  predictions_dock_->show();
+  predictions_dock_->raise();
+  return predictions_->run(checkpoint.trimmed(), manifest, QStringLiteral("test"));
+}
+
+int MainWindow::outline_heatmap(double threshold) {
+  if (!view_->has_heatmap() || heatmap_.scores.empty()) {
+    show_error(
+        tr("Show a heatmap first (Heatmap of the viewer's slide, or File ▸ Open "
+           "Heatmap…): its regions are what is outlined."));
+    return 0;
+  }
+  const std::vector<QPolygonF> outlines =
+      threshold_outlines(heatmap_, static_cast<float>(threshold));
+  const QString score = QString::number(threshold, 'f', 2);
+  if (outlines.empty()) {
+    statusBar()->showMessage(
+        tr("No region of the heatmap scores %1 or more: nothing outlined").arg(score));
+    return 0;
+  }
+  std::vector<Annotation> list = view_->annotations();
+  for (size_t i = 0; i < outlines.size(); ++i) {
+    Annotation a;
+    a.polygon = outlines[i];
+    a.name = tr("%1 ≥ %2 (%3)").arg(heatmap_.class_name, score).arg(i + 1);
+    // A heatmap TIFF read back does not say its class ("score"): those outlines have none.
+    if (!heatmap_.approximate) a.classification = heatmap_.class_name;
+    list.push_back(std::move(a));
+  }
+  const auto n = static_cast<int>(outlines.size());
+  view_->set_annotations(std::move(list), tr("Outline %1 ≥ %2").arg(heatmap_.class_name, score));
+  statusBar()->showMessage(
+      tr("%1 of %2 ≥ %3 added to the annotations (Edit ▸ Undo removes "
+         "them; File ▸ Save ROI… exports them as GeoJSON)")
+          .arg(counted(n, tr("outline"), tr("outlines")), heatmap_.class_name, score));
+  return n;
 }
 
 void MainWindow::update_heatmap_actions() {

@@ -26,6 +26,7 @@
 #include "gui/heatmap_queue.h"
 #include "gui/message_bar.h"
 #include "gui/overview_widget.h"
+#include "gui/predictions_panel.h"
 #include "gui/project.h"
 #include "gui/prompts.h"
 #include "gui/properties_panel.h"
@@ -143,6 +144,17 @@ class MainWindow : public QMainWindow {
   // and whether to replace the slide's heatmap files already there; then show_heatmap. False:
   // asked nothing (no slide) or the user cancelled.
   bool request_heatmap(const QString& checkpoint);
+  // The training panel's "Outline as annotations": the shown heatmap's regions scoring at least
+  // `threshold` (threshold_outlines) added to the slide's annotations in one undoable step, named
+  // by their score and classed as the heatmap's class (none for a TIFF read back, which does not
+  // record it); kept and exported as any annotation.
+  // Returns how many; 0 with a message when no heatmap is shown or no region reaches it.
+  int outline_heatmap(double threshold);
+  // The training panel's "Predict the test slides": the checkpoint's prediction for every slide
+  // of the shown manifest's test split, in the Predictions dock (raised). False: a message says
+  // why (no manifest, no checkpoint, predictions already running).
+  bool request_predictions(const QString& checkpoint);
+  PredictionsPanel* predictions() { return predictions_; }
   static constexpr const char* kHeatmapFolderKey = "heatmap/folder";
   // Returns at once; heatmapShown or a message (last_error) follow. The heatmap's TIFF, PNG and
   // GeoJSON are written into `out_dir`. The mpp entered for the viewer's slide (Set mpp…) is the
@@ -205,6 +217,8 @@ class MainWindow : public QMainWindow {
   DatasetPanel* dataset_;
   TrainingPanel* training_;
   QDockWidget* training_dock_;
+  PredictionsPanel* predictions_;
+  QDockWidget* predictions_dock_;
   MessageBar* message_bar_;
   Prompts* prompts_ = nullptr;
   HeatmapQueue heatmaps_;

@@ -243,11 +243,36 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   connect(opacity_, &QSlider::valueChanged, this,
           [this](int value) { emit heatmapOpacityChanged(value / 100.0); });
   legend_ = new QLabel(this);
+  // The heatmap's regions at or above a score, outlined as annotations (kept with the slide's,
+  // exported with them as GeoJSON).
+  outline_threshold_ = new QDoubleSpinBox(this);
+  outline_threshold_->setRange(0, 1);
+  outline_threshold_->setSingleStep(0.05);
+  outline_threshold_->setDecimals(2);
+  outline_threshold_->setValue(0.5);
+  auto* outline_button = new QPushButton(tr("Outline as annotations"), this);
+  outline_button->setToolTip(
+      tr("Draw the outline of every region whose score is at least this as an annotation"));
+  connect(outline_button, &QPushButton::clicked, this,
+          [this] { emit heatmapOutlineRequested(outline_threshold_->value()); });
+  auto* outline_row = new QHBoxLayout();
+  outline_row->addWidget(outline_threshold_);
+  outline_row->addWidget(outline_button, 1);
   auto* heatmap_box = new QGroupBox(tr("Heatmap"), this);
   auto* heatmap_form = new QFormLayout(heatmap_box);
   heatmap_form->addRow(tr("Checkpoint"), checkpoint_);
-  heatmap_form->addRow(heatmap_button);
+  auto* predict_button = new QPushButton(tr("Predict the test slides"), this);
+  predict_button->setToolTip(
+      tr("This checkpoint's prediction for every slide of the manifest's test split, against "
+         "its label (the Predictions dock)"));
+  connect(predict_button, &QPushButton::clicked, this,
+          [this] { emit predictionsRequested(checkpoint_->text()); });
+  auto* heatmap_buttons = new QHBoxLayout();
+  heatmap_buttons->addWidget(heatmap_button);
+  heatmap_buttons->addWidget(predict_button);
+  heatmap_form->addRow(heatmap_buttons);
   heatmap_form->addRow(tr("Opacity"), opacity_);
+  heatmap_form->addRow(tr("Score ≥"), outline_row);
   heatmap_form->addRow(legend_);
   set_heatmap_legend({});
 

@@ -156,6 +156,7 @@ class TrainingPanel : public QWidget {
   QLabel* resume_note() { return resume_note_; }  // what is locked, and what differs
   QLineEdit* checkpoint_edit() { return checkpoint_; }
   QSlider* opacity_slider() { return opacity_; }
+  QDoubleSpinBox* outline_threshold() { return outline_threshold_; }
   // The heatmap's class and a turbo colour bar 0 … 1 (set by the main window).
   void set_heatmap_legend(const QString& class_name);
 
@@ -166,6 +167,8 @@ class TrainingPanel : public QWidget {
   void batchApplied();  // after each drained batch of events
   void heatmapRequested(QString checkpoint);
   void heatmapOpacityChanged(double opacity);
+  void heatmapOutlineRequested(double threshold);
+  void predictionsRequested(QString checkpoint);
   void message_changed(QString message);
   void estimateShown();
 
@@ -242,6 +245,7 @@ class TrainingPanel : public QWidget {
   QLabel *legend_, *resume_note_;
   ElidedLabel *message_label_, *plan_label_;
   QSlider* opacity_;
+  QDoubleSpinBox* outline_threshold_;
   TileProgressWidget* tile_progress_;
   MemoryChart* memory_chart_;
   MetricsChart* metrics_chart_;

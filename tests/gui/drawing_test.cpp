@@ -6,6 +6,10 @@
 #include <QJsonObject>
 #include <QTest>
 
+#include <limits>
+#include <vector>
+
+#include "gui/heatmap_overlay.h"
 #include "gui/roi_geojson.h"
 #include "gui/ruler.h"
 #include "io/roi.h"
@@ -100,6 +104,42 @@ class DrawingTest : public QObject {
     QCOMPARE(roi.bbox.x.end, int64_t{1801});
     QCOMPARE(roi.bbox.y.begin, int64_t{200});
     QCOMPARE(roi.bbox.y.end, int64_t{2500});
+  }
+
+  // A heatmap's threshold drawn as outlines (issue 53): each region of cells at or above it, along
+  // the cells' edges in level-0 pixels, corners only; regions touching at a corner apart; a hole
+  // not outlined; glass (NaN) never in.
+  void aHeatmapsThresholdIsOutlinedRegionByRegion() {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto overlay = [](int w, int h, std::vector<float> scores) {
+      HeatmapOverlay o;
+      o.image = QImage(w, h, QImage::Format_ARGB32);
+      o.level0 = QRectF(0, 0, 10.0 * w, 10.0 * h);
+      o.scores = std::move(scores);
+      return o;
+    };
+    const HeatmapOverlay o = overlay(6, 5, {0.2F, 0.2F, 0.2F, 0.2F, 0.2F, 0.2F,  //
+                                            0.2F, 0.9F, 0.5F, 0.2F, 0.2F, 0.2F,  //
+                                            0.2F, 0.9F, 0.2F, 0.2F, 0.9F, 0.2F,  //
+                                            0.2F, 0.2F, 0.2F, 0.9F, 0.2F, 0.2F,  //
+                                            nan,  nan,  nan,  nan,  nan,  nan});
+    const std::vector<QPolygonF> outlines = threshold_outlines(o, 0.5F);
+    QCOMPARE(outlines.size(), size_t{3});
+    const QList<QPointF> l = {{10, 10}, {30, 10}, {30, 20}, {20, 20}, {20, 30}, {10, 30}};
+    QCOMPARE(outlines[0].size(), l.size());
+    for (const QPointF& p : l)
+      QVERIFY2(outlines[0].contains(p), qPrintable(QString::number(p.x())));
+    QCOMPARE(outlines[1].size(), 4);
+    QCOMPARE(outlines[1].boundingRect(), QRectF(40, 20, 10, 10));
+    QCOMPARE(outlines[2].boundingRect(), QRectF(30, 30, 10, 10));
+    QVERIFY(threshold_outlines(o, 0.95F).empty());
+
+    // A ring of eight cells around a low one: one outline, the square; the hole is not one.
+    const HeatmapOverlay ring = overlay(3, 3, {1, 1, 1, 1, 0, 1, 1, 1, 1});
+    const std::vector<QPolygonF> square = threshold_outlines(ring, 0.5F);
+    QCOMPARE(square.size(), size_t{1});
+    QCOMPARE(square[0].size(), 4);
+    QCOMPARE(square[0].boundingRect(), QRectF(0, 0, 30, 30));
   }
 };
 

@@ -967,6 +967,61 @@ class TrainingPanelTest : public QObject {
     prompts_.number_answer.reset();
   }
 
+  // "Predict the test slides" (issue 53): the checkpoint's prediction for each slide of the test
+  // split, against its label, in the Predictions dock with the split's metrics; a double-click
+  // opens a slide; without a checkpoint, a message.
+  void theTestSlidesArePredictedAgainstTheirLabels() {
+    // The run's slides, all in the test split.
+    std::ifstream in(manifest_.toStdString());
+    std::stringstream rows;
+    std::string line;
+    std::getline(in, line);
+    rows << line << "\n";
+    while (std::getline(in, line)) {
+      for (const char* split : {",train,", ",val,"}) {
+        if (const auto at = line.find(split); at != std::string::npos) {
+          line.replace(at, std::string(split).size(), ",test,");
+        }
+      }
+      rows << line << "\n";
+    }
+    const auto csv = data_.path() / "slides" / "all-test.csv";
+    std::ofstream(csv) << rows.str();
+    QSignalSpy loaded(window_.dataset(), &DatasetPanel::manifestLoaded);
+    window_.open_manifest(QString::fromStdString(csv.string()));
+    QVERIFY(loaded.wait(kTimeoutMs));
+    QVERIFY(!window_.request_predictions(QString()));
+    QVERIFY2(window_.last_error().contains(QStringLiteral("checkpoint")),
+             qPrintable(window_.last_error()));
+    const QString checkpoint = window_.training()->checkpoint_edit()->text();
+    PredictionsPanel* panel = window_.predictions();
+    QSignalSpy finished(panel, &PredictionsPanel::finished);
+    QVERIFY(window_.request_predictions(checkpoint));
+    QVERIFY(!window_.request_predictions(checkpoint));  // one at a time
+    QVERIFY2(finished.wait(kTimeoutMs), qPrintable(panel->message()));
+    QCOMPARE(panel->rows().size(), slides_.size());
+    QCOMPARE(panel->table()->rowCount(), static_cast<int>(slides_.size()));
+    int right = 0;
+    for (const PredictionRow& row : panel->rows()) {
+      QVERIFY(row.label == QStringLiteral("tumour") || row.label == QStringLiteral("normal"));
+      QVERIFY(row.predicted == QStringLiteral("tumour") ||
+              row.predicted == QStringLiteral("normal"));
+      QVERIFY(row.probability >= 0.5 && row.probability <= 1);
+      QCOMPARE(row.correct, row.label == row.predicted);
+      right += row.correct ? 1 : 0;
+    }
+    QVERIFY2(panel->message().contains(
+                 QStringLiteral("%1 slides of the test split").arg(slides_.size())) &&
+                 panel->message().contains(QStringLiteral("%1 right").arg(right)),
+             qPrintable(panel->message()));
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    emit panel->table()->cellDoubleClicked(0, 0);
+    QVERIFY(opened.wait(kTimeoutMs));
+    QCOMPARE(QFileInfo(window_.slide_path()).fileName(), panel->table()->item(0, 0)->text());
+    window_.open_manifest(manifest_);
+    QVERIFY(loaded.wait(kTimeoutMs));
+  }
+
   // A heatmap asked for while one runs waits its turn, listed beside the running one's progress;
   // Cancel stops the running one (nothing written) and the waiting one then runs.
   void heatmapsWaitTheirTurnShowTheirProgressAndCancelStopsTheRunningOne() {
