@@ -128,6 +128,29 @@ void DatasetModel::set_rows(std::vector<DatasetRow> rows, QStringList columns) {
   endResetModel();
 }
 
+int DatasetModel::find(const QString& slide) const {
+  const auto key = [](const QString& path) {
+    const QFileInfo info(path);
+    const QString canonical = info.canonicalFilePath();
+    return canonical.isEmpty() ? info.absoluteFilePath() : canonical;
+  };
+  const QString wanted = key(slide);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (key(rows_[i].slide) == wanted) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::optional<double> DatasetModel::mpp(int row) const {
+  if (row < 0 || row >= static_cast<int>(rows_.size())) return std::nullopt;
+  const auto it = rows_[static_cast<size_t>(row)].metadata.find(QStringLiteral("mpp"));
+  if (it == rows_[static_cast<size_t>(row)].metadata.end()) return std::nullopt;
+  bool ok = false;
+  const double v = it->second.trimmed().toDouble(&ok);
+  if (!ok || !std::isfinite(v) || v <= 0) return std::nullopt;
+  return v;
+}
+
 Qt::ItemFlags DatasetModel::flags(const QModelIndex& index) const {
   Qt::ItemFlags f = QAbstractTableModel::flags(index);
   const int c = index.column();

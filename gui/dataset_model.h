@@ -8,6 +8,7 @@
 #include <QString>
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "io/manifest.h"
@@ -61,6 +62,10 @@ class DatasetModel : public QAbstractTableModel {
   QString last_refusal() const { return refusal_; }  // why the last edit was refused
   void set_thumbnail(int row, const QImage& thumbnail);
   const DatasetRow& row(int index) const { return rows_.at(index); }
+  // The row of `slide` (the same file, however its path is written); -1: not in the manifest.
+  int find(const QString& slide) const;
+  // The row's mpp column as a number; none when empty or not a positive number.
+  std::optional<double> mpp(int row) const;
   int count(DatasetRow::Status status) const;
 
   int rowCount(const QModelIndex& parent = {}) const override;

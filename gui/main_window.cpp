@@ -426,6 +426,19 @@ bool MainWindow::request_mpp() {
       view_->mpp().value_or(0.5), 0.001, 100, 4);
   if (!mpp || !(*mpp > 0)) return false;
   view_->set_mpp(*mpp);
+  // The manifest shown holds the slide: its row takes the mpp too, for training and heatmaps,
+  // once Save Manifest writes it.
+  DatasetModel* rows = dataset_->model();
+  const int row = rows->find(slide_path_);
+  if (row >= 0 &&
+      rows->setData(rows->index(row, DatasetModel::kMpp), QString::number(*mpp, 'g', 6))) {
+    statusBar()->showMessage(
+        tr("%1: %2 µm per pixel, also in its manifest row (Save Manifest in the Dataset dock "
+           "keeps it for training)")
+            .arg(QFileInfo(slide_path_).fileName())
+            .arg(*mpp, 0, 'g', 4));
+    return true;
+  }
   statusBar()->showMessage(
       tr("%1: %2 µm per pixel, until it is closed (a manifest's mpp column gives it to training)")
           .arg(QFileInfo(slide_path_).fileName())
@@ -802,8 +815,19 @@ void MainWindow::show_document(quint64 serial, const QString& path, SlideDocumen
   update_magnification_actions();
   cursor_label_->clear();
   overview_->set_viewport(view_->visible_level0_rect());
-  setWindowTitle(QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
-  if (view_->mpp()) {
+  setWindowTitle(
+      project_
+          ? QStringLiteral("%1 — %2 — Tessel").arg(QFileInfo(path).fileName(), project_->name())
+          : QStringLiteral("%1 — Tessel").arg(QFileInfo(path).fileName()));
+  // A slide whose file has no mpp takes its manifest row's (the dataset panel's, a project's).
+  const int row = dataset_->model()->find(path);
+  if (const std::optional<double> mpp = dataset_->model()->mpp(row); mpp && !view_->mpp()) {
+    view_->set_mpp(*mpp);
+    update_magnification_actions();
+    statusBar()->showMessage(tr("Opened %1 · tissue: %2 · %3 µm per pixel from the manifest")
+                                 .arg(path, note)
+                                 .arg(*mpp, 0, 'g', 4));
+  } else if (view_->mpp()) {
     statusBar()->showMessage(tr("Opened %1 · tissue: %2").arg(path, note));
   } else {
     statusBar()->showMessage(

@@ -882,6 +882,7 @@ class MainWindowTest : public QObject {
   // Set mpp…, asked through Prompts); the scale bar, presets, cursor readout and ruler then use
   // it, until the slide is opened again.
   void aSlideWithoutMppOffersToSetItAndTheViewerThenMeasuresInMicrons() {
+    window_.dataset()->model()->set_rows({});  // a slide in no manifest (see the project's test)
     QSignalSpy opened(&window_, &MainWindow::slideOpened);
     window_.open_slide(slide("boxes.tiff"));
     QVERIFY(opened.wait(kTimeoutMs));
@@ -1223,6 +1224,7 @@ class MainWindowTest : public QObject {
     QCOMPARE(view->annotations().size(), size_t{1});
     QCOMPARE(window_.training()->output_folder(), project + QStringLiteral("/runs/run1"));
     QVERIFY(!window_.new_project(project));  // already one
+
     QVERIFY(window_.last_error().contains(QStringLiteral("already exists")));
 
     // The split edited in the dataset panel and saved is the project's manifest's.
@@ -1238,6 +1240,31 @@ class MainWindowTest : public QObject {
                  .split,
              io::Split::kTest);
 
+    // A slide without mpp in its file takes its manifest row's; Set mpp… writes the row.
+    DatasetModel* rows = dataset->model();
+    QVERIFY(!rows->setData(rows->index(1, DatasetModel::kSlide), QString()));  // not editable
+    const QString tcga = slide("tcga-cr-7395-01a-01-ts1.svs");
+    QCOMPARE(rows->find(tcga), -1);
+    std::vector<DatasetRow> with_tcga = rows->rows();
+    DatasetRow extra;
+    extra.slide = tcga;
+    extra.label = QStringLiteral("normal");
+    extra.split = QStringLiteral("train");
+    extra.metadata[QStringLiteral("mpp")] = QStringLiteral("0.25");
+    with_tcga.push_back(extra);
+    rows->set_rows(with_tcga, rows->metadata_columns());
+    window_.open_slide(tcga);
+    QVERIFY(opened.wait(kTimeoutMs));
+    QVERIFY(view->mpp() && *view->mpp() == 0.25);
+    QVERIFY2(window_.statusBar()->currentMessage().contains(QStringLiteral("from the manifest")),
+             qPrintable(window_.statusBar()->currentMessage()));
+    prompts_.number_answer = 0.5;
+    QVERIFY(window_.request_mpp());
+    prompts_.number_answer.reset();
+    QCOMPARE(rows->mpp(2).value_or(0), 0.5);
+    QVERIFY(rows->modified());
+    window_.open_slide(slide("cmu-1-small-region.svs"));
+    QVERIFY(opened.wait(kTimeoutMs));
     view->add_roi(rectangle_roi(QPointF(700, 700), QPointF(900, 900)));  // kept in the project
     emit window_.training()->runStarted();  // a run started from it is its last
     QCOMPARE(read_project(project).last_run, QStringLiteral("runs/run1"));
