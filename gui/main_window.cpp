@@ -85,18 +85,22 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   training_dock_ = dock(tr("Training"), QStringLiteral("training"), training_scroll, this);
   addDockWidget(Qt::BottomDockWidgetArea, training_dock_);
   tabifyDockWidget(dataset_dock, training_dock_);
+  auto* heatmap_dock =
+      dock(tr("Heatmap"), QStringLiteral("heatmap"), training_->take_heatmap_box(), this);
+  addDockWidget(Qt::RightDockWidgetArea, heatmap_dock);
+  tabifyDockWidget(annotations_dock, heatmap_dock);
   predictions_ = new PredictionsPanel(this);
   predictions_dock_ = dock(tr("Predictions"), QStringLiteral("predictions"), predictions_, this);
   addDockWidget(Qt::BottomDockWidgetArea, predictions_dock_);
   tabifyDockWidget(training_dock_, predictions_dock_);
-  docks_ = {overview_dock, properties_dock, annotations_dock,
+  docks_ = {overview_dock, properties_dock, annotations_dock, heatmap_dock,
             dataset_dock,  training_dock_,  predictions_dock_};
   dataset_dock->raise();
   properties_dock->raise();
   // The slide gets most of the window; the docks what they need to be read.
   resizeDocks({overview_dock, properties_dock}, {320, 320}, Qt::Horizontal);
-  // Tall enough for the Training dock's form and its heatmap controls without scrolling.
-  resizeDocks({dataset_dock}, {340}, Qt::Vertical);
+  // The slide keeps most of the height; the Training dock's form scrolls in what is left.
+  resizeDocks({dataset_dock}, {300}, Qt::Vertical);
 
   heatmap_status_ = new QLabel(this);
   heatmap_bar_ = new QProgressBar(this);
@@ -146,18 +150,28 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     add_recent_file(dataset_->manifest_path());
     statusBar()->showMessage(summary);
   });
-  connect(dataset_, &DatasetPanel::manifestFailed, this, &MainWindow::show_error);
+  connect(dataset_, &DatasetPanel::manifestFailed, this, [this](const QString& reason) {
+    show_error(reason);
+    message_bar_->tag(QStringLiteral("manifest"));
+  });
   connect(training_, &TrainingPanel::heatmapOutlineRequested, this, &MainWindow::outline_heatmap);
   connect(training_, &TrainingPanel::predictionsRequested, this, &MainWindow::request_predictions);
   connect(predictions_, &PredictionsPanel::slideActivated, this, &MainWindow::open_slide);
   connect(training_, &TrainingPanel::runStarted, this, [this] {
+    message_bar_->clear(QStringLiteral("training"));
     training_dock_->raise();
     statusBar()->showMessage(training_->message());
   });
   connect(training_, &TrainingPanel::runFinished, this,
           [this](const QString& text) { statusBar()->showMessage(text); });
-  connect(training_, &TrainingPanel::runFailed, this,
-          [this](const QString& reason) { show_error(tr("Training failed: %1").arg(reason)); });
+  connect(training_, &TrainingPanel::runFailed, this, [this](const QString& reason) {
+    show_error(tr("Training failed: %1").arg(reason));
+    message_bar_->tag(QStringLiteral("training"));
+  });
+  connect(this, &MainWindow::heatmapFailed, message_bar_,
+          [this] { message_bar_->tag(QStringLiteral("heatmap")); });
+  connect(this, &MainWindow::heatmapShown, message_bar_,
+          [this] { message_bar_->clear(QStringLiteral("heatmap")); });
   // Quit confirmed during the run: now that its checkpoint is written.
   for (auto signal : {&TrainingPanel::runFinished, &TrainingPanel::runFailed}) {
     connect(training_, signal, this, [this] {
@@ -764,6 +778,7 @@ bool MainWindow::open_project(const QString& path) {
 }
 
 void MainWindow::open_manifest(const QString& csv) {
+  message_bar_->clear(QStringLiteral("manifest"));  // about the one shown before
   statusBar()->showMessage(tr("Opening %1…").arg(csv));
   dataset_->open_manifest(csv);
   training_->set_manifest(csv);  // the dataset shown is the one a run trains on

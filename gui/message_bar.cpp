@@ -32,10 +32,15 @@ MessageBar::MessageBar(QWidget* parent) : QFrame(parent) {
 
 void MessageBar::show_error(const QString& message) {
   ++errors_;
+  topic_.clear();
   label_->setText(message);
   show();
 }
 
 void MessageBar::dismiss() { hide(); }
+
+void MessageBar::clear(const QString& topic) {
+  if (!topic_.isEmpty() && topic_ == topic) dismiss();
+}
 
 }  // namespace tessel::gui

@@ -19,6 +19,12 @@ class MessageBar : public QFrame {
 
   void show_error(const QString& message);  // shows the bar with `message`, replacing the last
   void dismiss();                           // hides it (its × button)
+  // What the error shown is about ("training", "heatmap", "manifest"; untagged: ""), so that it
+  // is cleared when that goes right afterwards (a run started, a heatmap shown, another manifest
+  // opened) instead of standing over what now works. An error about a slide stays: the next
+  // slide opening says nothing about that file.
+  void tag(const QString& topic) { topic_ = topic; }
+  void clear(const QString& topic);
   QString text() const { return label_->text(); }
   int errors() const { return errors_; }  // shown since the window opened
 
@@ -26,6 +32,7 @@ class MessageBar : public QFrame {
   QLabel* label_;
   QToolButton* close_;
   int errors_ = 0;
+  QString topic_;
 };
 
 }  // namespace tessel::gui

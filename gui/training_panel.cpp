@@ -258,8 +258,8 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   auto* outline_row = new QHBoxLayout();
   outline_row->addWidget(outline_threshold_);
   outline_row->addWidget(outline_button, 1);
-  auto* heatmap_box = new QGroupBox(tr("Heatmap"), this);
-  auto* heatmap_form = new QFormLayout(heatmap_box);
+  heatmap_box_ = new QGroupBox(tr("Heatmap"), this);
+  auto* heatmap_form = new QFormLayout(heatmap_box_);
   heatmap_form->addRow(tr("Checkpoint"), checkpoint_);
   auto* predict_button = new QPushButton(tr("Predict the test slides"), this);
   predict_button->setToolTip(
@@ -284,7 +284,7 @@ TrainingPanel::TrainingPanel(QWidget* parent) : QWidget(parent) {
   left_layout->addWidget(resume_);
   left_layout->addWidget(resume_note_);
   left_layout->addWidget(message_label_);
-  left_layout->addWidget(heatmap_box);
+  left_layout->addWidget(heatmap_box_);
   left_layout->addStretch(1);
 
   tile_progress_ = new TileProgressWidget(&tiles_, this);
@@ -653,6 +653,12 @@ bool TrainingPanel::load_config(const QString& path) {
     show_message(QString::fromStdString(e.what()), true);
     return false;
   }
+}
+
+QWidget* TrainingPanel::take_heatmap_box() {
+  heatmap_box_->parentWidget()->layout()->removeWidget(heatmap_box_);
+  heatmap_box_->setTitle(QString());  // the dock's title says it
+  return heatmap_box_;
 }
 
 bool TrainingPanel::restore_last_run() {

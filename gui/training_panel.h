@@ -21,6 +21,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QGroupBox>
 #include <QHash>
 #include <QLabel>
 #include <QLineEdit>
@@ -156,6 +157,10 @@ class TrainingPanel : public QWidget {
   QLabel* resume_note() { return resume_note_; }  // what is locked, and what differs
   QLineEdit* checkpoint_edit() { return checkpoint_; }
   QSlider* opacity_slider() { return opacity_; }
+  // The heatmap controls (checkpoint, Heatmap of the viewer's slide, Predict the test slides,
+  // opacity, outlines, legend), taken out of the panel for a dock of their own (MainWindow):
+  // they are the viewer's, and below the form they were below the fold.
+  QWidget* take_heatmap_box();
   QDoubleSpinBox* outline_threshold() { return outline_threshold_; }
   // The heatmap's class and a turbo colour bar 0 … 1 (set by the main window).
   void set_heatmap_legend(const QString& class_name);
@@ -245,6 +250,7 @@ class TrainingPanel : public QWidget {
   QLabel *legend_, *resume_note_;
   ElidedLabel *message_label_, *plan_label_;
   QSlider* opacity_;
+  QGroupBox* heatmap_box_;
   QDoubleSpinBox* outline_threshold_;
   TileProgressWidget* tile_progress_;
   MemoryChart* memory_chart_;

@@ -418,6 +418,20 @@ class MainWindowTest : public QObject {
     window_.open_manifest(QStringLiteral("/nonexistent/other.csv"));
     QVERIFY(manifest_failed.wait(kTimeoutMs));
     QVERIFY2(bar->text().contains(QStringLiteral("other.csv")), qPrintable(bar->text()));
+    // Stale once another manifest is opened (issue 53): the error was about the one before.
+    test::TempFolder folder;
+    const auto csv =
+        folder.write("good.csv", "slide,label\n" + test::shared_slide("small.svs") + ",normal\n");
+    QSignalSpy loaded(window_.dataset(), &DatasetPanel::manifestLoaded);
+    window_.open_manifest(QString::fromStdString(csv.string()));
+    QVERIFY(!bar->isVisible());
+    QVERIFY(loaded.wait(kTimeoutMs));
+    QVERIFY(!bar->isVisible());
+    window_.open_slide(slide("unopenable.tiff"));
+    QVERIFY(failed.wait(kTimeoutMs));
+    window_.open_manifest(QString::fromStdString(csv.string()));
+    QVERIFY(bar->isVisible());  // a slide's error is not the manifest's
+    QVERIFY(loaded.wait(kTimeoutMs));
     bar->dismiss();
     QVERIFY(!bar->isVisible());
   }
@@ -535,8 +549,9 @@ class MainWindowTest : public QObject {
     QList<QWidget*> bars;
     for (QDockWidget* dock : window_.findChildren<QDockWidget*>()) bars << dock;
     for (QToolBar* toolbar : window_.findChildren<QToolBar*>()) bars << toolbar;
-    // overview, properties, annotations, dataset, training, predictions; magnification, tools
-    QCOMPARE(bars.size(), 8);
+    // overview, properties, annotations, heatmap, dataset, training, predictions; magnification,
+    // tools
+    QCOMPARE(bars.size(), 9);
     for (QWidget* bar : bars) {
       QAction* toggle = qobject_cast<QDockWidget*>(bar) != nullptr
                             ? qobject_cast<QDockWidget*>(bar)->toggleViewAction()

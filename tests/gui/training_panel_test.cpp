@@ -962,6 +962,7 @@ class TrainingPanelTest : public QObject {
     QSignalSpy shown(&window_, &MainWindow::heatmapShown);
     QVERIFY(window_.request_heatmap(checkpoint));
     QVERIFY2(shown.wait(kTimeoutMs), qPrintable(window_.last_error()));
+    QVERIFY2(!window_.message_bar()->isVisible(), "the failed heatmap's error is stale now");
     QVERIFY(std::filesystem::exists(folder / "no-mpp.heatmap.tif"));
     QVERIFY(window_.slide_view()->has_heatmap());
     prompts_.number_answer.reset();
