@@ -222,9 +222,14 @@ void MainWindow::create_menus() {
   file->addAction(tr("&Open Slide…"), QKeySequence::Open, this, [this] {
     const QString path = QFileDialog::getOpenFileName(
         this, tr("Open a slide"), {},
-        tr("Slides (*.svs *.tif *.tiff *.ndpi *.vms *.vmu *.scn *.mrxs *.svslide *.bif);;"
+        tr("Slides (*.svs *.tif *.tiff *.ndpi *.vms *.vmu *.scn *.mrxs *.svslide *.bif *.dcm);;"
            "All files (*)"));
     if (!path.isEmpty()) open_slide(path);
+  });
+  // A DICOM whole-slide image is a folder of files (one per level and associated image).
+  open_folder_action_ = file->addAction(tr("Open DICOM &Folder…"), this, [this] {
+    const QString folder = prompts().folder(this, tr("Open a DICOM slide's folder"), {});
+    if (!folder.isEmpty()) open_slide(folder);
   });
   file->addAction(tr("Open &Manifest…"), QKeySequence(tr("Ctrl+M")), this, [this] {
     const QString path = QFileDialog::getOpenFileName(this, tr("Open a manifest"), {},

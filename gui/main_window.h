@@ -59,6 +59,8 @@ class MainWindow : public QMainWindow {
   // title names it. A run started then is recorded as its last. False: a message says why.
   bool open_project(const QString& path);
   const std::optional<Project>& project() const { return project_; }
+  // File ▸ Open DICOM Folder…: a DICOM whole-slide image, a folder of instances, as a slide.
+  QAction* open_folder_action() { return open_folder_action_; }
   static constexpr const char* kLastProjectKey = "project/last";
 
   bool opening() const { return opening_; }
@@ -233,6 +235,7 @@ class MainWindow : public QMainWindow {
   QMenu* recent_menu_ = nullptr;
   std::vector<QDockWidget*> docks_;
   QAction* export_action_ = nullptr;
+  QAction* open_folder_action_ = nullptr;
   QAction* quit_action_ = nullptr;
   std::vector<QAction*> magnification_actions_;
   QAction* set_mpp_action_ = nullptr;

@@ -278,4 +278,15 @@ void Slide::read_region_into(int level, int64_t x, int64_t y, int64_t width, int
   rgb_from_premultiplied_argb(argb.data(), width * height, background, rgb);
 }
 
+std::string slide_name(const std::filesystem::path& slide) {
+  const std::filesystem::path p = slide.has_filename() ? slide : slide.parent_path();
+  return p.filename().string();
+}
+
+std::string slide_stem(const std::filesystem::path& slide) {
+  const std::filesystem::path p = slide.has_filename() ? slide : slide.parent_path();
+  std::error_code ec;
+  return std::filesystem::is_directory(p, ec) ? p.filename().string() : p.stem().string();
+}
+
 }  // namespace tessel::io

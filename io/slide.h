@@ -104,4 +104,10 @@ class Slide {
 // c·a + b·(1 − a), and c·a is the premultiplied value itself, so out = p + b·(255 − a)/255.
 void rgb_from_premultiplied_argb(const uint32_t* argb, int64_t count, Rgb background, uint8_t* rgb);
 
+// A slide's name for the files written for it and for messages: its file's name, or its folder's
+// for a DICOM slide given as a folder, also with a trailing slash ("dicom/cmu-1/" is "cmu-1", not
+// ""); slide_stem without a file's extension (a folder's name whole).
+std::string slide_name(const std::filesystem::path& slide);
+std::string slide_stem(const std::filesystem::path& slide);
+
 }  // namespace tessel::io

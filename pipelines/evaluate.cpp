@@ -17,6 +17,7 @@
 #include "io/checkpoint.h"
 #include "io/durable.h"
 #include "io/manifest.h"
+#include "io/slide.h"
 #include "models/network_json.h"
 #include "models/zoo.h"
 #include "pipelines/network.h"
@@ -108,7 +109,7 @@ void write_input(const std::filesystem::path& dir, const std::filesystem::path& 
                  core::TileSource& view, const at::Tensor& logits) {
   std::filesystem::create_directories(dir);
   const at::Tensor image = view.read({{0, view.height()}, {0, view.width()}}).to(at::kFloat);
-  const std::string name = slide.stem().string() + ".input.f32";
+  const std::string name = io::slide_stem(slide) + ".input.f32";
   write_text_atomically(dir / name,
                         std::string(static_cast<const char*>(image.contiguous().data_ptr()),
                                     static_cast<size_t>(image.nbytes())));
@@ -164,7 +165,7 @@ EvaluationResult evaluate(const EvaluationRequest& request) {
                            1,
                            static_cast<int64_t>(i),
                            static_cast<int64_t>(entries.size()),
-                           e.slide.filename().string()};
+                           io::slide_name(e.slide)};
     try {
       const SlideInput input = open_slide_input(
           model.config, e.slide, slide_options(e.metadata, manifest.path, e.line), {}, &masks);
@@ -243,7 +244,7 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   options.roi = request.roi;
   const SlideInput input = open_slide_input(model.config, request.slide, options);
   const int64_t height = input.view->height(), width = input.view->width();
-  SlideProgress progress{"heatmap", 1, 1, 0, 1, request.slide.filename().string(), height, width};
+  SlideProgress progress{"heatmap", 1, 1, 0, 1, io::slide_name(request.slide), height, width};
   if (request.observer) request.observer->on_slide(progress);
   core::Plan plan;
   try {
@@ -328,7 +329,7 @@ HeatmapResult make_heatmap(const HeatmapRequest& request) {
   if (error) {
     throw Error("cannot create " + request.out_dir.string() + ": " + error.message());
   }
-  const std::string stem = request.slide.stem().string();
+  const std::string stem = io::slide_stem(request.slide);
   result.tiff = request.out_dir / (stem + ".heatmap.tif");
   result.png = request.out_dir / (stem + ".heatmap.png");
   result.geojson = request.out_dir / (stem + ".heatmap.geojson");

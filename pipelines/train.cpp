@@ -36,6 +36,7 @@
 #include "io/checkpoint.h"
 #include "io/durable.h"
 #include "io/manifest.h"
+#include "io/slide.h"
 #include "models/zoo.h"
 #include "pipelines/distributed.h"
 #include "pipelines/logging.h"
@@ -1043,9 +1044,8 @@ class Trainer {
     const auto t0 = Clock::now();
     at::manual_seed(
         stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kTorchStream));
-    SlideProgress progress{"train",        position_.epoch + 1,
-                           config_.epochs, index,
-                           count,          entry.slide.filename().string()};
+    SlideProgress progress{"train", position_.epoch + 1,        config_.epochs, index,
+                           count,   io::slide_name(entry.slide)};
     double flops = 0;  // executed_flops
     // Gradients accumulate over a batch; a slide that fails halfway must not leave a part of
     // its gradient behind.
@@ -1164,8 +1164,8 @@ class Trainer {
     for (int64_t i = rank_ + position_.val_next; i < count; i += world_) {
       const io::ManifestEntry& entry = *val_[static_cast<size_t>(i)];
       const auto t0 = Clock::now();
-      SlideProgress progress{
-          "val", position_.epoch + 1, config_.epochs, i, count, entry.slide.filename().string()};
+      SlideProgress progress{"val", position_.epoch + 1,        config_.epochs, i,
+                             count, io::slide_name(entry.slide)};
       try {
         double waited = 0;
         const Opened opened = take_opened(ahead, entry, i, {}, upcoming_val(i), waited);

@@ -42,6 +42,9 @@ TEST(Cli, DoctorPrintsEveryLibraryAndExitsZero) {
         << run.output;
   }
   EXPECT_NE(run.output.find("2 intra-op"), std::string::npos) << run.output;
+  // The slide library is OpenSlide 4 (DICOM WSI), from the openslide-bin wheel, not Debian's 3.4.
+  EXPECT_NE(run.output.find("\nopenslide  4."), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("openslide_bin"), std::string::npos) << run.output;
 }
 
 TEST(Cli, DoctorNamesTheLibTorchItsCudaAndTheGpusOrWhyThereAreNone) {

@@ -16,6 +16,7 @@
 #include <QFileInfo>
 #include <QLineEdit>
 #include <QMenu>
+#include <QMenuBar>
 #include <QMimeData>
 #include <QSettings>
 #include <QSignalSpy>
@@ -356,6 +357,25 @@ class MainWindowTest : public QObject {
     QCOMPARE(window_.properties()->value(QStringLiteral("Levels")), QStringLiteral("4"));
     // No mpp in this file: the properties say so, and the scale bar counts pixels.
     QVERIFY(window_.properties()->value(QStringLiteral("Microns per pixel")).contains("unknown"));
+    QTRY_VERIFY_WITH_TIMEOUT(window_.slide_view()->visible_tiles_loaded(), kTimeoutMs);
+  }
+
+  // File ▸ Open DICOM Folder… (issue 55): a DICOM whole-slide image, a folder of instances made
+  // from CMU-1's region by wsidicomizer (the ctest fixture made_slides), opens as the slide.
+  void aDicomSlidesFolderOpensFromTheFileMenu() {
+    const QString folder = QStringLiteral(TESSEL_MADE_SLIDES "/dicom/cmu-1");
+    QVERIFY2(QFileInfo(folder).isDir(), "made by tests/io/make_slides.py: ctest -R made_slides");
+    QVERIFY(all_actions(window_.menuBar()->actions().front()->menu())
+                .contains(window_.open_folder_action()));
+    prompts_.folder_answer = folder;
+    QSignalSpy opened(&window_, &MainWindow::slideOpened);
+    window_.open_folder_action()->trigger();
+    prompts_.folder_answer.clear();
+    QVERIFY2(opened.wait(kTimeoutMs), qPrintable(window_.last_error()));
+    QCOMPARE(window_.slide_path(), folder);
+    QVERIFY2(window_.properties()->value(QStringLiteral("Microns per pixel")).contains("0.499"),
+             qPrintable(window_.properties()->value(QStringLiteral("Microns per pixel"))));
+    QCOMPARE(window_.properties()->value(QStringLiteral("Vendor")), QStringLiteral("dicom"));
     QTRY_VERIFY_WITH_TIMEOUT(window_.slide_view()->visible_tiles_loaded(), kTimeoutMs);
   }
 

@@ -163,7 +163,10 @@ TEST(DicomCommands, ManifestCheckOpensDicomFoldersAndSkipsTheBrokenOnes) {
 
 // Two copies of the DICOM CMU-1 (a folder each) as two classes: a run on DICOM slides from the
 // manifest to a checkpoint, as for any other format.
-TEST(DicomCommands, TrainRunsOnAManifestOfDicomSlides) {
+// A DICOM slide wherever a slide goes: train on a manifest of DICOM folders, evaluate, a heatmap
+// of a folder named with a trailing slash (its files named after the folder, the slide's mpp in
+// the TIFF), a thumbnail with its tissue mask.
+TEST(DicomCommands, TrainEvalHeatmapAndThumbnailRunOnDicomSlides) {
   tessel::test::TempFolder folder;
   for (const char* name : {"a", "b"}) {
     fs::copy(made("dicom/cmu-1"), folder.path() / name);
@@ -177,7 +180,41 @@ TEST(DicomCommands, TrainRunsOnAManifestOfDicomSlides) {
                                    (folder.path() / "run").string() + "\n");
   const CliRun run = run_cli("train --config " + config.string());
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(fs::exists(folder.path() / "run" / "checkpoints" / "last.h5")) << run.output;
+  const fs::path checkpoint = folder.path() / "run" / "checkpoints" / "last.h5";
+  ASSERT_TRUE(fs::exists(checkpoint)) << run.output;
+
+  const fs::path predictions = folder.path() / "predictions.csv";
+  const CliRun eval = run_cli("eval --checkpoint " + checkpoint.string() + " --split train --out " +
+                              predictions.string());
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_TRUE(fs::exists(predictions)) << eval.output;
+
+  const fs::path heatmaps = folder.path() / "heatmaps";
+  const CliRun heatmap = run_cli("heatmap --checkpoint " + checkpoint.string() + " --slide " +
+                                 (folder.path() / "a").string() + "/ --out " + heatmaps.string());
+  EXPECT_EQ(heatmap.exit_code, 0) << heatmap.output;
+  const fs::path tiff = heatmaps / "a.heatmap.tif";
+  ASSERT_TRUE(fs::exists(tiff)) << heatmap.output;
+  EXPECT_TRUE(fs::exists(heatmaps / "a.heatmap.png"));
+  EXPECT_FALSE(fs::exists(heatmaps / ".heatmap.tif"));
+  const Slide written(tiff);  // the heatmap TIFF as a viewer opens it: at the slide's scale
+  ASSERT_TRUE(written.mpp_x()) << "no resolution in " << tiff;
+  EXPECT_NEAR(*written.mpp_x(), 0.499, 1e-3);
+
+  const fs::path png = folder.path() / "thumb.png";
+  const CliRun thumbnail =
+      run_cli("thumbnail " + made("dicom/cmu-1").string() + " --out " + png.string() + " --mask");
+  EXPECT_EQ(thumbnail.exit_code, 0) << thumbnail.output;
+  EXPECT_TRUE(fs::exists(png));
+  EXPECT_TRUE(fs::exists(folder.path() / "thumb.mask.png")) << thumbnail.output;
+}
+
+TEST(DicomSlide, ItsNameIsItsFoldersAlsoWithATrailingSlash) {
+  EXPECT_EQ(tessel::io::slide_name(made("dicom/cmu-1")), "cmu-1");
+  EXPECT_EQ(tessel::io::slide_name(made("dicom/cmu-1").string() + "/"), "cmu-1");
+  EXPECT_EQ(tessel::io::slide_stem(made("dicom/cmu-1").string() + "/"), "cmu-1");
+  EXPECT_EQ(tessel::io::slide_stem(shared_slide("cmu-1-small-region.svs")), "cmu-1-small-region");
+  EXPECT_EQ(tessel::io::slide_name(shared_slide("small.svs")), "small.svs");
 }
 
 TEST(OmeTiff, ItsPhysicalPixelSizeComesFromTheOmeXml) {
@@ -244,6 +281,17 @@ TEST(OmeTiff, XmlThatLiesAboutTheSizeIsAOneLineErrorNamingTheFile) {
                                               "pixels, but it is 1500 × 1000")}) {
     EXPECT_TRUE(contains(run.output, part)) << run.output;
   }
+}
+
+// `tessel thumbnail --mask` on an OME-TIFF pyramid: the thumbnail, the mask and the overlay.
+TEST(OmeTiff, AThumbnailWithItsTissueMaskIsWritten) {
+  tessel::test::TempFolder folder;
+  const fs::path png = folder.path() / "ome.png";
+  const CliRun run = run_cli("thumbnail " + made("ome/pyramid.ome.tif").string() + " --out " +
+                             png.string() + " --mask");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(fs::exists(png)) << run.output;
+  EXPECT_TRUE(fs::exists(folder.path() / "ome.mask.png")) << run.output;
 }
 
 TEST(OmeXml, ReadsTheFirstPixelsSizeAndPhysicalSizeInItsUnit) {
