@@ -47,8 +47,10 @@ void ProgressPrinter::on_tile(const core::TileEvent& e) {
 
 void ProgressPrinter::on_memory(const core::MemorySample& m) {
   std::lock_guard lock(mutex_);
-  live_bytes_ = m.live;
-  peak_bytes_ = std::max(peak_bytes_, m.peak);
+  // What the step uses, as the budget bounds it: above the bytes live when it began (the weights,
+  // the optimizer's state and the run's own tensors are below).
+  live_bytes_ = std::max<int64_t>(0, m.live - m.baseline);
+  peak_bytes_ = std::max(peak_bytes_, m.peak - m.baseline);
 }
 
 void ProgressPrinter::on_slide(const pipelines::SlideProgress& s) {
@@ -97,7 +99,7 @@ void ProgressPrinter::redraw(bool force) {
   char line[400];
   std::snprintf(line, sizeof line,
                 "epoch %lld/%lld · %s %lld/%lld %s · %s seg %d tile %lld/%lld · %.1f tiles/s · "
-                "mem %s (peak %s / budget %s) · ETA ~%s",
+                "step memory %s (peak %s / budget %s) · ETA ~%s",
                 static_cast<long long>(slide_.epoch), static_cast<long long>(slide_.epochs),
                 slide_.phase.c_str(), static_cast<long long>(slide_.index + 1),
                 static_cast<long long>(slide_.count), slide_.slide.c_str(),

@@ -1,6 +1,7 @@
 // Terminal progress for long runs: on a terminal, one status line redrawn in place (epoch, slide,
-// pass, tiles done/total, tiles/s, memory live/peak vs budget, ETA); otherwise (cluster logs,
-// pipes) a plain log line per slide. Listens to the pipeline's events.
+// pass, tiles done/total, tiles/s, the memory the step uses, live and peak, against the budget,
+// ETA); otherwise (cluster logs, pipes) a plain log line per slide. Listens to the pipeline's
+// events.
 #pragma once
 
 #include <chrono>

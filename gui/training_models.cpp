@@ -118,24 +118,24 @@ void MemorySeries::add(double seconds, const core::MemorySample& s) {
     largest_disk_ = std::max(largest_disk_, *disk);
   }
   if (s.budget > 0) budget_ = s.budget;
-  largest_ = std::max({largest_, live, peak, budget_});
+  largest_ = std::max({largest_, live, peak, step_budget()});
   if (live_.size() > kMaxPoints) thin();
 }
 
 void MemorySeries::add_slide(double seconds, const pipelines::SlideProgress& s) {
   if (s.budget_bytes > 0) budget_ = s.budget_bytes;
-  largest_ = std::max(largest_, budget_);
   if (s.phase != "train") return;
   // The plan's prediction comes when the slide starts, the measurement when it is done.
   if (!s.done && s.predicted_peak_bytes > 0) {
-    predicted_peak_ = s.predicted_peak_bytes;
+    fixed_ = s.fixed_bytes;
+    predicted_peak_ = std::max<int64_t>(0, s.predicted_peak_bytes - fixed_);
     predicted_.append(point(seconds, predicted_peak_));
   }
   if (s.done && s.measured_peak_bytes >= 0) {
     measured_peak_ = s.measured_peak_bytes;
     measured_.append(point(seconds, measured_peak_));
   }
-  largest_ = std::max({largest_, predicted_peak_, measured_peak_});
+  largest_ = std::max({largest_, predicted_peak_, measured_peak_, step_budget()});
   if (predicted_.size() > kMaxPoints || measured_.size() > kMaxPoints) thin();
 }
 

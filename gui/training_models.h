@@ -8,6 +8,7 @@
 #include <QString>
 #include <QVector>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -64,9 +65,10 @@ class TileStateModel {
 };
 
 // The memory a step uses over time, by category, the budget, and per training slide the plan's
-// predicted peak next to the measured one. "Uses" is what the plan predicts and the budget
-// bounds: the bytes live above those live when the step began (MemorySample::baseline; the
-// network's weights and the optimizer's state are below it). Disk is kept apart: it is not
+// predicted peak next to the measured one, all on one basis: the bytes live above those live when
+// the step began (MemorySample::baseline), where the network's weights and the optimizer's state
+// already were. The plan's prediction and the budget hold those too (SlideProgress::fixed_bytes):
+// they are drawn less them, the budget as what it leaves the step. Disk is kept apart: it is not
 // memory, and on the memory axis it would read as a blown budget. Bounded: past kMaxPoints every
 // other point is dropped, so a long run keeps its shape at a fixed cost.
 class MemorySeries {
@@ -90,10 +92,13 @@ class MemorySeries {
   const QVector<QPointF>& predicted() const { return predicted_; }
   const QVector<QPointF>& measured() const { return measured_; }
   int64_t budget() const { return budget_; }
-  int64_t predicted_peak() const { return predicted_peak_; }  // the current slide's plan, 0: none
-  int64_t measured_peak() const { return measured_peak_; }    // the last slide's, -1: unknown
-  int64_t largest() const { return largest_; }                // for the memory axis
-  int64_t largest_disk() const { return largest_disk_; }      // for the disk axis, 0: no disk
+  // What the budget leaves the step: less the last training slide's plan's fixed bytes.
+  int64_t step_budget() const { return budget_ > 0 ? std::max<int64_t>(0, budget_ - fixed_) : 0; }
+  // The current slide's plan's prediction, on the step's basis (less its fixed bytes); 0: none.
+  int64_t predicted_peak() const { return predicted_peak_; }
+  int64_t measured_peak() const { return measured_peak_; }  // the last slide's, -1: unknown
+  int64_t largest() const { return largest_; }              // for the memory axis
+  int64_t largest_disk() const { return largest_disk_; }    // for the disk axis, 0: no disk
   double last_seconds() const { return live_.isEmpty() ? 0 : live_.back().x(); }
 
  private:
@@ -106,6 +111,7 @@ class MemorySeries {
   int64_t measured_peak_ = -1;
   int64_t largest_ = 0;
   int64_t largest_disk_ = 0;
+  int64_t fixed_ = 0;
 };
 
 // The loss axis of a run whose first epochs' losses dwarf the rest (a large first epoch flattens

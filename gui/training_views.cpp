@@ -153,7 +153,8 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   chart->setMargins(QMargins(2, 2, 2, 2));
   live_ = line(chart, tr("in use"), QColor(40, 120, 255), Qt::SolidLine);
   peak_ = line(chart, tr("peak"), QColor(200, 40, 40), Qt::SolidLine);
-  budget_ = line(chart, tr("budget"), Qt::black, Qt::DashLine);
+  // The budget less the weights and optimizer state it also holds (live before the step).
+  budget_ = line(chart, tr("budget for the step"), Qt::black, Qt::DashLine);
   predicted_ = line(chart, tr("predicted peak"), QColor(150, 0, 200), Qt::DotLine);
   // One point per training slide, not the red of "peak": the two are read against each other.
   measured_ = new QScatterSeries(chart);
@@ -232,8 +233,8 @@ void MemoryChart::refresh(const MemorySeries& series) {
     it->second->replace(in_mib(points));
   }
   const double t_end = std::max(series.last_seconds(), 1.0);
-  if (series.budget() > 0) {
-    const double mib = static_cast<double>(series.budget()) / kMiB;
+  if (series.step_budget() > 0) {
+    const double mib = static_cast<double>(series.step_budget()) / kMiB;
     budget_->replace(QList<QPointF>{{0, mib}, {t_end, mib}});
   } else {
     budget_->clear();

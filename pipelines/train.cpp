@@ -1062,6 +1062,7 @@ class Trainer {
       progress.width = source->width();
       const core::Plan& plan = *opened.plan;
       progress.predicted_peak_bytes = plan.predicted.total();
+      progress.fixed_bytes = plan.predicted.parameters + plan.predicted.optimizer;
       progress.budget_bytes = budget_bytes_;
       progress.open_seconds = opened.seconds;
       flops = executed_flops(plan);
@@ -1174,6 +1175,7 @@ class Trainer {
         progress.width = source->width();
         const core::Plan& plan = *opened.plan;
         progress.predicted_peak_bytes = plan.predicted.total();
+        progress.fixed_bytes = plan.predicted.parameters + plan.predicted.optimizer;
         progress.budget_bytes = budget_bytes_;
         if (request_.observer) request_.observer->on_slide(progress);
         at::Tensor logits;

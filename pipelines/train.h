@@ -38,8 +38,13 @@ struct SlideProgress {
   // time against its reads and its steps.
   double open_seconds = 0, open_wait_seconds = 0, step_seconds = 0;
   int64_t tiles = 0;  // forward + backward tiles of the step
+  // The step's measured peak counts what it adds to the bytes live when it began; the plan's
+  // predicted peak and the budget also hold `fixed_bytes`, the plan's parameters and optimizer
+  // state, live before the step (the gradients are made in it): compare measured with
+  // predicted - fixed.
   int64_t measured_peak_bytes = -1;
   int64_t predicted_peak_bytes = 0;
+  int64_t fixed_bytes = 0;
   int64_t budget_bytes = 0;
 };
 

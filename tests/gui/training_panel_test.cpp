@@ -277,6 +277,11 @@ class TrainingPanelTest : public QObject {
           static_cast<long long>(panel->memory().budget()));
     QVERIFY2(chart_peak <= 1.2 * std::max<double>(measured, panel->memory().predicted_peak()),
              "the chart's peak is the step's");
+    // The prediction on the same basis as the measurement (the planner's bar: within 15%).
+    QVERIFY2(std::abs(measured / static_cast<double>(panel->memory().predicted_peak()) - 1) < 0.15,
+             "predicted and measured on one basis");
+    QVERIFY(panel->memory().step_budget() > 0 &&
+            panel->memory().step_budget() < panel->memory().budget());
     QVERIFY(panel->slides_done() > 0);
     QVERIFY(!panel->log()->toPlainText().isEmpty());
     // The thumbnail is read off the UI thread and may land after a run this short.

@@ -102,7 +102,7 @@ class TrainingViewsTest : public QObject {
     MemoryChart memory;
     std::set<QRgb> colours;
     for (const QString& name :
-         {QStringLiteral("in use"), QStringLiteral("peak"), QStringLiteral("budget"),
+         {QStringLiteral("in use"), QStringLiteral("peak"), QStringLiteral("budget for the step"),
           QStringLiteral("predicted peak"), QStringLiteral("measured peak (per slide)")}) {
       const QColor c = colour_of(memory.chart(), name);
       QVERIFY2(c.isValid(), qPrintable(name));
