@@ -126,8 +126,8 @@ TEST(SlideTraining, TiledStepOverASlideMatchesPlainAutogradOnTheWholeImage) {
   }
 }
 
-// Without the dither, what README says of max pooling's ties: on boxes.tiff's flat regions the
-// tiled and the plain step route a tied window's gradient to different positions of the same
+// Without the dither, what docs/usage.md says of max pooling's ties: on boxes.tiff's flat regions
+// the tiled and the plain step route a tied window's gradient to different positions of the same
 // activation, so the loss and every parameter's gradient agree to float64 rounding while the
 // image's gradient may move between tied pixels.
 TEST(SlideTraining, MaxPoolTiesMoveOnlyTheImagesGradient) {
