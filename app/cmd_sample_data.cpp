@@ -3,6 +3,7 @@
 
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "app/command.h"
 #include "core/device/runtime.h"
@@ -37,12 +38,19 @@ void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandReg
       spdlog::info("sample-data: {} slides of {}² px at {} mpp, seed {}, into {} ({} at once)",
                    options->slides, options->size, options->mpp, options->seed, *folder,
                    options->workers);
+      // The slides finish out of order (one per worker): the time left from how many are done.
+      auto done = std::make_shared<int>(0);
       const auto slides = io::write_sample_data(
           *folder, *options,
-          [](const io::SampleSlide& slide, int index, int count, double elapsed_s) {
-            spdlog::info("slide {}/{} {} ({}, {}, {} lesion(s), tissue {:.0f}%) · {:.1f} s",
-                         index + 1, count, slide.file, slide.label, slide.split,
-                         slide.lesions.size(), 100 * slide.tissue_fraction, elapsed_s);
+          [done](const io::SampleSlide& slide, int index, int count, double elapsed_s) {
+            ++*done;
+            const double left = elapsed_s / *done * (count - *done);
+            spdlog::info(
+                "slide {}/{} {} ({}, {}, {} lesion(s), tissue {:.0f}%) · {} of {} done in {:.1f} "
+                "s{}",
+                index + 1, count, slide.file, slide.label, slide.split, slide.lesions.size(),
+                100 * slide.tissue_fraction, *done, count, elapsed_s,
+                *done < count ? fmt::format(", about {:.0f} s left", left) : std::string());
           });
       std::cout << "wrote " << slides.size() << " slides, manifest.csv and lesions.json to "
                 << *folder << "\n";
