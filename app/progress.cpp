@@ -70,7 +70,8 @@ void ProgressPrinter::on_slide(const pipelines::SlideProgress& s) {
         s.epoch, s.epochs, s.phase, s.index + 1, s.count, s.slide, s.width, s.height, s.loss,
         s.seconds, s.tiles,
         s.measured_peak_bytes >= 0 ? core::format_bytes(s.measured_peak_bytes) : "?",
-        core::format_bytes(s.predicted_peak_bytes));
+        // On the measurement's basis: less the weights and optimizer state live before the step.
+        core::format_bytes(s.predicted_peak_bytes - s.fixed_bytes));
   } else {
     spdlog::debug("epoch {}/{} · {} {}/{} {} · loss {:.4f} · {:.1f} s", s.epoch, s.epochs, s.phase,
                   s.index + 1, s.count, s.slide, s.loss, s.seconds);
