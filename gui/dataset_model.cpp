@@ -10,6 +10,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "pipelines/run_files.h"
+
 namespace tessel::gui {
 
 QString to_string(DatasetRow::Status status) {
@@ -56,20 +58,6 @@ std::vector<DatasetRow> dataset_rows(const io::Manifest& manifest) {
   return rows;
 }
 
-namespace {
-
-QString csv_field(const QString& text) {
-  const bool quote = text.contains(QLatin1Char(',')) || text.contains(QLatin1Char('"')) ||
-                     text.contains(QLatin1Char('\n')) || text.contains(QLatin1Char('\r')) ||
-                     text.trimmed() != text;
-  if (!quote) return text;
-  QString doubled = text;
-  doubled.replace(QLatin1Char('"'), QStringLiteral("\"\""));
-  return QLatin1Char('"') + doubled + QLatin1Char('"');
-}
-
-}  // namespace
-
 QByteArray manifest_csv(const std::vector<DatasetRow>& rows, const QString& folder,
                         const QStringList& columns) {
   QStringList header = {QStringLiteral("slide"), QStringLiteral("label"), QStringLiteral("split"),
@@ -78,20 +66,23 @@ QByteArray manifest_csv(const std::vector<DatasetRow>& rows, const QString& fold
     if (!header.contains(c)) header << c;
   }
   const QDir dir(folder);
-  QStringList lines = {header.join(QLatin1Char(','))};
+  const auto utf8 = [](const QString& text) { return text.toStdString(); };
+  std::vector<std::string> names;
+  for (const QString& name : header) names.push_back(utf8(name));
+  std::string csv = pipelines::csv_row(names) + "\n";
   for (const DatasetRow& row : rows) {
     const QString relative = dir.relativeFilePath(row.slide);
     const bool inside = !relative.startsWith(QStringLiteral("../")) &&
                         relative != QLatin1String("..") && !QDir::isAbsolutePath(relative);
-    QStringList fields = {csv_field(inside ? relative : row.slide), csv_field(row.label),
-                          csv_field(row.split), csv_field(row.patient)};
+    std::vector<std::string> fields = {utf8(inside ? relative : row.slide), utf8(row.label),
+                                       utf8(row.split), utf8(row.patient)};
     for (qsizetype i = 4; i < header.size(); ++i) {
       const auto it = row.metadata.find(header[i]);
-      fields << csv_field(it == row.metadata.end() ? QString() : it->second);
+      fields.push_back(it == row.metadata.end() ? std::string() : utf8(it->second));
     }
-    lines << fields.join(QLatin1Char(','));
+    csv += pipelines::csv_row(fields) + "\n";
   }
-  return (lines.join(QLatin1Char('\n')) + QLatin1Char('\n')).toUtf8();
+  return QByteArray::fromStdString(csv);
 }
 
 QString check_cell(int column, const QString& text) {
@@ -123,22 +114,27 @@ QString check_cell(int column, const QString& text) {
 void DatasetModel::set_rows(std::vector<DatasetRow> rows, QStringList columns) {
   beginResetModel();
   rows_ = std::move(rows);
+  keys_.clear();
   columns_ = std::move(columns);
   modified_ = false;
   endResetModel();
 }
 
+QString slide_key(const QString& path) {
+  const QFileInfo info(path);
+  const QString canonical = info.canonicalFilePath();
+  return canonical.isEmpty() ? info.absoluteFilePath() : canonical;
+}
+
 int DatasetModel::find(const QString& slide) const {
-  const auto key = [](const QString& path) {
-    const QFileInfo info(path);
-    const QString canonical = info.canonicalFilePath();
-    return canonical.isEmpty() ? info.absoluteFilePath() : canonical;
-  };
-  const QString wanted = key(slide);
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    if (key(rows_[i].slide) == wanted) return static_cast<int>(i);
+  // The rows' keys once per manifest: each is a file system lookup, and a slide opens on the UI
+  // thread.
+  if (keys_.size() != rows_.size()) {
+    keys_.clear();
+    for (const DatasetRow& row : rows_) keys_.push_back(slide_key(row.slide));
   }
-  return -1;
+  const auto it = std::find(keys_.begin(), keys_.end(), slide_key(slide));
+  return it == keys_.end() ? -1 : static_cast<int>(it - keys_.begin());
 }
 
 std::optional<double> DatasetModel::mpp(int row) const {

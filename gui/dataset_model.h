@@ -36,6 +36,10 @@ QString to_string(DatasetRow::Status status);  // "ok", "missing", "unreadable"
 QByteArray manifest_csv(const std::vector<DatasetRow>& rows, const QString& folder,
                         const QStringList& columns);
 
+// A slide's path as one key for the file, however the path was written (through "..", a link, a
+// manifest's relative path): canonical where the file exists, else absolute.
+QString slide_key(const QString& path);
+
 // Whether `text` may stand in a row's column (`Label`, `Split`, `mpp`): empty when it may,
 // otherwise why not ("the split is train, val or test").
 QString check_cell(int column, const QString& text);
@@ -83,6 +87,7 @@ class DatasetModel : public QAbstractTableModel {
  private:
   std::vector<DatasetRow> rows_;
   QStringList columns_;
+  mutable std::vector<QString> keys_;  // slide_key of each row, made by find()
   bool modified_ = false;
   QString refusal_;
 };

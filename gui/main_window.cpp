@@ -516,10 +516,10 @@ QString MainWindow::annotation_file(const QString& slide) const {
   // The slide's full path picks its file: two slides named alike in two folders stay apart. The
   // canonical one: the same file reached through "..", a link or a manifest's relative path is
   // one slide.
-  const QString canonical = info.canonicalFilePath();
-  const QString key = canonical.isEmpty() ? info.absoluteFilePath() : canonical;
   const QByteArray hash =
-      QCryptographicHash::hash(key.toUtf8(), QCryptographicHash::Sha1).toHex().left(10);
+      QCryptographicHash::hash(slide_key(slide).toUtf8(), QCryptographicHash::Sha1)
+          .toHex()
+          .left(10);
   const QString folder =
       annotations_folder_.isEmpty()
           ? QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation))

@@ -21,8 +21,11 @@
 namespace tessel::pipelines {
 namespace {
 
+// Quoted where a reader would otherwise split or trim it: a comma, a quote, a line break, or
+// spaces at either end (a manifest trims unquoted cells).
 std::string csv_field(const std::string& value) {
-  if (value.find_first_of(",\"\n") == std::string::npos) return value;
+  const bool spaced = !value.empty() && (value.front() == ' ' || value.back() == ' ');
+  if (!spaced && value.find_first_of(",\"\n\r") == std::string::npos) return value;
   std::string quoted = "\"";
   for (char c : value) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
   return quoted + "\"";

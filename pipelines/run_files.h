@@ -17,7 +17,8 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
 // The whole lines of a log; a half-written last line (a crash mid-write) is cut from the file.
 std::vector<std::string> repair_log(const std::filesystem::path& path);
 
-// One CSV line (fields quoted where needed), as CsvLog writes it.
+// One CSV line (fields quoted where needed: commas, quotes, line breaks, spaces at either end), as
+// CsvLog and the GUI's manifest write it.
 std::string csv_row(const std::vector<std::string>& fields);
 
 // The epoch logs as last.h5 records them after `epochs` completed epochs, for a resumed run: a
