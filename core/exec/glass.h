@@ -12,6 +12,9 @@
 //   all their shares at once. The sum of the chain input's gradient is what they hand the
 //   previous segment's glass tiles (whose positions are the only uniform ones this segment reads:
 //   the previous segment's SegmentGlass::output).
+// - A one-tile segment with barriers run whole (WholeBarriers) fills too: each barrier over its
+//   whole input, its value read off its output outside its boxes, the values past it chained
+//   from that in the tile's own graph (take_barrier_value).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,7 +35,7 @@ at::Tensor fill_around(const at::Tensor& value, const Region& r,
                        at::MemoryFormat format);
 
 // `t` over each of `windows` (each inside it; an empty one gets `t` itself): what several boxes
-// of a node read of one input, copied once each, whose gradients autograd adds into one.
+// of a node read of one input, as views whose gradients autograd adds into one.
 std::vector<TileTensor> crop_each(const TileTensor& t, const std::vector<Region>& windows);
 
 class GlassRun {
@@ -51,8 +54,14 @@ class GlassRun {
   // gets what it holds and computes of each node and the nodes' values, unless the segment
   // fills nothing. `boxes` holds the regions meanwhile.
   // `given`: nodes whose tiles are given (sub-segments' leaves), with their uniform positions.
+  // A segment that runs its barriers whole (WholeBarriers) fills from the tile's own values:
+  // those before its first barrier, then each barrier's as the tile runs it and those past it
+  // (take_barrier_value).
   void fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtras& extras, NodeId last = -1,
-            const std::map<NodeId, CellMask>* given = nullptr) const;
+            const std::map<NodeId, CellMask>* given = nullptr);
+  // The tile's root plus, where the output's value is the tile's own (past a barrier it runs
+  // whole), the gradient's sum over the glass the next segment took from it, seeded there.
+  at::Tensor tile_root(at::Tensor root);
   // Whether the other tiles fill (the input has uniform positions the tiles fill from).
   bool fills() const { return !tiles().input.none(); }
   // By node: the gradient's sum at the fills since the last call (float64; undefined where
@@ -93,6 +102,7 @@ class GlassRun {
   at::Tensor chain_root(const std::vector<at::Tensor>& v,
                         const std::vector<at::Tensor>& seeds) const;
   int64_t glass_share(NodeId b) const;
+  void take_barrier_value(NodeId b, const at::Tensor& value);
   at::Tensor output_grad_sum(const Region& tile, const at::Tensor& grad_out,
                              StoredActivation* stored_grad_out);
 
@@ -100,6 +110,9 @@ class GlassRun {
   int index_;
   const Segment& s_;
   std::vector<at::Tensor> values_;  // by node: the leaves the tiles fill from
+  // WholeBarriers: the tile's values (values_, then each barrier's and those past it), kept from
+  // the forward to the backward where the tile keeps its graph.
+  std::vector<at::Tensor> tile_values_;
   at::Tensor grad_sum_;
   struct Round {
     at::Tensor output;              // the glass tiles' output gradient, summed

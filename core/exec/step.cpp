@@ -461,12 +461,33 @@ TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
   if (extras.boxes != nullptr) {
     const Region& held = extras.boxes->held[static_cast<size_t>(v)];
     const Boxes& boxes = extras.boxes->computed[static_cast<size_t>(v)];
-    if (held.empty() || (boxes.size() == 1 && boxes.front() == held)) {
+    if (extras.barrier_value && barrier_states_[v] == nullptr &&
+        needs_statistics(graph_.node(v), training_)) {
+      return run_whole_barrier(first, v, acts, extras, options);
+    }
+    if (held.empty() || (boxes.size() == 1 && boxes.front() == held) ||
+        computed_whole(graph_.node(v), static_cast<bool>(extras.barrier_value))) {
       return compute_node(first, v, held, acts, extras, options);
     }
     return run_filled(first, v, acts, extras, options);
   }
   return compute_node(first, v, r, acts, extras, options);
+}
+
+// Barrier `v`, run whole in a tile that fills its glass (WholeBarriers): over its whole input
+// (its uniform positions filled), so its statistic is the whole activation's; its output at a
+// position outside its boxes is its uniform value, handed to extras.barrier_value.
+TileTensor Step::run_whole_barrier(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
+                                   const TileExtras& extras, const at::TensorOptions& options) {
+  const Region& held = extras.boxes->held[static_cast<size_t>(v)];
+  TileTensor out = compute_node(first, v, held, acts, extras, options);
+  const Boxes uniform = ring(held, extras.boxes->computed[static_cast<size_t>(v)]);
+  if (!uniform.empty()) {
+    const Region& r = uniform.front();
+    const Region at{{r.y.begin, r.y.begin + 1}, {r.x.begin, r.x.begin + 1}};
+    extras.barrier_value(v, crop(out, at).clone());  // a view would hold the whole output
+  }
+  return out;
 }
 
 // Node `v` over what the tile holds of it, computed over its boxes only (extras.boxes;
@@ -501,7 +522,11 @@ TileTensor Step::run_filled(NodeId first, NodeId v, const std::vector<TileTensor
   }
   const at::MemoryFormat format = parts.empty() ? read_format(at::GradMode::is_enabled())
                                                 : parts.front().suggest_memory_format();
-  return {fill_around((*extras.fill)[static_cast<size_t>(v)], r, parts, boxes, format), r};
+  const at::Tensor& value = (*extras.fill)[static_cast<size_t>(v)];
+  if (!value.defined()) {
+    throw Error("internal: " + node.name + " fills around its boxes without its uniform value");
+  }
+  return {fill_around(value, r, parts, boxes, format), r};
 }
 
 TileTensor Step::compute_node(NodeId first, NodeId v, const Region& r,

@@ -141,6 +141,9 @@ struct TileExtras {
   // it it computes; the rest holds the node's uniform value from `fill` (1×C×1×1, by node).
   const TileBoxes* boxes = nullptr;
   const std::vector<at::Tensor>* fill = nullptr;
+  // A barrier the tile runs whole (WholeBarriers) among boxes: its output's value at a position
+  // outside them (1×C×1×1), from which the values past it follow (GlassRun::take_barrier_value).
+  std::function<void(NodeId, const at::Tensor&)> barrier_value;
 };
 
 // The dtype and device a step computes in (the parameters', else the image's), and a tensor
@@ -276,6 +279,8 @@ class Step {
                           const at::TensorOptions& options);
   TileTensor run_filled(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
                         const TileExtras& extras, const at::TensorOptions& options);
+  TileTensor run_whole_barrier(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
+                               const TileExtras& extras, const at::TensorOptions& options);
   TileTensor run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,
                          const TileExtras& extras, const at::TensorOptions& options);
 

@@ -27,6 +27,7 @@ std::string glass_obstacle(const Graph& graph, const Segment& s, bool training) 
 std::string glass_dense(const Graph& graph, const Segment& s, bool training) {
   if (s.is<SharedRows>()) return "shared rows read padding at every node";
   if (s.is<RecomputeRounds>()) return "";  // the rounds take glass into their statistics
+  if (s.is<WholeBarriers>()) return "";    // its one tile computes them over its fills
   if (s.is<SubSegments>()) {
     // Their passes take glass into their statistics and sums too (core/exec/glass.h), with
     // their inner checkpoints whole.
@@ -40,6 +41,15 @@ std::string glass_dense(const Graph& graph, const Segment& s, bool training) {
     }
   }
   return "";
+}
+
+bool whole_statistics(const Graph& graph, const Segment& s, bool training) {
+  if (!s.is<WholeBarriers>()) return false;
+  for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    const Node& node = graph.node(v);
+    if (node.is_barrier() && (training || node.barrier != BarrierOp::kBatchNorm)) return true;
+  }
+  return false;
 }
 
 bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId input, NodeId output,
@@ -68,9 +78,9 @@ constexpr int64_t kFar = int64_t{1} << 40;
 // The positions of `r` (node `node`'s region) whose window reads padding or a position of an
 // input's boxes (`box`, by node), as disjoint boxes: one per input box reached and one per side
 // whose padding is read, overlaps cut away, at most kMostBoxes (core/plan/box_set.h). A barrier's
-// as one box (its tile runs whole: core/exec/barrier.h).
+// as one box (its tile runs whole: core/exec/barrier.h), unless `barriers_whole`.
 Boxes reading_boxes(const Node& node, const std::vector<Shape>& shapes, const Region& r,
-                    const std::vector<Boxes>& box) {
+                    const std::vector<Boxes>& box, bool barriers_whole) {
   const AxisOp& oy = node.axis_op(0);
   const AxisOp& ox = node.axis_op(1);
   Boxes parts;
@@ -88,8 +98,27 @@ Boxes reading_boxes(const Node& node, const std::vector<Shape>& shapes, const Re
     add({r.y, reaching(ox, {-kFar, 0})});
     add({r.y, reaching(ox, {in.width, kFar})});
   }
-  if (node.is_barrier()) return parts.empty() ? Boxes{} : Boxes{hull(parts)};
-  return disjoint_boxes(std::move(parts), kMostBoxes);
+  if (node.is_barrier() && !barriers_whole) return parts.empty() ? Boxes{} : Boxes{hull(parts)};
+  return disjoint_boxes(std::move(parts), barriers_whole ? kMostWholeBoxes : kMostBoxes);
+}
+
+// The positions of `r` outside `m`, as the smallest box of each block of a kWholeGrid ×
+// kWholeGrid grid over `r` that holds some: a whole segment's tile is the whole image, where
+// tissue fragments joined by a thin strip make one piece whose hull is most of the image.
+constexpr int64_t kWholeGrid = 8;
+
+Boxes outside_by_block(const CellMask& m, const Region& r) {
+  Boxes out;
+  const auto edge = [](const Window& w, int64_t k) { return w.begin + w.size() * k / kWholeGrid; };
+  for (int64_t i = 0; i < kWholeGrid; ++i) {
+    for (int64_t j = 0; j < kWholeGrid; ++j) {
+      const Region block{{edge(r.y, i), edge(r.y, i + 1)}, {edge(r.x, j), edge(r.x, j + 1)}};
+      if (block.empty()) continue;
+      const Region b = m.outside_box(block);
+      if (!b.empty()) out.push_back(b);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -100,7 +129,9 @@ std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& 
   const std::map<NodeId, CellMask>* given = uniform.given;
   std::vector<Boxes> box(need.size());
   const auto outside = [&](const CellMask& m, const Region& r) {
-    return m.none() ? Boxes{r} : disjoint_boxes(m.outside_pieces(r), kMostBoxes);
+    if (m.none()) return Boxes{r};
+    if (uniform.barriers_whole) return disjoint_boxes(outside_by_block(m, r), kMostWholeBoxes);
+    return disjoint_boxes(m.outside_pieces(r), kMostBoxes);
   };
   const auto in = static_cast<size_t>(input);
   if (!need[in].empty()) box[in] = outside(uniform.input, need[in]);
@@ -121,7 +152,7 @@ std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& 
     const Node& node = graph.node(v);
     box[static_cast<size_t>(v)] = std::all_of(node.inputs.begin(), node.inputs.end(), whole)
                                       ? Boxes{r}
-                                      : reading_boxes(node, shapes, r, box);
+                                      : reading_boxes(node, shapes, r, box, uniform.barriers_whole);
   }
   // Each node's boxes derived from its inputs' as they are (a hull joined early would grow
   // through every later node), then those a call apart joined for the run; not the output's,
@@ -132,9 +163,14 @@ std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& 
   return box;
 }
 
+bool computed_whole(const Node& node, bool barriers_whole) {
+  return barriers_whole && (node.kind == OpKind::kPointwise || node.kind == OpKind::kBinary ||
+                            node.kind == OpKind::kConcat || node.is_barrier());
+}
+
 std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
                                  NodeId output, const std::vector<Region>& need,
-                                 const std::vector<Boxes>& box) {
+                                 const std::vector<Boxes>& box, bool barriers_whole) {
   std::vector<Region> held(need.size());
   held[static_cast<size_t>(output)] = need[static_cast<size_t>(output)];
   const auto whole_region = [&](NodeId v) {
@@ -155,6 +191,10 @@ std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& s
     for (NodeId c : graph.consumers()[i]) {
       if (c > output) continue;
       const auto ci = static_cast<size_t>(c);
+      if (computed_whole(graph.node(c), barriers_whole)) {
+        r = hull(r, needed_input(graph.node(c), held[ci], s));
+        continue;
+      }
       for (const Region& b : box[ci]) {
         const Region computed = intersect(b, held[ci]);
         if (!computed.empty()) r = hull(r, needed_input(graph.node(c), computed, s));
@@ -209,7 +249,9 @@ struct Classified {
 };
 
 Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
-                    const Partition& part, const CellMask& input) {
+                    const Partition& part, const CellMask& input, bool training) {
+  const bool whole = whole_statistics(graph, s, training);
+  const TileUniform uniform{input, nullptr, s.is<WholeBarriers>()};
   Classified c;
   c.glass.assign(static_cast<size_t>(part.tiles()), 0);
   c.flops.assign(static_cast<size_t>(part.tiles()), 0);
@@ -217,11 +259,12 @@ Classified classify(const Graph& graph, const std::vector<Shape>& shapes, const 
   for (int64_t t = 0; t < part.tiles(); ++t) {
     const std::vector<Region> need = segment_needs(graph, shapes, s.input, s.output, part.tile(t));
     const auto i = static_cast<size_t>(t);
-    c.glass[i] = input.contains(need[static_cast<size_t>(s.input)]) &&
+    c.glass[i] = !whole && input.contains(need[static_cast<size_t>(s.input)]) &&
                  padding_free(graph, shapes, s.input, s.output, need);
     c.dense += regions_flops(graph, s.input, s.output, need);
     if (c.glass[i] == 0) {
-      const std::vector<Boxes> box = computed_boxes(graph, shapes, s.input, s.output, need, input);
+      const std::vector<Boxes> box =
+          computed_boxes(graph, shapes, s.input, s.output, need, uniform);
       c.flops[i] = boxes_flops(graph, s.input, s.output, box);
       c.output_box[i] = box[static_cast<size_t>(s.output)];
     }
@@ -300,13 +343,14 @@ SegmentGlass glass_tiles(const Graph& graph, const std::vector<Shape>& shapes, c
     return g;
   }
   const Shape& out = shapes[static_cast<size_t>(s.output)];
-  Classified f = classify(graph, shapes, s, s.forward, input);
+  Classified f = classify(graph, shapes, s, s.forward, input, training);
   g.forward_flops = f.flops;
   g.forward_dense_flops = f.dense;
   if (training && skip_backward) {
     // Most plans run both passes over one partition: classified once (half the planner's time
     // with a background went here twice).
-    Classified b = s.backward == s.forward ? f : classify(graph, shapes, s, s.backward, input);
+    Classified b =
+        s.backward == s.forward ? f : classify(graph, shapes, s, s.backward, input, training);
     g.backward_flops = b.flops;
     g.backward_dense_flops = b.dense;
     g.input = input;

@@ -30,8 +30,9 @@ std::string glass_obstacle(const Graph& graph, const Segment& s, bool training);
 
 // Why segment `s`, whose ops are the same at every position, computes its glass as tissue, or
 // "" where it skips it: a barrier reading a statistic of the whole activation in this step
-// outside recompute rounds and sub-segments with resident inner checkpoints (the barrier schemes
-// that take glass into their statistics and sums: core/exec/glass.h), or shared rows (full
+// outside recompute rounds, whole barriers and sub-segments with resident inner checkpoints (the
+// barrier schemes that take glass into their statistics and sums: core/exec/glass.h), or shared
+// rows (full
 // width: every node reads padding). Such a segment still hands its glass on (uniform_through).
 std::string glass_dense(const Graph& graph, const Segment& s, bool training);
 
@@ -58,11 +59,18 @@ bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId i
 // Indexed as `need`; a glass tile's boxes are all empty, a node whose inputs are computed whole
 // has {need[v]}. `uniform.given`: nodes before `output` whose tiles are given rather than
 // computed (sub-segments' inner checkpoints), each with its uniform positions; their boxes are
-// those outside them.
+// those outside them. A barrier's boxes are one (their hull: a tile applies it to one tensor),
+// unless `uniform.barriers_whole` (WholeBarriers: it runs over its whole input, and a position
+// of its output is uniform where its input's is, as for a pointwise op).
 constexpr int kMostBoxes = 8;
+// A whole segment's one tile (WholeBarriers): its input's positions outside `uniform` by block
+// of an 8 × 8 grid, and at most this many boxes a node (a box's call costs little beside the
+// positions of a whole activation).
+constexpr int kMostWholeBoxes = 24;
 struct TileUniform {
   const CellMask& input;
   const std::map<NodeId, CellMask>* given = nullptr;
+  bool barriers_whole = false;
 };
 std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& shapes,
                                   NodeId input, NodeId output, const std::vector<Region>& need,
@@ -79,9 +87,17 @@ inline std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<S
 // its consumers read, not over its whole region. The output, a barrier and a barrier's input
 // hold their whole region (the output is the tile; a barrier's statistic and corrections take
 // every position of the tile's share). A node no consumer reads holds nothing. Indexed as `need`.
+// `barriers_whole` (WholeBarriers): pointwise ops, joins and barriers are computed over all they
+// hold (computed_whole), so their inputs hold that too.
 std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
                                  NodeId output, const std::vector<Region>& need,
-                                 const std::vector<Boxes>& box);
+                                 const std::vector<Boxes>& box, bool barriers_whole = false);
+// Whether a tile of a WholeBarriers segment (`barriers_whole`) computes `node` over all it holds
+// rather than its boxes: an op at one position (a pointwise op, a join, a barrier applying its
+// statistic) costs little, and boxes would copy its input and output a box at a time and hold
+// them beside the filled tensor (resnet50 train-mode BN 1024² at 88% glass: 1.05 GB measured
+// against 0.80 GB dense).
+bool computed_whole(const Node& node, bool barriers_whole);
 // `box` within `held`, by node: what the tile computes (empty parts dropped).
 std::vector<Boxes> held_boxes(const std::vector<Boxes>& box, const std::vector<Region>& held);
 
@@ -126,6 +142,11 @@ struct SegmentGlass {
   // empty where the forward has no glass tile).
   std::vector<uint8_t> uniform_blocks(const Partition& forward, const Partition& blocks) const;
 };
+
+// Whether segment `s` runs barriers that take a statistic in this step whole, as one tile
+// (WholeBarriers): it has no glass tiles (its uniform values past such a barrier are known only
+// once the tile has run it) and fills its glass around boxes in which a barrier is pointwise.
+bool whole_statistics(const Graph& graph, const Segment& s, bool training);
 
 // Segment `s`'s glass tiles over `input`, its input's uniform positions. `training`: a backward
 // follows; `skip_backward`: it may skip glass tiles (false where the input's gradient is wanted

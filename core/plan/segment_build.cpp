@@ -284,9 +284,10 @@ constexpr int64_t kMostTiles = 2048;
 void SegmentBuild::refine_for_glass(const CellMask& uniform) {
   // Not sub-segments: their tiles cost far more than their price says, and a finer grid their
   // glass priced cheaper ran slower than the dense plan (resnet50 train-mode BN 1024² in 1 GiB
-  // at 10% tissue: 5.2 s against 4.2 s; bench/NOTES.md, session 52).
+  // at 10% tissue: 5.2 s against 4.2 s; bench/NOTES.md, session 52). Not whole barriers: one
+  // tile.
   if (nf <= 0 || nb <= 0 || strategy != Strategy::kGrid || uniform.none() || s.is<SubSegments>() ||
-      !glass_obstacle(a.graph, s, /*training=*/true).empty() ||
+      s.is<WholeBarriers>() || !glass_obstacle(a.graph, s, /*training=*/true).empty() ||
       !glass_dense(a.graph, s, /*training=*/true).empty()) {
     return;
   }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/exec/fault.h"
 #include "core/exec/gradcheck.h"
+#include "core/exec/step.h"
 #include "core/plan/box_set.h"
 #include "core/plan/geometry.h"
 #include "core/plan/glass.h"
@@ -690,23 +691,21 @@ TEST(Glass, SubSegmentsSkipTheirGlassTiles) {
   EXPECT_LT(d.worst(), kTolerance) << to_string(offloaded, g) << d.to_string();
 }
 
-// A segment that computes its glass as tissue (whole barriers, shared rows; sub-segments whose
-// inner checkpoints are offloaded: SubSegmentsSkipTheirGlassTiles) hands it on: the segment after
-// it skips its glass tiles and fills, and the step stays exact, running statistics included. Its
-// output's uniform value is read at one uniform position, and the next segment's sum of its
-// gradient there is seeded at that position.
+// A segment that computes its glass as tissue (shared rows; sub-segments whose inner checkpoints
+// are offloaded: SubSegmentsSkipTheirGlassTiles) hands it on: the segment after it skips its
+// glass tiles and fills, and the step stays exact, running statistics included. Its output's
+// uniform value is read at one uniform position, and the next segment's sum of its gradient
+// there is seeded at that position.
 TEST(Glass, SegmentsComputingTheirGlassHandItOn) {
-  for (const std::string scheme : {"whole barriers", "shared rows"}) {
-    const bool shared = scheme == "shared rows";
-    Graph g = shared ? glass_network({}) : barrier_network();
+  for (const std::string scheme : {"shared rows"}) {
+    Graph g = glass_network({});
     const NodeId pool = first_of(g, OpKind::kMaxPool);
     for (const GlassCase gc : {GlassCase{0.7, 125, 119, 4}, GlassCase{1.0, 67, 63, 5}}) {
       PlanOptions o = fixed_tiles(Strategy::kGrid, 6, 6);
       o.overrides.inner_checkpoints = false;
       o.overrides.checkpoints = std::vector<NodeId>{pool};
       PlanOptions first = o;
-      if (scheme == "whole barriers") first.overrides.tiles_y = first.overrides.tiles_x = 1;
-      if (shared) first.strategy = Strategy::kRowsShared;
+      first.strategy = Strategy::kRowsShared;
       const Shape in{2, gc.h, gc.w};
       Plan plan = make_plan(g, in, 0, o);
       plan.segments[0] = make_plan(g, in, 0, first).segments[0];
@@ -737,6 +736,132 @@ TEST(Glass, SegmentsComputingTheirGlassHandItOn) {
       }
     }
   }
+}
+
+// Tissue in two compact pieces, one touching the image's right border, on cells of 8 pixels.
+Background two_pieces(const Shape& in) {
+  const int64_t rows = (in.height + 7) / 8, cols = (in.width + 7) / 8;
+  std::vector<uint8_t> cells(static_cast<size_t>(rows * cols), 1);
+  const auto tissue = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t c = c0; c < c1; ++c) cells[static_cast<size_t>(r * cols + c)] = 0;
+    }
+  };
+  tissue(2, 5, 2, 5);
+  tissue(rows - 6, rows - 3, cols - 3, cols);
+  return {CellMask::grid(in.height, in.width, 8, cells), {0.25, -0.5}};
+}
+
+// A segment run as one tile with its barriers whole (WholeBarriers) fills its glass: each node is
+// computed over the boxes that hold its non-uniform positions, each barrier over its whole input
+// (its statistic the whole activation's), the values past it taken from its output. Exact with
+// the segment first, alone, or before a tiled one, its graph kept or recomputed, running
+// statistics included; the faults still fail; with the image's gradient wanted it fills nothing.
+TEST(Glass, WholeBarriersFillAroundTheirBoxes) {
+  Graph g = barrier_network();
+  const NodeId pool = first_of(g, OpKind::kMaxPool);
+  const Shape in{2, 125, 119};
+  const std::vector<NodeId> at_pool{pool};
+  for (const auto& ckpts : {at_pool, std::vector<NodeId>{}}) {
+    for (bool rest_whole : {false, true}) {
+      if (ckpts.empty() && rest_whole) continue;
+      PlanOptions o = fixed_tiles(Strategy::kGrid, 6, 6);
+      o.overrides.inner_checkpoints = false;
+      o.overrides.checkpoints = ckpts;
+      PlanOptions first = o;
+      first.overrides.tiles_y = first.overrides.tiles_x = 1;
+      Plan plan = make_plan(g, in, 0, rest_whole ? first : o);
+      plan.segments[0] = make_plan(g, in, 0, first).segments[0];
+      check_scheme(g, plan.segments[0]);
+      ASSERT_TRUE(plan.segments[0].is<WholeBarriers>()) << to_string(plan, g);
+      if (!ckpts.empty() && !rest_whole) {
+        ASSERT_TRUE(tiles(plan));
+      }
+      const std::string what = "checkpoints " + std::to_string(ckpts.size()) + " rest whole " +
+                               std::to_string(rest_whole) + "\n";
+      const Background b = two_pieces(in);
+      const at::Tensor image = paint_background(random_image(2, in.height, in.width, 47), b);
+      const std::vector<SegmentGlass> glass = plan_glass(g, plan, b.cells, true, false);
+      EXPECT_TRUE(glass[0].dense.empty()) << glass[0].dense;
+      EXPECT_EQ(glass[0].forward_count() + glass[0].backward_count(), 0);
+      EXPECT_GT(glass[0].forward_saved_flops(), glass[0].forward_dense_flops / 3) << what;
+      const Comparison c = compare_with_plain(g, plan, image, 47, {}, &b);
+      EXPECT_LT(c.worst(), kTolerance) << what << counts(c) << to_string(plan, g) << c.to_string();
+      EXPECT_GT(c.glass_filled, 0) << what << counts(c);
+      for (Fault f : {Fault::kHalo, Fault::kNanStat, Fault::kNanGrad}) {
+        if (f == Fault::kHalo && !tiles(plan)) continue;  // no tile reads a halo
+        StepOptions so;
+        so.inject = f;
+        EXPECT_GT(compare_with_plain(g, plan, image, 47, so, &b).worst(), 1e-6)
+            << what << to_string(f);
+      }
+      // Blobs with holes and bridges one cell wide, and a background over everything.
+      for (const GlassCase gc : {GlassCase{0.7, 125, 119, 4}, GlassCase{1.0, 125, 119, 5}}) {
+        const Comparison d = check(g, plan, gc, 48);
+        EXPECT_LT(d.worst(), kTolerance) << what << gc.fraction << "\n"
+                                         << counts(d) << d.to_string();
+      }
+    }
+  }
+  // The image's gradient, wanted position by position: the first segment fills nothing.
+  PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
+  o.input_gradient = true;
+  const Plan plan = make_plan(g, in, 0, o);
+  const Background b = two_pieces(in);
+  const at::Tensor image = paint_background(random_image(2, in.height, in.width, 49), b);
+  StepOptions so;
+  so.input_gradient = true;
+  const Comparison c = compare_with_plain(g, plan, image, 49, so, &b);
+  EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
+}
+
+// A whole segment's fills hold no more than its dense run: each barrier's value is read off a
+// copy of one position (a view held the barrier's whole output to the end of the step), and the
+// boxes read their inputs as views (copies were held beside the inputs by the ops that saved
+// them). Measured after the forward, where the one tile keeps its graph for the backward, and
+// over the step.
+TEST(Glass, WholeBarriersHoldNoMoreThanTheirDenseRun) {
+  MemoryTracker::install();
+  // As ResNet's: each batch norm's output read only by a relu, which keeps its own output.
+  Graph g(2);
+  NodeId x = g.relu(g.batch_norm(g.conv(g.input(), ConvSpec(2, 8, 3).padding(1)), "bn1"));
+  NodeId y = g.relu(g.batch_norm(g.conv(x, ConvSpec(8, 8, 3).padding(1)), "bn2"));
+  y = g.relu(g.batch_norm(g.conv(y, ConvSpec(8, 8, 3).padding(1)), "bn3"));
+  models::add_head(g, g.add(x, y), {});
+  g.module().to(test_device(), at::kDouble);
+  randomise(g, 7);
+  const Shape in{2, 253, 247};
+  const Background b = two_pieces(in);
+  const at::Tensor image = paint_background(random_image(2, in.height, in.width, 50), b);
+  TensorTileSource source(image);
+  source.set_background(b);
+  const Plan plan = make_plan(g, in, 0, fixed_tiles(Strategy::kGrid, 1, 1));
+  ASSERT_TRUE(plan.segments[0].is<WholeBarriers>()) << to_string(plan, g);
+  const LossFn loss = [](const at::Tensor& logits, const at::Tensor&) { return logits.sum(); };
+  struct Bytes {
+    int64_t after_forward = 0, peak = 0;
+  };
+  const auto measure = [&](bool glass) {
+    StepOptions so;
+    so.glass = glass;
+    Bytes m;
+    {
+      const int64_t before = MemoryTracker::live_bytes();
+      Step step(g, plan, source, so, /*training=*/true);
+      const at::Tensor head = step.forward();
+      m.after_forward = MemoryTracker::live_bytes() - before;
+    }
+    for (auto& p : g.module().parameters()) p.mutable_grad() = at::zeros_like(p);
+    const StepResult r = train_step(g, plan, source, at::Tensor(), loss, so);
+    EXPECT_EQ(r.glass_filled > 0, glass);
+    m.peak = r.measured_peak_bytes;
+    return m;
+  };
+  const Bytes sparse = measure(true), dense = measure(false);
+  EXPECT_LE(sparse.after_forward, dense.after_forward + dense.after_forward / 20)
+      << format_bytes(sparse.after_forward) << " against " << format_bytes(dense.after_forward);
+  EXPECT_LE(sparse.peak, dense.peak + dense.peak / 20)
+      << format_bytes(sparse.peak) << " against " << format_bytes(dense.peak);
 }
 
 TEST(Glass, InjectedFaultsStillFail) {
@@ -801,21 +926,21 @@ TEST(Glass, ThePlanSaysWhereGlassStopsAndWhy) {
   Graph plain(2);
   models::add_head(plain, plain.relu(plain.conv(plain.input(), ConvSpec(2, 4, 3).padding(1))), {});
   EXPECT_EQ(make_plan(plain, in, 0, o).glass.stopped_at, -1);
-  // Barriers run whole compute their glass as tissue and hand it on: the plan says so, and
-  // glass does not stop there.
-  Graph bn = barrier_network();
-  o = fixed_tiles(Strategy::kGrid, 1, 1);
-  o.overrides.checkpoints = std::vector<NodeId>{first_of(bn, OpKind::kMaxPool)};
+  // Shared rows compute their glass as tissue and hand it on: the plan says so, and glass does
+  // not stop there.
+  Graph rows = glass_network({});
+  o = fixed_tiles(Strategy::kRowsShared, 4, 1);
+  o.overrides.checkpoints = std::vector<NodeId>{first_of(rows, OpKind::kMaxPool)};
   o.background = std::make_shared<CellMask>(b.cells);
-  const Plan whole = make_plan(bn, in, 0, o);
-  EXPECT_EQ(whole.glass.stopped_at, -1);
-  ASSERT_EQ(whole.glass.dense.size(), 2u) << to_string(whole, bn);
-  EXPECT_NE(whole.glass.dense[0].second.find("bn1 reads a statistic"), std::string::npos)
-      << whole.glass.dense[0].second;
-  EXPECT_NE(to_string(whole, bn).find(
-                "glass computed as tissue, and handed on to the segments after, in segments 0, 1 "),
+  const Plan shared = make_plan(rows, in, 0, o);
+  EXPECT_EQ(shared.glass.stopped_at, -1);
+  ASSERT_FALSE(shared.glass.dense.empty()) << to_string(shared, rows);
+  EXPECT_NE(shared.glass.dense[0].second.find("shared rows"), std::string::npos)
+      << shared.glass.dense[0].second;
+  EXPECT_NE(to_string(shared, rows)
+                .find("glass computed as tissue, and handed on to the segments after, in segment"),
             std::string::npos)
-      << to_string(whole, bn);
+      << to_string(shared, rows);
 }
 
 }  // namespace

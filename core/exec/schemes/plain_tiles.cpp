@@ -100,7 +100,7 @@ at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
     y = step_.run_tile(s_.input, s_.output, need, {x, in_region}, extras);
   }
   at::Tensor root = step_.output_root(s_, tile, y, grad_out, stored_grad_out);
-  root = corrections(tile, root, acts);
+  root = glass_.tile_root(corrections(tile, root, acts));
   acts.clear();
   if (root.defined() && root.requires_grad()) root.backward();
   return x;
