@@ -157,7 +157,10 @@ std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<Shape>& 
   // Each node's boxes derived from its inputs' as they are (a hull joined early would grow
   // through every later node), then those a call apart joined for the run; not the output's,
   // whose boxes say which positions the next segment takes as uniform.
+  // Nor those computed whole, whose boxes say only which positions are uniform (a barrier's
+  // value is read outside them).
   for (NodeId v = input + 1; v < output; ++v) {
+    if (computed_whole(graph.node(v), uniform.barriers_whole)) continue;
     box[static_cast<size_t>(v)] = join_cheap(std::move(box[static_cast<size_t>(v)]));
   }
   return box;

@@ -803,6 +803,32 @@ TEST(Glass, WholeBarriersFillAroundTheirBoxes) {
       }
     }
   }
+  // A glass hole of 16² pixels in tissue: a barrier's ring is fewer positions than a box call
+  // is worth, but its value is read there all the same (the boxes of nodes computed whole are
+  // not joined), and the hole survives to the output the next segment fills from.
+  {
+    const Shape small{2, 64, 64};
+    std::vector<uint8_t> cells(64, 0);
+    for (int r = 3; r < 5; ++r) {
+      for (int c = 3; c < 5; ++c) cells[static_cast<size_t>(r * 8 + c)] = 1;
+    }
+    const Background hole{CellMask::grid(64, 64, 8, cells), {0.25, -0.5}};
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 4, 4);
+    o.overrides.inner_checkpoints = false;
+    o.overrides.checkpoints = at_pool;
+    PlanOptions first = o;
+    first.overrides.tiles_y = first.overrides.tiles_x = 1;
+    Plan plan = make_plan(g, small, 0, o);
+    plan.segments[0] = make_plan(g, small, 0, first).segments[0];
+    check_scheme(g, plan.segments[0]);
+    ASSERT_TRUE(tiles(plan));
+    const std::vector<SegmentGlass> glass = plan_glass(g, plan, hole.cells, true, false);
+    ASSERT_FALSE(glass[0].output.none());
+    const at::Tensor image = paint_background(random_image(2, 64, 64, 51), hole);
+    const Comparison c = compare_with_plain(g, plan, image, 51, {}, &hole);
+    EXPECT_LT(c.worst(), kTolerance) << counts(c) << to_string(plan, g) << c.to_string();
+    EXPECT_GT(c.glass_filled, 0) << counts(c);
+  }
   // The image's gradient, wanted position by position: the first segment fills nothing.
   PlanOptions o = fixed_tiles(Strategy::kGrid, 1, 1);
   o.input_gradient = true;
