@@ -29,15 +29,25 @@ void register_sample_data(CLI::App& app, const GlobalOptions& global, CommandReg
   cmd->add_option("--mpp", options->mpp, "Microns per level-0 pixel written into the slides")
       ->check(CLI::Range(0.05, 10.0))
       ->capture_default_str();
+  auto task = std::make_shared<std::string>("dense");
+  cmd->add_option("--task", *task,
+                  "What sets tumour slides apart: dense (lesions of dense dark nuclei, seen at "
+                  "any resolution) or cells (foci of enlarged nuclei with the colour and density "
+                  "of the tissue around them, and benign clusters of small nuclei on every slide: "
+                  "seen only at cellular resolution)")
+      ->check(CLI::IsMember({"dense", "cells"}))
+      ->capture_default_str();
   cmd->add_flag("--force", options->force,
                 "Write into a folder that holds other files (they are kept)");
-  cmd->callback([&registry, &global, folder, options] {
-    registry.selected = [&global, folder, options] {
+  cmd->callback([&registry, &global, folder, options, task] {
+    registry.selected = [&global, folder, options, task] {
+      options->task = io::parse_sample_task(*task);
       // One slide per thread: each slide's libvips pipeline runs on one thread.
       options->workers = global.threads > 0 ? global.threads : core::hardware_threads();
-      spdlog::info("sample-data: {} slides of {}² px at {} mpp, seed {}, into {} ({} at once)",
-                   options->slides, options->size, options->mpp, options->seed, *folder,
-                   options->workers);
+      spdlog::info(
+          "sample-data: {} slides of {}² px at {} mpp, seed {}, task {}, into {} ({} at once)",
+          options->slides, options->size, options->mpp, options->seed, *task, *folder,
+          options->workers);
       // The slides finish out of order (one per worker): the time left from how many are done.
       auto done = std::make_shared<int>(0);
       const auto slides = io::write_sample_data(

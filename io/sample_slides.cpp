@@ -15,6 +15,7 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "io/vips.h"
@@ -125,8 +126,8 @@ std::vector<uint8_t> pixels(const VImage& image) {
 
 // Lesion discs inside the tissue (field above `threshold`), apart from each other. Positions in
 // level-0 pixels; the field is n × n over a size × size slide.
-std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t size,
-                                  Random& random) {
+std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t size, Random& random,
+                                  const std::vector<Lesion>& avoid = {}) {
   const int64_t n = field.width();
   const std::vector<uint8_t> values = pixels(field);
   const double scale = static_cast<double>(size) / static_cast<double>(n);
@@ -151,16 +152,18 @@ std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t si
       const double angle = 2 * M_PI * k / 12;
       fits = inside(x + radius * std::cos(angle), y + radius * std::sin(angle), 0);
     }
-    for (const Lesion& other : lesions) {
-      fits =
-          fits && std::hypot(x - static_cast<double>(other.x), y - static_cast<double>(other.y)) >
-                      1.3 * (radius + static_cast<double>(other.radius));
+    for (const std::vector<Lesion>* others : {&std::as_const(lesions), &avoid}) {
+      for (const Lesion& other : *others) {
+        fits =
+            fits && std::hypot(x - static_cast<double>(other.x), y - static_cast<double>(other.y)) >
+                        1.3 * (radius + static_cast<double>(other.radius));
+      }
     }
     if (fits) {
       lesions.push_back({std::llround(x), std::llround(y), std::llround(radius)});
     }
   }
-  if (lesions.empty()) {  // no tissue big enough anywhere: one lesion in the middle
+  if (lesions.empty() && avoid.empty()) {  // no tissue big enough anywhere: one in the middle
     lesions.push_back({size / 2, size / 2, std::max<int64_t>(24, std::llround(200 * shrink))});
   }
   return lesions;
@@ -200,6 +203,44 @@ VImage blend(const VImage& base, const VImage& over, const VImage& alpha) {
 }
 VImage blend(const VImage& base, const std::vector<double>& over, const VImage& alpha) {
   return base + alpha * base.linear({-1, -1, -1}, over);
+}
+
+// Nuclei to cut from: blurred noise on a grid of `grid` texture pixels,
+// upsampled to c × c and cut at 215–240. The cut takes the same share of the texture at any grid
+// (the blur is the same in the grid's own pixels), so nuclei twice as large are a quarter as many.
+VImage nuclei_noise(int64_t c, int64_t grid, int64_t microns, Random& random) {
+  return upsample(noise(c / grid, c / grid, random).gaussblur(1.6 / static_cast<double>(microns)),
+                  c, c) *
+             400 +
+         128;
+}
+
+// kCells: the foci's nuclei (enlarged, coarse chromatin) and the clusters' (small, crowded) over
+// `base` (the tissue before its nuclei), blended into `colour` inside their discs; the discs are
+// tissue. Tumour slides get 1–4 foci, every slide 1–4 clusters elsewhere.
+VImage cellular_lesions(VImage colour, const VImage& base, VImage& tissue, SampleSlide& slide,
+                        const VImage& field, int threshold, int64_t size, int64_t microns,
+                        Random& random) {
+  const int64_t c = colour.width();
+  if (slide.label == kTumour) slide.lesions = place_lesions(field, threshold, size, random);
+  slide.clusters = place_lesions(field, threshold, size, random, slide.lesions);
+  // Enlarged nuclei (a grid of 4 texture pixels, against 2: ~12 µm across against ~6 µm) whose
+  // chromatin is coarse: their colour varies by ±30 about the nuclei's, with the same mean.
+  const VImage enlarged = ramp(nuclei_noise(c, 4, microns, random), 200, 225);
+  const VImage chromatin = noise(c, c, random).gaussblur(0.8) * 60;
+  const VImage nucleus = base.linear({0, 0, 0}, kNucleus) + chromatin;
+  const VImage focus = blend(base, nucleus, enlarged);
+  // Clusters: groups ~20 µm across of small nuclei packed close.
+  const VImage groups = ramp(nuclei_noise(c, 6, microns, random), 120, 150);
+  const VImage crowded = ramp(nuclei_noise(c, 2, microns, random), 100, 130) * groups;
+  const VImage cluster = blend(base, kNucleus, crowded);
+  const VImage foci = lesion_mask(slide.lesions, c);
+  const VImage clusters = lesion_mask(slide.clusters, c);
+  colour = blend(colour, focus, foci);
+  colour = blend(colour, cluster, clusters);
+  const VImage discs = (foci > clusters).ifthenelse(foci, clusters);
+  tissue = (discs > tissue).ifthenelse(discs, tissue);
+  return colour;
 }
 
 std::string aperio_description(int64_t size, double mpp) {
@@ -275,23 +316,37 @@ std::string lesions_json(const std::vector<SampleSlide>& slides, const SampleDat
   std::ostringstream out;
   out << "{\n  \"units\": \"level-0 pixels\",\n  \"mpp\": " << options.mpp
       << ",\n  \"size\": " << options.size << ",\n  \"seed\": " << options.seed
-      << ",\n  \"slides\": {";
-  for (size_t i = 0; i < slides.size(); ++i) {
-    out << (i == 0 ? "\n    " : ",\n    ");
-    write_json_string(out, slides[i].file);
-    out << ": [";
-    for (size_t k = 0; k < slides[i].lesions.size(); ++k) {
-      const Lesion& lesion = slides[i].lesions[k];
-      out << (k == 0 ? "" : ", ") << "{\"x\": " << lesion.x << ", \"y\": " << lesion.y
-          << ", \"radius\": " << lesion.radius << "}";
+      << ",\n  \"task\": \"" << to_string(options.task) << "\"";
+  const auto discs = [&](const char* key, std::vector<Lesion> SampleSlide::*member) {
+    out << ",\n  \"" << key << "\": {";
+    for (size_t i = 0; i < slides.size(); ++i) {
+      out << (i == 0 ? "\n    " : ",\n    ");
+      write_json_string(out, slides[i].file);
+      out << ": [";
+      const std::vector<Lesion>& list = slides[i].*member;
+      for (size_t k = 0; k < list.size(); ++k) {
+        out << (k == 0 ? "" : ", ") << "{\"x\": " << list[k].x << ", \"y\": " << list[k].y
+            << ", \"radius\": " << list[k].radius << "}";
+      }
+      out << "]";
     }
-    out << "]";
-  }
-  out << "\n  }\n}\n";
+    out << "\n  }";
+  };
+  discs("slides", &SampleSlide::lesions);
+  if (options.task == SampleTask::kCells) discs("clusters", &SampleSlide::clusters);
+  out << "\n}\n";
   return out.str();
 }
 
 }  // namespace
+
+std::string to_string(SampleTask task) { return task == SampleTask::kCells ? "cells" : "dense"; }
+
+SampleTask parse_sample_task(const std::string& name) {
+  if (name == "dense") return SampleTask::kDense;
+  if (name == "cells") return SampleTask::kCells;
+  throw Error("sample-data: the task is dense or cells, not '" + name + "'");
+}
 
 std::ostream& operator<<(std::ostream& out, const Lesion& lesion) {
   return out << "lesion at (" << lesion.x << ", " << lesion.y << ") radius " << lesion.radius;
@@ -331,7 +386,7 @@ std::vector<SampleSlide> plan_sample_slides(int count) {
 }
 
 void write_sample_slide(const fs::path& path, SampleSlide& slide, int64_t size, double mpp,
-                        uint64_t seed) {
+                        uint64_t seed, SampleTask task) {
   start_vips();
   if (size < 2 * kTileSize || size > 200000) {
     throw Error("sample-data: the slide size must be between " + std::to_string(2 * kTileSize) +
@@ -366,14 +421,15 @@ void write_sample_slide(const fs::path& path, SampleSlide& slide, int64_t size, 
     colour = colour + (fibres * (1 - stain)).linear(kFibre, {0, 0, 0});
 
     // Nuclei: blurred noise cut high (sparse dots, ~6 µm); lesions cut it low (dense clusters).
-    const VImage nuclei_field =
-        upsample(noise(c / 2, c / 2, random).gaussblur(1.6 / static_cast<double>(microns)), c, c) *
-            400 +
-        128;
+    const VImage nuclei_field = nuclei_noise(c, 2, microns, random);
     const VImage nuclei = ramp(nuclei_field, 215, 240);
+    const VImage base = colour;
     colour = blend(colour, kNucleus, nuclei);
 
-    if (slide.label == kTumour) {
+    if (task == SampleTask::kCells) {
+      colour =
+          cellular_lesions(colour, base, tissue, slide, field, threshold, size, microns, random);
+    } else if (slide.label == kTumour) {
       slide.lesions = place_lesions(field, threshold, size, random);
       const VImage lesion = lesion_mask(slide.lesions, c);
       const VImage dense = ramp(nuclei_field, 150, 185);
@@ -432,8 +488,8 @@ std::vector<SampleSlide> write_sample_data(const fs::path& folder, const SampleD
       const fs::path path = folder / slide.file;
       const fs::path temporary = folder / ("." + slide.file + ".part");
       try {
-        write_sample_slide(temporary, slide, options.size, options.mpp,
-                           slide_seed(options.seed, i));
+        write_sample_slide(temporary, slide, options.size, options.mpp, slide_seed(options.seed, i),
+                           options.task);
         fs::rename(temporary, path);
       } catch (...) {
         std::lock_guard lock(mutex);

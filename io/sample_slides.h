@@ -1,6 +1,7 @@
 // The synthetic demo dataset: H&E-like whole-slide images that OpenSlide opens as Aperio slides
 // (pyramidal, JPEG-compressed, tiled TIFF with an mpp), a manifest and the lesions' positions.
-// Tumour slides carry 1–4 lesions (dense dark-purple nuclei) inside the tissue; normal slides none.
+// Tumour slides carry 1–4 lesions inside the tissue (SampleTask: dense dark-purple nuclei, or
+// foci that differ only in their nuclei); normal slides none.
 // The same seed and size give the same bytes.
 #pragma once
 
@@ -13,7 +14,20 @@
 
 namespace tessel::io {
 
+// What sets a tumour slide apart (`tessel sample-data --task`):
+// - kDense: lesions of dense, dark purple nuclei, visible at any resolution (the first demo's).
+// - kCells: foci whose nuclei are enlarged (twice across, a quarter as many: the same share of
+//   nuclear material) with coarse chromatin, so a focus has the colour and density of the tissue
+//   around it once a pixel is larger than a nucleus; and on every slide, of either class, benign
+//   clusters of small crowded nuclei, which at 8 µm per pixel look as a focus does. The label
+//   lives in the nuclei: a model must see them.
+enum class SampleTask { kDense, kCells };
+std::string to_string(SampleTask task);
+// "dense" or "cells"; throws tessel::Error otherwise.
+SampleTask parse_sample_task(const std::string& name);
+
 struct SampleDataOptions {
+  SampleTask task = SampleTask::kDense;
   int slides = 24;
   int64_t size = 8192;  // level-0 width and height in pixels
   uint64_t seed = 1;
@@ -30,12 +44,13 @@ struct Lesion {
 };
 
 struct SampleSlide {
-  std::string file;             // relative to the output folder, e.g. "slide_001.tif"
-  std::string label;            // "tumour" or "normal"
-  std::string split;            // "train", "val" or "test"
-  std::string patient;          // e.g. "patient_001"
-  std::vector<Lesion> lesions;  // empty on normal slides
-  double tissue_fraction = 0;   // of the slide's area, as designed
+  std::string file;              // relative to the output folder, e.g. "slide_001.tif"
+  std::string label;             // "tumour" or "normal"
+  std::string split;             // "train", "val" or "test"
+  std::string patient;           // e.g. "patient_001"
+  std::vector<Lesion> lesions;   // empty on normal slides
+  std::vector<Lesion> clusters;  // kCells: benign clusters of small nuclei, on either class
+  double tissue_fraction = 0;    // of the slide's area, as designed
 };
 
 std::ostream& operator<<(std::ostream& out, const Lesion& lesion);
@@ -60,6 +75,6 @@ std::vector<SampleSlide> write_sample_data(const std::filesystem::path& folder,
 // One slide: `slide.lesions` are placed here (inside the tissue, on tumour slides) and
 // slide.tissue_fraction set. `slide_seed` fixes every random choice.
 void write_sample_slide(const std::filesystem::path& path, SampleSlide& slide, int64_t size,
-                        double mpp, uint64_t slide_seed);
+                        double mpp, uint64_t slide_seed, SampleTask task = SampleTask::kDense);
 
 }  // namespace tessel::io

@@ -234,6 +234,109 @@ TEST_F(SampleSlides, AreTheSameBytesForTheSameSeedAndDifferForAnother) {
   fs::remove_all(again);
 }
 
+// Brightness of `image` averaged over boxes of `box` × `box` pixels whose pixels `keep(x, y)`
+// (level-0 coordinates, the image placed at x0, y0) all are: their mean and variance.
+struct BoxStats {
+  double mean = 0, variance = 0;
+  int64_t boxes = 0;
+};
+
+template <typename Keep>
+BoxStats box_stats(const RgbImage& image, int64_t x0, int64_t y0, int64_t box, Keep keep) {
+  std::vector<double> values;
+  for (int64_t by = 0; by + box <= image.height; by += box) {
+    for (int64_t bx = 0; bx + box <= image.width; bx += box) {
+      double sum = 0;
+      bool all = true;
+      for (int64_t y = by; y < by + box && all; ++y) {
+        for (int64_t x = bx; x < bx + box; ++x) {
+          const uint8_t* p = &image.pixels[static_cast<size_t>(3 * (y * image.width + x))];
+          if (!keep(x0 + x, y0 + y) || is_glass(p[0], p[1], p[2])) {
+            all = false;
+            break;
+          }
+          sum += (p[0] + p[1] + p[2]) / 3.0;
+        }
+      }
+      if (all) values.push_back(sum / static_cast<double>(box * box));
+    }
+  }
+  BoxStats s;
+  s.boxes = static_cast<int64_t>(values.size());
+  for (double v : values) s.mean += v / static_cast<double>(std::max<int64_t>(1, s.boxes));
+  for (double v : values) {
+    s.variance += (v - s.mean) * (v - s.mean) / static_cast<double>(std::max<int64_t>(1, s.boxes));
+  }
+  return s;
+}
+
+// --task cells: a focus has the tissue's brightness once a pixel is 8 µm (16 level-0 pixels at
+// 0.5 mpp), where the dense task's lesions are 40 darker, and differs in its nuclei: enlarged,
+// with coarse chromatin (their brightness spreads more than the tissue's nuclei's). Every slide,
+// normal ones too, carries benign clusters; lesions.json lists them and says the task.
+TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
+  const fs::path folder = temporary_folder("cells");
+  SampleDataOptions options;
+  options.slides = 2;
+  options.size = 4096;
+  options.seed = kSeed;
+  options.workers = 2;
+  options.task = tessel::io::SampleTask::kCells;
+  const std::vector<SampleSlide> slides = tessel::io::write_sample_data(folder, options);
+  const std::string json = read_text(folder / "lesions.json");
+  EXPECT_NE(json.find("\"task\": \"cells\""), std::string::npos) << json;
+  for (const SampleSlide& sample : slides) {
+    EXPECT_GE(sample.clusters.size(), 1u) << sample.file;
+    EXPECT_EQ(sample.lesions.empty(), sample.label == "normal") << sample.file;
+    const Slide slide(folder / sample.file);
+    for (const Lesion& lesion : sample.lesions) {
+      SCOPED_TRACE(sample.file);
+      // The focus's inner 70%, and a ring of tissue from 1.5 to 3 radii around it.
+      const int64_t r = lesion.radius, outer = 3 * r;
+      const int64_t x0 = std::max<int64_t>(0, lesion.x - outer);
+      const int64_t y0 = std::max<int64_t>(0, lesion.y - outer);
+      const RgbImage around =
+          slide.read_region(0, x0, y0, std::min<int64_t>(2 * outer, options.size - x0),
+                            std::min<int64_t>(2 * outer, options.size - y0));
+      const auto distance = [&](int64_t x, int64_t y) {
+        return std::hypot(static_cast<double>(x - lesion.x), static_cast<double>(y - lesion.y));
+      };
+      const auto in_focus = [&](int64_t x, int64_t y) { return distance(x, y) < 0.7 * r; };
+      const auto in_ring = [&](int64_t x, int64_t y) {
+        const double d = distance(x, y);
+        return d > 1.5 * r && d < outer;
+      };
+      const BoxStats focus8 = box_stats(around, x0, y0, 16, in_focus);
+      const BoxStats ring8 = box_stats(around, x0, y0, 16, in_ring);
+      ASSERT_GT(focus8.boxes, 20) << lesion;
+      ASSERT_GT(ring8.boxes, 20) << lesion;
+      EXPECT_NEAR(focus8.mean, ring8.mean, 10.0) << lesion;
+      // Nuclei (level-0 pixels darker than 130): the focus's have coarse chromatin.
+      const auto nuclei_spread = [&](const auto& keep) {
+        double sum = 0, squares = 0;
+        int64_t n = 0;
+        for (int64_t y = 0; y < around.height; ++y) {
+          for (int64_t x = 0; x < around.width; ++x) {
+            const uint8_t* p = &around.pixels[static_cast<size_t>(3 * (y * around.width + x))];
+            const double b = (p[0] + p[1] + p[2]) / 3.0;
+            if (b >= 130 || !keep(x0 + x, y0 + y)) continue;
+            sum += b;
+            squares += b * b;
+            ++n;
+          }
+        }
+        const double mean = sum / static_cast<double>(std::max<int64_t>(1, n));
+        return std::sqrt(
+            std::max(0.0, squares / static_cast<double>(std::max<int64_t>(1, n)) - mean * mean));
+      };
+      const double focus_spread = nuclei_spread(in_focus), ring_spread = nuclei_spread(in_ring);
+      EXPECT_GT(focus_spread, 1.5 * ring_spread) << lesion << ": the nuclei's brightness spreads "
+                                                 << focus_spread << " against " << ring_spread;
+    }
+  }
+  fs::remove_all(folder);
+}
+
 TEST(SampleSlidesPlan, Splits24SlidesSixteenFourFourWithBalancedClassesInEachSplit) {
   const std::vector<SampleSlide> slides = tessel::io::plan_sample_slides(24);
   std::map<std::string, std::map<std::string, int>> counts;  // split → label → slides
