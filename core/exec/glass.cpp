@@ -242,7 +242,7 @@ void GlassRun::fill(const std::vector<Region>& need, TileBoxes& boxes, TileExtra
   const bool whole = s_.is<WholeBarriers>();
   const std::vector<Boxes> box = computed_boxes(graph, shapes, s_.input, output, need,
                                                 TileUniform{tiles().input, given, whole});
-  boxes.held = held_regions(graph, shapes, s_.input, output, need, box, whole);
+  boxes.held = held_regions(graph, shapes, {s_.input, output}, need, box, whole);
   boxes.computed = held_boxes(box, boxes.held);
   extras.boxes = &boxes;
   extras.fill = &values_;

@@ -171,9 +171,27 @@ bool computed_whole(const Node& node, bool barriers_whole) {
                             node.kind == OpKind::kConcat || node.is_barrier());
 }
 
-std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
-                                 NodeId output, const std::vector<Region>& need,
+namespace {
+
+// What consumer `c`, holding `held` and computing `boxes` of it (all it holds where it is computed
+// whole), reads of its input shaped `in`.
+Region consumer_reads(const Node& c, const Region& held, const Boxes& boxes, const Shape& in,
+                      bool barriers_whole) {
+  if (computed_whole(c, barriers_whole)) return needed_input(c, held, in);
+  Region r;
+  for (const Region& b : boxes) {
+    const Region computed = intersect(b, held);
+    if (!computed.empty()) r = hull(r, needed_input(c, computed, in));
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes,
+                                 NodeSpan nodes, const std::vector<Region>& need,
                                  const std::vector<Boxes>& box, bool barriers_whole) {
+  const NodeId input = nodes.input, output = nodes.output;
   std::vector<Region> held(need.size());
   held[static_cast<size_t>(output)] = need[static_cast<size_t>(output)];
   const auto whole_region = [&](NodeId v) {
@@ -189,19 +207,11 @@ std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& s
       held[i] = need[i];
       continue;
     }
-    const Shape& s = shapes[i];
     Region r;
     for (NodeId c : graph.consumers()[i]) {
       if (c > output) continue;
       const auto ci = static_cast<size_t>(c);
-      if (computed_whole(graph.node(c), barriers_whole)) {
-        r = hull(r, needed_input(graph.node(c), held[ci], s));
-        continue;
-      }
-      for (const Region& b : box[ci]) {
-        const Region computed = intersect(b, held[ci]);
-        if (!computed.empty()) r = hull(r, needed_input(graph.node(c), computed, s));
-      }
+      r = hull(r, consumer_reads(graph.node(c), held[ci], box[ci], shapes[i], barriers_whole));
     }
     held[i] = intersect(r, need[i]);
   }

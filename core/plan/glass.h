@@ -89,8 +89,11 @@ inline std::vector<Boxes> computed_boxes(const Graph& graph, const std::vector<S
 // every position of the tile's share). A node no consumer reads holds nothing. Indexed as `need`.
 // `barriers_whole` (WholeBarriers): pointwise ops, joins and barriers are computed over all they
 // hold (computed_whole), so their inputs hold that too.
-std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes, NodeId input,
-                                 NodeId output, const std::vector<Region>& need,
+struct NodeSpan {  // nodes (input, output]
+  NodeId input = 0, output = 0;
+};
+std::vector<Region> held_regions(const Graph& graph, const std::vector<Shape>& shapes,
+                                 NodeSpan nodes, const std::vector<Region>& need,
                                  const std::vector<Boxes>& box, bool barriers_whole = false);
 // Whether a tile of a WholeBarriers segment (`barriers_whole`) computes `node` over all it holds
 // rather than its boxes: an op at one position (a pointwise op, a join, a barrier applying its

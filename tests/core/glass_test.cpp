@@ -463,7 +463,7 @@ TEST(Glass, HeldRegionsHoldWhatTheConsumersRead) {
   for (const Region& tile : k.tiles()) {
     const std::vector<Region> need = segment_needs(g, shapes, 0, out, tile);
     const std::vector<Boxes> box = computed_boxes(g, shapes, 0, out, need, b.cells);
-    const std::vector<Region> held = held_regions(g, shapes, 0, out, need, box);
+    const std::vector<Region> held = held_regions(g, shapes, {0, out}, need, box);
     const std::vector<Boxes> computed = held_boxes(box, held);
     EXPECT_EQ(held[static_cast<size_t>(out)], tile);
     for (NodeId v = 1; v <= out; ++v) {

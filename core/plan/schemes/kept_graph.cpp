@@ -91,7 +91,8 @@ GraphBytes glass_graph_bytes(const Analysis& a, const Segment& s, size_t i,
     const bool whole = s.is<WholeBarriers>();
     const std::vector<Boxes> box = computed_boxes(a.graph, a.shapes, s.input, s.output, need,
                                                   TileUniform{glass.input, nullptr, whole});
-    std::vector<Region> held = held_regions(a.graph, a.shapes, s.input, s.output, need, box, whole);
+    std::vector<Region> held =
+        held_regions(a.graph, a.shapes, {s.input, s.output}, need, box, whole);
     held[static_cast<size_t>(s.input)] = need[static_cast<size_t>(s.input)];
     add_tile(g, a.compute_cost(s.input, s.output, tile, held, nullptr), input_view(i),
              output_is_checkpoint(s));
