@@ -762,7 +762,10 @@ def run_glass_section(args):
              f"without a background. Bar: 1.25 × (1 − glass FLOPs) × dense (at 100% tissue "
              f"1.05). 'steps (warm-up)': the median of that many steps after that many warm-up "
              f"steps, each variant of a model in its own process, in turn, as many rounds as "
-             f"'× rounds' says.\n\n" + glass_table(points))
+             f"'× rounds' says. Rows measured in this run: "
+             f"{', '.join(f'{m} {n} {size}²' for m, n, size, _ in cases)}; the others are kept "
+             f"from the previous results file, measured on their own day.\n\n"
+             + glass_table(points))
     report_section(args, table, out, GLASS_TABLE_BEGIN, GLASS_TABLE_END, points)
 
 

@@ -205,9 +205,11 @@ VImage blend(const VImage& base, const std::vector<double>& over, const VImage& 
   return base + alpha * base.linear({-1, -1, -1}, over);
 }
 
-// Nuclei to cut from: blurred noise on a grid of `grid` texture pixels,
-// upsampled to c × c and cut at 215–240. The cut takes the same share of the texture at any grid
-// (the blur is the same in the grid's own pixels), so nuclei twice as large are a quarter as many.
+// Nuclei to cut from: blurred noise on a grid of `grid` texture pixels, upsampled to c × c (the
+// blur is the same in the grid's own pixels, so a coarser grid gives larger nuclei, fewer of
+// them). The upsampling smooths a coarser grid's field more, so a cut at the same levels takes a
+// smaller share: the enlarged nuclei are cut lower (200–225 against 215–240) to hold about the
+// normal share.
 VImage nuclei_noise(int64_t c, int64_t grid, int64_t microns, Random& random) {
   return upsample(noise(c / grid, c / grid, random).gaussblur(1.6 / static_cast<double>(microns)),
                   c, c) *

@@ -44,12 +44,7 @@ std::string glass_dense(const Graph& graph, const Segment& s, bool training) {
 }
 
 bool whole_statistics(const Graph& graph, const Segment& s, bool training) {
-  if (!s.is<WholeBarriers>()) return false;
-  for (NodeId v = s.input + 1; v <= s.output; ++v) {
-    const Node& node = graph.node(v);
-    if (node.is_barrier() && (training || node.barrier != BarrierOp::kBatchNorm)) return true;
-  }
-  return false;
+  return s.is<WholeBarriers>() && !barrier_rounds(graph, s.input, s.output, training).empty();
 }
 
 bool padding_free(const Graph& graph, const std::vector<Shape>& shapes, NodeId input, NodeId output,

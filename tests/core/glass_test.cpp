@@ -839,6 +839,7 @@ TEST(Glass, WholeBarriersFillAroundTheirBoxes) {
   so.input_gradient = true;
   const Comparison c = compare_with_plain(g, plan, image, 49, so, &b);
   EXPECT_LT(c.worst(), kTolerance) << to_string(plan, g) << c.to_string();
+  EXPECT_EQ(c.glass_filled, 0) << counts(c);
 }
 
 // A whole segment's fills hold no more than its dense run: each barrier's value is read off a
