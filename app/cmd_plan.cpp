@@ -209,7 +209,9 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     int64_t classes = 2;
     bool json = false;
     std::optional<double> background;
+#ifndef TESSEL_ENGINE_ONLY
     SlideArgs slide;
+#endif
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("plan", "Print how a training step runs under a memory budget");
