@@ -896,10 +896,11 @@ def cohort_slides(tessel, folder, settings):
     """Writes the cohort (tessel sample-data at 0.25 µm/px), every slide in the train split: the
     epoch is training alone. Returns the manifest and the seconds writing took."""
     t0 = time.monotonic()
-    subprocess.run([tessel, "sample-data", "--out", folder, "--slides", str(settings["slides"]),
-                    "--size", str(settings["size"]), "--mpp", "0.25", "--seed", "1"],
-                   check=True, capture_output=True)
     manifest = os.path.join(folder, "manifest.csv")
+    if not os.path.exists(manifest):  # BENCH_COHORT_FOLDER may hold it, written beforehand
+        subprocess.run([tessel, "sample-data", "--out", folder, "--slides",
+                        str(settings["slides"]), "--size", str(settings["size"]), "--mpp", "0.25",
+                        "--seed", "1"], check=True, capture_output=True)
     with open(manifest) as m:
         rows = list(csv.DictReader(m))
     for row in rows:
@@ -975,7 +976,11 @@ def run_cohort_section(args):
     os.makedirs(os.path.dirname(out), exist_ok=True)
     points = []
     with tempfile.TemporaryDirectory(prefix="tessel-cohort-") as tmp:
-        manifest, written_s = cohort_slides(args.tessel, os.path.join(tmp, "slides"), settings)
+        # BENCH_COHORT_FOLDER: slides written there beforehand (`tessel sample-data` with the
+        # same --slides, --size, --mpp 0.25 --seed 1: scripts/gpu-session writes them while its
+        # checks run), or written there now.
+        folder = os.environ.get("BENCH_COHORT_FOLDER") or os.path.join(tmp, "slides")
+        manifest, written_s = cohort_slides(args.tessel, folder, settings)
         print(f"bench: cohort of {settings['slides']} slides of {settings['size']}² written in "
               f"{written_s:.1f} s", flush=True)
         for spec in settings["models"]:

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/device/memory.h"
@@ -199,6 +200,10 @@ void use_exact_algorithms() {
   context.setBenchmarkCuDNN(false);
   context.setAllowTF32CuDNN(false);
   context.setAllowTF32CuBLAS(false);
+  // A diagnostic: TESSEL_CUDNN=0 runs convolutions on LibTorch's own CUDA kernels, to tell a
+  // rounding that comes from the algorithm cuDNN picks for a tile's shape from one in the engine.
+  const char* cudnn = std::getenv("TESSEL_CUDNN");
+  if (cudnn != nullptr && std::string(cudnn) == "0") context.setUserEnabledCuDNN(false);
 }
 
 namespace {
