@@ -23,10 +23,11 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The tests: formatting, clang-tidy on core/ (no warning beyond scripts/tidy-baseline), every
-# unit and integration test, a smoke run of the benchmark harness, and a short fuzz of the file
-# readers.
+# The tests: formatting, clang-tidy on core/ (no warning beyond scripts/tidy-baseline), the
+# engine-only build's own sources (the GPU node's), every unit and integration test, a smoke run
+# of the benchmark harness, and a short fuzz of the file readers.
 test: build format-check tidy-check
+	scripts/engine-only-check $(BUILD)
 	bench/run --quick --out $(BUILD)/bench-quick.jsonl > $(BUILD)/bench-quick.log || \
 	  { cat $(BUILD)/bench-quick.log; exit 1; }
 	@echo "bench: the harness runs (bench/run --quick; no timing claims)"
