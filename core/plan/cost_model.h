@@ -27,8 +27,13 @@ inline PlanCost scheme_cost(const Analysis&, const Segment&, const WholeBarriers
 // they are not resident (SharedRows::kept_bytes), the joins' copies (joined_bytes).
 PlanCost scheme_cost(const Analysis& a, const Segment& s, const SharedRows& rows);
 // Sub-segments (plan/schemes/sub_segments.cpp): the backward rebuilds the inner checkpoints
-// (about one more forward), and the dropped ones' passes (dropped_cost).
+// (about one more forward), the dropped ones' passes (dropped_cost), and each inner pass's tiles
+// (sub_segment_runs).
 PlanCost scheme_cost(const Analysis& a, const Segment& s, const SubSegments& sub);
+// The tiles segment `s`'s inner passes run beyond the output's forward and backward tiles: each
+// inner checkpoint's pass in the forward (and the rebuild), each kept one's sub-segment and each
+// round of sums in the backward. Each is priced as a tile (PlanOptions::Prices::per_tile).
+double sub_segment_runs(const Analysis& a, const Segment& s);
 // Recompute rounds (plan/schemes/recompute_rounds.cpp): in the forward, each barrier's
 // statistic pass recomputes its input over the shares of the forward tiles; in the backward,
 // each round of sums recomputes the segment's tiles and takes the gradient back to its

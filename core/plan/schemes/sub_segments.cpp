@@ -110,7 +110,24 @@ PlanCost scheme_cost(const Analysis& a, const Segment& s, const SubSegments& sub
   c.compute = static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
               static_cast<double>(s.forward.tiles());
   c += dropped_cost(a, s, sub.tier != Tier::kResident);
+  c.tiles = a.options.prices.per_tile * sub_segment_runs(a, s);
   return c;
+}
+
+double sub_segment_runs(const Analysis& a, const Segment& s) {
+  // Each inner checkpoint is a pass over the forward's tiles (the step's forward; again in the
+  // backward's rebuild where they are not kept), each kept one's sub-segment a pass over the
+  // backward's, and each round of sums another over its owner's. SegmentBuild::account prices
+  // the output's passes. Priced as one tile each, a 9×9 sub-segments segment ran 26 ms a tile
+  // beyond its FLOPs against 2 ms priced (resnet50 train-mode BN 1024², bench/NOTES.md, session
+  // 56), and the search chose it over the whole segment, 7× faster.
+  const auto kept = static_cast<double>(kept_inner(a.graph, s).size());
+  const auto all = kept + static_cast<double>(s.dropped_inner().size());
+  double rounds = 0;
+  for (const auto& [owner, n] : sums_rounds(a, s)) rounds += n;
+  const auto f = static_cast<double>(s.forward.tiles());
+  const auto b = static_cast<double>(s.backward.tiles());
+  return all * f + (s.keeps_inner() ? 0 : kept * f) + (kept + rounds) * b;
 }
 
 int64_t inner_backward_bytes(const Analysis& a, const Segment& s) {
