@@ -14,6 +14,17 @@
 
 namespace tessel::core::planning {
 
+// A pass of a segment with barriers beyond its output's forward and backward (a sub-segment's
+// inner pass, a round of sums, a recompute round's round), in PlanOptions::Prices::per_tile: each
+// runs every tile again with its barriers' corrections and sums. Measured (bench/NOTES.md,
+// session 58; 2 EPYC cores): resnet50 train-mode BN 1024² in 1 GiB, a 4×4 sub-segments segment
+// of layer1 ran its 48 tile passes 1.14 s beyond the same layers as two whole segments, about
+// 24 ms a pass against per_tile's 2 ms. Priced at one tile, the search preferred such segments
+// to whole ones wherever glass made their checkpoints smaller (1.14× the dense step at 10%
+// tissue); at ten, 1.04×, and resnet50 group norm 1000×777 in 400 MiB 0.94× (rounds
+// coarser), no measured plan slower beyond noise.
+inline constexpr double kBarrierPassTiles = 10;
+
 // What segment `s`'s scheme adds to its price beyond its tiles' forward, recompute and backward.
 PlanCost scheme_cost(const Analysis& a, const Segment& s);
 
@@ -28,11 +39,11 @@ inline PlanCost scheme_cost(const Analysis&, const Segment&, const WholeBarriers
 PlanCost scheme_cost(const Analysis& a, const Segment& s, const SharedRows& rows);
 // Sub-segments (plan/schemes/sub_segments.cpp): the backward rebuilds the inner checkpoints
 // (about one more forward), the dropped ones' passes (dropped_cost), and each inner pass's tiles
-// (sub_segment_runs).
+// (sub_segment_runs, each kBarrierPassTiles tiles).
 PlanCost scheme_cost(const Analysis& a, const Segment& s, const SubSegments& sub);
 // The tiles segment `s`'s inner passes run beyond the output's forward and backward tiles: each
 // inner checkpoint's pass in the forward (and the rebuild), each kept one's sub-segment and each
-// round of sums in the backward. Each is priced as a tile (PlanOptions::Prices::per_tile).
+// round of sums in the backward.
 double sub_segment_runs(const Analysis& a, const Segment& s);
 // Recompute rounds (plan/schemes/recompute_rounds.cpp): in the forward, each barrier's
 // statistic pass recomputes its input over the shares of the forward tiles; in the backward,

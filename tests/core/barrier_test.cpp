@@ -191,6 +191,10 @@ TEST(Barriers, RecomputedInnerCheckpointsMatch) {
       if (checkpoints) {
         o.overrides.checkpoints = checkpoint_candidates(g);
         o.offload = PlanOptions::Offload::kDisk;
+      } else {
+        // One segment, so the stem's output is an inner checkpoint (the search, pricing each
+        // inner pass's tiles, makes it a checkpoint of its own).
+        o.overrides.checkpoints = std::vector<NodeId>{};
       }
       o.streaming_reduction = !checkpoints;
       const std::string what =

@@ -32,7 +32,8 @@ PlanCost scheme_cost(const Analysis& a, const Segment& s, const RecomputeRounds&
   flops += 3.0 * static_cast<double>(back.flops) * static_cast<double>(s.backward.tiles()) *
            static_cast<double>(rounds.size());
   c.compute = flops;
-  c.tiles = a.options.prices.per_tile *
+  // Each round's tiles again, with their corrections and sums: kBarrierPassTiles each.
+  c.tiles = kBarrierPassTiles * a.options.prices.per_tile *
             static_cast<double>(rounds.size() * (s.forward.tiles() + s.backward.tiles()));
   return c;
 }

@@ -110,7 +110,7 @@ PlanCost scheme_cost(const Analysis& a, const Segment& s, const SubSegments& sub
   c.compute = static_cast<double>(a.tile_cost(s.input, s.output, middle_tile(s.forward)).flops) *
               static_cast<double>(s.forward.tiles());
   c += dropped_cost(a, s, sub.tier != Tier::kResident);
-  c.tiles = a.options.prices.per_tile * sub_segment_runs(a, s);
+  c.tiles = kBarrierPassTiles * a.options.prices.per_tile * sub_segment_runs(a, s);
   return c;
 }
 
@@ -120,7 +120,8 @@ double sub_segment_runs(const Analysis& a, const Segment& s) {
   // backward's, and each round of sums another over its owner's. SegmentBuild::account prices
   // the output's passes. Priced as one tile each, a 9×9 sub-segments segment ran 26 ms a tile
   // beyond its FLOPs against 2 ms priced (resnet50 train-mode BN 1024², bench/NOTES.md, session
-  // 56), and the search chose it over the whole segment, 7× faster.
+  // 56), and the search chose it over the whole segment, 7× faster; scheme_cost prices each
+  // at kBarrierPassTiles.
   const auto kept = static_cast<double>(kept_inner(a.graph, s).size());
   const auto all = kept + static_cast<double>(s.dropped_inner().size());
   double rounds = 0;
