@@ -153,6 +153,10 @@ void print_report(const pipelines::GradcheckReport& report, const std::string& p
     std::cout << "the tiled step failed: " << report.step_error << "\nFAIL\n";
     return;
   }
+  if (report.ranks > 1) {
+    std::cout << "split over " << report.ranks << " ranks (threads); every rank checked, the worst "
+              << "is rank " << report.worst_rank << "'s\n";
+  }
   std::cout << "max relative error (" << precision << ", " << report.device
             << "): " << errors_line(c, false) << "\n";
   print_floored(c);
@@ -293,6 +297,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     std::string norm = "frozen", pool = "avg", budget = "0", prices, inject = "none";
     bool ungated = false, input_gradient = false, every_quantity = false;
     int64_t branches = 1;
+    int ranks = 1;
     std::optional<double> background;
 #ifndef TESSEL_ENGINE_ONLY
     SlideArgs slide;
@@ -368,6 +373,12 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
                   "(0 to 1: blobs with holes and thin bridges) and declare it, so the tiled step "
                   "skips its glass tiles")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--ranks", args->ranks,
+                  "Split the tiled step over this many ranks (threads of this process, a replica "
+                  "of the network each: slide-parallel, docs/slide-parallel.md) and check every "
+                  "rank's gradients; float64")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 #ifndef TESSEL_ENGINE_ONLY
   add_slide_options(cmd, args->slide, "Check on (instead of random pixels, in place of --size)");
 #endif
@@ -399,6 +410,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
         r.input_gradient = args->input_gradient;
         r.inject = core::parse_fault(args->inject);
         r.background = args->background;
+        r.ranks = args->ranks;
 #ifndef TESSEL_ENGINE_ONLY
         // Float64 plain autograd over the whole image: a few million pixels at most.
         if (auto image = slide_image(args->slide, *cmd, kGradcheckSlidePixels)) {

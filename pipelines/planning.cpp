@@ -313,6 +313,30 @@ core::Shape gradcheck_input(const core::Graph& graph, const GradcheckRequest& r)
   return {channels, r.image.size(2), r.image.size(3)};
 }
 
+// `--ranks P`: the tiled step split over P ranks (threads, a replica of the network each, the
+// same weights), every rank against one plain step; the worst rank's comparison is reported.
+void check_split(core::Graph& graph, const GradcheckRequest& r, c10::Device device,
+                 at::ScalarType dtype, const core::Plan& plan, const at::Tensor& image,
+                 const core::StepOptions& so, GradcheckReport& report) {
+  std::vector<core::Graph> others;
+  others.reserve(static_cast<size_t>(r.ranks - 1));
+  std::vector<core::Graph*> replicas{&graph};
+  for (int i = 1; i < r.ranks; ++i) {
+    others.push_back(gradcheck_network(r));
+    others.back().module().to(device, dtype);
+    core::randomise(others.back(), r.seed);
+    replicas.push_back(&others.back());
+  }
+  const std::vector<core::Comparison> ranks =
+      core::compare_split_with_plain(replicas, plan, image, r.seed, so);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i == 0 || !(ranks[i].worst() <= ranks[static_cast<size_t>(report.worst_rank)].worst())) {
+      report.worst_rank = static_cast<int>(i);
+    }
+  }
+  report.comparison = ranks[static_cast<size_t>(report.worst_rank)];
+}
+
 }  // namespace
 
 GradcheckReport gradcheck(const GradcheckRequest& r) {
@@ -326,6 +350,13 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   if (r.inject == core::Fault::kNanStat && !has_running_statistics(graph)) {
     throw Error("--inject nan-stat: " + (r.network ? std::string("this network") : r.model) +
                 " has no running statistics (batch norm has them: --norm batch)");
+  }
+  if (r.ranks > 1 && (!r.float64 || r.background || r.image_background)) {
+    throw Error(std::string("--ranks: the split step is checked in float64 on images without a "
+                            "background for now (") +
+                (!r.float64 ? "not --precision " + core::to_string(r.precision)
+                            : "its glass would be computed as tissue") +
+                "; docs/slide-parallel.md)");
   }
   std::optional<core::Background> background = r.image_background;
   if (r.background) {
@@ -359,13 +390,16 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
     }
   }
   report.device = device.str();
+  report.ranks = r.ranks;
   core::StepOptions so;
   so.scratch_dir = r.scratch_dir;
   so.input_gradient = r.input_gradient;
   so.inject = r.inject;
   if (!r.float64) so.precision = r.precision;
   try {
-    if (r.float64) {
+    if (r.ranks > 1) {
+      check_split(graph, r, device, dtype, plan, image, so, report);
+    } else if (r.float64) {
       report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so,
                                                    background ? &*background : nullptr);
     } else {

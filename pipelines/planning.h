@@ -81,6 +81,9 @@ struct GradcheckRequest {
   // height and width are the image's.
   at::Tensor image;
   std::optional<core::Background> image_background;
+  // More than 1: the tiled step split over this many ranks (threads of this process, one network
+  // replica each; docs/slide-parallel.md), every rank's gradients checked. Float64 only.
+  int ranks = 1;
 };
 
 struct GradcheckReport {
@@ -96,6 +99,8 @@ struct GradcheckReport {
   std::vector<std::string> schemes;  // core::schemes_of the plan checked
   int64_t tiled_barriers = 0;        // barrier nodes in segments of more than one tile
   std::string device;                // where both steps ran: "cpu", "cuda:0"
+  int ranks = 1;                     // the ranks the tiled step was split over
+  int worst_rank = 0;                // of those, the one whose comparison is reported
   // With a background: the share of the image it covers, and what the plan skips
   // (core::summarize: glass tiles, the forward's FLOPs).
   std::optional<core::GlassSummary> glass;  // as the plan says (core::Plan::glass)

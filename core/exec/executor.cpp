@@ -12,6 +12,7 @@
 #include "core/device/memory.h"
 #include "core/error.h"
 #include "core/exec/dropout.h"
+#include "core/exec/ranks.h"
 #include "core/exec/step.h"
 #include "core/exec/tile_ops.h"
 
@@ -99,6 +100,42 @@ void check_plan(const Graph& graph, const Plan& plan, const TileSource& source) 
   }
 }
 
+// The parameters' gradients of a step split over ranks (StepOptions::ranks): what the step adds
+// to them is summed over the ranks. The tiled segments' part differs by rank (each ran its own
+// tiles); the head's is the same on every rank (each ran it whole), so only rank 0's counts.
+class SplitGradients {
+ public:
+  SplitGradients(Graph& graph, Ranks* ranks) {
+    if (ranks == nullptr || ranks->size() < 2) return;
+    ranks_ = ranks;
+    at::NoGradGuard no_grad;
+    for (auto& p : graph.module().parameters()) {
+      if (p.grad().defined()) grads_.push_back({p, p.grad().clone()});
+    }
+  }
+  // After the head's backward, before the tiled segments': the head's part on ranks but 0.
+  void after_head() {
+    if (ranks_ == nullptr || ranks_->rank() == 0) return;
+    at::NoGradGuard no_grad;
+    for (auto& [p, before] : grads_) p.mutable_grad().copy_(before);
+  }
+  // After the step: each gradient is what it was plus the sum over ranks of what each added.
+  void sum() {
+    if (ranks_ == nullptr) return;
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> added;
+    for (auto& [p, before] : grads_) added.push_back(p.grad() - before);
+    ranks_->allreduce_sum(added);
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      grads_[i].first.mutable_grad().copy_(grads_[i].second + added[i]);
+    }
+  }
+
+ private:
+  Ranks* ranks_ = nullptr;
+  std::vector<std::pair<at::Tensor, at::Tensor>> grads_;  // each parameter, its gradient before
+};
+
 }  // namespace
 
 StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const at::Tensor& target,
@@ -136,6 +173,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     for (auto& p : graph.module().parameters()) {
       if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     }
+    SplitGradients split(graph, options.ranks);
     const at::Tensor head_in = step.forward().detach().requires_grad_(true);
     result.offload_forward_wait_ms = step.store_stats().wait_ms;
     const at::Tensor logits = run_from(graph, plan.tail_input, head_in, /*training=*/true);
@@ -145,7 +183,9 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     loss.backward();
     at::Tensor grad = head_in.grad();
     if (!grad.defined()) grad = at::zeros_like(head_in);
+    split.after_head();
     result.input_grad = step.backward(grad);
+    split.sum();
     if (!options.input_gradient) result.input_grad = at::Tensor();
     inject_nan(graph, options.inject);
     result.backward_ms = ms_since(t1);

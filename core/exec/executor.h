@@ -20,6 +20,8 @@
 
 namespace tessel::core {
 
+class Ranks;  // core/exec/ranks.h
+
 // loss(logits, target) → scalar.
 using LossFn = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& target)>;
 
@@ -48,6 +50,12 @@ struct StepOptions {
   // Glass tiles (core/plan/glass.h) are computed once, where the image declares a background
   // (TileSource::background); false runs them like any tile (for comparison).
   bool glass = true;
+  // Slide-parallel (core/exec/ranks.h, docs/slide-parallel.md): this rank of a group that shares
+  // the step. Each rank runs its share of every segment's tiles (rank_tiles); the checkpoints,
+  // the input gradients between segments and the parameters' gradients are summed over the
+  // ranks, so every rank ends the step with the gradients of the whole image. Null or one rank:
+  // the step alone. Glass is computed as tissue under it (not yet split).
+  Ranks* ranks = nullptr;
 };
 
 struct StepResult {

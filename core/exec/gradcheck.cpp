@@ -5,10 +5,14 @@
 #include <torch/nn/module.h>
 
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
+#include "core/exec/ranks.h"
 #include "core/graph/fill.h"
 #include "core/tile_source.h"
 
@@ -401,6 +405,46 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
   c.glass_backward_tiles = tiled.step.glass_backward_tiles;
   c.glass_filled = tiled.step.glass_filled;
   return c;
+}
+
+std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& replicas,
+                                                 const Plan& plan, const at::Tensor& image_anywhere,
+                                                 uint64_t seed, const StepOptions& options) {
+  if (replicas.empty()) throw Error("internal: a split check without ranks");
+  Graph& first = *replicas.front();
+  const c10::Device device = device_of(first, image_anywhere);
+  const at::Tensor image = image_anywhere.to(device);
+  const CheckLoss loss(first, plan, seed, device, image.scalar_type());
+  const Named before = buffers_of(first);
+  LocalGroup group(static_cast<int>(replicas.size()));
+  std::vector<Outcome> split(replicas.size());
+  std::mutex mutex;
+  std::exception_ptr failed;  // the first rank's to fail (the others then stop with it)
+  {
+    std::vector<std::jthread> threads;
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          LocalRanks ranks(group, static_cast<int>(r));
+          StepOptions o = check_options(plan, options, true);
+          o.ranks = &ranks;
+          split[r] = run(*replicas[r], plan, image, loss.fn(), o, nullptr);
+        } catch (...) {
+          const std::scoped_lock lock(mutex);
+          if (!failed) failed = std::current_exception();
+          group.abort();
+        }
+      });
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  restore_buffers(first, before);
+  const Outcome reference =
+      run(first, plain_of(plan), image, loss.fn(), check_options(plan, options, false), nullptr);
+  std::vector<Comparison> out;
+  for (const Outcome& o : split)
+    out.push_back(compare(o, reference, loss.scale(reference.step.logits)));
+  return out;
 }
 
 PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,

@@ -105,6 +105,14 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
                               uint64_t seed, const StepOptions& options = {},
                               const Background* background = nullptr);
 
+// The step split over ranks (StepOptions::ranks; docs/slide-parallel.md), as threads of this
+// process (LocalRanks), one rank per replica: each the same network with the same weights and
+// running statistics. Against one plain step on replicas[0]: a comparison per rank, since every
+// rank must end with the whole image's gradients. A rank's failure is rethrown (the first).
+std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& replicas,
+                                                 const Plan& plan, const at::Tensor& image,
+                                                 uint64_t seed, const StepOptions& options = {});
+
 // A check in a reduced precision (float32, tf32, bf16: the graph's dtype and options.precision):
 // four steps from the same weights and running statistics, tiled and plain, each also in
 // float64. `exact` is the float64 first law on the same plan (within 1e-10 whatever the

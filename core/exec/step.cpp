@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/exec/fault.h"
 #include "core/exec/glass.h"
+#include "core/exec/ranks.h"
 #include "core/plan/geometry.h"
 
 namespace tessel::core {
@@ -95,7 +96,8 @@ Step::Output::Output(Step& step, int index)
   const Node& reduction = step.graph_.node(s_.reduction >= 0 ? s_.reduction : 0);
   is_max_ = s_.reduction >= 0 && reduction.kind == OpKind::kGlobalMaxPool;
   is_attention_ = s_.reduction >= 0 && reduction.kind == OpKind::kAttentionPool;
-  output_is_tile_ = step.training_ && s_.keeps_graph() && s_.forward.tiles() == 1;
+  // Split over ranks, each rank's output holds its tiles and zeros, summed in finish().
+  output_is_tile_ = step.training_ && s_.keeps_graph() && s_.forward.tiles() == 1 && !step.split();
   if (step.offloaded(index)) {
     auto& stored = step.stored_[s_.output];
     // Blocks a forward glass tile writes keep the output's uniform value alone (glass.h).
@@ -111,7 +113,8 @@ Step::Output::Output(Step& step, int index)
         std::make_unique<SparseCheckpoint>(shape_, s_.forward, step.glass(index).forward, options);
     sparse_ = sparse.get();
   } else if (s_.reduction < 0 && !output_is_tile_) {
-    out_ = at::empty({1, shape_.channels, shape_.height, shape_.width}, options);
+    const std::vector<int64_t> size{1, shape_.channels, shape_.height, shape_.width};
+    out_ = step.split() ? at::zeros(size, options) : at::empty(size, options);
   } else if (is_attention_) {
     step.attention_ = std::make_unique<AttentionStream>(reduction, options);
   } else if (is_max_) {
@@ -157,6 +160,8 @@ void Step::Output::add_max(const Region& tile, const at::Tensor& y) {
 
 void Step::Output::finish() {
   if (stored_ != nullptr || sparse_ != nullptr) return;  // kept in the store, or by block
+  // Split over ranks (check_split allows only these): each rank's tiles, summed.
+  if (out_.defined()) step_.sum_over_ranks({out_});
   if (s_.reduction < 0) {
     step_.checkpoints_[s_.output] = out_;
   } else if (is_attention_) {
@@ -207,15 +212,54 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
       TileStore::check_free_space(o.scratch_dir, stored_bytes(graph, plan, Tier::kDisk));
     store_ = std::make_unique<TileStore>(o);
   }
+  check_split();
   find_glass();
   for (int i = 0; i < segments(); ++i) runs_.push_back(make_scheme_run(*this, i));
+}
+
+bool Step::split() const { return options_.ranks != nullptr && options_.ranks->size() > 1; }
+
+bool Step::runs(const Partition& part, int64_t t) const {
+  return !split() ||
+         rank_tiles(part.tiles(), options_.ranks->rank(), options_.ranks->size()).has(t);
+}
+
+void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
+  if (split()) options_.ranks->allreduce_sum(tensors);
+}
+
+// What a step split over ranks does not split yet (docs/slide-parallel.md): each of these keeps
+// state that one rank's tiles alone would leave wrong on the others.
+void Step::check_split() const {
+  if (!split()) return;
+  const auto refuse = [&](const std::string& what) {
+    throw Error("slide-parallel: " + what +
+                ", which is not yet split over ranks; run it on one rank per slide "
+                "(--distributed gives each rank its own slides)");
+  };
+  if (plan_.offloads()) refuse("the plan offloads checkpoints to the host or disk");
+  for (int i = 0; i < segments(); ++i) {
+    const Segment& s = segment(i);
+    const std::string where = "segment " + std::to_string(i) + " (" +
+                              graph_.node(s.input + 1).name + " … " + graph_.node(s.output).name +
+                              ")";
+    if (s.is<SharedRows>()) refuse(where + " runs as shared rows");
+    if (training_ && !barrier_rounds(graph_, s.input, s.output).empty()) {
+      refuse(where +
+             " holds a barrier that takes statistics of the whole image (train-mode "
+             "batch norm, group norm, squeeze-excitation)");
+    }
+    if (s.reduction >= 0 && graph_.node(s.reduction).kind != OpKind::kGlobalAvgPool) {
+      refuse(where + " streams " + graph_.node(s.reduction).name + " (only a global average)");
+    }
+  }
 }
 
 Step::~Step() = default;
 
 // Each segment's glass tiles (core/plan/glass.h), where the image declares a background.
 void Step::find_glass() {
-  const Background* background = options_.glass ? source_.background() : nullptr;
+  const Background* background = options_.glass && !split() ? source_.background() : nullptr;
   CellMask image;
   if (background != nullptr) {
     if (background->cells.height() != shape(0).height ||
@@ -285,6 +329,7 @@ void Step::forward_segment(int index) {
   run.before_forward();
   run.schedule_forward();
   for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+    if (!runs(s.forward, t)) continue;  // another rank's
     if (t + 1 == s.forward.tiles() && out.stored()) preschedule(index + 1, /*backward=*/false);
     emit(index, s.forward, t, TileEvent::kForward, false);
     const Region tile = s.forward.tile(t);
@@ -308,6 +353,8 @@ at::Tensor Step::backward(at::Tensor grad) {
     const PassLog log(*this, i, "backward");
     write_behind(segment(i).backward_write_behind);
     grad = runs_[static_cast<size_t>(i)]->backward(grad);
+    // Split over ranks: each rank's tiles' part of the input's gradient, summed.
+    if (grad.defined()) sum_over_ranks({grad});
     glass_grads_[out] = at::Tensor();  // taken: by the segment's chain, or its passed_glass_root
     checkpoints_[out] = at::Tensor();
     sparse_[out].reset();

@@ -201,6 +201,12 @@ class Step {
   void set_update_running(bool on) { update_running_ = on; }
 
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
+  // Slide-parallel (StepOptions::ranks): whether this rank runs tile `t` of pass `part`
+  // (rank_tiles; every tile when the step is alone), and the sum of `tensors` over the ranks
+  // (nothing when alone). `split()`: more than one rank shares the step.
+  bool split() const;
+  bool runs(const Partition& part, int64_t t) const;
+  void sum_over_ranks(const std::vector<at::Tensor>& tensors) const;
   // The barriers of segment `s` that need whole-image statistics in this step
   // (core/exec/barrier.h). None in a one-tile segment: its tile is the whole activation, so its
   // barriers run whole.
@@ -265,6 +271,7 @@ class Step {
  private:
   class Output;
   void find_glass();
+  void check_split() const;
   void take_uniform(const Segment& s, const Region& tile, const at::Tensor& y);
   at::Tensor passed_glass_root(const Segment& s, const Region& tile, const at::Tensor& y) const;
   void forward_segment(int index);

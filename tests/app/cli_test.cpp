@@ -146,6 +146,21 @@ TEST(Cli, GradcheckWithABackgroundSkipsGlassTilesAndStillFailsAFault) {
   EXPECT_NE(bad.exit_code, 0) << bad.output;
 }
 
+// One slide's step split over ranks (threads): every rank's gradients checked, a fault still
+// fails, and what is not split yet (barriers) fails in words; bf16 is not a split check yet.
+TEST(Cli, GradcheckSplitOverRanksChecksEveryRank) {
+  const CliRun run = run_cli("gradcheck --model vgg-mini --size 67x59 --ranks 3 --input-gradient");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("split over 3 ranks"), std::string::npos) << run.output;
+  const CliRun halo = run_cli("gradcheck --model random --size 61x47 --ranks 2 --inject halo");
+  EXPECT_EQ(halo.exit_code, 1) << halo.output;
+  const CliRun barrier = run_cli("gradcheck --model resnet18 --norm batch --size 67x59 --ranks 2");
+  EXPECT_EQ(barrier.exit_code, 1) << barrier.output;
+  EXPECT_NE(barrier.output.find("not yet split over ranks"), std::string::npos) << barrier.output;
+  const CliRun bf16 = run_cli("gradcheck --ranks 2 --precision bf16");
+  EXPECT_EQ(bf16.exit_code, 2) << bf16.output;
+}
+
 // The attention head and budgeted plans from the command line: the schemes a budget picks are
 // reported, and the image's gradient is compared only when asked for.
 TEST(Cli, GradcheckChecksAttentionHeadsAndBudgetedPlans) {

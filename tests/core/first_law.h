@@ -32,6 +32,18 @@ inline PlanOptions fixed_tiles(Strategy s, int64_t ty, int64_t tx) {
   return o;
 }
 
+// The plan for `in` under `o` (fixed tiles, no budget), with o's checkpoints; a checkpoint drawn
+// after the last tiled layer is not a candidate, and then the plan is made (and `o` left)
+// without them.
+inline Plan plan_drawn(const Graph& g, const Shape& in, PlanOptions& o) {
+  try {
+    return make_plan(g, in, 0, o);
+  } catch (const tessel::Error&) {
+    o.overrides.checkpoints.reset();
+    return make_plan(g, in, 0, o);
+  }
+}
+
 // Whether `g` has parameters: a check of a network without any must ask for the image's
 // gradient (PlanOptions::input_gradient), the only gradient such a step has.
 inline bool has_parameters(Graph& g) { return !g.module().parameters().empty(); }

@@ -1,0 +1,217 @@
+// One slide's step split over ranks (issue 54, docs/slide-parallel.md): every rank runs its share
+// of each segment's tiles, and each ends the step with plain autograd's gradients on the whole
+// image. Ranks here are threads of this process (LocalRanks); float64, random weights, sizes that
+// divide neither the tiles nor the tiles among the ranks.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/exec/gradcheck.h"
+#include "core/exec/ranks.h"
+#include "core/plan/geometry.h"
+#include "core/plan/planner.h"
+#include "models/zoo.h"
+#include "tests/core/first_law.h"
+
+namespace tessel::core {
+namespace {
+
+using test::fixed_tiles;
+using test::kTolerance;
+using test::random_image;
+
+// `ranks` replicas of random network `seed` in float64, the same weights in each.
+std::vector<std::unique_ptr<Graph>> random_replicas(uint64_t seed, int ranks, bool barriers) {
+  std::vector<std::unique_ptr<Graph>> out;
+  for (int r = 0; r < ranks; ++r) {
+    out.push_back(std::make_unique<Graph>(models::random_network(seed, 17, 2, barriers)));
+    out.back()->module().to(test_device(), at::kDouble);
+    randomise(*out.back(), seed);
+  }
+  return out;
+}
+
+std::vector<Graph*> pointers(const std::vector<std::unique_ptr<Graph>>& graphs) {
+  std::vector<Graph*> out;
+  for (const auto& g : graphs) out.push_back(g.get());
+  return out;
+}
+
+// The worst comparison over the ranks, with the rank named.
+struct Worst {
+  double error = 0;
+  std::string text;
+};
+Worst worst_of(const std::vector<Comparison>& ranks) {
+  Worst w;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].worst() >= w.error) {
+      w.error = ranks[r].worst();
+      w.text = "rank " + std::to_string(r) + ": " + ranks[r].to_string();
+    }
+  }
+  return w;
+}
+
+TEST(SlideParallel, RankTilesCoverEveryTileOnce) {
+  for (int64_t tiles : {1, 2, 3, 7, 12, 100}) {
+    for (int ranks : {1, 2, 3, 4, 5}) {
+      int64_t next = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const TileRange range = rank_tiles(tiles, r, ranks);
+        EXPECT_EQ(range.begin, next) << tiles << " tiles, rank " << r << " of " << ranks;
+        EXPECT_LE(range.end - range.begin, (tiles + ranks - 1) / ranks);
+        EXPECT_GE(range.end - range.begin, tiles / ranks);
+        next = range.end;
+      }
+      EXPECT_EQ(next, tiles);
+    }
+  }
+  EXPECT_THROW(rank_tiles(4, 2, 2), tessel::Error);
+}
+
+// Random networks (convs of every stride, padding, dilation and groups; pools; residual adds and
+// concats; pointwise ops), grid or rows, 2 to 4 ranks, checkpoints at random, the image's gradient
+// every other case. A streaming global max is refused (not yet split), with words that say so.
+TEST(SlideParallel, RandomNetworksMatchPlainAutogradOnEveryRank) {
+  int compared = 0, refused = 0;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int ranks = static_cast<int>(pick(2, 4));
+    auto graphs = random_replicas(seed, ranks, /*barriers=*/false);
+    Graph& g = *graphs.front();
+    const Shape in{2, pick(17, 41), pick(17, 41)};
+    const Strategy strategy = pick(0, 1) ? Strategy::kGrid : Strategy::kRows;
+    const int64_t ty = pick(2, 5), tx = strategy == Strategy::kRows ? 1 : pick(1, 4);
+    PlanOptions o = fixed_tiles(strategy, ty, tx);
+    o.input_gradient = seed % 2 == 0 || !test::has_parameters(g);
+    o.streaming_reduction = pick(0, 3) != 0;
+    std::vector<NodeId> ckpts;
+    for (NodeId v : checkpoint_candidates(g)) {
+      if (pick(0, 2) == 0) ckpts.push_back(v);
+    }
+    o.overrides.checkpoints = ckpts;
+    const Plan plan = test::plan_drawn(g, in, o);
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
+    const at::Tensor image = random_image(2, in.height, in.width, seed);
+    try {
+      const Worst w = worst_of(compare_split_with_plain(pointers(graphs), plan, image, seed));
+      EXPECT_LT(w.error, kTolerance)
+          << "seed " << seed << ", " << ranks << " ranks, input " << to_string(in) << "\n"
+          << to_string(plan, g) << w.text;
+      ++compared;
+    } catch (const tessel::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("only a global average"), std::string::npos)
+          << "seed " << seed << ": " << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GE(compared, 16) << refused << " refused";
+  EXPECT_GE(refused, 1) << "no case streamed a global max: the refusal went unchecked";
+}
+
+// More ranks than a segment has tiles: the ranks without one add nothing, and still end with the
+// whole gradients. And one rank alone is the step as before.
+TEST(SlideParallel, RanksWithoutTilesAndOneRankMatch) {
+  for (const int ranks : {1, 5}) {
+    auto graphs = random_replicas(3, ranks, false);
+    Graph& g = *graphs.front();
+    const Shape in{2, 23, 29};
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 2, 2);
+    o.streaming_reduction = false;
+    const Plan plan = make_plan(g, in, 0, o);
+    ASSERT_TRUE(tiles(plan));
+    const Worst w =
+        worst_of(compare_split_with_plain(pointers(graphs), plan, random_image(2, 23, 29, 3), 3));
+    EXPECT_LT(w.error, kTolerance) << ranks << " ranks\n" << w.text;
+  }
+}
+
+// Segments that keep their tiles' graphs from the forward to the backward (each rank its own),
+// with checkpoints between them.
+TEST(SlideParallel, KeptGraphsMatch) {
+  int kept = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    auto graphs = random_replicas(seed, 3, false);
+    Graph& g = *graphs.front();
+    const Shape in{2, 37, 31};
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 3, 3);
+    o.overrides.keep_graphs = true;
+    o.streaming_reduction = false;
+    const std::vector<NodeId> candidates = checkpoint_candidates(g);
+    if (!candidates.empty()) o.overrides.checkpoints = {candidates[candidates.size() / 2]};
+    const Plan plan = make_plan(g, in, int64_t{1} << 40, o);
+    ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
+    for (const Segment& s : plan.segments) kept += s.keeps_graph() && s.forward.tiles() > 1;
+    const Worst w = worst_of(
+        compare_split_with_plain(pointers(graphs), plan, random_image(2, 37, 31, seed), seed));
+    EXPECT_LT(w.error, kTolerance) << "seed " << seed << "\n" << to_string(plan, g) << w.text;
+  }
+  EXPECT_GE(kept, 6) << "segments of several tiles that keep their graphs";
+}
+
+// Three 3×3 convolutions: every tile's halo matters.
+std::vector<std::unique_ptr<Graph>> conv_replicas(int ranks) {
+  std::vector<std::unique_ptr<Graph>> out;
+  for (int r = 0; r < ranks; ++r) {
+    auto g = std::make_unique<Graph>(2);
+    NodeId x = g->relu(g->conv(g->input(), ConvSpec(2, 4, 3).padding(1)));
+    x = g->relu(g->conv(x, ConvSpec(4, 4, 3).padding(1)));
+    x = g->conv(x, ConvSpec(4, 3, 3).padding(1));
+    g->linear(g->flatten(g->global_avg_pool(x)), 2);
+    g->module().to(test_device(), at::kDouble);
+    randomise(*g, 13);
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// The check can fail: a halo one pixel short in the ranks' tiles is caught (and the same plan
+// on its own passes).
+TEST(SlideParallel, AHaloOnePixelShortFails) {
+  auto graphs = conv_replicas(2);
+  const Shape in{2, 33, 27};
+  const Plan plan = make_plan(*graphs.front(), in, 0, fixed_tiles(Strategy::kGrid, 3, 2));
+  const at::Tensor image = random_image(2, 33, 27, 7);
+  const Worst exact = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 7));
+  EXPECT_LT(exact.error, kTolerance) << exact.text;
+  StepOptions options;
+  options.inject = Fault::kHalo;
+  const Worst w = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 7, options));
+  EXPECT_GT(w.error, 1e-6) << w.text;
+}
+
+// What is not split yet is refused before any tile runs, naming the segment and the reason:
+// barriers that take statistics of the whole image.
+TEST(SlideParallel, BarriersAreRefusedInWords) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    auto graphs = random_replicas(seed, 2, /*barriers=*/true);
+    Graph& g = *graphs.front();
+    const Plan plan = make_plan(g, {2, 29, 23}, 0, fixed_tiles(Strategy::kGrid, 2, 2));
+    bool has_barrier = false;
+    for (const Segment& s : plan.segments) {
+      has_barrier = has_barrier || !barrier_rounds(g, s.input, s.output).empty();
+    }
+    if (!has_barrier) continue;
+    try {
+      compare_split_with_plain(pointers(graphs), plan, random_image(2, 29, 23, seed), seed);
+      ADD_FAILURE() << "seed " << seed << ": a barrier was split over ranks";
+    } catch (const tessel::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("slide-parallel"), std::string::npos) << what;
+      EXPECT_NE(what.find("barrier"), std::string::npos) << what;
+    }
+    return;
+  }
+  FAIL() << "no random network with a barrier among seeds 1-6";
+}
+
+}  // namespace
+}  // namespace tessel::core
