@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "pipelines/planning.h"
 #ifndef TESSEL_ENGINE_ONLY
+#include "app/distributed_option.h"
 #include "app/slide_option.h"
 #include "pipelines/network.h"
 #endif
@@ -153,7 +154,10 @@ void print_report(const pipelines::GradcheckReport& report, const std::string& p
     std::cout << "the tiled step failed: " << report.step_error << "\nFAIL\n";
     return;
   }
-  if (report.ranks > 1) {
+  if (report.ranks > 1 && report.processes) {
+    std::cout << "split over " << report.ranks << " ranks (processes); this is rank "
+              << report.worst_rank << "'s check\n";
+  } else if (report.ranks > 1) {
     std::cout << "split over " << report.ranks << " ranks (threads); every rank checked, the worst "
               << "is rank " << report.worst_rank << "'s\n";
   }
@@ -301,6 +305,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
     std::optional<double> background;
 #ifndef TESSEL_ENGINE_ONLY
     SlideArgs slide;
+    DistributedArgs dist;
 #endif
   };
   auto args = std::make_shared<Args>();
@@ -380,6 +385,10 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
 #ifndef TESSEL_ENGINE_ONLY
+  add_distributed_options(
+      cmd, args->dist,
+      "Split the tiled step over the processes a launcher started (torchrun, srun, mpirun; one "
+      "rank each, docs/slide-parallel.md); each checks its own gradients");
   add_slide_options(cmd, args->slide, "Check on (instead of random pixels, in place of --size)");
 #endif
   cmd->callback([args, cmd, &registry] {
@@ -417,6 +426,9 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
           r.image = image->pixels;
           r.image_background = std::move(image->background);
         }
+        std::optional<pipelines::Communicator> group;
+        join_group(args->dist, group);
+        if (group) r.group = &*group;
 #endif
         report = pipelines::gradcheck(r);
       } catch (const Error& e) {

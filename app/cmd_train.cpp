@@ -16,9 +16,9 @@
 #include <optional>
 
 #include "app/command.h"
+#include "app/distributed_option.h"
 #include "app/progress.h"
 #include "core/error.h"
-#include "pipelines/distributed.h"
 #include "pipelines/train.h"
 
 namespace tessel::app {
@@ -51,8 +51,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   std::string scratch;
   std::string device, precision;  // the config's `device` and `precision`, when given
-  bool distributed = false;
-  pipelines::DistributedOptions dist;
+  DistributedArgs dist;
 };
 
 }  // namespace
@@ -76,16 +75,9 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_option("--precision", args->precision,
                   "float32, tf32 or bf16: the config's `precision` (default float32)")
       ->check(CLI::IsMember({"float32", "tf32", "bf16"}));
-  cmd->add_flag("--distributed", args->distributed,
-                "Data-parallel over the processes a launcher started (torchrun, srun, mpirun; "
-                "docs/distributed.md)");
-  cmd->add_option("--rendezvous", args->dist.rendezvous,
-                  "With --distributed: env:// (MASTER_ADDR:MASTER_PORT) or file:///shared/path")
-      ->capture_default_str();
-  cmd->add_option("--dist-timeout", args->dist.timeout_seconds,
-                  "With --distributed: seconds to wait for the other ranks before failing")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_distributed_options(cmd, args->dist,
+                          "Data-parallel over the processes a launcher started (torchrun, srun, "
+                          "mpirun; docs/distributed.md)");
   cmd->add_option("overrides", args->overrides, "key=value settings over the config file");
   cmd->callback([&registry, args] {
     registry.selected = [args] {
@@ -112,13 +104,8 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       }
       request.scratch_dir = args->scratch;
       std::optional<pipelines::Communicator> communicator;
-      if (args->distributed) {
-        const bool file = args->dist.rendezvous.starts_with("file://");
-        communicator.emplace(
-            pipelines::distributed_env(pipelines::process_environment(), /*need_master=*/!file),
-            args->dist);
-        request.communicator = &*communicator;
-      }
+      join_group(args->dist, communicator);
+      if (communicator) request.communicator = &*communicator;
       const bool lead = !communicator || communicator->rank() == 0;
       // Ranks other than 0 keep the console for warnings; their full log is train.rank<r>.log.
       if (!lead) spdlog::default_logger()->sinks().front()->set_level(spdlog::level::warn);

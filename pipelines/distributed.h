@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/exec/ranks.h"
+
 namespace at {
 class Tensor;
 }  // namespace at
@@ -53,20 +55,26 @@ struct DistributedOptions {
 // One process group for the run. Every call is collective: every rank makes the same calls in the
 // same order, and a rank that died or stopped answering makes the others throw tessel::Error
 // (naming the rank count and the timeout) instead of hanging.
-class Communicator {
+// It is also the engine's core::Ranks for a step split over the ranks (slide-parallel,
+// docs/slide-parallel.md).
+class Communicator : public core::Ranks {
  public:
   Communicator(const DistributedEnv& env, const DistributedOptions& options);
-  ~Communicator();
+  ~Communicator() override;
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  int rank() const { return env_.rank; }
+  int rank() const override { return env_.rank; }
+  int size() const override { return env_.world_size; }
   int world_size() const { return env_.world_size; }
 
   // Sums each tensor over the ranks, in place. Contiguous tensors of one dtype are packed into flat
   // buckets of at most `bucket_bytes` that are reduced concurrently (few large messages instead of
   // one per parameter).
-  void allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes = 25 << 20);
+  void allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
+  void allreduce_sum(const std::vector<at::Tensor>& tensors) override {
+    allreduce_sum(tensors, int64_t{25} << 20);
+  }
   // Rank 0's values into every rank's tensors, in place.
   void broadcast(const std::vector<at::Tensor>& tensors);
   void barrier();

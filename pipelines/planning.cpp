@@ -8,6 +8,7 @@
 
 #include "core/device/device.h"
 #include "core/error.h"
+#include "core/exec/ranks.h"
 #include "core/plan/planner.h"
 #include "core/store/offload_prices.h"
 #include "models/zoo.h"
@@ -351,7 +352,10 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
     throw Error("--inject nan-stat: " + (r.network ? std::string("this network") : r.model) +
                 " has no running statistics (batch norm has them: --norm batch)");
   }
-  if (r.ranks > 1 && (!r.float64 || r.background || r.image_background)) {
+  if (r.ranks > 1 && r.group != nullptr) {
+    throw Error("--ranks splits the step over threads, --distributed over processes: not both");
+  }
+  if ((r.ranks > 1 || r.group != nullptr) && (!r.float64 || r.background || r.image_background)) {
     throw Error(std::string("--ranks: the split step is checked in float64 on images without a "
                             "background for now (") +
                 (!r.float64 ? "not --precision " + core::to_string(r.precision)
@@ -397,7 +401,12 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   so.inject = r.inject;
   if (!r.float64) so.precision = r.precision;
   try {
-    if (r.ranks > 1) {
+    if (r.group != nullptr) {
+      report.ranks = r.group->size();
+      report.worst_rank = r.group->rank();
+      report.processes = true;
+      report.comparison = core::compare_rank_with_plain(graph, plan, image, r.seed, *r.group, so);
+    } else if (r.ranks > 1) {
       check_split(graph, r, device, dtype, plan, image, so, report);
     } else if (r.float64) {
       report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so,

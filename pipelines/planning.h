@@ -84,6 +84,9 @@ struct GradcheckRequest {
   // More than 1: the tiled step split over this many ranks (threads of this process, one network
   // replica each; docs/slide-parallel.md), every rank's gradients checked. Float64 only.
   int ranks = 1;
+  // Instead: this process is one rank of a process group (`--distributed`), the step split over
+  // the group's processes; this rank's gradients are checked against a plain step here.
+  core::Ranks* group = nullptr;
 };
 
 struct GradcheckReport {
@@ -101,6 +104,7 @@ struct GradcheckReport {
   std::string device;                // where both steps ran: "cpu", "cuda:0"
   int ranks = 1;                     // the ranks the tiled step was split over
   int worst_rank = 0;                // of those, the one whose comparison is reported
+  bool processes = false;            // the ranks were processes (GradcheckRequest::group)
   // With a background: the share of the image it covers, and what the plan skips
   // (core::summarize: glass tiles, the forward's FLOPs).
   std::optional<core::GlassSummary> glass;  // as the plan says (core::Plan::glass)

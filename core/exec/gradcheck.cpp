@@ -447,6 +447,21 @@ std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& repl
   return out;
 }
 
+Comparison compare_rank_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
+                                   uint64_t seed, Ranks& ranks, const StepOptions& options) {
+  const c10::Device device = device_of(graph, image_anywhere);
+  const at::Tensor image = image_anywhere.to(device);
+  const CheckLoss loss(graph, plan, seed, device, image.scalar_type());
+  const Named before = buffers_of(graph);
+  StepOptions o = check_options(plan, options, true);
+  o.ranks = &ranks;
+  const Outcome split = run(graph, plan, image, loss.fn(), o, nullptr);
+  restore_buffers(graph, before);
+  const Outcome reference =
+      run(graph, plain_of(plan), image, loss.fn(), check_options(plan, options, false), nullptr);
+  return compare(split, reference, loss.scale(reference.step.logits));
+}
+
 PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
                                   uint64_t seed, const StepOptions& options,
                                   const Background* background) {

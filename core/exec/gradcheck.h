@@ -113,6 +113,11 @@ std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& repl
                                                  const Plan& plan, const at::Tensor& image,
                                                  uint64_t seed, const StepOptions& options = {});
 
+// One rank's part of the same check where each rank is a process (StepOptions::ranks from a
+// process group): the split step, collective with the other ranks, then a plain step here.
+Comparison compare_rank_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
+                                   uint64_t seed, Ranks& ranks, const StepOptions& options = {});
+
 // A check in a reduced precision (float32, tf32, bf16: the graph's dtype and options.precision):
 // four steps from the same weights and running statistics, tiled and plain, each also in
 // float64. `exact` is the float64 first law on the same plan (within 1e-10 whatever the

@@ -4,13 +4,15 @@
 // (tests; one process driving several devices).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace tessel::core {
 

@@ -253,5 +253,37 @@ TEST_F(DistributedTrain, ARankWhoseStepDivergesStopsEveryRankWithTheReason) {
   }
 }
 
+// One slide's step split over two processes (slide-parallel over Gloo, TCP on this host,
+// docs/slide-parallel.md): each rank ends with plain autograd's gradients on the whole image,
+// and a halo one pixel short fails on both.
+TEST(SlideParallelProcesses, TwoRanksEachEndWithPlainAutogradsGradients) {
+  test::TempFolder logs;
+  for (const std::string inject : {"none", "halo"}) {
+    const std::string port = std::to_string(free_port());
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < 2; ++rank) {
+      const Env env{{"RANK", std::to_string(rank)},
+                    {"WORLD_SIZE", "2"},
+                    {"LOCAL_RANK", std::to_string(rank)},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", port}};
+      pids.push_back(
+          spawn({"--threads", "1", "gradcheck", "--model", "random", "--size", "61x47",
+                 "--input-gradient", "--inject", inject, "--distributed", "--dist-timeout", "60"},
+                env, logs.path() / (inject + std::to_string(rank) + ".log")));
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      const int code = wait_for(pids[static_cast<size_t>(rank)]);
+      const std::string output = read_text(logs.path() / (inject + std::to_string(rank) + ".log"));
+      EXPECT_EQ(code, inject == "none" ? 0 : 1) << output;
+      EXPECT_NE(output.find("split over 2 ranks (processes); this is rank " + std::to_string(rank) +
+                            "'s check"),
+                std::string::npos)
+          << output;
+      EXPECT_NE(output.find(inject == "none" ? "PASS" : "FAIL"), std::string::npos) << output;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel::pipelines
