@@ -5,6 +5,7 @@
 #include "app/parse.h"
 #include "pipelines/bench.h"
 #ifndef TESSEL_ENGINE_ONLY
+#include "app/distributed_option.h"
 #include "app/slide_option.h"
 #endif
 
@@ -32,6 +33,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
          recompute_all = false, keep_inner = false;
 #ifndef TESSEL_ENGINE_ONLY
     SlideArgs slide;
+    DistributedArgs dist;
 #endif
   };
   auto args = std::make_shared<Args>();
@@ -124,6 +126,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                 "Print the plan the point ran (tessel plan's table) to standard error");
 #ifndef TESSEL_ENGINE_ONLY
   add_slide_options(cmd, args->slide, "Train on (instead of random pixels, in place of --size)");
+  add_distributed_options(cmd, args->dist,
+                          "Split each step over the processes a launcher started (slide-parallel, "
+                          "docs/slide-parallel.md); rank 0 prints the point");
 #endif
   cmd->callback([args, cmd, &registry] {
     registry.selected = [args, cmd] {
@@ -163,10 +168,13 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
         p.height = p.image.size(2);
         p.width = p.image.size(3);
       }
+      std::optional<pipelines::Communicator> group;
+      join_group(args->dist, group);
+      if (group) p.ranks = &*group;
 #endif
       const pipelines::BenchResult r = pipelines::bench_step(p);
       if (args->print_plan) std::cerr << r.plan << "\n";
-      std::cout << pipelines::to_json(p, r) << "\n";
+      if (p.ranks == nullptr || p.ranks->rank() == 0) std::cout << pipelines::to_json(p, r) << "\n";
       return r.status == "error" ? 1 : 0;
     };
   });

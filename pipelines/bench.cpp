@@ -261,6 +261,7 @@ BenchResult bench_step(const BenchPoint& p) {
     step_options.precision = p.precision;
     step_options.tile_formats = tile_formats;
     step_options.glass = p.glass;
+    step_options.ranks = p.ranks;
     if (record) {
       timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
@@ -290,6 +291,7 @@ BenchResult bench_step(const BenchPoint& p) {
     r.glass_forward_tiles = s.glass_forward_tiles;
     r.glass_backward_tiles = s.glass_backward_tiles;
     r.glass_filled = s.glass_filled;
+    r.summed_bytes = s.summed_bytes;
     r.moved_bytes.push_back(s.offload.written_bytes + s.offload.read_bytes);
     r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload.disk_peak_bytes);
     r.transfer_ms.push_back(s.offload.write_ms + s.offload.read_ms);
@@ -329,6 +331,10 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   j["plain_flops"] = r.plain_flops;
   j["tiled_flops"] = r.tiled_flops;
   j["max_rss_bytes"] = r.max_rss_bytes;
+  if (p.ranks != nullptr) {
+    j["ranks"] = p.ranks->size();
+    j["summed_bytes"] = r.summed_bytes;
+  }
   j["fresh_bytes"] = r.fresh_bytes;
   j["predicted_bytes"] = {{"parameters", r.predicted.parameters},
                           {"gradients", r.predicted.gradients},

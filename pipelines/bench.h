@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/device/precision.h"
+#include "core/exec/ranks.h"
 #include "core/plan/plan.h"
 #include "core/tile_source.h"
 #include "pipelines/step_profile.h"
@@ -73,6 +74,9 @@ struct BenchPoint {
   std::optional<core::Background> image_background;
   std::string image_name;  // what the image is (the slide), for the record
   int64_t tile = 0;        // tile size in output pixels (PlanOptions::Overrides); 0: the planner's
+  // The step split over a group of ranks (slide-parallel, docs/slide-parallel.md): this process's
+  // place in it; null: alone.
+  core::Ranks* ranks = nullptr;
 };
 
 struct BenchResult {
@@ -119,6 +123,7 @@ struct BenchResult {
   // glass tiles skip (core::GlassSummary), and the glass tiles the last step skipped.
   double background_fraction = 0, glass_flops_fraction = 0, glass_filled_fraction = 0;
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0, glass_filled = 0;
+  int64_t summed_bytes = 0;  // split over ranks: what this rank gave to sums, per step (last)
 };
 
 BenchResult bench_step(const BenchPoint& point);

@@ -120,15 +120,21 @@ class SplitGradients {
     for (auto& [p, before] : grads_) p.mutable_grad().copy_(before);
   }
   // After the step: each gradient is what it was plus the sum over ranks of what each added.
-  void sum() {
-    if (ranks_ == nullptr) return;
+  // Returns the bytes summed.
+  int64_t sum() {
+    if (ranks_ == nullptr) return 0;
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> added;
-    for (auto& [p, before] : grads_) added.push_back(p.grad() - before);
+    int64_t bytes = 0;
+    for (auto& [p, before] : grads_) {
+      added.push_back(p.grad() - before);
+      bytes += static_cast<int64_t>(added.back().nbytes());
+    }
     ranks_->allreduce_sum(added);
     for (size_t i = 0; i < grads_.size(); ++i) {
       grads_[i].first.mutable_grad().copy_(grads_[i].second + added[i]);
     }
+    return bytes;
   }
 
  private:
@@ -185,7 +191,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     if (!grad.defined()) grad = at::zeros_like(head_in);
     split.after_head();
     result.input_grad = step.backward(grad);
-    split.sum();
+    const int64_t summed_grads = split.sum();
     if (!options.input_gradient) result.input_grad = at::Tensor();
     inject_nan(graph, options.inject);
     result.backward_ms = ms_since(t1);
@@ -196,6 +202,7 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     result.glass_forward_tiles = step.glass_forward_tiles;
     result.glass_backward_tiles = step.glass_backward_tiles;
     result.glass_filled = step.glass_filled;
+    result.summed_bytes = step.summed_bytes + summed_grads;
     result.offload = step.store_stats();
   }
   const MemoryReading at_end = memory_reading(device);

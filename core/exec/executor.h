@@ -72,6 +72,9 @@ struct StepResult {
   int64_t forward_tiles = 0, backward_tiles = 0;
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;  // of those, glass (not run)
   int64_t glass_filled = 0;  // nodes of tiles computed over a box, the rest filled (glass.h)
+  // Split over ranks (StepOptions::ranks): the bytes this rank gave to sums over the ranks
+  // (checkpoints, input gradients, the parameters' gradients).
+  int64_t summed_bytes = 0;
   // Offload: the tile store's bytes moved to and from the host or disk tier, the most held on
   // disk at once and the scratch file's size, the time its I/O thread spent moving them and the
   // time the step waited for them (transfers not hidden behind compute), by reads and writes.

@@ -219,13 +219,16 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
 
 bool Step::split() const { return options_.ranks != nullptr && options_.ranks->size() > 1; }
 
-bool Step::runs(const Partition& part, int64_t t) const {
-  return !split() ||
-         rank_tiles(part.tiles(), options_.ranks->rank(), options_.ranks->size()).has(t);
+bool Step::runs(int index, const Partition& part, int64_t t) const {
+  if (!split()) return true;
+  const int ranks = options_.ranks->size();
+  return rank_tiles(part.tiles(), (options_.ranks->rank() + index) % ranks, ranks).has(t);
 }
 
 void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
-  if (split()) options_.ranks->allreduce_sum(tensors);
+  if (!split()) return;
+  for (const at::Tensor& t : tensors) summed_bytes += static_cast<int64_t>(t.nbytes());
+  options_.ranks->allreduce_sum(tensors);
 }
 
 // What a step split over ranks does not split yet (docs/slide-parallel.md): each of these keeps
@@ -329,7 +332,7 @@ void Step::forward_segment(int index) {
   run.before_forward();
   run.schedule_forward();
   for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-    if (!runs(s.forward, t)) continue;  // another rank's
+    if (!runs(index, s.forward, t)) continue;  // another rank's
     if (t + 1 == s.forward.tiles() && out.stored()) preschedule(index + 1, /*backward=*/false);
     emit(index, s.forward, t, TileEvent::kForward, false);
     const Region tile = s.forward.tile(t);

@@ -174,7 +174,8 @@ class Step {
 
   int64_t forward_tiles = 0, backward_tiles = 0;
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;  // of those, glass (not run)
-  int64_t glass_filled = 0;  // nodes of tiles computed over their box, the rest filled
+  int64_t glass_filled = 0;          // nodes of tiles computed over their box, the rest filled
+  mutable int64_t summed_bytes = 0;  // given to sums over the ranks (sum_over_ranks)
   TileStoreStats store_stats() const { return store_ ? store_->stats() : TileStoreStats{}; }
 
   // ---- For the schemes ----
@@ -201,11 +202,12 @@ class Step {
   void set_update_running(bool on) { update_running_ = on; }
 
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
-  // Slide-parallel (StepOptions::ranks): whether this rank runs tile `t` of pass `part`
-  // (rank_tiles; every tile when the step is alone), and the sum of `tensors` over the ranks
-  // (nothing when alone). `split()`: more than one rank shares the step.
+  // Slide-parallel (StepOptions::ranks): whether this rank runs tile `t` of segment `index`'s
+  // pass `part` (rank_tiles, the ranks' order turned by the segment's index, so one-tile
+  // segments fall to each rank in turn; every tile when the step is alone), and the sum of
+  // `tensors` over the ranks (nothing when alone). `split()`: more than one rank shares the step.
   bool split() const;
-  bool runs(const Partition& part, int64_t t) const;
+  bool runs(int index, const Partition& part, int64_t t) const;
   void sum_over_ranks(const std::vector<at::Tensor>& tensors) const;
   // The barriers of segment `s` that need whole-image statistics in this step
   // (core/exec/barrier.h). None in a one-tile segment: its tile is the whole activation, so its
