@@ -86,8 +86,10 @@ at::Tensor barrier_plain(const Node& n, const at::Tensor& x, bool training, bool
   throw Error(n.name + ": unknown barrier");
 }
 
-BarrierState::BarrierState(const Node& barrier, const at::TensorOptions& options)
-    : node_(barrier), options_(options) {
+BarrierState::BarrierState(const Node& barrier, const at::TensorOptions& options, Ranks* ranks)
+    : node_(barrier),
+      options_(options),
+      ranks_(ranks != nullptr && ranks->size() > 1 ? ranks : nullptr) {
   const int64_t c = barrier.channels;
   groups_ = barrier.barrier == BarrierOp::kGroupNorm ? barrier.groups : c;
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(options.device());
@@ -133,6 +135,28 @@ void BarrierState::merge(const at::Tensor& share_mean, const at::Tensor& share_m
   count_ += n;
 }
 
+// Two sums over the ranks, as Chan's merge does it pairwise: the counts and sums give the
+// mean; each rank's squared deviations, moved to that mean, add up to the whole's.
+void BarrierState::merge_ranks() {
+  const auto f64 = mean64_.options();
+  const at::Tensor count = at::full({1}, static_cast<double>(count_), f64);
+  const at::Tensor sum = mean64_.clone();
+  ranks_->allreduce_sum({count, sum});
+  const double total = count.item<double>();
+  if (node_.barrier != BarrierOp::kSqueezeExcite && total > 0) {
+    const at::Tensor mean = sum / total;
+    at::Tensor m2 = m2_.clone();
+    if (count_ > 0) {
+      const at::Tensor delta = mean64_ / static_cast<double>(count_) - mean;
+      m2 += delta * delta * static_cast<double>(count_);
+    }
+    ranks_->allreduce_sum({m2});
+    m2_ = m2;
+  }
+  mean64_ = sum;
+  count_ = static_cast<int64_t>(total);
+}
+
 void BarrierState::add_uniform_input(const at::Tensor& u, int64_t positions) {
   if (positions == 0) return;
   at::NoGradGuard no_grad;
@@ -150,6 +174,7 @@ void BarrierState::add_uniform_input(const at::Tensor& u, int64_t positions) {
 
 void BarrierState::finish_statistics(bool update_running) {
   at::NoGradGuard no_grad;
+  if (ranks_ != nullptr) merge_ranks();
   const int64_t c = node_.channels;
   if (count_ == 0) throw Error("internal: " + node_.name + " saw no input");
   if (node_.barrier == BarrierOp::kSqueezeExcite) {
@@ -219,13 +244,25 @@ void BarrierState::add_output_grad(const at::Tensor& x, const at::Tensor& dy) {
 
 void BarrierState::finish_sums() {
   const int64_t c = node_.channels;
+  if (ranks_ != nullptr) {
+    at::NoGradGuard no_grad;
+    ranks_->allreduce_sum({sum_a_, sum_b_});
+  }
   if (node_.barrier == BarrierOp::kSqueezeExcite) {
-    // The gate's own backward on the C-vector: its parameters' gradients and ∂L/∂mean.
+    // The gate's own backward on the C-vector: its parameters' gradients and ∂L/∂mean. Split
+    // over ranks, every rank has the same sums, and only rank 0 adds to the parameters'
+    // gradients (they are summed over the ranks after the step).
     at::AutoGradMode grad_mode(true);
     const at::Tensor squeezed = squeezed_.detach().requires_grad_(true);
     const at::Tensor g = gate(node_, squeezed);
-    torch::autograd::backward({g}, {per_channel(sum_a_).to(g.options())});
-    coeff_a_ = (squeezed.grad() / static_cast<double>(count_)).detach();
+    const at::Tensor seed = per_channel(sum_a_).to(g.options());
+    if (ranks_ == nullptr || ranks_->rank() == 0) {
+      torch::autograd::backward({g}, {seed});
+      coeff_a_ = (squeezed.grad() / static_cast<double>(count_)).detach();
+    } else {
+      coeff_a_ = (torch::autograd::grad({g}, {squeezed}, {seed})[0] / static_cast<double>(count_))
+                     .detach();
+    }
     sums_done_ = true;
     return;
   }
@@ -279,6 +316,26 @@ at::Tensor BarrierState::correction(const at::Tensor& x) const {
     return Correction::apply(x, coeff_a_, coeff_a_, coeff_a_, true);
   }
   return Correction::apply(x, coeff_a_, coeff_b_, mean_, false);
+}
+
+void share_running_statistics(const Graph& graph, NodeId input, NodeId output, bool ran,
+                              Ranks& ranks) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> buffers, shared;
+  for (NodeId v = input + 1; v <= output; ++v) {
+    const Node& n = graph.node(v);
+    if (!n.is_barrier() || n.barrier != BarrierOp::kBatchNorm) continue;
+    for (const char* name : {"running_mean", "running_var"}) {
+      const at::Tensor b = buffer(n, name);
+      buffers.push_back(b);
+      shared.push_back(ran ? b.clone() : at::zeros_like(b));
+    }
+  }
+  if (shared.empty()) return;
+  ranks.allreduce_sum(shared);
+  // Not a change autograd sees: the one rank's kept graph saved these buffers (batch norm's
+  // backward in training reads only its batch statistics), and its values stay as they are.
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].variable_data().copy_(shared[i]);
 }
 
 }  // namespace tessel::core

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "core/exec/ranks.h"
 #include "core/graph/graph.h"
 
 namespace tessel::core {
@@ -33,8 +34,10 @@ bool needs_statistics(const Node& node, bool training);
 // One barrier's statistic and gradient sums over one step.
 class BarrierState {
  public:
-  // `options`: the dtype and device the tiles compute in. Sums are kept in float64.
-  BarrierState(const Node& barrier, const at::TensorOptions& options);
+  // `options`: the dtype and device the tiles compute in. Sums are kept in float64. `ranks`: a
+  // step split over ranks (core/exec/ranks.h), each adding its own tiles; the statistic and the
+  // sums are those of every rank's, summed when finished (each finish_* call is collective).
+  BarrierState(const Node& barrier, const at::TensorOptions& options, Ranks* ranks = nullptr);
 
   // The forward's statistic pass: `x` (1×C×h×w) is the barrier's input over a region no other
   // call adds (the regions partition the activation).
@@ -70,9 +73,12 @@ class BarrierState {
  private:
   // Adds a share's per-group mean and sum of squared deviations over `n` values (float64).
   void merge(const at::Tensor& share_mean, const at::Tensor& share_m2, int64_t n);
+  // Split over ranks: every rank's count, sum and squared deviations merged into this one's.
+  void merge_ranks();
 
   const Node& node_;
   at::TensorOptions options_;
+  Ranks* ranks_ = nullptr;  // split over more than one rank, else null
   int64_t groups_ = 1;      // statistic groups: channels (batch norm, SE) or the norm's groups
   int64_t count_ = 0;       // positions (× channels per group) added so far, per group
   at::Tensor mean64_, m2_;  // per group, float64: sums until finished, then means (Chan)
@@ -83,5 +89,11 @@ class BarrierState {
   at::Tensor coeff_a_, coeff_b_;  // the correction's coefficients, 1×C×1×1
   bool sums_done_ = false;
 };
+
+// Split over ranks: batch norm's running statistics in the barriers of nodes (input, output],
+// on every rank as the rank that ran them left them (`ran`: this one did). A one-tile segment
+// runs its barriers whole on one rank (WholeBarriers); collective.
+void share_running_statistics(const Graph& graph, NodeId input, NodeId output, bool ran,
+                              Ranks& ranks);
 
 }  // namespace tessel::core

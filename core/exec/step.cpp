@@ -247,10 +247,10 @@ void Step::check_split() const {
                               graph_.node(s.input + 1).name + " … " + graph_.node(s.output).name +
                               ")";
     if (s.is<SharedRows>()) refuse(where + " runs as shared rows");
-    if (training_ && !barrier_rounds(graph_, s.input, s.output).empty()) {
+    if (s.is<SubSegments>() && !barriers(s).empty()) {
       refuse(where +
-             " holds a barrier that takes statistics of the whole image (train-mode "
-             "batch norm, group norm, squeeze-excitation)");
+             " runs its barriers (train-mode batch norm, group norm, squeeze-excitation) as "
+             "sub-segments, with inner checkpoints");
     }
     if (s.reduction >= 0 && graph_.node(s.reduction).kind != OpKind::kGlobalAvgPool) {
       refuse(where + " streams " + graph_.node(s.reduction).name + " (only a global average)");

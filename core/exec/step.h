@@ -207,6 +207,7 @@ class Step {
   // segments fall to each rank in turn; every tile when the step is alone), and the sum of
   // `tensors` over the ranks (nothing when alone). `split()`: more than one rank shares the step.
   bool split() const;
+  Ranks* ranks() const { return split() ? options_.ranks : nullptr; }
   bool runs(int index, const Partition& part, int64_t t) const;
   void sum_over_ranks(const std::vector<at::Tensor>& tensors) const;
   // The barriers of segment `s` that need whole-image statistics in this step

@@ -188,29 +188,75 @@ TEST(SlideParallel, AHaloOnePixelShortFails) {
   EXPECT_GT(w.error, 1e-6) << w.text;
 }
 
+// Barriers split over ranks: train-mode batch norm, group norm and squeeze-and-excitation in
+// random networks, as recompute rounds (each rank's tiles add to the statistic and the sums,
+// summed over the ranks when finished) and as one-tile segments (one rank runs them whole, every
+// rank takes its running statistics); every rank's gradients and running statistics as plain's.
+TEST(SlideParallel, BarriersInRoundsAndWholeMatch) {
+  int rounds = 0, whole = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed * 7919);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int ranks = static_cast<int>(pick(2, 3));
+    auto graphs = random_replicas(seed, ranks, /*barriers=*/true);
+    Graph& g = *graphs.front();
+    const Shape in{2, pick(23, 41), pick(23, 41)};
+    PlanOptions o;
+    o.strategy = pick(0, 1) ? Strategy::kGrid : Strategy::kRows;
+    o.element_bytes = 8;
+    o.overrides.tile_size = pick(8, 16);  // later, smaller segments run as one tile
+    o.overrides.inner_checkpoints = false;
+    o.streaming_reduction = false;
+    o.input_gradient = seed % 2 == 0;
+    std::vector<NodeId> ckpts;
+    for (NodeId v : checkpoint_candidates(g)) {
+      if (pick(0, 2) == 0) ckpts.push_back(v);
+    }
+    o.overrides.checkpoints = ckpts;
+    const Plan plan = test::plan_drawn(g, in, o);
+    if (!tiles(plan)) continue;
+    for (const Segment& s : plan.segments) {
+      const bool has = !barrier_rounds(g, s.input, s.output).empty();
+      rounds += has && s.is<RecomputeRounds>() && s.forward.tiles() > 1;
+      whole += has && s.is<WholeBarriers>();
+    }
+    const Worst w = worst_of(compare_split_with_plain(
+        pointers(graphs), plan, random_image(2, in.height, in.width, seed), seed));
+    EXPECT_LT(w.error, kTolerance)
+        << "seed " << seed << ", " << ranks << " ranks, input " << to_string(in) << "\n"
+        << to_string(plan, g) << w.text;
+  }
+  EXPECT_GE(rounds, 6) << "segments of several tiles with barriers in rounds";
+  EXPECT_GE(whole, 2) << "one-tile segments with barriers";
+}
+
 // What is not split yet is refused before any tile runs, naming the segment and the reason:
-// barriers that take statistics of the whole image.
-TEST(SlideParallel, BarriersAreRefusedInWords) {
+// barriers run as sub-segments (inner checkpoints).
+TEST(SlideParallel, SubSegmentsAreRefusedInWords) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     auto graphs = random_replicas(seed, 2, /*barriers=*/true);
     Graph& g = *graphs.front();
-    const Plan plan = make_plan(g, {2, 29, 23}, 0, fixed_tiles(Strategy::kGrid, 2, 2));
-    bool has_barrier = false;
+    PlanOptions o = fixed_tiles(Strategy::kGrid, 2, 2);
+    o.streaming_reduction = false;
+    const Plan plan = make_plan(g, {2, 29, 23}, 0, o);
+    bool sub = false;
     for (const Segment& s : plan.segments) {
-      has_barrier = has_barrier || !barrier_rounds(g, s.input, s.output).empty();
+      sub = sub || (s.is<SubSegments>() && !barrier_rounds(g, s.input, s.output).empty());
     }
-    if (!has_barrier) continue;
+    if (!sub) continue;
     try {
       compare_split_with_plain(pointers(graphs), plan, random_image(2, 29, 23, seed), seed);
-      ADD_FAILURE() << "seed " << seed << ": a barrier was split over ranks";
+      ADD_FAILURE() << "seed " << seed << ": sub-segments were split over ranks";
     } catch (const tessel::Error& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find("slide-parallel"), std::string::npos) << what;
-      EXPECT_NE(what.find("barrier"), std::string::npos) << what;
+      EXPECT_NE(what.find("sub-segments"), std::string::npos) << what;
     }
     return;
   }
-  FAIL() << "no random network with a barrier among seeds 1-6";
+  FAIL() << "no random network ran barriers as sub-segments among seeds 1-6";
 }
 
 }  // namespace

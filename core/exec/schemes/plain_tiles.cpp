@@ -17,7 +17,15 @@ void TilesRun::before_forward() {
   glass_.before_forward();
 }
 
-void TilesRun::after_forward() { step_.set_update_running(false); }
+// Split over ranks, one rank ran a whole-barrier segment's tile: every rank takes its running
+// statistics.
+void TilesRun::after_forward() {
+  step_.set_update_running(false);
+  if (step_.ranks() != nullptr && step_.training() && s_.is<WholeBarriers>()) {
+    share_running_statistics(step_.graph(), s_.input, s_.output, step_.runs(index_, s_.forward, 0),
+                             *step_.ranks());
+  }
+}
 
 // A segment the plan keeps runs every tile with autograd and keeps its graph for the backward
 // (core/plan/plan.h). Otherwise the last segment's last tile does when the backward uses the

@@ -46,12 +46,12 @@ void RoundsRun::statistic_passes() {
   for (NodeId b : barriers_) {
     const Node& node = step_.graph().node(b);
     const NodeId in = node.inputs[0];
-    auto state = std::make_unique<BarrierState>(node, step_.tensor_options());
+    auto state = std::make_unique<BarrierState>(node, step_.tensor_options(), step_.ranks());
     std::vector<std::pair<Region, std::vector<Region>>> tiles;
     int64_t glass_positions = 0;  // the glass tiles' shares: the input's uniform value there
     for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
       const Region r = step_.share(s_, b, s_.forward.tile(t));
-      if (r.empty()) continue;
+      if (r.empty() || !step_.runs(index_, s_.forward, t)) continue;  // another rank's
       if (glass_.forward(t)) {
         glass_positions += r.area();
         continue;
@@ -105,7 +105,9 @@ void RoundsRun::sums_passes(const at::Tensor& grad_out) {
   const auto rounds = barrier_rounds(step_.graph(), s_.input, s_.output);
   schedule_sums(rounds.size());
   for (const std::vector<NodeId>& round : rounds) {
-    for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) sums_tile(round, t, grad_out);
+    for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+      if (step_.runs(index_, s_.backward, t)) sums_tile(round, t, grad_out);
+    }
     glass_.finish_round(round);  // the uniform positions' part of the sums
     for (NodeId b : round) step_.barrier_state(b)->finish_sums();
   }
