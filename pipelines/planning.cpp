@@ -316,9 +316,9 @@ core::Shape gradcheck_input(const core::Graph& graph, const GradcheckRequest& r)
 
 // `--ranks P`: the tiled step split over P ranks (threads, a replica of the network each, the
 // same weights), every rank against one plain step; the worst rank's comparison is reported.
-void check_split(core::Graph& graph, const GradcheckRequest& r, c10::Device device,
-                 at::ScalarType dtype, const core::Plan& plan, const at::Tensor& image,
-                 const core::StepOptions& so, GradcheckReport& report) {
+void check_over_threads(core::Graph& graph, const GradcheckRequest& r, c10::Device device,
+                        at::ScalarType dtype, const core::Plan& plan, const at::Tensor& image,
+                        const core::StepOptions& so, GradcheckReport& report) {
   std::vector<core::Graph> others;
   others.reserve(static_cast<size_t>(r.ranks - 1));
   std::vector<core::Graph*> replicas{&graph};
@@ -407,7 +407,7 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
       report.processes = true;
       report.comparison = core::compare_rank_with_plain(graph, plan, image, r.seed, *r.group, so);
     } else if (r.ranks > 1) {
-      check_split(graph, r, device, dtype, plan, image, so, report);
+      check_over_threads(graph, r, device, dtype, plan, image, so, report);
     } else if (r.float64) {
       report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so,
                                                    background ? &*background : nullptr);
