@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "core/device/copies.h"
@@ -482,17 +483,27 @@ at::Tensor Step::run_tile(NodeId first, NodeId output, const std::vector<Region>
   acts[static_cast<size_t>(first)] = in_tile_format(std::move(input));
   // An empty tile's options: the input tile's (it may be freed before a later node's).
   const at::TensorOptions options = acts[static_cast<size_t>(first)].tensor.options();
+  std::vector<GlassParts> parts(extras.boxes != nullptr ? acts.size() : 0);
   for (NodeId v = first + 1; v <= output; ++v) {
     const Node& node = graph_.node(v);
-    acts[static_cast<size_t>(v)] =
-        run_node(first, v, need[static_cast<size_t>(v)], acts, extras, options);
+    const bool keep = keeps_parts(v, output, extras);
+    if (parts.empty() || !run_parts(v, acts, parts, extras, keep)) {
+      for (NodeId p : node.inputs) {
+        if (!parts.empty()) fill_parts(p, acts, parts, extras);
+      }
+      acts[static_cast<size_t>(v)] =
+          run_node(first, v, need[static_cast<size_t>(v)], acts, extras, options,
+                   keep ? &parts[static_cast<size_t>(v)] : nullptr);
+    }
     // A barrier's input, also where the barrier's own output is not needed: the tile's share
     // of it may still hold positions (the correction's).
     if (node.is_barrier() && extras.barrier_acts != nullptr) {
       (*extras.barrier_acts)[node.inputs[0]] = acts[static_cast<size_t>(node.inputs[0])];
     }
     for (NodeId p : node.inputs) {
-      if (--uses[static_cast<size_t>(p)] == 0) acts[static_cast<size_t>(p)] = {};
+      if (--uses[static_cast<size_t>(p)] > 0) continue;
+      acts[static_cast<size_t>(p)] = {};
+      if (!parts.empty()) parts[static_cast<size_t>(p)] = {};
     }
   }
   return acts[static_cast<size_t>(output)].tensor;
@@ -501,7 +512,7 @@ at::Tensor Step::run_tile(NodeId first, NodeId output, const std::vector<Region>
 // Node `v`'s tile over `r` from its producers' tiles in `acts`.
 TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
                           const std::vector<TileTensor>& acts, const TileExtras& extras,
-                          const at::TensorOptions& options) {
+                          const at::TensorOptions& options, GlassParts* keep) {
   if (extras.leaves != nullptr && extras.leaves->count(v) > 0) {
     // A leaf read when the tile gets here, so that it is freed after its last consumer like
     // any activation.
@@ -519,7 +530,7 @@ TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
         computed_whole(graph_.node(v), static_cast<bool>(extras.barrier_value))) {
       return compute_node(first, v, held, acts, extras, options);
     }
-    return run_filled(first, v, acts, extras, options);
+    return run_filled(first, v, acts, extras, options, keep);
   }
   return compute_node(first, v, r, acts, extras, options);
 }
@@ -544,7 +555,8 @@ TileTensor Step::run_whole_barrier(NodeId first, NodeId v, const std::vector<Til
 // core/exec/glass.h), its uniform value around them. Several boxes read their inputs through
 // crop_each.
 TileTensor Step::run_filled(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
-                            const TileExtras& extras, const at::TensorOptions& options) {
+                            const TileExtras& extras, const at::TensorOptions& options,
+                            GlassParts* keep) {
   ++glass_filled;
   const Region& r = extras.boxes->held[static_cast<size_t>(v)];
   const Boxes& boxes = extras.boxes->computed[static_cast<size_t>(v)];
@@ -570,6 +582,10 @@ TileTensor Step::run_filled(NodeId first, NodeId v, const std::vector<TileTensor
     }
     parts.push_back(compute_node(first, v, boxes[b], own, extras, options).tensor);
   }
+  if (keep != nullptr) {
+    *keep = {std::move(parts), &boxes};
+    return {};
+  }
   const at::MemoryFormat format = parts.empty() ? read_format(at::GradMode::is_enabled())
                                                 : parts.front().suggest_memory_format();
   const at::Tensor& value = (*extras.fill)[static_cast<size_t>(v)];
@@ -577,6 +593,86 @@ TileTensor Step::run_filled(NodeId first, NodeId v, const std::vector<TileTensor
     throw Error("internal: " + node.name + " fills around its boxes without its uniform value");
   }
   return {fill_around(value, r, parts, boxes, format), r};
+}
+
+// Whether node `v` of a tile ending at `output` may stay parts (GlassParts) when computed over
+// its boxes: each of its consumers in the tile is a pointwise op or a join, which can run part
+// by part; not the output, nor where barriers run whole (their consumers compute all they hold).
+bool Step::keeps_parts(NodeId v, NodeId output, const TileExtras& extras) const {
+  if (extras.boxes == nullptr || extras.barrier_value || v >= output) return false;
+  if (extras.leaves != nullptr && extras.leaves->count(v) > 0) return false;
+  for (NodeId c : graph_.consumers()[static_cast<size_t>(v)]) {
+    const OpKind kind = graph_.node(c).kind;
+    if (c <= output && kind != OpKind::kPointwise && kind != OpKind::kBinary) return false;
+  }
+  return true;
+}
+
+// Pointwise op or join `v`, some of whose inputs are parts, computed part by part when each of
+// its boxes lies in one part of each such input (its other inputs hold it whole): kept as parts
+// (`keep`) or filled. False where it cannot (the caller fills its inputs and runs it as usual).
+bool Step::run_parts(NodeId v, std::vector<TileTensor>& acts, std::vector<GlassParts>& parts,
+                     const TileExtras& extras, bool keep) {
+  const Node& node = graph_.node(v);
+  const auto i = static_cast<size_t>(v);
+  const Region& held = extras.boxes->held[i];
+  const Boxes& boxes = extras.boxes->computed[i];
+  if ((node.kind != OpKind::kPointwise && node.kind != OpKind::kBinary) || held.empty() ||
+      boxes.empty() || std::none_of(node.inputs.begin(), node.inputs.end(), [&](NodeId p) {
+        return parts[static_cast<size_t>(p)].defined();
+      })) {
+    return false;
+  }
+  std::vector<std::vector<TileTensor>> ins(boxes.size());
+  for (size_t b = 0; b < boxes.size(); ++b) {
+    for (NodeId p : node.inputs) {
+      const GlassParts& in = parts[static_cast<size_t>(p)];
+      if (!in.defined()) {
+        const TileTensor& t = acts[static_cast<size_t>(p)];
+        if (!(intersect(t.region, boxes[b]) == boxes[b])) return false;
+        ins[b].push_back(t);
+        continue;
+      }
+      const auto k = std::find_if(in.boxes->begin(), in.boxes->end(), [&](const Region& r) {
+        return intersect(r, boxes[b]) == boxes[b];
+      });
+      if (k == in.boxes->end()) return false;
+      ins[b].push_back({in.tensors[static_cast<size_t>(k - in.boxes->begin())], *k});
+    }
+  }
+  ++glass_filled;
+  std::vector<at::Tensor> out;
+  for (size_t b = 0; b < boxes.size(); ++b) {
+    std::vector<Shape> shapes;
+    for (NodeId p : node.inputs) shapes.push_back(shape(p));
+    out.push_back(forward_tile(node, boxes[b], ins[b], shapes));
+  }
+  if (keep) {
+    parts[i] = {std::move(out), &boxes};
+  } else if (boxes.size() == 1 && boxes.front() == held) {
+    acts[i] = {std::move(out.front()), held};
+  } else {
+    acts[i] = {
+        fill_around((*extras.fill)[i], held, out, boxes, out.front().suggest_memory_format()),
+        held};
+  }
+  return true;
+}
+
+// Node `v`'s tile filled from its parts, where it is parts (GlassParts).
+void Step::fill_parts(NodeId v, std::vector<TileTensor>& acts, std::vector<GlassParts>& parts,
+                      const TileExtras& extras) const {
+  GlassParts& p = parts[static_cast<size_t>(v)];
+  if (!p.defined()) return;
+  const auto i = static_cast<size_t>(v);
+  const Region& held = extras.boxes->held[i];
+  if (!(*extras.fill)[i].defined()) {
+    throw Error("internal: " + graph_.node(v).name + " fills around its parts without its value");
+  }
+  const at::MemoryFormat format = p.tensors.empty() ? read_format(at::GradMode::is_enabled())
+                                                    : p.tensors.front().suggest_memory_format();
+  acts[i] = {fill_around((*extras.fill)[i], held, p.tensors, *p.boxes, format), held};
+  p = {};
 }
 
 TileTensor Step::compute_node(NodeId first, NodeId v, const Region& r,

@@ -127,6 +127,17 @@ struct TileBoxes {
   std::vector<Boxes> computed;
 };
 
+// A node's tile kept as the parts its computed boxes hold (by box of TileBoxes::computed), its
+// uniform value around them not yet written: the pointwise ops and joins after it run part by
+// part, and only the tensor a window reads across boxes is filled (Step::run_parts). Filling
+// every node's whole region made a glass tile move the bytes of a dense one: resnet50 (frozen)
+// 4096² at 10% tissue computed 25% of its first segment's FLOPs in 55% of its time.
+struct GlassParts {
+  std::vector<at::Tensor> tensors;
+  const Boxes* boxes = nullptr;
+  bool defined() const { return boxes != nullptr; }
+};
+
 struct TileExtras {
   // Receives every barrier's output and input tiles there (by node), for the backward's sums
   // and corrections.
@@ -283,12 +294,19 @@ class Step {
   bool offloaded(int index) const;
   void write_behind(int64_t bytes);
   TileTensor run_node(NodeId first, NodeId v, const Region& r, const std::vector<TileTensor>& acts,
-                      const TileExtras& extras, const at::TensorOptions& options);
+                      const TileExtras& extras, const at::TensorOptions& options,
+                      GlassParts* keep = nullptr);
   TileTensor compute_node(NodeId first, NodeId v, const Region& r,
                           const std::vector<TileTensor>& acts, const TileExtras& extras,
                           const at::TensorOptions& options);
   TileTensor run_filled(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
-                        const TileExtras& extras, const at::TensorOptions& options);
+                        const TileExtras& extras, const at::TensorOptions& options,
+                        GlassParts* keep);
+  bool keeps_parts(NodeId v, NodeId output, const TileExtras& extras) const;
+  bool run_parts(NodeId v, std::vector<TileTensor>& acts, std::vector<GlassParts>& parts,
+                 const TileExtras& extras, bool keep);
+  void fill_parts(NodeId v, std::vector<TileTensor>& acts, std::vector<GlassParts>& parts,
+                  const TileExtras& extras) const;
   TileTensor run_whole_barrier(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
                                const TileExtras& extras, const at::TensorOptions& options);
   TileTensor run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,
