@@ -217,6 +217,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     int64_t classes = 2;
     bool json = false;
     std::optional<double> background;
+    int ranks = 1;
 #ifndef TESSEL_ENGINE_ONLY
     SlideArgs slide;
 #endif
@@ -252,6 +253,12 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
                   "Plan for an image whose constant background covers about this fraction of it "
                   "(a seeded synthetic one, 0 to 1): glass tiles priced as not run, and reported")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--ranks", args->ranks,
+                  "Plan the step split over this many ranks (slide-parallel, "
+                  "docs/slide-parallel.md): a tile per rank in every pass, and what each rank "
+                  "sums a step")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
 #ifndef TESSEL_ENGINE_ONLY
   add_slide_options(cmd, args->slide, "Plan for");
 #endif
@@ -259,6 +266,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     registry.selected = [args] {
 #ifndef TESSEL_ENGINE_ONLY
       if (!args->slide.slide.empty()) {
+        if (args->ranks > 1) throw Error("tessel plan: --ranks goes with --size, not yet --slide");
         // The run's settings (model, budget, resolution, tissue_fill, ...) as training reads them.
         pipelines::SlideOptions options;
         options.roi = args->slide.roi;
@@ -282,6 +290,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       r.norm = args->norm;
       if (!args->prices.empty()) r.prices = parse_prices(args->prices);
       r.background = args->background;
+      r.ranks = args->ranks;
       r.keep_inner = args->keep_inner;
       const auto report = pipelines::plan_model(r);
       std::cout << (args->json ? report.json + "\n" : report.table);

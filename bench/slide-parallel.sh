@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 54's speed-up point (docs/slide-parallel.md): one process with one thread against two
-# ranks (processes over Gloo, a file rendezvous) with one thread each, vgg-mini (frozen) on grid
-# tiles in 1 GiB at fixed prices.
-#   bench/slide-parallel.sh SIZE REPEAT      e.g. 4096x4096 1 (about 95 s on 2 cores)
+# ranks (processes over Gloo, a file rendezvous) with one thread each, vgg-mini (frozen) in 1 GiB
+# at fixed prices, each planned for its own rank count (`tessel plan --ranks 2` shows the split's).
+#   bench/slide-parallel.sh SIZE REPEAT [STRATEGY]   e.g. 4096x4096 1 (about 95 s on 2 cores)
+#   MODEL=resnet50 NORM=batch BUDGET=2GiB bench/slide-parallel.sh 2048x2048 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=${TESSEL:-build/app/tessel}
@@ -10,7 +11,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cd "$scratch"
 T=$(realpath "$OLDPWD/$T")
-ARGS="bench step --model vgg-mini --size $1 --budget 1GiB --prices 100,100 --strategy grid --warmup 1 --repeat $2"
+ARGS="bench step --model ${MODEL:-vgg-mini} --norm ${NORM:-frozen} --size $1 --budget ${BUDGET:-1GiB} --prices 100,100 --strategy ${3:-auto} --warmup 1 --repeat $2"
 $T --threads 1 $ARGS 2>/dev/null | tail -n 1 > one.json
 for r in 0 1; do RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r $T --threads 1 $ARGS --distributed --rendezvous file://$scratch/rendezvous --dist-timeout 600 > two$r.log 2>two$r.err & done; wait
 tail -n 1 two0.log > two.json
@@ -19,8 +20,10 @@ import json
 a=json.load(open('one.json')); b=json.load(open('two.json'))
 print(f"step ms: one rank {a['step_ms']}, two ranks {b['step_ms']}; "
       f"speed-up {a['step_ms_median'] / b['step_ms_median']:.3f}; "
-      f"rank 0 summed {b.get('summed_bytes', 0) / 2**20:.1f} MiB a step, "
+      f"rank 0 summed {b.get('summed_bytes', 0) / 2**20:.1f} MiB a step "
+      f"(predicted {b.get('summed_bytes_predicted', 0) / 2**20:.1f}), "
       f"ran {b['forward_tiles']} forward and {b['backward_tiles']} backward tiles; "
       f"measured peak MiB {a['measured_peak_bytes'] >> 20} alone, {b['measured_peak_bytes'] >> 20} "
-      f"rank 0 (predicted {a['predicted_bytes']['total'] >> 20})")
+      f"rank 0 (predicted {a['predicted_bytes']['total'] >> 20} alone, "
+      f"{b['predicted_bytes']['total'] >> 20} rank 0)")
 PY

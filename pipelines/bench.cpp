@@ -20,6 +20,7 @@
 #include "core/exec/executor.h"
 #include "core/exec/gradcheck.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 #include "core/store/offload_prices.h"
 #include "models/zoo.h"
 #include "pipelines/planning.h"
@@ -187,6 +188,7 @@ BenchResult bench_step(const BenchPoint& p) {
   }
   // --no-glass runs the same plan (its tiles chosen knowing the glass) dense.
   if (background) options.background = std::make_shared<core::CellMask>(background->cells);
+  if (p.ranks != nullptr) options.ranks = p.ranks->size();
   core::Plan plan;
   const int64_t limit = p.strategy == core::Strategy::kNone && p.budget_bytes == 0
                             ? p.memory_limit_bytes
@@ -206,6 +208,7 @@ BenchResult bench_step(const BenchPoint& p) {
     if (s.tier != core::Tier::kResident) r.offloaded_bytes += bytes;
   }
   r.predicted_moved_bytes = plan.moved_bytes();
+  if (p.ranks != nullptr) r.summed_bytes_predicted = core::split_bytes(graph, plan).total();
   r.uniform_checkpoint_bytes = plan.glass.uniform_checkpoint_bytes;
   if (p.keep_resident) {
     for (core::Segment& s : plan.segments) s.tier = core::Tier::kResident;
@@ -334,6 +337,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
   if (p.ranks != nullptr) {
     j["ranks"] = p.ranks->size();
     j["summed_bytes"] = r.summed_bytes;
+    j["summed_bytes_predicted"] = r.summed_bytes_predicted;
   }
   j["fresh_bytes"] = r.fresh_bytes;
   j["predicted_bytes"] = {{"parameters", r.predicted.parameters},

@@ -124,6 +124,7 @@ struct BenchResult {
   double background_fraction = 0, glass_flops_fraction = 0, glass_filled_fraction = 0;
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0, glass_filled = 0;
   int64_t summed_bytes = 0;  // split over ranks: what this rank gave to sums, per step (last)
+  int64_t summed_bytes_predicted = 0;  // the plan's (core::split_bytes)
 };
 
 BenchResult bench_step(const BenchPoint& point);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/exec/ranks.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 #include "core/store/offload_prices.h"
 #include "models/zoo.h"
 
@@ -181,6 +182,7 @@ PlanReport plan_model(const PlanRequest& r) {
   mo.in_channels = graph.node(graph.input()).channels;
   core::PlanOptions o;
   o.strategy = r.strategy;
+  o.ranks = r.ranks;
   if (r.keep_inner) o.overrides.drop_inner = core::PlanOptions::DropInner::kNever;
   if (r.prices) {
     o.prices.measure = [prices = *r.prices] { return prices; };
@@ -196,6 +198,19 @@ PlanReport plan_model(const PlanRequest& r) {
   report.plan = core::make_plan(graph, input, r.budget_bytes, o);
   report.table = core::to_string(report.plan, graph);
   report.json = plan_json(report.plan, graph);
+  if (r.ranks > 1) {
+    report.table += core::split_summary(graph, report.plan, r.ranks);
+    nlohmann::json j = nlohmann::json::parse(report.json);
+    const core::SplitBytes b = core::split_bytes(graph, report.plan);
+    j["split"] = {{"ranks", r.ranks},
+                  {"refused", core::split_refusal(graph, report.plan)},
+                  {"summed_bytes",
+                   {{"checkpoints", b.checkpoints},
+                    {"input_gradients", b.input_gradients},
+                    {"parameter_gradients", b.parameter_gradients},
+                    {"total", b.total()}}}};
+    report.json = j.dump(2);
+  }
   return report;
 }
 

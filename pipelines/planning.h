@@ -34,6 +34,8 @@ struct PlanRequest {
   // A seeded synthetic background over about this fraction of the image (as gradcheck's):
   // the plan prices and reports its glass tiles.
   std::optional<double> background;
+  // Slide-parallel: the step split over this many ranks (core::PlanOptions::ranks).
+  int ranks = 1;
 };
 
 struct PlanReport {

@@ -442,8 +442,10 @@ std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& repl
   const Outcome reference =
       run(first, plain_of(plan), image, loss.fn(), check_options(plan, options, false), nullptr);
   std::vector<Comparison> out;
-  for (const Outcome& o : split)
+  for (const Outcome& o : split) {
     out.push_back(compare(o, reference, loss.scale(reference.step.logits)));
+    out.back().summed_bytes = o.step.summed_bytes;
+  }
   return out;
 }
 

@@ -40,6 +40,7 @@ struct Comparison {
   // The tiled step's glass tiles, not run (core/exec/glass.h): the check of glass checks them.
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0;
   int64_t glass_filled = 0;  // node tiles computed over a box, the rest filled
+  int64_t summed_bytes = 0;  // a step split over ranks: what this rank gave to the sums
 
   // The largest max_error; +infinity where any quantity has a fault or a NaN error (a NaN never
   // compares below a bar, and neither does this).

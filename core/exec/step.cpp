@@ -16,6 +16,7 @@
 #include "core/exec/glass.h"
 #include "core/exec/ranks.h"
 #include "core/plan/geometry.h"
+#include "core/plan/split.h"
 
 namespace tessel::core {
 
@@ -236,27 +237,11 @@ void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
 // state that one rank's tiles alone would leave wrong on the others.
 void Step::check_split() const {
   if (!split()) return;
-  const auto refuse = [&](const std::string& what) {
-    throw Error("slide-parallel: " + what +
-                ", which is not yet split over ranks; run it on one rank per slide "
-                "(--distributed gives each rank its own slides)");
-  };
-  if (plan_.offloads()) refuse("the plan offloads checkpoints to the host or disk");
-  for (int i = 0; i < segments(); ++i) {
-    const Segment& s = segment(i);
-    const std::string where = "segment " + std::to_string(i) + " (" +
-                              graph_.node(s.input + 1).name + " … " + graph_.node(s.output).name +
-                              ")";
-    if (s.is<SharedRows>()) refuse(where + " runs as shared rows");
-    if (s.is<SubSegments>() && !barriers(s).empty()) {
-      refuse(where +
-             " runs its barriers (train-mode batch norm, group norm, squeeze-excitation) as "
-             "sub-segments, with inner checkpoints");
-    }
-    if (s.reduction >= 0 && graph_.node(s.reduction).kind != OpKind::kGlobalAvgPool) {
-      refuse(where + " streams " + graph_.node(s.reduction).name + " (only a global average)");
-    }
-  }
+  const std::string why = split_refusal(graph_, plan_, training_);
+  if (why.empty()) return;
+  throw Error("slide-parallel: " + why +
+              ", which is not yet split over ranks; run it on one rank per slide "
+              "(--distributed gives each rank its own slides)");
 }
 
 Step::~Step() = default;
@@ -491,9 +476,12 @@ at::Tensor Step::run_tile(NodeId first, NodeId output, const std::vector<Region>
       for (NodeId p : node.inputs) {
         if (!parts.empty()) fill_parts(p, acts, parts, extras);
       }
+      const bool leaf = extras.leaves != nullptr && extras.leaves->count(v) > 0;
       acts[static_cast<size_t>(v)] =
-          run_node(first, v, need[static_cast<size_t>(v)], acts, extras, options,
-                   keep ? &parts[static_cast<size_t>(v)] : nullptr);
+          extras.boxes != nullptr && !leaf
+              ? run_boxed(first, v, acts, extras, options,
+                          keep ? &parts[static_cast<size_t>(v)] : nullptr)
+              : run_node(first, v, need[static_cast<size_t>(v)], acts, extras, options);
     }
     // A barrier's input, also where the barrier's own output is not needed: the tile's share
     // of it may still hold positions (the correction's).
@@ -512,27 +500,32 @@ at::Tensor Step::run_tile(NodeId first, NodeId output, const std::vector<Region>
 // Node `v`'s tile over `r` from its producers' tiles in `acts`.
 TileTensor Step::run_node(NodeId first, NodeId v, const Region& r,
                           const std::vector<TileTensor>& acts, const TileExtras& extras,
-                          const at::TensorOptions& options, GlassParts* keep) {
+                          const at::TensorOptions& options) {
   if (extras.leaves != nullptr && extras.leaves->count(v) > 0) {
     // A leaf read when the tile gets here, so that it is freed after its last consumer like
     // any activation.
     const TileTensor& leaf = extras.leaves->at(v);
     return leaf.tensor.defined() ? leaf : TileTensor{extras.read_leaf(v, leaf.region), leaf.region};
   }
-  if (extras.boxes != nullptr) {
-    const Region& held = extras.boxes->held[static_cast<size_t>(v)];
-    const Boxes& boxes = extras.boxes->computed[static_cast<size_t>(v)];
-    if (extras.barrier_value && barrier_states_[v] == nullptr &&
-        needs_statistics(graph_.node(v), training_)) {
-      return run_whole_barrier(first, v, acts, extras, options);
-    }
-    if (held.empty() || (boxes.size() == 1 && boxes.front() == held) ||
-        computed_whole(graph_.node(v), static_cast<bool>(extras.barrier_value))) {
-      return compute_node(first, v, held, acts, extras, options);
-    }
-    return run_filled(first, v, acts, extras, options, keep);
-  }
   return compute_node(first, v, r, acts, extras, options);
+}
+
+// Node `v`'s tile in a tile with glass (extras.boxes): over all it holds where it is computed
+// whole, else over its boxes (run_filled; kept as parts where `keep` is given).
+TileTensor Step::run_boxed(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
+                           const TileExtras& extras, const at::TensorOptions& options,
+                           GlassParts* keep) {
+  const Region& held = extras.boxes->held[static_cast<size_t>(v)];
+  const Boxes& boxes = extras.boxes->computed[static_cast<size_t>(v)];
+  if (extras.barrier_value && barrier_states_[v] == nullptr &&
+      needs_statistics(graph_.node(v), training_)) {
+    return run_whole_barrier(first, v, acts, extras, options);
+  }
+  if (held.empty() || (boxes.size() == 1 && boxes.front() == held) ||
+      computed_whole(graph_.node(v), static_cast<bool>(extras.barrier_value))) {
+    return compute_node(first, v, held, acts, extras, options);
+  }
+  return run_filled(first, v, acts, extras, options, keep);
 }
 
 // Barrier `v`, run whole in a tile that fills its glass (WholeBarriers): over its whole input

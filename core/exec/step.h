@@ -294,8 +294,10 @@ class Step {
   bool offloaded(int index) const;
   void write_behind(int64_t bytes);
   TileTensor run_node(NodeId first, NodeId v, const Region& r, const std::vector<TileTensor>& acts,
-                      const TileExtras& extras, const at::TensorOptions& options,
-                      GlassParts* keep = nullptr);
+                      const TileExtras& extras, const at::TensorOptions& options);
+  TileTensor run_boxed(NodeId first, NodeId v, const std::vector<TileTensor>& acts,
+                       const TileExtras& extras, const at::TensorOptions& options,
+                       GlassParts* keep);
   TileTensor compute_node(NodeId first, NodeId v, const Region& r,
                           const std::vector<TileTensor>& acts, const TileExtras& extras,
                           const at::TensorOptions& options);

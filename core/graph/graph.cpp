@@ -537,7 +537,7 @@ void fill_on_cpu(const at::Tensor& t, Draw draw) {
 int64_t parameter_elements(const Node& node) {
   int64_t n = 0;
   if (!node.layer) return n;
-  for (const auto& p : node.layer->parameters(false)) n += p.numel();
+  for (const auto& p : node.layer->parameters(/*recurse=*/true)) n += p.numel();
   return n;
 }
 

@@ -34,7 +34,11 @@ std::pair<NodeId, NodeId> head_of(const Graph& graph, const PlanOptions& options
   const auto& last_consumers = graph.consumers()[static_cast<size_t>(last)];
   if (options.streaming_reduction && last_consumers.size() == 1) {
     const OpKind k = graph.node(last_consumers[0]).kind;
-    if (k == OpKind::kGlobalAvgPool || k == OpKind::kGlobalMaxPool || k == OpKind::kAttentionPool) {
+    // A step split over ranks streams only a global average: a max or attention head reads the
+    // last checkpoint (summed over the ranks) whole on every rank.
+    const bool splits = options.ranks > 1;
+    if (k == OpKind::kGlobalAvgPool ||
+        (!splits && (k == OpKind::kGlobalMaxPool || k == OpKind::kAttentionPool))) {
       reduction = last_consumers[0];
     }
   }
@@ -177,9 +181,10 @@ Choice choose(Analysis& a, const PlanOptions& options, Search& search, int64_t p
   // Auto prices the three tiled strategies against each other: grid, LR-CNN's overlapping rows
   // (OverL) and its two-phase sharing (2PS, shared rows).
   const std::vector<Strategy> strategies =
-      options.strategy == Strategy::kAuto
-          ? std::vector<Strategy>{Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared}
-          : std::vector<Strategy>{options.strategy};
+      options.strategy != Strategy::kAuto ? std::vector<Strategy>{options.strategy}
+      : options.ranks > 1
+          ? std::vector<Strategy>{Strategy::kRows, Strategy::kGrid}
+          : std::vector<Strategy>{Strategy::kRows, Strategy::kGrid, Strategy::kRowsShared};
   const std::vector<std::vector<NodeId>> sets = checkpoint_sets(a, search.candidates());
   const std::vector<int64_t> windows = store_windows(options, a.target);
   Choice c{Candidate{}, offloading_with(options, windows.back(), false),
@@ -190,7 +195,10 @@ Choice choose(Analysis& a, const PlanOptions& options, Search& search, int64_t p
     const bool bounded =
         offloading && resident_fits && options.prices.measure &&
         c.best.plan.cost.compute > kRecomputeWorth * 4.0 * static_cast<double>(plain_flops);
-    if (offloading && ((resident_fits && !bounded) || options.offload != Offload::kAuto)) break;
+    if (offloading &&
+        ((resident_fits && !bounded) || options.offload != Offload::kAuto || options.ranks > 1)) {
+      break;
+    }
     if (offloading) measure_prices(a, options, c);
     // Every window where the plan offloads (a resident search has no use for one); the
     // bounded search keeps the resident best's strategy (the rows strategies' row balancing is
@@ -231,6 +239,19 @@ Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int
   stamp_request(a, input, budget, plain_flops, plan);
   for (const Segment& segment : plan.segments) check_scheme(a.graph, segment);
   return plan;
+}
+
+// A split over ranks (PlanOptions::ranks) refuses what it cannot run, in words.
+void check_ranks(const PlanOptions& options) {
+  if (options.ranks < 1) throw Error("the number of ranks must be at least 1");
+  if (options.ranks == 1) return;
+  const std::string why = "; a step split over ranks (slide-parallel) cannot run it yet";
+  if (options.strategy == Strategy::kNone) throw Error("strategy none has no tiles to split" + why);
+  if (options.strategy == Strategy::kRowsShared) throw Error("shared rows were asked for" + why);
+  if (options.offload == PlanOptions::Offload::kHost ||
+      options.offload == PlanOptions::Offload::kDisk) {
+    throw Error("offloading checkpoints was asked for" + why);
+  }
 }
 
 }  // namespace
@@ -284,6 +305,13 @@ void size_write_behind(Plan& plan, int64_t target) {
 Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
   if (budget < 0) throw Error("the memory budget must be positive");
   if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
+  check_ranks(options);
+  if (options.ranks > 1 && options.background) {
+    // A split step computes its glass as tissue (docs/slide-parallel.md): planned without it.
+    PlanOptions dense = options;
+    dense.background.reset();
+    return make_plan(graph, input, budget, dense);
+  }
   Analysis a = analyse(graph, input, budget, options);
   const int64_t plain_flops = plain_flops_of(a);
   if (options.strategy == Strategy::kNone) return plain_plan(a, input, budget, plain_flops);

@@ -47,6 +47,12 @@ struct PlanOptions {
   // The image's uniform positions (TileSource::background's cells), where it has a background:
   // the search prices glass tiles as not run (core/plan/glass.h), and the plan reports them.
   std::shared_ptr<const CellMask> background;
+  // Slide-parallel (core/plan/split.h): the step's tiles are split over this many ranks, each
+  // under the whole budget. Every segment gets at least one tile per rank in each pass, and the
+  // search leaves out what a split cannot run yet: shared rows, offloading, sub-segments with
+  // barriers (a request for them is refused), a streaming global max or attention head (the
+  // head reads the last checkpoint whole).
+  int ranks = 1;
 
   // --- The cost model's prices, in FLOPs of recompute ---
   struct Prices {

@@ -9,6 +9,7 @@
 #include "core/plan/cost_model.h"
 #include "core/plan/geometry.h"
 #include "core/plan/glass.h"
+#include "core/plan/split.h"
 
 namespace tessel::core::planning {
 
@@ -151,7 +152,7 @@ int64_t SegmentBuild::choose(bool backward) const {
   const int64_t fixed_bytes = backward ? bwd_fixed : fwd_fixed;
   if (a.options.overrides.tiles_y || a.options.overrides.tile_size)
     return 0;  // fixed partition below
-  if (budget <= 0) return 1;
+  if (budget <= 0) return ranks_count(1);
   const int64_t avail = budget - fixed_bytes;
   if (avail <= 0) return -1;
   int64_t hi = max_count(strategy, out);
@@ -168,7 +169,23 @@ int64_t SegmentBuild::choose(bool backward) const {
       !fits(lo, backward, avail, true)) {
     return shared_rows_count(lo, backward, avail);
   }
-  return lo;
+  return ranks_count(lo);
+}
+
+// A split step's count (PlanOptions::ranks): at least `n`, a tile per rank, and a multiple of
+// the ranks in tiles, so that no rank waits at the segment's sums for another's extra tile
+// (vgg-mini 4096², 2 ranks: 3×3 forward tiles ran 5 on one rank and 4 on the other), where
+// the output has as many.
+int64_t SegmentBuild::ranks_count(int64_t n) const {
+  const int ranks = a.options.ranks;
+  if (ranks <= 1) return n;
+  const int64_t most = max_count(strategy, out);
+  n = std::min(std::max(n, fewest_count_for_ranks(strategy, ranks)), most);
+  for (int64_t m = n; m <= most && m <= 2 * n; ++m) {
+    const int64_t tiles = row_strategy(strategy) ? m : m * m;
+    if (tiles % ranks == 0) return m;
+  }
+  return n;
 }
 
 // Barriers: whole where the segment fits as one tile both ways (they run as LibTorch runs
@@ -182,7 +199,8 @@ void SegmentBuild::place_barriers() {
     return;
   }
   s.scheme = RecomputeRounds{};  // unless sub-segments fit
-  if (a.options.overrides.inner_checkpoints) try_sub_segments();
+  // Not under a split over ranks: its inner checkpoints would need sums between sub-segments.
+  if (a.options.overrides.inner_checkpoints && a.options.ranks == 1) try_sub_segments();
 }
 
 int64_t SegmentBuild::finest_bytes() const {

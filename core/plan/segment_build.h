@@ -82,6 +82,7 @@ class SegmentBuild {
   // checks them with it).
   bool fits(int64_t n, bool backward, int64_t avail, bool with_kept = false) const;
   int64_t choose(bool backward) const;
+  int64_t ranks_count(int64_t n) const;
   Partition fixed_partition() const;
   void place_barriers();
   void balance_rows();

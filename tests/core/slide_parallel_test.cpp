@@ -14,6 +14,7 @@
 #include "core/exec/ranks.h"
 #include "core/plan/geometry.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"
 
@@ -257,6 +258,83 @@ TEST(SlideParallel, SubSegmentsAreRefusedInWords) {
     return;
   }
   FAIL() << "no random network ran barriers as sub-segments among seeds 1-6";
+}
+
+// The planner for P ranks (PlanOptions::ranks), under budgets of its own search: every segment
+// gives each rank a tile of each pass, in a multiple of the ranks where the output has room;
+// nothing a split cannot run (shared rows, offload, sub-segments with barriers, a streaming max
+// or attention head); every rank
+// matches plain autograd; and each rank sums the bytes the plan predicts (split_bytes), exactly.
+TEST(SlideParallel, PlansForRanksSplitEvenlyAndSumWhatTheyPredict) {
+  int checked = 0, rounds = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    std::mt19937_64 rng(seed * 6151);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int ranks = static_cast<int>(pick(2, 4));
+    const bool barriers = seed % 2 == 0;
+    auto graphs = random_replicas(seed, ranks, barriers);
+    Graph& g = *graphs.front();
+    const Shape in{2, pick(31, 53), pick(31, 53)};
+    PlanOptions o;
+    o.element_bytes = 8;
+    o.ranks = ranks;
+    o.input_gradient = seed % 3 == 0 || !test::has_parameters(g);
+    o.offload = PlanOptions::Offload::kNever;
+    const std::optional<Plan> found = test::tiling_budget_plan(g, in, o);
+    if (!found) continue;
+    const Plan& plan = *found;
+    ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
+    EXPECT_EQ(split_refusal(g, plan), "") << to_string(plan, g);
+    for (const Segment& s : plan.segments) {
+      const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+      for (const Partition* p : {&s.forward, &s.backward}) {
+        if (out.height * (plan.strategy == Strategy::kGrid ? out.width : 1) < 2 * ranks) continue;
+        EXPECT_GE(p->tiles(), ranks) << "seed " << seed << "\n" << to_string(plan, g);
+      }
+      EXPECT_FALSE(s.is<SharedRows>());
+      EXPECT_EQ(s.tier, Tier::kResident);
+      rounds += s.is<RecomputeRounds>() && !barrier_rounds(g, s.input, s.output).empty();
+    }
+    const std::vector<Comparison> split = compare_split_with_plain(
+        pointers(graphs), plan, random_image(2, in.height, in.width, seed), seed);
+    const Worst w = worst_of(split);
+    EXPECT_LT(w.error, kTolerance) << "seed " << seed << ", " << ranks << " ranks\n"
+                                   << to_string(plan, g) << w.text;
+    for (const Comparison& c : split) {
+      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan).total()) << "seed " << seed;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+  EXPECT_GE(rounds, 1) << "no plan for ranks ran barriers in rounds";
+}
+
+// What the planner cannot split is refused when asked for, in words.
+TEST(SlideParallel, PlansForRanksRefuseWhatTheyCannotSplit) {
+  const Graph g = models::random_network(1, 17, 2, false);
+  PlanOptions o;
+  o.ranks = 2;
+  for (const Strategy s : {Strategy::kRowsShared, Strategy::kNone}) {
+    o.strategy = s;
+    EXPECT_THROW(make_plan(g, {2, 40, 40}, 0, o), tessel::Error) << to_string(s);
+  }
+  o.strategy = Strategy::kGrid;
+  o.offload = PlanOptions::Offload::kDisk;
+  try {
+    make_plan(g, {2, 40, 40}, 0, o);
+    ADD_FAILURE() << "offloading was planned over ranks";
+  } catch (const tessel::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slide-parallel"), std::string::npos) << e.what();
+  }
+  o.offload = PlanOptions::Offload::kAuto;
+  o.ranks = 0;
+  EXPECT_THROW(make_plan(g, {2, 40, 40}, 0, o), tessel::Error);
+  EXPECT_EQ(fewest_count_for_ranks(Strategy::kGrid, 2), 2);
+  EXPECT_EQ(fewest_count_for_ranks(Strategy::kGrid, 4), 2);
+  EXPECT_EQ(fewest_count_for_ranks(Strategy::kGrid, 5), 3);
+  EXPECT_EQ(fewest_count_for_ranks(Strategy::kRows, 3), 3);
 }
 
 }  // namespace

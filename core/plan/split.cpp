@@ -1,0 +1,91 @@
+#include "core/plan/split.h"
+
+#include <cmath>
+
+#include "core/plan/tile_cost.h"
+
+namespace tessel::core {
+
+namespace {
+
+int64_t activation_bytes(const Plan& plan, NodeId v) {
+  const Shape& s = plan.shapes.at(static_cast<size_t>(v));
+  return s.channels * s.height * s.width * plan.element_bytes;
+}
+
+bool takes_statistics(const Node& node, bool training) {
+  return node.is_barrier() && (node.barrier != BarrierOp::kBatchNorm || training);
+}
+
+std::string segment_words(const Graph& graph, const Plan& plan, size_t i) {
+  const Segment& s = plan.segments[i];
+  return "segment " + std::to_string(i) + " (" + graph.node(s.input + 1).name + " … " +
+         graph.node(s.output).name + ")";
+}
+
+}  // namespace
+
+SplitBytes split_bytes(const Graph& graph, const Plan& plan) {
+  SplitBytes b;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (s.reduction < 0) {
+      b.checkpoints += activation_bytes(plan, s.output);
+    } else {
+      b.checkpoints += graph.node(s.output).channels * plan.element_bytes;  // the average's sums
+    }
+    if (i > 0 || plan.input_gradient) b.input_gradients += activation_bytes(plan, s.input);
+  }
+  b.parameter_gradients = plan.predicted.gradients;
+  return b;
+}
+
+std::string split_refusal(const Graph& graph, const Plan& plan, bool training) {
+  if (plan.segments.empty()) return "the plan runs the whole image as one piece (no tiles)";
+  if (plan.offloads()) return "the plan offloads checkpoints to the host or disk";
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (s.is<SharedRows>()) return segment_words(graph, plan, i) + " runs as shared rows";
+    if (s.is<SubSegments>()) {
+      for (NodeId v = s.input + 1; v <= s.output; ++v) {
+        if (!takes_statistics(graph.node(v), training)) continue;
+        return segment_words(graph, plan, i) +
+               " runs its barriers (train-mode batch norm, group norm, squeeze-excitation) as "
+               "sub-segments, with inner checkpoints";
+      }
+    }
+    if (s.reduction >= 0 && graph.node(s.reduction).kind != OpKind::kGlobalAvgPool) {
+      return segment_words(graph, plan, i) + " streams " + graph.node(s.reduction).name +
+             " (only a global average)";
+    }
+  }
+  return "";
+}
+
+std::string split_summary(const Graph& graph, const Plan& plan, int ranks) {
+  std::string out = "split over " + std::to_string(ranks) + " ranks (slide-parallel): ";
+  const std::string why = split_refusal(graph, plan);
+  if (!why.empty()) return out + "not yet: " + why + "\n";
+  // The busiest rank's tiles: each pass's tiles in contiguous runs (core/exec/ranks.h).
+  int64_t busiest = 0, all = 0;
+  for (const Segment& s : plan.segments) {
+    for (const Partition* p : {&s.forward, &s.backward}) {
+      busiest += (p->tiles() + ranks - 1) / ranks;
+      all += p->tiles();
+    }
+  }
+  const SplitBytes b = split_bytes(graph, plan);
+  return out + "the busiest rank runs " + std::to_string(busiest) + " of " + std::to_string(all) +
+         " tile passes; each rank sums " + format_bytes(b.total()) + " a step (checkpoints " +
+         format_bytes(b.checkpoints) + ", input gradients " + format_bytes(b.input_gradients) +
+         ", parameter gradients " + format_bytes(b.parameter_gradients) +
+         "), each within the whole budget\n";
+}
+
+int64_t fewest_count_for_ranks(Strategy strategy, int ranks) {
+  if (ranks <= 1) return 1;
+  if (planning::row_strategy(strategy)) return ranks;
+  return static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(ranks)) - 1e-9));
+}
+
+}  // namespace tessel::core

@@ -1,0 +1,40 @@
+// A training step split over ranks (slide-parallel, docs/slide-parallel.md), as the plan sees
+// it: each rank runs its share of every segment's tiles, and what they computed is summed over
+// the ranks. Plain arithmetic on the plan; the executor's Step does the sums.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/graph/graph.h"
+#include "core/plan/plan.h"
+
+namespace tessel::core {
+
+// What each rank gives to the sums over the ranks in one training step (the executor's
+// StepResult::summed_bytes), by what it sums.
+struct SplitBytes {
+  // Forward: every segment's output checkpoint, or its streaming global average's sums.
+  int64_t checkpoints = 0;
+  // Backward: every segment's input gradient (the image's only where the plan keeps it).
+  int64_t input_gradients = 0;
+  // After the step: what the step added to every parameter's gradient.
+  int64_t parameter_gradients = 0;
+  int64_t total() const { return checkpoints + input_gradients + parameter_gradients; }
+};
+SplitBytes split_bytes(const Graph& graph, const Plan& plan);
+
+// Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): offloaded
+// checkpoints, shared rows, sub-segments with barriers that take statistics (`training`: batch
+// norm takes them only in training), a streaming global max or attention head.
+std::string split_refusal(const Graph& graph, const Plan& plan, bool training = true);
+
+// What `tessel plan --ranks P` adds to the plan's table: each rank's tiles and what it sums per
+// step, or why the step cannot be split.
+std::string split_summary(const Graph& graph, const Plan& plan, int ranks);
+
+// The fewest tiles per axis (planning's count: rows, or a grid's rows and columns) that give
+// each of `ranks` ranks a tile of every pass.
+int64_t fewest_count_for_ranks(Strategy strategy, int ranks);
+
+}  // namespace tessel::core
