@@ -36,6 +36,24 @@ int64_t max_rss_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
+// The step's collectives, timed: how long this rank spent in sums over the ranks (the transfer
+// and the wait for the slowest rank together).
+class TimedRanks : public core::Ranks {
+ public:
+  explicit TimedRanks(core::Ranks& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void allreduce_sum(const std::vector<at::Tensor>& tensors) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    inner_.allreduce_sum(tensors);
+    ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  double ms = 0;
+
+ private:
+  core::Ranks& inner_;
+};
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -264,7 +282,8 @@ BenchResult bench_step(const BenchPoint& p) {
     step_options.precision = p.precision;
     step_options.tile_formats = tile_formats;
     step_options.glass = p.glass;
-    step_options.ranks = p.ranks;
+    std::optional<TimedRanks> timed;
+    if (p.ranks != nullptr) step_options.ranks = &timed.emplace(*p.ranks);
     if (record) {
       timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
@@ -295,6 +314,7 @@ BenchResult bench_step(const BenchPoint& p) {
     r.glass_backward_tiles = s.glass_backward_tiles;
     r.glass_filled = s.glass_filled;
     r.summed_bytes = s.summed_bytes;
+    if (timed) r.sum_ms.push_back(timed->ms);
     r.moved_bytes.push_back(s.offload.written_bytes + s.offload.read_bytes);
     r.disk_peak_bytes = std::max(r.disk_peak_bytes, s.offload.disk_peak_bytes);
     r.transfer_ms.push_back(s.offload.write_ms + s.offload.read_ms);
@@ -338,6 +358,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
     j["ranks"] = p.ranks->size();
     j["summed_bytes"] = r.summed_bytes;
     j["summed_bytes_predicted"] = r.summed_bytes_predicted;
+    j["sum_ms"] = r.sum_ms;
   }
   j["fresh_bytes"] = r.fresh_bytes;
   j["predicted_bytes"] = {{"parameters", r.predicted.parameters},

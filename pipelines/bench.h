@@ -125,6 +125,7 @@ struct BenchResult {
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0, glass_filled = 0;
   int64_t summed_bytes = 0;  // split over ranks: what this rank gave to sums, per step (last)
   int64_t summed_bytes_predicted = 0;  // the plan's (core::split_bytes)
+  std::vector<double> sum_ms;          // split: the time in sums over ranks, waits included
 };
 
 BenchResult bench_step(const BenchPoint& point);
