@@ -237,7 +237,7 @@ void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
 // state that one rank's tiles alone would leave wrong on the others.
 void Step::check_split() const {
   if (!split()) return;
-  const std::string why = split_refusal(graph_, plan_, training_);
+  const std::string why = split_refusal(graph_, plan_);
   if (why.empty()) return;
   throw Error("slide-parallel: " + why +
               ", which is not yet split over ranks; run it on one rank per slide "

@@ -199,8 +199,7 @@ void SegmentBuild::place_barriers() {
     return;
   }
   s.scheme = RecomputeRounds{};  // unless sub-segments fit
-  // Not under a split over ranks: its inner checkpoints would need sums between sub-segments.
-  if (a.options.overrides.inner_checkpoints && a.options.ranks == 1) try_sub_segments();
+  if (a.options.overrides.inner_checkpoints) try_sub_segments();
 }
 
 int64_t SegmentBuild::finest_bytes() const {

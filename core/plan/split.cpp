@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/plan/geometry.h"
 #include "core/plan/tile_cost.h"
 
 namespace tessel::core {
@@ -23,9 +24,18 @@ std::string segment_words(const Graph& graph, const Plan& plan, size_t i) {
          graph.node(s.output).name + ")";
 }
 
+// Whether segment `s` runs as sub-segments with barriers (the executor's SubSegmentsRun).
+bool sub_segments_with_barriers(const Graph& graph, const Segment& s, bool training) {
+  if (!s.is<SubSegments>()) return false;
+  for (NodeId v = s.input + 1; v <= s.output; ++v) {
+    if (takes_statistics(graph.node(v), training)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-SplitBytes split_bytes(const Graph& graph, const Plan& plan) {
+SplitBytes split_bytes(const Graph& graph, const Plan& plan, bool training) {
   SplitBytes b;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
@@ -35,25 +45,20 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan) {
       b.checkpoints += graph.node(s.output).channels * plan.element_bytes;  // the average's sums
     }
     if (i > 0 || plan.input_gradient) b.input_gradients += activation_bytes(plan, s.input);
+    if (!sub_segments_with_barriers(graph, s, training)) continue;
+    const int64_t times = s.keeps_inner() ? 2 : 3;  // forward, the backward's rebuild, gradient
+    for (NodeId v : kept_inner(graph, s)) b.inner_checkpoints += times * activation_bytes(plan, v);
   }
   b.parameter_gradients = plan.predicted.gradients;
   return b;
 }
 
-std::string split_refusal(const Graph& graph, const Plan& plan, bool training) {
+std::string split_refusal(const Graph& graph, const Plan& plan) {
   if (plan.segments.empty()) return "the plan runs the whole image as one piece (no tiles)";
   if (plan.offloads()) return "the plan offloads checkpoints to the host or disk";
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.is<SharedRows>()) return segment_words(graph, plan, i) + " runs as shared rows";
-    if (s.is<SubSegments>()) {
-      for (NodeId v = s.input + 1; v <= s.output; ++v) {
-        if (!takes_statistics(graph.node(v), training)) continue;
-        return segment_words(graph, plan, i) +
-               " runs its barriers (train-mode batch norm, group norm, squeeze-excitation) as "
-               "sub-segments, with inner checkpoints";
-      }
-    }
     if (s.reduction >= 0 && graph.node(s.reduction).kind != OpKind::kGlobalAvgPool) {
       return segment_words(graph, plan, i) + " streams " + graph.node(s.reduction).name +
              " (only a global average)";
@@ -78,6 +83,8 @@ std::string split_summary(const Graph& graph, const Plan& plan, int ranks) {
   return out + "the busiest rank runs " + std::to_string(busiest) + " of " + std::to_string(all) +
          " tile passes; each rank sums " + format_bytes(b.total()) + " a step (checkpoints " +
          format_bytes(b.checkpoints) + ", input gradients " + format_bytes(b.input_gradients) +
+         (b.inner_checkpoints > 0 ? ", inner checkpoints " + format_bytes(b.inner_checkpoints)
+                                  : std::string()) +
          ", parameter gradients " + format_bytes(b.parameter_gradients) +
          "), each within the whole budget\n";
 }

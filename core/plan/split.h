@@ -18,16 +18,20 @@ struct SplitBytes {
   int64_t checkpoints = 0;
   // Backward: every segment's input gradient (the image's only where the plan keeps it).
   int64_t input_gradients = 0;
+  // Sub-segments with barriers: each kept inner checkpoint after its forward pass (again where
+  // the backward rebuilds it), and its gradient before its barriers' corrections.
+  int64_t inner_checkpoints = 0;
   // After the step: what the step added to every parameter's gradient.
   int64_t parameter_gradients = 0;
-  int64_t total() const { return checkpoints + input_gradients + parameter_gradients; }
+  int64_t total() const {
+    return checkpoints + input_gradients + inner_checkpoints + parameter_gradients;
+  }
 };
-SplitBytes split_bytes(const Graph& graph, const Plan& plan);
+SplitBytes split_bytes(const Graph& graph, const Plan& plan, bool training = true);
 
 // Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): offloaded
-// checkpoints, shared rows, sub-segments with barriers that take statistics (`training`: batch
-// norm takes them only in training), a streaming global max or attention head.
-std::string split_refusal(const Graph& graph, const Plan& plan, bool training = true);
+// checkpoints (inner ones too), shared rows, a streaming global max or attention head.
+std::string split_refusal(const Graph& graph, const Plan& plan);
 
 // What `tessel plan --ranks P` adds to the plan's table: each rank's tiles and what it sums per
 // step, or why the step cannot be split.

@@ -159,8 +159,8 @@ void SubSegmentsRun::after_forward() {
 void SubSegmentsRun::start_statistics(NodeId v) {
   if (!statistics_) return;
   for (NodeId b : readers(v)) {
-    step_.barrier_state(b) =
-        std::make_unique<BarrierState>(step_.graph().node(b), step_.tensor_options());
+    step_.barrier_state(b) = std::make_unique<BarrierState>(step_.graph().node(b),
+                                                            step_.tensor_options(), step_.ranks());
   }
 }
 
@@ -196,7 +196,7 @@ void SubSegmentsRun::inner_forward(bool with_statistics) {
   for (int64_t t = 0; input_pass && t < s_.forward.tiles(); ++t) {
     const Region r =
         barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(s_.input));
-    if (r.empty()) continue;
+    if (r.empty() || !step_.runs(index_, s_.forward, t)) continue;  // another rank's
     if (glass_.forward(t)) {
       uniform += r.area();
       continue;
@@ -259,7 +259,7 @@ std::vector<SubSegmentsRun::InnerPass> SubSegmentsRun::inner_passes(
     InnerPass& p = passes.emplace_back(InnerPass{v, dropped, {}, {}});
     for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
       const Region r = barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(v));
-      if (r.empty()) continue;
+      if (r.empty() || !step_.runs(index_, s_.forward, t)) continue;  // another rank's
       if (glass_.forward(t)) {
         p.glass.push_back(r);
         continue;
@@ -280,9 +280,11 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
   const Shape& vs = step_.shape(v);
   if (in != nullptr && !in->stored_value) {
     // In the forward's format (as run_tile's input tiles); rebuilt for the backward's
-    // recompute in its format (kept ones stay in the forward's).
-    in->value = at::empty({1, vs.channels, vs.height, vs.width},
-                          step_.tensor_options().memory_format(step_.read_format(!statistics_)));
+    // recompute in its format (kept ones stay in the forward's). Split over ranks: each rank's
+    // shares and zeros, summed after the pass.
+    const auto options = step_.tensor_options().memory_format(step_.read_format(!statistics_));
+    const std::vector<int64_t> size{1, vs.channels, vs.height, vs.width};
+    in->value = step_.split() ? at::zeros(size, options) : at::empty(size, options);
   }
   for (const auto& [r, need] : p.tiles) {
     const TileTensor x_in = step_.read_input(s_, need[static_cast<size_t>(s_.input)]);
@@ -309,6 +311,7 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
       crop({in->value, whole(vs)}, r).copy_(x);
     }
   }
+  if (in != nullptr && !in->stored_value) step_.sum_over_ranks({in->value});
   add_uniform_statistics(v, uniform);
   finish_statistics(v);
 }
@@ -419,7 +422,7 @@ SubSegmentsRun::SubPass SubSegmentsRun::sub_pass(NodeId target, bool output,
     const Region tile = s_.backward.tile(t);
     const Region r =
         output ? tile : barrier_share(tile, step_.shape(s_.output), step_.shape(target));
-    if (r.empty()) continue;
+    if (r.empty() || !step_.runs(index_, s_.backward, t)) continue;  // another rank's
     if (glass_.backward(t)) {  // reads nothing but, of the output, its gradient
       p.glass.emplace_back(t, r);
       if (output && stored_grad_out_ != nullptr) {
@@ -568,6 +571,8 @@ void SubSegmentsRun::correct_inner(NodeId v) {
     return;
   }
   if (!in.grad.defined()) in.grad = step_.zeros(step_.shape(v));
+  // Split over ranks: each rank's tiles added their part; the corrections go on the sum, once.
+  step_.sum_over_ranks({in.grad});
   for (NodeId b : readers(v)) {
     const BarrierState& state = *step_.barrier_state(b);
     // In slices of rows: the correction's gradient is elementwise, and a whole one would be one
@@ -593,7 +598,8 @@ void SubSegmentsRun::input_barriers() {
   for (int64_t t = 0; t < s_.backward.tiles(); ++t) {
     const Region r =
         barrier_share(s_.backward.tile(t), step_.shape(s_.output), step_.shape(s_.input));
-    if (!r.empty()) shares.push_back(r);
+    // Split over ranks: this rank's shares (the input's gradient is summed after the segment).
+    if (!r.empty() && step_.runs(index_, s_.backward, t)) shares.push_back(r);
   }
   if (stored_grad_in_ != nullptr) {
     stored_grad_in_->expect_additions(shares);
