@@ -154,9 +154,16 @@ TEST(Cli, GradcheckSplitOverRanksChecksEveryRank) {
   EXPECT_NE(run.output.find("split over 3 ranks"), std::string::npos) << run.output;
   const CliRun halo = run_cli("gradcheck --model random --size 61x47 --ranks 2 --inject halo");
   EXPECT_EQ(halo.exit_code, 1) << halo.output;
+  // Train-mode batch norm as sub-segments, split (each rank's shares of the inner checkpoints).
   const CliRun barrier = run_cli("gradcheck --model resnet18 --norm batch --size 67x59 --ranks 2");
-  EXPECT_EQ(barrier.exit_code, 1) << barrier.output;
-  EXPECT_NE(barrier.output.find("not yet split over ranks"), std::string::npos) << barrier.output;
+  EXPECT_EQ(barrier.exit_code, 0) << barrier.output;
+  EXPECT_NE(barrier.output.find("sub-segments over inner checkpoints"), std::string::npos)
+      << barrier.output;
+  // What is not split yet is refused in words.
+  const CliRun offload =
+      run_cli("gradcheck --model vgg-mini --size 67x59 --ranks 2 --offload disk");
+  EXPECT_EQ(offload.exit_code, 1) << offload.output;
+  EXPECT_NE(offload.output.find("not yet split over ranks"), std::string::npos) << offload.output;
   const CliRun bf16 = run_cli("gradcheck --ranks 2 --precision bf16");
   EXPECT_EQ(bf16.exit_code, 2) << bf16.output;
 }
