@@ -14,23 +14,10 @@ int64_t activation_bytes(const Plan& plan, NodeId v) {
   return s.channels * s.height * s.width * plan.element_bytes;
 }
 
-bool takes_statistics(const Node& node, bool training) {
-  return node.is_barrier() && (node.barrier != BarrierOp::kBatchNorm || training);
-}
-
 std::string segment_words(const Graph& graph, const Plan& plan, size_t i) {
   const Segment& s = plan.segments[i];
   return "segment " + std::to_string(i) + " (" + graph.node(s.input + 1).name + " … " +
          graph.node(s.output).name + ")";
-}
-
-// Whether segment `s` runs as sub-segments with barriers (the executor's SubSegmentsRun).
-bool sub_segments_with_barriers(const Graph& graph, const Segment& s, bool training) {
-  if (!s.is<SubSegments>()) return false;
-  for (NodeId v = s.input + 1; v <= s.output; ++v) {
-    if (takes_statistics(graph.node(v), training)) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -45,7 +32,9 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, bool training) {
       b.checkpoints += graph.node(s.output).channels * plan.element_bytes;  // the average's sums
     }
     if (i > 0 || plan.input_gradient) b.input_gradients += activation_bytes(plan, s.input);
-    if (!sub_segments_with_barriers(graph, s, training)) continue;
+    // Sub-segments with barriers (the executor's SubSegmentsRun).
+    if (!s.is<SubSegments>() || barrier_rounds(graph, s.input, s.output, training).empty())
+      continue;
     const int64_t times = s.keeps_inner() ? 2 : 3;  // forward, the backward's rebuild, gradient
     for (NodeId v : kept_inner(graph, s)) b.inner_checkpoints += times * activation_bytes(plan, v);
   }

@@ -237,7 +237,7 @@ TEST(SlideParallel, BarriersInRoundsAndWholeMatch) {
 // checkpoints (summed before the next sub-segment reads them), its backward tiles' part of their
 // gradients (summed before the barriers' corrections go on them, once); inner checkpoints kept
 // from the forward or rebuilt in the backward; every rank's gradients and running statistics as
-// plain's, and each rank sums the bytes split_bytes predicts.
+// plain's, and each rank sums the bytes split_bytes predicts; a halo one pixel short fails.
 TEST(SlideParallel, SubSegmentsMatch) {
   int sub = 0, rebuilt = 0, dropped = 0;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
@@ -285,6 +285,13 @@ TEST(SlideParallel, SubSegmentsMatch) {
     for (const Comparison& c : split) {
       EXPECT_EQ(c.summed_bytes, split_bytes(g, plan).total()) << "seed " << seed;
     }
+    if (sub != 1) continue;
+    // The same check fails with a halo one pixel short.
+    StepOptions faulty;
+    faulty.inject = Fault::kHalo;
+    const Worst halo = worst_of(compare_split_with_plain(
+        pointers(graphs), plan, random_image(2, in.height, in.width, seed), seed, faulty));
+    EXPECT_GT(halo.error, 1e-6) << "seed " << seed << "\n" << to_string(plan, g) << halo.text;
   }
   EXPECT_GE(sub, 4) << "plans with barriers as sub-segments";
   EXPECT_GE(rebuilt, 1) << "sub-segments that rebuild their inner checkpoints in the backward";
