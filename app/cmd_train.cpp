@@ -52,6 +52,7 @@ struct TrainArgs {
   std::string scratch;
   std::string device, precision;  // the config's `device` and `precision`, when given
   DistributedArgs dist;
+  int slide_ranks = 0;  // --slide-ranks: the config's parallel and slide_ranks, when given
 };
 
 }  // namespace
@@ -76,8 +77,14 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
                   "float32, tf32 or bf16: the config's `precision` (default float32)")
       ->check(CLI::IsMember({"float32", "tf32", "bf16"}));
   add_distributed_options(cmd, args->dist,
-                          "Data-parallel over the processes a launcher started (torchrun, srun, "
-                          "mpirun; docs/distributed.md)");
+                          "Over the processes a launcher started (torchrun, srun, mpirun): each "
+                          "rank its own slides (docs/distributed.md), or each slide's step split "
+                          "over ranks with the key parallel or --slide-ranks "
+                          "(docs/slide-parallel.md)");
+  cmd->add_option("--slide-ranks", args->slide_ranks,
+                  "With --distributed: the ranks that share each slide's step, in groups that "
+                  "take different slides (parallel=hybrid slide_ranks=P; 1: parallel=data)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("overrides", args->overrides, "key=value settings over the config file");
   cmd->callback([&registry, args] {
     registry.selected = [args] {
@@ -88,6 +95,13 @@ void register_train(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       pipelines::TrainRequest request;
       if (!args->device.empty()) args->overrides.push_back("device=" + args->device);
       if (!args->precision.empty()) args->overrides.push_back("precision=" + args->precision);
+      if (args->slide_ranks == 1) {
+        args->overrides.insert(args->overrides.end(), {"parallel=data", "slide_ranks=0"});
+      } else if (args->slide_ranks > 1) {
+        args->overrides.insert(
+            args->overrides.end(),
+            {"parallel=hybrid", "slide_ranks=" + std::to_string(args->slide_ranks)});
+      }
       if (!args->resume.empty()) {
         if (!args->config.empty()) {
           throw Error("give either --config or --resume: a resumed run uses its own config.yaml");

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -221,10 +222,11 @@ void collective(const std::string& what, const DistributedEnv& env,
                 const DistributedOptions& options, Call&& call) {
   const auto fail = [&](const std::string& reason) {
     return Error(fmt::format(
-        "distributed {} failed on rank {} of {} (timeout {} s, --dist-timeout): {} — a rank died, "
-        "was stopped or never started; this rank stops too. The last checkpoint is intact: "
+        "distributed {} failed on rank {} of {}{} (timeout {} s, --dist-timeout): {} — a rank "
+        "died, was stopped or never started; this rank stops too. The last checkpoint is intact: "
         "continue with --resume once every rank can run",
-        what, env.rank, env.world_size, options.timeout_seconds, reason));
+        what, env.rank, env.world_size, env.group.empty() ? "" : " in " + env.group,
+        options.timeout_seconds, reason));
   };
   try {
     call();
@@ -264,6 +266,19 @@ Communicator::Communicator(const DistributedEnv& env, const DistributedOptions& 
       group_->store = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, store_options);
     }
     group_->store->setTimeout(timeout);
+  });
+  join(where);
+}
+
+Communicator::Communicator(const DistributedEnv& env, const DistributedOptions& options,
+                           std::unique_ptr<Group> group)
+    : env_(env), options_(options), group_(std::move(group)) {
+  join(env_.group);
+}
+
+void Communicator::join(const std::string& where) {
+  const auto timeout = milliseconds(options_.timeout_seconds);
+  collective("rendezvous at " + where, env_, options_, [&] {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
     // GLOO_SOCKET_IFNAME picks the network interface as in PyTorch; else this host's name.
     const Environment process = process_environment();
@@ -276,6 +291,24 @@ Communicator::Communicator(const DistributedEnv& env, const DistributedOptions& 
     group_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(group_->store, env_.rank,
                                                                env_.world_size, gloo_options);
   });
+}
+
+std::unique_ptr<Communicator> Communicator::subgroup(int size) const {
+  if (size < 1 || env_.world_size % size != 0) {
+    throw Error(fmt::format("groups of {} rank(s) do not divide the {} ranks of the job", size,
+                            env_.world_size));
+  }
+  const int index = env_.rank / size;
+  DistributedEnv env = env_;
+  env.rank = env_.rank % size;
+  env.world_size = size;
+  env.group = fmt::format("slide group {} of {} (ranks {}-{})", index + 1, env_.world_size / size,
+                          index * size, index * size + size - 1);
+  auto group = std::make_unique<Group>();
+  group->store =
+      c10::make_intrusive<c10d::PrefixStore>(fmt::format("group{}/", index), group_->store);
+  // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the constructor is private
+  return std::unique_ptr<Communicator>(new Communicator(env, options_, std::move(group)));
 }
 
 Communicator::~Communicator() = default;

@@ -26,6 +26,9 @@ struct DistributedEnv {
   std::string master_addr;  // rank 0's host, where the TCP rendezvous listens
   int master_port = 0;
   std::string source;  // the launcher the values came from: "torchrun", "openmpi" or "slurm"
+  // A group within the job (Communicator::subgroup): its name in errors, e.g. "slide group 1 of
+  // 2 (ranks 2-3)"; empty for the whole job.
+  std::string group;
 };
 
 using Environment = std::map<std::string, std::string>;
@@ -75,12 +78,20 @@ class Communicator : public core::Ranks {
   void allreduce_sum(const std::vector<at::Tensor>& tensors) override {
     allreduce_sum(tensors, int64_t{25} << 20);
   }
+  // The consecutive ranks [g·size, (g+1)·size) that hold this one, as a group of their own
+  // (parallel: hybrid, where each group shares a slide): rank and size within it. Every rank
+  // calls it with the same size, which must divide the rank count; the groups rendezvous on this
+  // group's store, each under its own prefix.
+  std::unique_ptr<Communicator> subgroup(int size) const;
   // Rank 0's values into every rank's tensors, in place.
   void broadcast(const std::vector<at::Tensor>& tensors);
   void barrier();
 
  private:
   struct Group;
+  Communicator(const DistributedEnv& env, const DistributedOptions& options,
+               std::unique_ptr<Group> group);
+  void join(const std::string& where);  // the process group, on group_'s store
   DistributedEnv env_;
   DistributedOptions options_;
   std::unique_ptr<Group> group_;

@@ -291,10 +291,12 @@ class Trainer {
     if (world_ > 1) scratch_dir_ /= fmt::format("scratch-rank{}", rank_);
     if (!request_.scratch_dir.empty()) core::TileStore::check_scratch_dir(scratch_dir_);
     device_ = core::resolve_device(config_.device);  // a GPU that is not there: before anything
+    join_slide_group();
     load_data();  // before the run folder: a bad manifest leaves no run folder behind
     prepare_run_dir();
     if (request_.scratch_dir.empty()) core::TileStore::check_scratch_dir(scratch_dir_);
     spdlog::info("{}", data_summary_);
+    if (!parallel_summary_.empty()) spdlog::info("{}", parallel_summary_);
     build_model();
     if (request_.resume) resume();
     if (communicator_ != nullptr) {
@@ -305,11 +307,13 @@ class Trainer {
       }
       at::NoGradGuard no_grad;
       communicator_->broadcast(weights);
-      if (config_.batch < world_) {
+      if (config_.batch < groups_) {
         spdlog::warn(
-            "batch {} < {} ranks: each step trains {} slide(s), so {} rank(s) idle; set batch to a "
-            "multiple of the rank count",
-            config_.batch, world_, config_.batch, world_ - config_.batch);
+            "batch {} < {} {}: each step trains {} slide(s), so {} {} idle; set batch to a "
+            "multiple of {}",
+            config_.batch, groups_, slide_ranks_ > 1 ? "slide groups" : "ranks", config_.batch,
+            groups_ - config_.batch, slide_ranks_ > 1 ? "group(s)" : "rank(s)",
+            slide_ranks_ > 1 ? "the group count" : "the rank count");
       }
     }
 
@@ -744,6 +748,42 @@ class Trainer {
 
   bool lead() const { return rank_ == 0; }
 
+  // The group of ranks sharing each of this rank's slides (TrainConfig::parallel): every rank
+  // for slide, groups of slide_ranks consecutive ranks for hybrid, none for data.
+  void join_slide_group() {
+    group_ = rank_;  // data: groups of one rank
+    groups_ = world_;
+    if (config_.parallel == "data") return;
+    if (communicator_ == nullptr) {
+      spdlog::info("parallel: {} in one process: each slide's step runs here whole",
+                   config_.parallel);
+      return;
+    }
+    slide_ranks_ = config_.parallel == "slide" ? world_ : static_cast<int>(config_.slide_ranks);
+    if (config_.slide_ranks > world_ || world_ % slide_ranks_ != 0) {
+      throw Error(fmt::format(
+          "parallel: hybrid with slide_ranks {} cannot group the {} ranks of this job: give "
+          "slide_ranks=N with N dividing {} (or parallel=slide, or parallel=data)",
+          config_.slide_ranks, world_, world_));
+    }
+    group_ = rank_ / slide_ranks_;
+    groups_ = world_ / slide_ranks_;
+    if (slide_ranks_ == world_) {
+      slide_group_ = communicator_;
+    } else {
+      own_group_ = communicator_->subgroup(slide_ranks_);
+      slide_group_ = own_group_.get();
+    }
+    parallel_summary_ = fmt::format(
+        "slide-parallel: {} group(s) of {} ranks; this rank is {} of group {}, which runs its "
+        "share of the tiles of every step of its slides (validation: each rank its own slides)",
+        groups_, slide_ranks_, slide_group_->rank(), group_ + 1);
+  }
+
+  // Whether this rank gives its group's results and gradients to the batch's sums (the ranks of
+  // a slide group end each step with the same ones).
+  bool reports() const { return slide_group_ == nullptr || slide_group_->rank() == 0; }
+
   // Whether to stop: with several ranks, whether any rank was asked to (a collective call).
   bool agreed_stop() {
     if (communicator_ == nullptr) return stop_requested();
@@ -790,6 +830,8 @@ class Trainer {
       for (at::Tensor& p : graph_->module().parameters()) {
         // A rank without a slide in this batch (or whose slides were skipped) adds zeros.
         if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+        // A slide group's ranks hold the same gradients: its first rank gives them.
+        if (!reports()) p.mutable_grad().zero_();
         grads.push_back(p.grad());
       }
     }
@@ -799,7 +841,8 @@ class Trainer {
       grads.push_back(diverged);
     }
     const auto t0 = Clock::now();
-    const std::vector<SlideResult> batch = gathered(pending_, begin, end, grads);
+    const std::vector<SlideResult> batch =
+        gathered(reports() ? pending_ : std::vector<SlideResult>{}, begin, end, grads);
     if (communicator_ != nullptr) {
       allreduce_seconds_ += seconds_since(t0);
       ++allreduce_calls_;
@@ -827,11 +870,13 @@ class Trainer {
   // The plan for a slide's image: by its size, and where it has a background whose glass the
   // step skips (tissue_fill, config key glass), by slide too: the planner picks tiles for its
   // glass (a flipped or rotated view of it gets the same plan; the step finds its glass tiles
-  // anew, so only how many it finds can differ).
-  const core::Plan& plan_for(const core::TileSource& source, const std::string& slide) {
+  // anew, so only how many it finds can differ). `ranks`: the ranks that split its step (a split
+  // step computes its glass as tissue, so its plan is made dense).
+  const core::Plan& plan_for(const core::TileSource& source, const std::string& slide, int ranks) {
     const int64_t height = source.height(), width = source.width();
-    const core::Background* background = config_.glass ? source.background() : nullptr;
-    const PlanKey key{height, width, background != nullptr ? slide : ""};
+    const core::Background* background =
+        config_.glass && ranks == 1 ? source.background() : nullptr;
+    const PlanKey key{height, width, background != nullptr ? slide : "", ranks};
     {
       const std::lock_guard lock(caches_);
       const auto it = plans_.find(key);
@@ -839,6 +884,7 @@ class Trainer {
     }
     check_input_size(*graph_, config_, height, width);
     core::PlanOptions options = plan_options_;
+    options.ranks = ranks;
     if (background != nullptr) {
       options.background = std::make_shared<core::CellMask>(background->cells);
     }
@@ -876,8 +922,9 @@ class Trainer {
     return order;
   }
 
-  // Whether train slide `i` of an epoch is this rank's (slides of a batch go round the ranks).
-  bool mine(int64_t i) const { return (i % config_.batch) % world_ == rank_; }
+  // Whether train slide `i` of an epoch is this rank's (slides of a batch go round the ranks, or
+  // round the slide groups, whose ranks all train each of their slides).
+  bool mine(int64_t i) const { return (i % config_.batch) % groups_ == group_; }
 
   // The slides this rank trains after slide `i` of `order` that open ahead of their turn
   // (TrainConfig::read_ahead).
@@ -982,8 +1029,10 @@ class Trainer {
 
   // Opens `entry`'s slide through `view` and plans for it, on whichever thread, several at once
   // (the run's caches of masks and plans are shared under caches_). With `read_pixels`, the
-  // pixels the step's first tiles read are scheduled on the slide's reader threads.
-  Opened open_and_plan(const io::ManifestEntry& entry, const View& view, bool read_pixels) {
+  // pixels the step's first tiles read are scheduled on the slide's reader threads. `ranks`: the
+  // ranks that split its step (plan_for).
+  Opened open_and_plan(const io::ManifestEntry& entry, const View& view, bool read_pixels,
+                       int ranks) {
     const auto t0 = Clock::now();
     TissueMaskCache masks;  // this slide's, from the run's cache and back to it
     {
@@ -996,19 +1045,22 @@ class Trainer {
       const std::lock_guard lock(caches_);
       tissue_masks_.insert(masks.begin(), masks.end());
     }
-    o.plan = &plan_for(*o.input.view, entry.slide.string());
+    o.plan = &plan_for(*o.input.view, entry.slide.string(), ranks);
     if (read_pixels) {
-      o.input.view->will_read(first_reads(*graph_, *o.plan, *o.input.view, config_.glass));
+      o.input.view->will_read(
+          first_reads(*graph_, *o.plan, *o.input.view, config_.glass && ranks == 1));
     }
     o.seconds = seconds_since(t0);
     return o;
   }
 
-  // Slide `index` of this epoch opened: the one read ahead, or opened now; the slides `next`
-  // (upcoming's) opening meanwhile. Errors opening it are thrown here.
-  Opened take_opened(std::deque<Ahead>& ahead, const io::ManifestEntry& entry, int64_t index,
-                     const View& view, const std::vector<Upcoming>& next, double& waited) {
+  // Slide `now` of this epoch opened: the one read ahead, or opened now; the slides `next`
+  // (upcoming's) opening meanwhile, each planned for `ranks` (plan_for). Errors opening it are
+  // thrown here.
+  Opened take_opened(std::deque<Ahead>& ahead, const Upcoming& now,
+                     const std::vector<Upcoming>& next, int ranks, double& waited) {
     const auto t0 = Clock::now();
+    const int64_t index = now.index;
     // Openings of slides before this one (skipped ones'): dropped, once finished.
     while (!ahead.empty() && ahead.front().index < index) ahead.pop_front();
     std::optional<Ahead> mine;
@@ -1018,13 +1070,14 @@ class Trainer {
     }
     for (const Upcoming& u : next) {
       if (!ahead.empty() && u.index <= ahead.back().index) continue;  // opening already
-      ahead.push_back({u.index, std::async(std::launch::async, [this, e = u.entry, v = u.view] {
-                         // Host bytes beside the step's: not its measured peak (budgets are
-                         // the step's).
-                         const core::MemoryTracker::Uncounted beside;
-                         t_opening_ahead = true;
-                         return open_and_plan(*e, v, true);
-                       })});
+      ahead.push_back(
+          {u.index, std::async(std::launch::async, [this, e = u.entry, v = u.view, ranks] {
+             // Host bytes beside the step's: not its measured peak (budgets are
+             // the step's).
+             const core::MemoryTracker::Uncounted beside;
+             t_opening_ahead = true;
+             return open_and_plan(*e, v, true, ranks);
+           })});
     }
     std::optional<Opened> o;
     if (mine) {
@@ -1033,7 +1086,7 @@ class Trainer {
       } catch (const OpenInTurn&) {
       }
     }
-    if (!o) o = open_and_plan(entry, view, false);
+    if (!o) o = open_and_plan(*now.entry, now.view, false, ranks);
     waited = seconds_since(t0);
     return std::move(*o);
   }
@@ -1046,7 +1099,8 @@ class Trainer {
         stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kTorchStream));
     SlideProgress progress{"train", position_.epoch + 1,        config_.epochs, index,
                            count,   io::slide_name(entry.slide)};
-    double flops = 0;  // executed_flops
+    double flops = 0;          // executed_flops
+    int64_t summed_bytes = 0;  // given to the sums over the slide group's ranks
     // Gradients accumulate over a batch; a slide that fails halfway must not leave a part of
     // its gradient behind.
     std::vector<at::Tensor> saved_grads;
@@ -1054,8 +1108,8 @@ class Trainer {
       saved_grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
     try {
-      const Opened opened =
-          take_opened(ahead_, entry, index, view_of(index), next, progress.open_wait_seconds);
+      const Opened opened = take_opened(ahead_, {&entry, index, view_of(index)}, next, slide_ranks_,
+                                        progress.open_wait_seconds);
       const SlideInput& input = opened.input;
       const std::shared_ptr<core::TileSource>& source = input.view;
       progress.height = source->height();
@@ -1085,10 +1139,17 @@ class Trainer {
       // Spatial dropout's masks (core/exec/dropout.h): a resumed run draws the same.
       options.dropout_seed =
           stream(static_cast<uint64_t>(config_.seed), position_.epoch, index, kDropoutStream);
+      if (slide_ranks_ > 1) options.ranks = slide_group_;
       try {
         r = core::train_step(*graph_, plan, *source, target.to(device_), loss, options);
       } catch (const c10::OutOfMemoryError& e) {
         throw out_of_memory(entry, progress, e);
+      } catch (const Error& e) {
+        if (slide_ranks_ == 1 || dynamic_cast<const RunError*>(&e) != nullptr) throw;
+        // The other ranks of the group wait in the step's sums: skipping the slide here alone
+        // would leave them waiting, and then out of step with this rank.
+        throw RunError(fmt::format("{} failed in a step split over {} ranks: {}",
+                                   entry.slide.string(), slide_ranks_, e.what()));
       }
       progress.step_seconds = seconds_since(step_start);
       check_finite(r, entry, index);
@@ -1101,6 +1162,7 @@ class Trainer {
                           entry.class_index,
                           progress.loss});
       progress.tiles = r.forward_tiles + r.backward_tiles;
+      summed_bytes = r.summed_bytes;
       progress.wait_seconds = static_cast<double>(input.pixels->cache_stats().wait_ns) * 1e-9;
       progress.measured_peak_bytes = r.measured_peak_bytes;
       peak_bytes_ = std::max(peak_bytes_, r.measured_peak_bytes);
@@ -1137,6 +1199,8 @@ class Trainer {
                     {"open_wait_seconds", progress.open_wait_seconds},
                     {"step_seconds", progress.step_seconds},
                     {"tiles", progress.tiles},
+                    {"ranks", slide_ranks_},
+                    {"summed_bytes", summed_bytes},
                     {"flops", flops},
                     {"lr", lr_},
                     {"step", position_.step},
@@ -1169,7 +1233,8 @@ class Trainer {
                              count, io::slide_name(entry.slide)};
       try {
         double waited = 0;
-        const Opened opened = take_opened(ahead, entry, i, {}, upcoming_val(i), waited);
+        // Whole on this rank: validation shares the slides, not their steps.
+        const Opened opened = take_opened(ahead, {&entry, i, View{}}, upcoming_val(i), 1, waited);
         const std::shared_ptr<core::TileSource>& source = opened.input.view;
         progress.height = source->height();
         progress.width = source->width();
@@ -1424,6 +1489,13 @@ class Trainer {
   fs::path run_dir_;
   Communicator* communicator_;
   int rank_, world_;
+  // Slide-parallel (parallel: slide or hybrid, docs/slide-parallel.md): the ranks that share this
+  // rank's slides, each running a share of every step (null: this rank alone), their count,
+  // and which of the groups_ groups (each taking its own slides) this rank's is.
+  Communicator* slide_group_ = nullptr;
+  std::unique_ptr<Communicator> own_group_;  // hybrid's group, when not the whole job
+  int slide_ranks_ = 1, group_ = 0, groups_ = 1;
+  std::string parallel_summary_;      // for the run's log, once it is open
   std::vector<SlideResult> pending_;  // this rank's slides of the batch, not yet recorded
   double allreduce_seconds_ = 0;      // in this epoch
   int64_t allreduce_calls_ = 0;
@@ -1442,7 +1514,8 @@ class Trainer {
   bool prices_logged_ = false;
   std::atomic<bool> prices_measured_ = false;
   std::mutex caches_;  // plans_ and tissue_masks_: open_and_plan runs on read-ahead threads too
-  using PlanKey = std::tuple<int64_t, int64_t, std::string>;  // height, width, slide (glass)
+  // height, width, slide (glass), ranks splitting the step
+  using PlanKey = std::tuple<int64_t, int64_t, std::string, int>;
   std::map<PlanKey, core::Plan> plans_;
   TissueMaskCache tissue_masks_;
   Position position_;

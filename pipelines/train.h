@@ -97,6 +97,8 @@ struct TrainRequest {
   // with the same config. Rank r trains positions r, r + N, ... of each batch, so batch b holds the
   // slides it holds in one process; gradients and per-slide results are summed over the ranks
   // before each step, and the steps equal one process's. Rank 0 alone writes the run's files.
+  // With config.parallel slide or hybrid, groups of ranks share each slide's step instead
+  // (docs/slide-parallel.md), and the groups take the batch's slides as ranks do.
   Communicator* communicator = nullptr;
   // Where the disk tier's scratch file goes when a plan offloads checkpoints (`--scratch`);
   // empty: the run folder, so a crashed run's leftover is removed by the next run there.

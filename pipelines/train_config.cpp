@@ -147,6 +147,8 @@ const std::map<std::string, Setter>& setters() {
       {"device", set(&TrainConfig::device, "cpu, cuda, cuda:N or auto")},
       {"precision", set(&TrainConfig::precision, "float32, tf32 or bf16")},
       {"read_ahead", set(&TrainConfig::read_ahead, "auto or a number of slides")},
+      {"parallel", set(&TrainConfig::parallel, "data, slide or hybrid")},
+      {"slide_ranks", set(&TrainConfig::slide_ranks, "a whole number")},
       {"seed", set(&TrainConfig::seed, "a whole number")},
       {"output", set_path(&TrainConfig::output)},
   };
@@ -252,6 +254,19 @@ void validate(const TrainConfig& c, const std::string& origin) {
     throw Error(origin + ": " + e.what());
   }
   require(core::is_device_name(c.device), origin, "device", "must be cpu, cuda, cuda:N or auto");
+  require(one_of(c.parallel, std::vector<std::string>{"data", "slide", "hybrid"}), origin,
+          "parallel", "must be data, slide or hybrid");
+  require(c.parallel == "hybrid" || c.slide_ranks == 0, origin, "slide_ranks",
+          "is the group size of parallel: hybrid (parallel: slide uses every rank)");
+  require(c.parallel != "hybrid" || c.slide_ranks >= 2, origin, "slide_ranks",
+          "must be 2 or more with parallel: hybrid (the ranks that share each slide)");
+  // The strategies a step split over ranks cannot run (core/plan/split.h).
+  const core::Strategy strategy = core::parse_strategy(c.strategy);
+  require(c.parallel == "data" ||
+              (strategy != core::Strategy::kNone && strategy != core::Strategy::kRowsShared),
+          origin, "strategy",
+          "must be auto, grid or rows with parallel: " + c.parallel +
+              " (a slide's step split over ranks cannot run " + c.strategy + ")");
   require(c.seed >= 0, origin, "seed", "must be 0 or more");
   require(!c.output.empty(), origin, "output", "is required (the run folder)");
 }
@@ -388,6 +403,8 @@ std::string TrainConfig::to_yaml() const {
   out << YAML::Key << "device" << YAML::Value << device;
   out << YAML::Key << "precision" << YAML::Value << precision;
   out << YAML::Key << "read_ahead" << YAML::Value << read_ahead;
+  out << YAML::Key << "parallel" << YAML::Value << parallel;
+  out << YAML::Key << "slide_ranks" << YAML::Value << slide_ranks;
   out << YAML::Key << "seed" << YAML::Value << seed;
   out << YAML::Key << "output" << YAML::Value << output.string();
   out << YAML::EndMap;

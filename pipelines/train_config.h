@@ -76,6 +76,12 @@ struct TrainConfig {
   // step uses; on a GPU one per 4 CPU threads, 1 to 4), or a number, 0 (each slide opened when its
   // turn comes) to 16.
   std::string read_ahead = "auto";
+  // With --distributed: what the ranks share (docs/distributed.md, docs/slide-parallel.md).
+  // "data": each rank trains its own slides; "slide": every rank runs a share of each slide's
+  // step (one slide at a time, its tiles split over the ranks); "hybrid": groups of
+  // `slide_ranks` ranks each share a slide, and the groups take different slides.
+  std::string parallel = "data";
+  int64_t slide_ranks = 0;  // hybrid: ranks per slide (2 or more, dividing the rank count)
   int64_t seed = 1;
   std::filesystem::path output = "runs/run";
 

@@ -86,6 +86,15 @@ TEST(TrainConfig, ErrorsNameTheFileAndTheKey) {
   expect_error(error_of("manifest: d.csv\nread_ahead: -1\n"), "read_ahead must be auto");
   EXPECT_EQ(error_of("manifest: d.csv\nread_ahead: 0\n"), "");
   EXPECT_EQ(error_of("manifest: d.csv\nread_ahead: 4\n"), "");
+  expect_error(error_of("manifest: d.csv\nparallel: model\n"),
+               "parallel must be data, slide or hybrid");
+  expect_error(error_of("manifest: d.csv\nparallel: hybrid\n"),
+               "slide_ranks must be 2 or more with parallel: hybrid");
+  expect_error(error_of("manifest: d.csv\nparallel: slide\nslide_ranks: 2\n"),
+               "slide_ranks is the group size of parallel: hybrid");
+  expect_error(error_of("manifest: d.csv\nparallel: slide\nstrategy: 2ps\n"),
+               "strategy must be auto, grid or rows with parallel: slide");
+  EXPECT_EQ(error_of("manifest: d.csv\nparallel: hybrid\nslide_ranks: 4\n"), "");
   expect_error(error_of("manifest: d.csv\nbudget: 99999999TiB\n"), "too large a size");
   expect_error(error_of("manifest: d.csv\nbudget: nanGiB\n"), "is not a size");
   expect_error(error_of("manifest: d.csv\nlr: 0.1\nepochs: 2\nlr: 0.001\n"),
