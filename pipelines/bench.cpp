@@ -36,8 +36,8 @@ int64_t max_rss_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
-// The step's collectives, timed: how long this rank spent in sums over the ranks (the transfer
-// and the wait for the slowest rank together).
+// The step's collectives, timed: how long this rank spent in sums and all-gathers over the ranks
+// (the transfer and the wait for the slowest rank together).
 class TimedRanks : public core::Ranks {
  public:
   explicit TimedRanks(core::Ranks& inner) : inner_(inner) {}
@@ -46,6 +46,11 @@ class TimedRanks : public core::Ranks {
   void allreduce_sum(const std::vector<at::Tensor>& tensors) override {
     const auto t0 = std::chrono::steady_clock::now();
     inner_.allreduce_sum(tensors);
+    ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    inner_.allgather(mine, all);
     ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   double ms = 0;
@@ -226,7 +231,8 @@ BenchResult bench_step(const BenchPoint& p) {
     if (s.tier != core::Tier::kResident) r.offloaded_bytes += bytes;
   }
   r.predicted_moved_bytes = plan.moved_bytes();
-  if (p.ranks != nullptr) r.summed_bytes_predicted = core::split_bytes(graph, plan).total();
+  if (p.ranks != nullptr)
+    r.summed_bytes_predicted = core::split_bytes(graph, plan, p.ranks->size()).total();
   r.uniform_checkpoint_bytes = plan.glass.uniform_checkpoint_bytes;
   if (p.keep_resident) {
     for (core::Segment& s : plan.segments) s.tier = core::Tier::kResident;

@@ -354,10 +354,18 @@ void Communicator::allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t
   const auto timeout = milliseconds(options_.timeout_seconds);
   const std::vector<std::vector<at::Tensor>> buckets = buckets_of(tensors, bucket_bytes);
   std::vector<at::Tensor> flats;
+  std::vector<bool> copied;  // by bucket: summed in a flat copy, to be copied back
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   collective("allreduce", env_, options_, [&] {
     for (const auto& bucket : buckets) {
-      std::vector<at::Tensor> flat{flatten(bucket)};
+      // A bucket of one dense tensor (a checkpoint, in any memory format) is summed where it
+      // lies: a flat view of its memory, the same layout on every rank, instead of a copy there
+      // and back (two passes over a checkpoint of hundreds of megabytes).
+      const at::Tensor& first = bucket.front();
+      const bool in_place = bucket.size() == 1 && first.is_non_overlapping_and_dense();
+      std::vector<at::Tensor> flat{in_place ? first.as_strided({first.numel()}, {1})
+                                            : flatten(bucket)};
+      copied.push_back(!in_place);
       c10d::AllreduceOptions reduce;
       reduce.reduceOp = c10d::ReduceOp::SUM;
       reduce.timeout = timeout;
@@ -366,7 +374,20 @@ void Communicator::allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t
     }
     for (const auto& work : works) work->wait(timeout);
   });
-  for (size_t b = 0; b < buckets.size(); ++b) unflatten(flats[b], buckets[b]);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (copied[b]) unflatten(flats[b], buckets[b]);
+  }
+}
+
+void Communicator::allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) {
+  const auto timeout = milliseconds(options_.timeout_seconds);
+  std::vector<at::Tensor> input{mine.contiguous()};
+  std::vector<std::vector<at::Tensor>> output{all};
+  collective("all-gather", env_, options_, [&] {
+    c10d::AllgatherOptions gather;
+    gather.timeout = timeout;
+    group_->gloo->allgather(output, input, gather)->wait(timeout);
+  });
 }
 
 void Communicator::broadcast(const std::vector<at::Tensor>& tensors) {

@@ -78,6 +78,7 @@ class Communicator : public core::Ranks {
   void allreduce_sum(const std::vector<at::Tensor>& tensors) override {
     allreduce_sum(tensors, int64_t{25} << 20);
   }
+  void allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) override;
   // The consecutive ranks [g·size, (g+1)·size) that hold this one, as a group of their own
   // (parallel: hybrid, where each group shares a slide): rank and size within it. Every rank
   // calls it with the same size, which must divide the rank count; the groups rendezvous on this

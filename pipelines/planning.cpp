@@ -201,12 +201,13 @@ PlanReport plan_model(const PlanRequest& r) {
   if (r.ranks > 1) {
     report.table += core::split_summary(graph, report.plan, r.ranks);
     nlohmann::json j = nlohmann::json::parse(report.json);
-    const core::SplitBytes b = core::split_bytes(graph, report.plan);
+    const core::SplitBytes b = core::split_bytes(graph, report.plan, r.ranks);
     j["split"] = {{"ranks", r.ranks},
                   {"refused", core::split_refusal(graph, report.plan)},
                   {"summed_bytes",
                    {{"checkpoints", b.checkpoints},
                     {"input_gradients", b.input_gradients},
+                    {"inner_checkpoints", b.inner_checkpoints},
                     {"parameter_gradients", b.parameter_gradients},
                     {"total", b.total()}}}};
     report.json = j.dump(2);

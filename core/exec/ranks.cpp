@@ -9,13 +9,6 @@
 
 namespace tessel::core {
 
-TileRange rank_tiles(int64_t tiles, int rank, int ranks) {
-  if (ranks < 1 || rank < 0 || rank >= ranks) {
-    throw Error("internal: rank " + std::to_string(rank) + " of " + std::to_string(ranks));
-  }
-  return {tiles * rank / ranks, tiles * (rank + 1) / ranks};
-}
-
 LocalGroup::LocalGroup(int size) : size_(size), posted_(static_cast<size_t>(size), nullptr) {
   if (size < 1) throw Error("internal: a group of " + std::to_string(size) + " ranks");
 }
@@ -66,6 +59,29 @@ void LocalRanks::allreduce_sum(const std::vector<at::Tensor>& tensors) {
   }
   group_.arrive();
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(sums[i]);
+}
+
+// Every rank posts its tensor and waits for the others; each copies every rank's, then waits
+// until every rank has read its own before the next collective can replace it.
+void LocalRanks::allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) {
+  at::NoGradGuard no_grad;
+  const std::vector<at::Tensor> posted{mine};
+  group_.posted_[static_cast<size_t>(rank_)] = &posted;
+  group_.arrive();
+  if (static_cast<int>(all.size()) != group_.size()) {
+    group_.abort();
+    throw Error("internal: an all-gather into " + std::to_string(all.size()) + " tensors for " +
+                std::to_string(group_.size()) + " ranks");
+  }
+  for (int r = 0; r < group_.size(); ++r) {
+    const at::Tensor& theirs = group_.posted_[static_cast<size_t>(r)]->front();
+    if (!theirs.sizes().equals(mine.sizes())) {
+      group_.abort();
+      throw Error("internal: ranks disagree on an all-gather's size");
+    }
+    all[static_cast<size_t>(r)].copy_(theirs);
+  }
+  group_.arrive();
 }
 
 }  // namespace tessel::core

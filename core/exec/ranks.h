@@ -10,6 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/plan/rank_tiles.h"
+
 namespace at {
 class Tensor;
 }  // namespace at
@@ -26,16 +28,10 @@ class Ranks {
   // Sums each tensor over the ranks, in place; every rank ends with the same values (summed in
   // the same order on every rank).
   virtual void allreduce_sum(const std::vector<at::Tensor>& tensors) = 0;
+  // Every rank's `mine` (a flat tensor of the same size and dtype on every rank) into `all[q]`
+  // for rank q, this rank's own included.
+  virtual void allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) = 0;
 };
-
-// The tiles of a pass that `rank` of `ranks` runs: a contiguous run of the pass's tiles in
-// row-major order (rows of tiles, so a rank's neighbours are few), as even as counts allow.
-// [begin, end); empty where there are fewer tiles than ranks.
-struct TileRange {
-  int64_t begin = 0, end = 0;
-  bool has(int64_t t) const { return t >= begin && t < end; }
-};
-TileRange rank_tiles(int64_t tiles, int rank, int ranks);
 
 // Ranks as threads of one process: `LocalGroup` is what they share, each thread holds its own
 // `LocalRanks`. A rank that fails calls `abort`, so the others' collectives throw instead of
@@ -65,6 +61,7 @@ class LocalRanks : public Ranks {
   int rank() const override { return rank_; }
   int size() const override { return group_.size(); }
   void allreduce_sum(const std::vector<at::Tensor>& tensors) override;
+  void allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) override;
 
  private:
   LocalGroup& group_;

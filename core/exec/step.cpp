@@ -81,6 +81,7 @@ class Step::Output {
   void add_max(const Region& tile, const at::Tensor& y);
 
   Step& step_;
+  int index_;
   const Segment& s_;
   const Shape& shape_;
   bool is_max_ = false, is_attention_ = false;
@@ -92,7 +93,7 @@ class Step::Output {
 };
 
 Step::Output::Output(Step& step, int index)
-    : step_(step), s_(step.segment(index)), shape_(step.shape(s_.output)) {
+    : step_(step), index_(index), s_(step.segment(index)), shape_(step.shape(s_.output)) {
   const at::TensorOptions& options = step.tensor_options_;
   tile_dtype_ = options.dtype().toScalarType();
   const Node& reduction = step.graph_.node(s_.reduction >= 0 ? s_.reduction : 0);
@@ -162,8 +163,14 @@ void Step::Output::add_max(const Region& tile, const at::Tensor& y) {
 
 void Step::Output::finish() {
   if (stored_ != nullptr || sparse_ != nullptr) return;  // kept in the store, or by block
-  // Split over ranks (check_split allows only these): each rank's tiles, summed.
-  if (out_.defined()) step_.sum_over_ranks({out_});
+  // Split over ranks (check_split allows only these): each rank's tiles gathered, or a global
+  // average's sums summed.
+  if (out_.defined() && s_.reduction < 0) {
+    step_.gather_over_ranks(out_, index_, s_.forward,
+                            [this](int64_t t) { return s_.forward.tile(t); });
+  } else if (out_.defined()) {
+    step_.sum_over_ranks({out_});
+  }
   if (s_.reduction < 0) {
     step_.checkpoints_[s_.output] = out_;
   } else if (is_attention_) {
@@ -231,6 +238,58 @@ void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
   if (!split()) return;
   for (const at::Tensor& t : tensors) summed_bytes += static_cast<int64_t>(t.nbytes());
   options_.ranks->allreduce_sum(tensors);
+}
+
+namespace {
+
+at::Tensor region_of(const at::Tensor& whole, const Region& r) {
+  return whole.narrow(2, r.y.begin, r.y.size()).narrow(3, r.x.begin, r.x.size());
+}
+
+}  // namespace
+
+void Step::gather_over_ranks(const at::Tensor& whole, int index, const Partition& part,
+                             const std::function<Region(int64_t)>& share_of) const {
+  if (!split()) return;
+  const int ranks = options_.ranks->size(), me = options_.ranks->rank();
+  const int64_t channels = whole.size(1);
+  // Each rank's shares in its tiles' order (runs()), and the longest rank's elements.
+  std::vector<std::vector<Region>> shares(static_cast<size_t>(ranks));
+  int64_t longest = 0;
+  for (int q = 0; q < ranks; ++q) {
+    const TileRange range = rank_tiles(part.tiles(), (q + index) % ranks, ranks);
+    int64_t length = 0;
+    for (int64_t t = range.begin; t < range.end; ++t) {
+      const Region r = share_of(t);
+      if (r.empty()) continue;
+      shares[static_cast<size_t>(q)].push_back(r);
+      length += channels * r.area();
+    }
+    longest = std::max(longest, length);
+  }
+  if (longest == 0) return;
+  const at::TensorOptions flat = whole.options();
+  const at::Tensor mine = at::empty({longest}, flat);
+  int64_t offset = 0;
+  for (const Region& r : shares[static_cast<size_t>(me)]) {
+    const at::Tensor share = region_of(whole, r);
+    mine.narrow(0, offset, share.numel()).view(share.sizes()).copy_(share);
+    offset += share.numel();
+  }
+  mine.narrow(0, offset, longest - offset).zero_();  // a shorter rank's padding
+  std::vector<at::Tensor> all;
+  for (int q = 0; q < ranks; ++q) all.push_back(at::empty({longest}, flat));
+  summed_bytes += static_cast<int64_t>(mine.nbytes());
+  options_.ranks->allgather(mine, all);
+  for (int q = 0; q < ranks; ++q) {
+    if (q == me) continue;
+    offset = 0;
+    for (const Region& r : shares[static_cast<size_t>(q)]) {
+      const at::Tensor share = region_of(whole, r);
+      share.copy_(all[static_cast<size_t>(q)].narrow(0, offset, share.numel()).view(share.sizes()));
+      offset += share.numel();
+    }
+  }
 }
 
 // What a step split over ranks does not split yet (docs/slide-parallel.md): each of these keeps

@@ -221,6 +221,12 @@ class Step {
   Ranks* ranks() const { return split() ? options_.ranks : nullptr; }
   bool runs(int index, const Partition& part, int64_t t) const;
   void sum_over_ranks(const std::vector<at::Tensor>& tensors) const;
+  // Split over ranks: `whole` (a 1×C×H×W activation) holds this rank's shares and zeros
+  // elsewhere, a share being `share_of(t)` for each tile t of segment `index`'s pass `part` the
+  // rank runs (the shares of all tiles disjoint); after it, every rank's shares (an all-gather
+  // of each rank's own, packed: half the bytes of a sum over two ranks, and no additions).
+  void gather_over_ranks(const at::Tensor& whole, int index, const Partition& part,
+                         const std::function<Region(int64_t)>& share_of) const;
   // The barriers of segment `s` that need whole-image statistics in this step
   // (core/exec/barrier.h). None in a one-tile segment: its tile is the whole activation, so its
   // barriers run whole.

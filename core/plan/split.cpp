@@ -1,8 +1,12 @@
 #include "core/plan/split.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
+#include "core/error.h"
 #include "core/plan/geometry.h"
+#include "core/plan/rank_tiles.h"
 #include "core/plan/tile_cost.h"
 
 namespace tessel::core {
@@ -22,12 +26,38 @@ std::string segment_words(const Graph& graph, const Plan& plan, size_t i) {
 
 }  // namespace
 
-SplitBytes split_bytes(const Graph& graph, const Plan& plan, bool training) {
+TileRange rank_tiles(int64_t tiles, int rank, int ranks) {
+  if (ranks < 1 || rank < 0 || rank >= ranks) {
+    throw Error("internal: rank " + std::to_string(rank) + " of " + std::to_string(ranks));
+  }
+  return {tiles * rank / ranks, tiles * (rank + 1) / ranks};
+}
+
+namespace {
+
+// What the busiest rank gives to an all-gather of activation `v` (the executor's
+// Step::gather_over_ranks): its shares `share_of(t)` of the tiles of `part` it runs, packed.
+int64_t gathered_bytes(const Plan& plan, NodeId v, const Partition& part, int ranks,
+                       const std::function<Region(int64_t)>& share_of) {
+  int64_t longest = 0;
+  for (int q = 0; q < ranks; ++q) {
+    const TileRange range = rank_tiles(part.tiles(), q, ranks);
+    int64_t area = 0;
+    for (int64_t t = range.begin; t < range.end; ++t) area += share_of(t).area();
+    longest = std::max(longest, area);
+  }
+  return longest * plan.shapes.at(static_cast<size_t>(v)).channels * plan.element_bytes;
+}
+
+}  // namespace
+
+SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool training) {
   SplitBytes b;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.reduction < 0) {
-      b.checkpoints += activation_bytes(plan, s.output);
+      b.checkpoints += gathered_bytes(plan, s.output, s.forward, ranks,
+                                      [&](int64_t t) { return s.forward.tile(t); });
     } else {
       b.checkpoints += graph.node(s.output).channels * plan.element_bytes;  // the average's sums
     }
@@ -35,8 +65,16 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, bool training) {
     // Sub-segments with barriers (the executor's SubSegmentsRun).
     if (!s.is<SubSegments>() || barrier_rounds(graph, s.input, s.output, training).empty())
       continue;
-    const int64_t times = s.keeps_inner() ? 2 : 3;  // forward, the backward's rebuild, gradient
-    for (NodeId v : kept_inner(graph, s)) b.inner_checkpoints += times * activation_bytes(plan, v);
+    // Gathered after the forward's pass (and the backward's rebuild), its gradient summed.
+    const int64_t passes = s.keeps_inner() ? 1 : 2;
+    const Shape& out = plan.shapes.at(static_cast<size_t>(s.output));
+    for (NodeId v : kept_inner(graph, s)) {
+      const Shape& at = plan.shapes.at(static_cast<size_t>(v));
+      b.inner_checkpoints += passes * gathered_bytes(plan, v, s.forward, ranks, [&](int64_t t) {
+                               return barrier_share(s.forward.tile(t), out, at);
+                             });
+      b.inner_checkpoints += activation_bytes(plan, v);
+    }
   }
   b.parameter_gradients = plan.predicted.gradients;
   return b;
@@ -68,7 +106,7 @@ std::string split_summary(const Graph& graph, const Plan& plan, int ranks) {
       all += p->tiles();
     }
   }
-  const SplitBytes b = split_bytes(graph, plan);
+  const SplitBytes b = split_bytes(graph, plan, ranks);
   return out + "the busiest rank runs " + std::to_string(busiest) + " of " + std::to_string(all) +
          " tile passes; each rank sums " + format_bytes(b.total()) + " a step (checkpoints " +
          format_bytes(b.checkpoints) + ", input gradients " + format_bytes(b.input_gradients) +

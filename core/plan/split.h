@@ -11,15 +11,17 @@
 
 namespace tessel::core {
 
-// What each rank gives to the sums over the ranks in one training step (the executor's
-// StepResult::summed_bytes), by what it sums.
+// What the busiest of `ranks` ranks gives to the exchanges between them in one training step
+// (the executor's StepResult::summed_bytes), by what it exchanges.
 struct SplitBytes {
-  // Forward: every segment's output checkpoint, or its streaming global average's sums.
+  // Forward: its shares of every segment's output checkpoint (an all-gather: the tiles it runs,
+  // packed), or its streaming global average's sums.
   int64_t checkpoints = 0;
-  // Backward: every segment's input gradient (the image's only where the plan keeps it).
+  // Backward: every segment's input gradient, summed (the image's only where the plan keeps it).
   int64_t input_gradients = 0;
-  // Sub-segments with barriers: each kept inner checkpoint after its forward pass (again where
-  // the backward rebuilds it), and its gradient before its barriers' corrections.
+  // Sub-segments with barriers: its shares of each kept inner checkpoint after its forward pass
+  // (again where the backward rebuilds it), and the checkpoint's gradient, summed before its
+  // barriers' corrections.
   int64_t inner_checkpoints = 0;
   // After the step: what the step added to every parameter's gradient.
   int64_t parameter_gradients = 0;
@@ -27,7 +29,7 @@ struct SplitBytes {
     return checkpoints + input_gradients + inner_checkpoints + parameter_gradients;
   }
 };
-SplitBytes split_bytes(const Graph& graph, const Plan& plan, bool training = true);
+SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool training = true);
 
 // Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): offloaded
 // checkpoints (inner ones too), shared rows, a streaming global max or attention head.

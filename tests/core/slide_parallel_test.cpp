@@ -283,7 +283,7 @@ TEST(SlideParallel, SubSegmentsMatch) {
         << "seed " << seed << ", " << ranks << " ranks, input " << to_string(in) << "\n"
         << to_string(plan, g) << w.text;
     for (const Comparison& c : split) {
-      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan).total()) << "seed " << seed;
+      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan, ranks).total()) << "seed " << seed;
     }
     if (sub != 1) continue;
     // The same check fails with a halo one pixel short.
@@ -341,7 +341,7 @@ TEST(SlideParallel, PlansForRanksSplitEvenlyAndSumWhatTheyPredict) {
     EXPECT_LT(w.error, kTolerance) << "seed " << seed << ", " << ranks << " ranks\n"
                                    << to_string(plan, g) << w.text;
     for (const Comparison& c : split) {
-      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan).total()) << "seed " << seed;
+      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan, ranks).total()) << "seed " << seed;
     }
     ++checked;
   }

@@ -19,6 +19,7 @@
 #include "core/exec/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
+#include "pipelines/distributed.h"
 #include "temp_folder.h"
 
 namespace tessel::pipelines {
@@ -310,6 +311,59 @@ TEST_F(DistributedTrain, ARankWhoseStepDivergesStopsEveryRankWithTheReason) {
     EXPECT_GT(code, 0) << output;  // an error, not a hang or a crash
     EXPECT_NE(output.find("training diverged at step"), std::string::npos) << output;
     EXPECT_EQ(output.find("timeout"), std::string::npos) << output;  // not blamed on a lost rank
+  }
+}
+
+// Communicator::allreduce_sum over two ranks (threads of this process, a file rendezvous): a
+// dense tensor in channels-last memory is summed where it lies, a view into a larger tensor
+// through a copy (the rest of that tensor untouched), small tensors together in one bucket.
+TEST(Communicator, SumsDenseTensorsInPlaceAndViewsThroughACopy) {
+  test::TempFolder folder;
+  const std::string store = "file://" + (folder.path() / "store").string();
+  std::vector<std::vector<at::Tensor>> given(2), summed(2);
+  std::vector<std::string> errors(2);
+  const auto values = [](int rank) {
+    at::manual_seed(rank + 1);
+    const at::Tensor whole = at::randn({2, 5, 7, 3}, at::kDouble);
+    return std::vector<at::Tensor>{
+        at::randn({1, 6, 9, 11}, at::kFloat).contiguous(at::MemoryFormat::ChannelsLast), whole,
+        at::randn({3}, at::kDouble), at::randn({4, 2}, at::kDouble)};
+  };
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        DistributedEnv env;
+        env.rank = rank;
+        env.world_size = 2;
+        env.source = "test";
+        DistributedOptions options;
+        options.rendezvous = store;
+        options.timeout_seconds = 60;
+        Communicator group(env, options);
+        given[rank] = values(rank);
+        std::vector<at::Tensor> t;
+        for (const at::Tensor& v : given[rank]) t.push_back(v.clone());
+        // The view: channels 1..3 of the second tensor.
+        group.allreduce_sum({t[0], t[1].narrow(1, 1, 3), t[2], t[3]});
+        summed[rank] = t;
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(errors[0] + errors[1], "");
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<at::Tensor>& t = summed[rank];
+    EXPECT_TRUE(t[0].is_contiguous(at::MemoryFormat::ChannelsLast));
+    EXPECT_TRUE(at::equal(t[0], given[0][0] + given[1][0]));
+    EXPECT_TRUE(
+        at::equal(t[1].narrow(1, 1, 3), given[0][1].narrow(1, 1, 3) + given[1][1].narrow(1, 1, 3)));
+    EXPECT_TRUE(at::equal(t[1].narrow(1, 0, 1), given[rank][1].narrow(1, 0, 1)));
+    EXPECT_TRUE(at::equal(t[1].narrow(1, 4, 1), given[rank][1].narrow(1, 4, 1)));
+    EXPECT_TRUE(at::equal(t[2], given[0][2] + given[1][2]));
+    EXPECT_TRUE(at::equal(t[3], given[0][3] + given[1][3]));
   }
 }
 

@@ -311,7 +311,11 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
       crop({in->value, whole(vs)}, r).copy_(x);
     }
   }
-  if (in != nullptr && !in->stored_value) step_.sum_over_ranks({in->value});
+  if (in != nullptr && !in->stored_value) {
+    step_.gather_over_ranks(in->value, index_, s_.forward, [&](int64_t t) {
+      return barrier_share(s_.forward.tile(t), step_.shape(s_.output), vs);
+    });
+  }
   add_uniform_statistics(v, uniform);
   finish_statistics(v);
 }
