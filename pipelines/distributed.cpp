@@ -381,13 +381,19 @@ void Communicator::allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t
 
 void Communicator::allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) {
   const auto timeout = milliseconds(options_.timeout_seconds);
-  std::vector<at::Tensor> input{mine.contiguous()};
-  std::vector<std::vector<at::Tensor>> output{all};
+  // Gloo gathers host tensors (its CUDA support is for sums and broadcasts): a device's go
+  // through the host.
+  const bool host = mine.device().is_cpu();
+  std::vector<at::Tensor> input{host ? mine.contiguous() : mine.cpu()};
+  std::vector<std::vector<at::Tensor>> output(1);
+  for (const at::Tensor& a : all) output.front().push_back(host ? a : at::empty_like(input[0]));
   collective("all-gather", env_, options_, [&] {
     c10d::AllgatherOptions gather;
     gather.timeout = timeout;
     group_->gloo->allgather(output, input, gather)->wait(timeout);
   });
+  if (host) return;
+  for (size_t q = 0; q < all.size(); ++q) all[q].copy_(output.front()[q]);
 }
 
 void Communicator::broadcast(const std::vector<at::Tensor>& tensors) {

@@ -79,7 +79,7 @@ int free_port() {
 
 // Eight 512² generated slides (4 train, 2 val, 2 test) and an unreadable one in the train split.
 class DistributedTrain : public ::testing::Test {
- protected:
+ public:
   static void SetUpTestSuite() {
     data_ = new test::TempFolder();
     io::SampleDataOptions options;
@@ -251,21 +251,24 @@ TEST_F(DistributedTrain, SlideParallelRanksEndWithTheWeightsOfOneProcess) {
   EXPECT_EQ(io::read_checkpoint(hybrid / "checkpoints" / "last.h5").epoch, 3);
 }
 
-TEST_F(DistributedTrain, KillingARankStopsTheOtherWithAClearMessageAndLastH5Resumes) {
-  const std::vector<pid_t> ranks = spawn_ranks(train_args("killed", "200"), "5", "rank");
-  const fs::path run = runs_.path() / "killed";
+// Rank 1 killed after the first epoch's checkpoint: rank 0 stops with an error naming the
+// timeout and --resume, and one process continues the run from last.h5. `extra`: settings.
+void killed_rank_stops_the_other(const DistributedTrain& t, const fs::path& runs,
+                                 const std::string& name, std::vector<std::string> args) {
+  const std::vector<pid_t> ranks = t.spawn_ranks(std::move(args), "5", name);
+  const fs::path run = runs / name;
   const fs::path last = run / "checkpoints" / "last.h5";
-  // After the first epoch's checkpoint, rank 1 dies.
   for (int i = 0; i < 1200 && !fs::exists(last); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_TRUE(fs::exists(last)) << read_text(runs_.path() / "rank0.log");
+  ASSERT_TRUE(fs::exists(last)) << read_text(runs / (name + "0.log"));
   kill(ranks[1], SIGKILL);
   EXPECT_EQ(wait_for(ranks[1]), -2);
   const int code = wait_for(ranks[0]);
-  const std::string output = read_text(runs_.path() / "rank0.log");
+  const std::string output = read_text(runs / (name + "0.log"));
   EXPECT_GT(code, 0) << output;  // an error exit, not a hang (-1) or a crash (-2)
-  EXPECT_NE(output.find("rank 0 of 2 (timeout 5 s, --dist-timeout)"), std::string::npos) << output;
+  EXPECT_NE(output.find("rank 0 of 2"), std::string::npos) << output;
+  EXPECT_NE(output.find("(timeout 5 s, --dist-timeout)"), std::string::npos) << output;
   EXPECT_NE(output.find("--resume"), std::string::npos) << output;
 
   // The last checkpoint is whole, and one process continues the run from it.
@@ -274,10 +277,21 @@ TEST_F(DistributedTrain, KillingARankStopsTheOtherWithAClearMessageAndLastH5Resu
   const int64_t epochs = state.epoch + 1;
   ASSERT_EQ(wait_for(spawn({"--threads", "1", "train", "--resume", run.string(),
                             "epochs=" + std::to_string(epochs)},
-                           {}, runs_.path() / "resume.log")),
+                           {}, runs / (name + "-resume.log"))),
             0)
-      << read_text(runs_.path() / "resume.log");
+      << read_text(runs / (name + "-resume.log"));
   EXPECT_EQ(io::read_checkpoint(last).epoch, epochs);
+}
+
+TEST_F(DistributedTrain, KillingARankStopsTheOtherWithAClearMessageAndLastH5Resumes) {
+  killed_rank_stops_the_other(*this, runs_.path(), "killed", train_args("killed", "200"));
+}
+
+// The same within a slide group: rank 0 waits in the split step's sums.
+TEST_F(DistributedTrain, KillingARankOfASlideGroupStopsTheOtherAndLastH5Resumes) {
+  std::vector<std::string> args = train_args("killed-slide", "200");
+  args.emplace_back("parallel=slide");
+  killed_rank_stops_the_other(*this, runs_.path(), "killed-slide", args);
 }
 
 TEST_F(DistributedTrain, ARankWhoseStepDivergesStopsEveryRankWithTheReason) {
