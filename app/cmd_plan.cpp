@@ -256,7 +256,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
   cmd->add_option("--ranks", args->ranks,
                   "Plan the step split over this many ranks (slide-parallel, "
                   "docs/slide-parallel.md): a tile per rank in every pass, and what each rank "
-                  "sums a step")
+                  "exchanges a step")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
 #ifndef TESSEL_ENGINE_ONLY

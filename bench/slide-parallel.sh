@@ -20,8 +20,9 @@ import json
 a=json.load(open('one.json')); b=json.load(open('two.json'))
 print(f"step ms: one rank {a['step_ms']}, two ranks {b['step_ms']}; "
       f"speed-up {a['step_ms_median'] / b['step_ms_median']:.3f}; "
-      f"in sums over ranks (waits included) ms {b.get('sum_ms')}; "
-      f"rank 0 summed {b.get('summed_bytes', 0) / 2**20:.1f} MiB a step "
+      f"in exchanges over ranks (waits included) ms {b.get('sum_ms')}; "
+      f"by rank: step ms {b.get('step_ms_by_rank')}, in exchanges {b.get('sum_ms_by_rank')}; "
+      f"rank 0 gave {b.get('summed_bytes', 0) / 2**20:.1f} MiB a step "
       f"(predicted {b.get('summed_bytes_predicted', 0) / 2**20:.1f}), "
       f"ran {b['forward_tiles']} forward and {b['backward_tiles']} backward tiles; "
       f"measured peak MiB {a['measured_peak_bytes'] >> 20} alone, {b['measured_peak_bytes'] >> 20} "

@@ -330,6 +330,19 @@ BenchResult bench_step(const BenchPoint& p) {
     r.forward_wait_ms.push_back(s.offload_forward_wait_ms);
     r.unscheduled_reads = s.offload.unscheduled_reads;
   }
+  if (p.ranks != nullptr) {
+    // Every rank's median step and time in exchanges, to rank 0's line: a slower rank's
+    // neighbours wait in theirs.
+    const int ranks = p.ranks->size(), rank = p.ranks->rank();
+    const at::Tensor both = at::zeros({2, ranks}, at::kDouble);
+    both[0][rank] = median(r.step_ms);
+    both[1][rank] = median(r.sum_ms);
+    p.ranks->allreduce_sum({both});
+    for (int q = 0; q < ranks; ++q) {
+      r.step_ms_by_rank.push_back(both[0][q].item<double>());
+      r.sum_ms_by_rank.push_back(both[1][q].item<double>());
+    }
+  }
   r.max_rss_bytes = max_rss_bytes();
   return r;
 }
@@ -365,6 +378,8 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
     j["summed_bytes"] = r.summed_bytes;
     j["summed_bytes_predicted"] = r.summed_bytes_predicted;
     j["sum_ms"] = r.sum_ms;
+    j["step_ms_by_rank"] = r.step_ms_by_rank;
+    j["sum_ms_by_rank"] = r.sum_ms_by_rank;
   }
   j["fresh_bytes"] = r.fresh_bytes;
   j["predicted_bytes"] = {{"parameters", r.predicted.parameters},

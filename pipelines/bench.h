@@ -125,7 +125,9 @@ struct BenchResult {
   int64_t glass_forward_tiles = 0, glass_backward_tiles = 0, glass_filled = 0;
   int64_t summed_bytes = 0;  // split over ranks: what this rank gave to sums, per step (last)
   int64_t summed_bytes_predicted = 0;  // the plan's (core::split_bytes)
-  std::vector<double> sum_ms;          // split: the time in sums over ranks, waits included
+  std::vector<double> sum_ms;          // split: the time in exchanges over ranks, waits included
+  // Split: each rank's median step and time in exchanges (rank q's at q).
+  std::vector<double> step_ms_by_rank, sum_ms_by_rank;
 };
 
 BenchResult bench_step(const BenchPoint& point);

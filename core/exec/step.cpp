@@ -248,45 +248,57 @@ at::Tensor region_of(const at::Tensor& whole, const Region& r) {
 
 }  // namespace
 
-void Step::gather_over_ranks(const at::Tensor& whole, int index, const Partition& part,
-                             const std::function<Region(int64_t)>& share_of) const {
-  if (!split()) return;
-  const int ranks = options_.ranks->size(), me = options_.ranks->rank();
+// Every rank's regions of `whole` (`regions[q]`, rank q's), each rank's packed and padded to the
+// longest: all[q] holds rank q's, this rank's own included.
+std::vector<at::Tensor> Step::exchange(const at::Tensor& whole,
+                                       const std::vector<std::vector<Region>>& regions) const {
   const int64_t channels = whole.size(1);
-  // Each rank's shares in its tiles' order (runs()), and the longest rank's elements.
-  std::vector<std::vector<Region>> shares(static_cast<size_t>(ranks));
   int64_t longest = 0;
-  for (int q = 0; q < ranks; ++q) {
-    const TileRange range = rank_tiles(part.tiles(), (q + index) % ranks, ranks);
+  for (const std::vector<Region>& mine : regions) {
     int64_t length = 0;
-    for (int64_t t = range.begin; t < range.end; ++t) {
-      const Region r = share_of(t);
-      if (r.empty()) continue;
-      shares[static_cast<size_t>(q)].push_back(r);
-      length += channels * r.area();
-    }
+    for (const Region& r : mine) length += channels * r.area();
     longest = std::max(longest, length);
   }
-  if (longest == 0) return;
+  if (longest == 0) return {};
   const at::TensorOptions flat = whole.options();
   const at::Tensor mine = at::empty({longest}, flat);
   int64_t offset = 0;
-  for (const Region& r : shares[static_cast<size_t>(me)]) {
-    const at::Tensor share = region_of(whole, r);
-    mine.narrow(0, offset, share.numel()).view(share.sizes()).copy_(share);
-    offset += share.numel();
+  for (const Region& r : regions[static_cast<size_t>(options_.ranks->rank())]) {
+    const at::Tensor part = region_of(whole, r);
+    mine.narrow(0, offset, part.numel()).view(part.sizes()).copy_(part);
+    offset += part.numel();
   }
   mine.narrow(0, offset, longest - offset).zero_();  // a shorter rank's padding
   std::vector<at::Tensor> all;
-  for (int q = 0; q < ranks; ++q) all.push_back(at::empty({longest}, flat));
+  for (size_t q = 0; q < regions.size(); ++q) all.push_back(at::empty({longest}, flat));
   summed_bytes += static_cast<int64_t>(mine.nbytes());
   options_.ranks->allgather(mine, all);
+  return all;
+}
+
+// Each rank's regions of segment `index`'s pass `part` (rank_regions, the ranks' order turned
+// as runs() turns it).
+std::vector<std::vector<Region>> Step::regions_by_rank(
+    int index, const Partition& part, const std::function<Region(int64_t)>& region_of) const {
+  const int ranks = options_.ranks->size();
+  std::vector<std::vector<Region>> regions;
   for (int q = 0; q < ranks; ++q) {
-    if (q == me) continue;
-    offset = 0;
-    for (const Region& r : shares[static_cast<size_t>(q)]) {
+    regions.push_back(rank_regions(part, (q + index) % ranks, ranks, region_of));
+  }
+  return regions;
+}
+
+void Step::gather_over_ranks(const at::Tensor& whole, int index, const Partition& part,
+                             const std::function<Region(int64_t)>& share_of) const {
+  if (!split()) return;
+  const auto regions = regions_by_rank(index, part, share_of);
+  const std::vector<at::Tensor> all = exchange(whole, regions);
+  for (size_t q = 0; q < all.size(); ++q) {
+    if (static_cast<int>(q) == options_.ranks->rank()) continue;
+    int64_t offset = 0;
+    for (const Region& r : regions[q]) {
       const at::Tensor share = region_of(whole, r);
-      share.copy_(all[static_cast<size_t>(q)].narrow(0, offset, share.numel()).view(share.sizes()));
+      share.copy_(all[q].narrow(0, offset, share.numel()).view(share.sizes()));
       offset += share.numel();
     }
   }

@@ -292,6 +292,12 @@ class Step {
   class Output;
   void find_glass();
   void check_split() const;
+  // Slide-parallel exchanges (gather_over_ranks): each rank's regions of
+  // a pass, and every rank's regions of an activation, packed (all[q]: rank q's).
+  std::vector<std::vector<Region>> regions_by_rank(
+      int index, const Partition& part, const std::function<Region(int64_t)>& region_of) const;
+  std::vector<at::Tensor> exchange(const at::Tensor& whole,
+                                   const std::vector<std::vector<Region>>& regions) const;
   void take_uniform(const Segment& s, const Region& tile, const at::Tensor& y);
   at::Tensor passed_glass_root(const Segment& s, const Region& tile, const at::Tensor& y) const;
   void forward_segment(int index);

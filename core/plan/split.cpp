@@ -33,20 +33,43 @@ TileRange rank_tiles(int64_t tiles, int rank, int ranks) {
   return {tiles * rank / ranks, tiles * (rank + 1) / ranks};
 }
 
+std::vector<Region> rank_regions(const Partition& part, int rank, int ranks,
+                                 const std::function<Region(int64_t)>& region_of) {
+  const TileRange range = rank_tiles(part.tiles(), rank, ranks);
+  std::vector<Region> regions;
+  for (int64_t t = range.begin; t < range.end; ++t) {
+    const Region r = region_of(t);
+    if (!r.empty()) regions.push_back(r);
+  }
+  return regions;
+}
+
 namespace {
 
-// What the busiest rank gives to an all-gather of activation `v` (the executor's
-// Step::gather_over_ranks): its shares `share_of(t)` of the tiles of `part` it runs, packed.
+// What the busiest rank gives to an all-gather of activation `v`: its rank_regions, packed.
 int64_t gathered_bytes(const Plan& plan, NodeId v, const Partition& part, int ranks,
-                       const std::function<Region(int64_t)>& share_of) {
+                       const std::function<Region(int64_t)>& region_of) {
   int64_t longest = 0;
   for (int q = 0; q < ranks; ++q) {
-    const TileRange range = rank_tiles(part.tiles(), q, ranks);
     int64_t area = 0;
-    for (int64_t t = range.begin; t < range.end; ++t) area += share_of(t).area();
+    for (const Region& r : rank_regions(part, q, ranks, region_of)) area += r.area();
     longest = std::max(longest, area);
   }
   return longest * plan.shapes.at(static_cast<size_t>(v)).channels * plan.element_bytes;
+}
+
+// Sub-segments with barriers (the executor's SubSegmentsRun): each kept inner checkpoint
+// gathered after the forward's pass (and the backward's rebuild), its gradient summed.
+int64_t inner_bytes(const Graph& graph, const Plan& plan, const Segment& s, int ranks) {
+  const int64_t passes = s.keeps_inner() ? 1 : 2;
+  const Shape& out = plan.shapes.at(static_cast<size_t>(s.output));
+  int64_t bytes = 0;
+  for (NodeId v : kept_inner(graph, s)) {
+    const Shape& at = plan.shapes.at(static_cast<size_t>(v));
+    const auto share = [&](int64_t t) { return barrier_share(s.forward.tile(t), out, at); };
+    bytes += passes * gathered_bytes(plan, v, s.forward, ranks, share) + activation_bytes(plan, v);
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -56,24 +79,14 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.reduction < 0) {
-      b.checkpoints += gathered_bytes(plan, s.output, s.forward, ranks,
-                                      [&](int64_t t) { return s.forward.tile(t); });
+      const auto tile = [&](int64_t t) { return s.forward.tile(t); };
+      b.checkpoints += gathered_bytes(plan, s.output, s.forward, ranks, tile);
     } else {
       b.checkpoints += graph.node(s.output).channels * plan.element_bytes;  // the average's sums
     }
     if (i > 0 || plan.input_gradient) b.input_gradients += activation_bytes(plan, s.input);
-    // Sub-segments with barriers (the executor's SubSegmentsRun).
-    if (!s.is<SubSegments>() || barrier_rounds(graph, s.input, s.output, training).empty())
-      continue;
-    // Gathered after the forward's pass (and the backward's rebuild), its gradient summed.
-    const int64_t passes = s.keeps_inner() ? 1 : 2;
-    const Shape& out = plan.shapes.at(static_cast<size_t>(s.output));
-    for (NodeId v : kept_inner(graph, s)) {
-      const Shape& at = plan.shapes.at(static_cast<size_t>(v));
-      b.inner_checkpoints += passes * gathered_bytes(plan, v, s.forward, ranks, [&](int64_t t) {
-                               return barrier_share(s.forward.tile(t), out, at);
-                             });
-      b.inner_checkpoints += activation_bytes(plan, v);
+    if (s.is<SubSegments>() && !barrier_rounds(graph, s.input, s.output, training).empty()) {
+      b.inner_checkpoints += inner_bytes(graph, plan, s, ranks);
     }
   }
   b.parameter_gradients = plan.predicted.gradients;
@@ -108,8 +121,9 @@ std::string split_summary(const Graph& graph, const Plan& plan, int ranks) {
   }
   const SplitBytes b = split_bytes(graph, plan, ranks);
   return out + "the busiest rank runs " + std::to_string(busiest) + " of " + std::to_string(all) +
-         " tile passes; each rank sums " + format_bytes(b.total()) + " a step (checkpoints " +
-         format_bytes(b.checkpoints) + ", input gradients " + format_bytes(b.input_gradients) +
+         " tile passes; each rank gives " + format_bytes(b.total()) +
+         " a step to the exchanges with the others (checkpoints " + format_bytes(b.checkpoints) +
+         ", input gradients " + format_bytes(b.input_gradients) +
          (b.inner_checkpoints > 0 ? ", inner checkpoints " + format_bytes(b.inner_checkpoints)
                                   : std::string()) +
          ", parameter gradients " + format_bytes(b.parameter_gradients) +

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "core/graph/graph.h"
 #include "core/plan/plan.h"
@@ -17,11 +19,12 @@ struct SplitBytes {
   // Forward: its shares of every segment's output checkpoint (an all-gather: the tiles it runs,
   // packed), or its streaming global average's sums.
   int64_t checkpoints = 0;
-  // Backward: every segment's input gradient, summed (the image's only where the plan keeps it).
+  // Backward: every segment's input gradient, summed whole (the image's only where the plan
+  // keeps it).
   int64_t input_gradients = 0;
   // Sub-segments with barriers: its shares of each kept inner checkpoint after its forward pass
-  // (again where the backward rebuilds it), and the checkpoint's gradient, summed before its
-  // barriers' corrections.
+  // (again where the backward rebuilds it), and the checkpoint's gradient, summed whole before
+  // its barriers' corrections.
   int64_t inner_checkpoints = 0;
   // After the step: what the step added to every parameter's gradient.
   int64_t parameter_gradients = 0;
@@ -30,6 +33,12 @@ struct SplitBytes {
   }
 };
 SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool training = true);
+
+// The regions `region_of(t)` of the tiles of `part` that `rank` of `ranks` runs (rank_tiles),
+// empty ones left out: what a rank gives to an all-gather (the executor's
+// Step::gather_over_ranks).
+std::vector<Region> rank_regions(const Partition& part, int rank, int ranks,
+                                 const std::function<Region(int64_t)>& region_of);
 
 // Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): offloaded
 // checkpoints (inner ones too), shared rows, a streaming global max or attention head.

@@ -237,7 +237,7 @@ TEST(SlideParallel, BarriersInRoundsAndWholeMatch) {
 // checkpoints (summed before the next sub-segment reads them), its backward tiles' part of their
 // gradients (summed before the barriers' corrections go on them, once); inner checkpoints kept
 // from the forward or rebuilt in the backward; every rank's gradients and running statistics as
-// plain's, and each rank sums the bytes split_bytes predicts; a halo one pixel short fails.
+// plain's, and each rank exchanges the bytes split_bytes predicts; a halo one pixel short fails.
 TEST(SlideParallel, SubSegmentsMatch) {
   int sub = 0, rebuilt = 0, dropped = 0;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
@@ -302,7 +302,8 @@ TEST(SlideParallel, SubSegmentsMatch) {
 // gives each rank a tile of each pass, in a multiple of the ranks where the output has room;
 // nothing a split cannot run (shared rows, offload, a streaming max or attention head); every
 // rank
-// matches plain autograd; and each rank sums the bytes the plan predicts (split_bytes), exactly.
+// matches plain autograd; and each rank exchanges the bytes the plan predicts (split_bytes),
+// exactly.
 TEST(SlideParallel, PlansForRanksSplitEvenlyAndSumWhatTheyPredict) {
   int checked = 0, rounds = 0;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
