@@ -266,12 +266,11 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     registry.selected = [args] {
 #ifndef TESSEL_ENGINE_ONLY
       if (!args->slide.slide.empty()) {
-        if (args->ranks > 1) throw Error("tessel plan: --ranks goes with --size, not yet --slide");
         // The run's settings (model, budget, resolution, tissue_fill, ...) as training reads them.
         pipelines::SlideOptions options;
         options.roi = args->slide.roi;
-        const pipelines::SlidePlan p =
-            pipelines::plan_slide(slide_config(args->slide), args->slide.slide, options);
+        const pipelines::SlidePlan p = pipelines::plan_slide(
+            slide_config(args->slide), args->slide.slide, options, args->ranks);
         std::cout << p.description << p.table;
         return 0;
       }

@@ -11,6 +11,7 @@
 #include "core/plan/geometry.h"
 #include "core/plan/glass.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 #include "core/store/offload_prices.h"
 #include "io/manifest.h"
 #include "io/roi.h"
@@ -261,23 +262,40 @@ std::string describe(const SlideInput& in, const std::filesystem::path& slide,
 
 }  // namespace
 
+core::PlanOptions training_plan_options(const TrainConfig& config) {
+  core::PlanOptions o;
+  o.strategy = core::parse_strategy(config.strategy);
+  o.optimizer_state_per_param = config.optimizer == "sgd" ? 1 : 2;
+  return o;
+}
+
 SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
-                     const SlideOptions& options) {
+                     const SlideOptions& options, int ranks) {
   const SlideInput in = open_slide_input(config, slide, options);
   const core::TileSource& source = *in.view;
   const int64_t classes = config.classes.empty() ? 2 : static_cast<int64_t>(config.classes.size());
   const Network network = build_network(config.model, model_options(config, classes));
   check_input_size(network.graph, config, source.height(), source.width());
-  core::PlanOptions o;
-  o.offload = core::PlanOptions::Offload::kAuto;
+  core::PlanOptions o = training_plan_options(config);
+  o.ranks = ranks;
   o.prices.measure = [&] { return core::measure_offload_prices(o.auto_tier); };
   const core::Background* background = config.glass ? source.background() : nullptr;
-  if (background != nullptr) o.background = std::make_shared<core::CellMask>(background->cells);
+  if (background != nullptr && ranks == 1) {
+    o.background = std::make_shared<core::CellMask>(background->cells);
+  }
   SlidePlan out;
   out.plan = core::make_plan(network.graph, {3, source.height(), source.width()},
                              core::parse_bytes(config.budget), o);
   out.table = core::to_string(out.plan, network.graph);
   out.description = describe(in, slide, config, options, background);
+  if (ranks > 1) {
+    if (background != nullptr) {
+      out.description += "split over " + std::to_string(ranks) +
+                         " ranks: its glass is computed as tissue (a split step does not skip "
+                         "it)\n";
+    }
+    out.table += core::split_summary(network.graph, out.plan, ranks);
+  }
   return out;
 }
 

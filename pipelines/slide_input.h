@@ -12,6 +12,7 @@
 
 #include "core/graph/graph.h"
 #include "core/plan/plan.h"
+#include "core/plan/planner.h"
 #include "core/tile_source.h"
 #include "io/resolution.h"
 #include "io/slide.h"
@@ -73,8 +74,16 @@ struct SlidePlan {
   std::string table;        // core::to_string(plan)
   std::string description;  // the slide, its level and scale, the image's size, its background
 };
+// `ranks`: the plan for a step split over that many ranks (parallel: slide or hybrid,
+// docs/slide-parallel.md): a tile per rank of every pass, and dense (a split step computes its
+// glass as tissue); the table then ends with what each rank runs and exchanges.
 SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
-                     const SlideOptions& options = {});
+                     const SlideOptions& options = {}, int ranks = 1);
+
+// The planner's options of a training run with `config` (strategy, the optimizer's state per
+// parameter): `tessel plan --slide` plans as training does. The offload prices' measurement is
+// the caller's.
+core::PlanOptions training_plan_options(const TrainConfig& config);
 
 // `tessel gradcheck --slide` and `tessel bench step --slide`: the whole image training sees of
 // one slide (open_slide_input as `config` says: resolution, tissue box, tissue_fill), read into

@@ -580,8 +580,7 @@ class Trainer {
     ahead_slides_ = read_ahead_slides(config_.read_ahead, device_);
     spdlog::info("slides opened ahead of their turn: {} (read_ahead: {})", ahead_slides_,
                  config_.read_ahead);
-    plan_options_.strategy = core::parse_strategy(config_.strategy);
-    plan_options_.optimizer_state_per_param = config_.optimizer == "sgd" ? 1 : 2;
+    plan_options_ = training_plan_options(config_);
     // Asked for by the planner only when it prices offloading plans (no plan with every
     // checkpoint resident fits, or the resident one recomputes much); measured once per process
     // and scratch directory (core/store/offload_prices.h).

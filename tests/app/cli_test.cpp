@@ -148,6 +148,29 @@ TEST(Cli, GradcheckWithABackgroundSkipsGlassTilesAndStillFailsAFault) {
 
 // One slide's step split over ranks (threads): every rank's gradients checked, a fault still
 // fails, and what is not split yet (barriers) fails in words; bf16 is not a split check yet.
+// `tessel plan --slide` plans as training does (its strategy and optimizer keys), and for a
+// step split over ranks: a tile per rank, what each rank exchanges, its glass computed as tissue.
+TEST(Cli, PlanForASlideAsTrainingPlansItAlsoSplitOverRanks) {
+  const std::string slide =
+      std::string(TESSEL_SHARED_SLIDES) + "/cmu-1-small-region.svs model=vgg-mini budget=256MiB";
+  const CliRun grid = run_cli("plan --slide " + slide + " strategy=grid");
+  EXPECT_EQ(grid.exit_code, 0) << grid.output;
+  EXPECT_NE(grid.output.find("plan: strategy grid"), std::string::npos) << grid.output;
+  const CliRun sgd = run_cli("plan --slide " + slide + " optimizer=sgd");
+  EXPECT_NE(sgd.output.find("optimizer 3.5 MiB"), std::string::npos) << sgd.output;
+  const CliRun adam = run_cli("plan --slide " + slide);
+  EXPECT_NE(adam.output.find("optimizer 7.0 MiB"), std::string::npos) << adam.output;
+  const CliRun split = run_cli("plan --slide " + slide + " tissue_fill=true --ranks 2");
+  EXPECT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_NE(split.output.find("split over 2 ranks: its glass is computed as tissue"),
+            std::string::npos)
+      << split.output;
+  EXPECT_NE(split.output.find("split over 2 ranks (slide-parallel): the busiest rank runs"),
+            std::string::npos)
+      << split.output;
+  EXPECT_EQ(split.output.find("glass tiles"), std::string::npos) << split.output;
+}
+
 TEST(Cli, GradcheckSplitOverRanksChecksEveryRank) {
   const CliRun run = run_cli("gradcheck --model vgg-mini --size 67x59 --ranks 3 --input-gradient");
   EXPECT_EQ(run.exit_code, 0) << run.output;
