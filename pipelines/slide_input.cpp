@@ -11,6 +11,7 @@
 #include "core/plan/geometry.h"
 #include "core/plan/glass.h"
 #include "core/plan/planner.h"
+#include "core/plan/rank_tiles.h"
 #include "core/plan/split.h"
 #include "core/store/offload_prices.h"
 #include "io/manifest.h"
@@ -181,7 +182,8 @@ SlideInput open_slide_input(const TrainConfig& config, const std::filesystem::pa
 }
 
 std::vector<core::Region> first_reads(const core::Graph& graph, const core::Plan& plan,
-                                      const core::TileSource& source, bool glass) {
+                                      const core::TileSource& source, bool glass, int rank,
+                                      int ranks) {
   std::vector<core::Region> reads;
   if (plan.segments.empty()) return reads;
   const core::Segment& first = plan.segments.front();
@@ -189,7 +191,9 @@ std::vector<core::Region> first_reads(const core::Graph& graph, const core::Plan
   const core::SegmentGlass g = core::segment_glass(
       graph, plan.shapes, first, background != nullptr ? background->cells : core::CellMask(),
       /*training=*/true, /*image_gradient=*/false);
-  for (int64_t t = 0; t < first.forward.tiles(); ++t) {
+  // The executor's Step::runs: the first segment's tiles of this rank.
+  const core::TileRange mine = core::rank_tiles(first.forward.tiles(), rank, ranks);
+  for (int64_t t = mine.begin; t < mine.end; ++t) {
     if (!g.forward.empty() && g.forward[static_cast<size_t>(t)] != 0) continue;
     const core::Region tile = first.forward.tile(t);
     reads.push_back(core::segment_needs(graph, plan.shapes, first.input, first.output,

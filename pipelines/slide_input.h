@@ -61,9 +61,10 @@ io::Resolution resolution_of(const TrainConfig& config);
 // by tile in order, its glass tiles (which read nothing; `glass` on and the source's background)
 // left out: what the step will ask of the source first, to read ahead (TileSource::will_read).
 // A scheme may read a little more (sub-segments' inner checkpoints), which the step's own
-// schedule then adds.
+// schedule then adds. A step split over `ranks` ranks: rank `rank`'s tiles only (rank_tiles).
 std::vector<core::Region> first_reads(const core::Graph& graph, const core::Plan& plan,
-                                      const core::TileSource& source, bool glass);
+                                      const core::TileSource& source, bool glass, int rank = 0,
+                                      int ranks = 1);
 
 // `tessel plan --slide`: the plan training makes for one slide as `config` says (resolution,
 // tissue_bbox, tissue_fill and glass, model, head and budget) and the ROI in `options`: the

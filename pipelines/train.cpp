@@ -1046,8 +1046,9 @@ class Trainer {
     }
     o.plan = &plan_for(*o.input.view, entry.slide.string(), ranks);
     if (read_pixels) {
-      o.input.view->will_read(
-          first_reads(*graph_, *o.plan, *o.input.view, config_.glass && ranks == 1));
+      o.input.view->will_read(first_reads(*graph_, *o.plan, *o.input.view,
+                                          config_.glass && ranks == 1,
+                                          ranks > 1 ? slide_group_->rank() : 0, ranks));
     }
     o.seconds = seconds_since(t0);
     return o;

@@ -1122,3 +1122,32 @@ TEST_F(TrainTest, AnUnusableScratchDirectoryIsAClearErrorBeforeTheRunStarts) {
 
 }  // namespace
 }  // namespace tessel::pipelines
+
+namespace tessel::pipelines {
+namespace {
+
+// What a slide opened ahead reads first (first_reads): the first segment's forward tiles in order,
+// and, for a step split over ranks, only this rank's (the tiles the executor gives it).
+TEST(FirstReads, AreTheFirstSegmentsTilesAndARanksOwnWhenSplit) {
+  core::Graph g = models::build_model("tiny");
+  core::PlanOptions o;
+  o.strategy = core::Strategy::kGrid;
+  o.overrides.tiles_y = 3;
+  o.overrides.tiles_x = 2;
+  const core::Plan plan = core::make_plan(g, {3, 90, 70}, 0, o);
+  const core::TensorTileSource source(at::zeros({1, 3, 90, 70}));
+  const std::vector<core::Region> all = first_reads(g, plan, source, false);
+  ASSERT_EQ(static_cast<int64_t>(all.size()), plan.segments.front().forward.tiles());
+  ASSERT_EQ(all.size(), 6U);
+  std::vector<core::Region> split;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::vector<core::Region> mine = first_reads(g, plan, source, false, rank, 4);
+    EXPECT_LE(mine.size(), 2U) << "rank " << rank;
+    split.insert(split.end(), mine.begin(), mine.end());
+  }
+  ASSERT_EQ(split.size(), all.size());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(split[i], all[i]) << "tile " << i;
+}
+
+}  // namespace
+}  // namespace tessel::pipelines
