@@ -103,6 +103,8 @@ void check_plan(const Graph& graph, const Plan& plan, const TileSource& source) 
 // The parameters' gradients of a step split over ranks (StepOptions::ranks): what the step adds
 // to them is summed over the ranks. The tiled segments' part differs by rank (each ran its own
 // tiles); the head's is the same on every rank (each ran it whole), so only rank 0's counts.
+// Made before the step defines the gradients it starts from zero: those need no copy of what
+// they were (the first slide of a batch), and every sum is made in the gradients themselves.
 class SplitGradients {
  public:
   SplitGradients(Graph& graph, Ranks* ranks) {
@@ -110,14 +112,21 @@ class SplitGradients {
     ranks_ = ranks;
     at::NoGradGuard no_grad;
     for (auto& p : graph.module().parameters()) {
-      if (p.grad().defined()) grads_.push_back({p, p.grad().clone()});
+      if (!p.requires_grad()) continue;
+      grads_.push_back({p, p.grad().defined() ? p.grad().clone() : at::Tensor()});
     }
   }
   // After the head's backward, before the tiled segments': the head's part on ranks but 0.
   void after_head() {
     if (ranks_ == nullptr || ranks_->rank() == 0) return;
     at::NoGradGuard no_grad;
-    for (auto& [p, before] : grads_) p.mutable_grad().copy_(before);
+    for (auto& [p, before] : grads_) {
+      if (before.defined()) {
+        p.mutable_grad().copy_(before);
+      } else {
+        p.mutable_grad().zero_();
+      }
+    }
   }
   // After the step: each gradient is what it was plus the sum over ranks of what each added.
   // Returns the bytes summed.
@@ -127,19 +136,21 @@ class SplitGradients {
     std::vector<at::Tensor> added;
     int64_t bytes = 0;
     for (auto& [p, before] : grads_) {
-      added.push_back(p.grad() - before);
+      if (before.defined()) p.mutable_grad().sub_(before);
+      added.push_back(p.grad());
       bytes += static_cast<int64_t>(added.back().nbytes());
     }
     ranks_->allreduce_sum(added);
-    for (size_t i = 0; i < grads_.size(); ++i) {
-      grads_[i].first.mutable_grad().copy_(grads_[i].second + added[i]);
+    for (auto& [p, before] : grads_) {
+      if (before.defined()) p.mutable_grad().add_(before);
     }
     return bytes;
   }
 
  private:
   Ranks* ranks_ = nullptr;
-  std::vector<std::pair<at::Tensor, at::Tensor>> grads_;  // each parameter, its gradient before
+  // Each parameter, its gradient before the step (undefined: none, so zeros).
+  std::vector<std::pair<at::Tensor, at::Tensor>> grads_;
 };
 
 }  // namespace
@@ -176,10 +187,10 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
     // batch norm's bias gradient is a view of a buffer autograd later changes in place (found
     // by `tessel gradcheck --model resnet18 --tile 1`: 0.94 relative error). Plain autograd
     // defines a gradient for every parameter the step uses, so no value changes.
+    SplitGradients split(graph, options.ranks);
     for (auto& p : graph.module().parameters()) {
       if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     }
-    SplitGradients split(graph, options.ranks);
     const at::Tensor head_in = step.forward().detach().requires_grad_(true);
     result.offload_forward_wait_ms = step.store_stats().wait_ms;
     const at::Tensor logits = run_from(graph, plan.tail_input, head_in, /*training=*/true);
