@@ -135,6 +135,11 @@ std::vector<std::string> expand_nodelist(const std::string& nodelist) {
   return hosts;
 }
 
+int rank_gpu(const std::string& device_setting, int local_rank, int gpus) {
+  if ((device_setting != "auto" && device_setting != "cuda") || gpus < 1) return -1;
+  return local_rank % gpus;
+}
+
 DistributedEnv distributed_env(const Environment& env, bool need_master) {
   DistributedEnv d;
   const Launcher* launcher = nullptr;

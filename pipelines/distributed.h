@@ -48,6 +48,12 @@ DistributedEnv distributed_env(const Environment& env, bool need_master = true);
 // tessel::Error for unbalanced brackets or a bad range.
 std::vector<std::string> expand_nodelist(const std::string& nodelist);
 
+// The GPU a rank takes on its node: with the device setting "auto" or "cuda" (no index), GPU
+// local_rank mod `gpus` (one rank per GPU, as torchrun and srun start them; ranks beyond the
+// GPUs share them in turn); -1 where the setting names its own ("cuda:N", "cpu") or there is no
+// GPU.
+int rank_gpu(const std::string& device_setting, int local_rank, int gpus);
+
 struct DistributedOptions {
   // "env://" (or empty): a TCP store on MASTER_ADDR:MASTER_PORT, served by rank 0;
   // "file:///shared/path": a file store on a file system every rank sees.
@@ -70,6 +76,7 @@ class Communicator : public core::Ranks {
   int rank() const override { return env_.rank; }
   int size() const override { return env_.world_size; }
   int world_size() const { return env_.world_size; }
+  int local_rank() const { return env_.local_rank; }
 
   // Sums each tensor over the ranks, in place. Contiguous tensors of one dtype are packed into flat
   // buckets of at most `bucket_bytes` that are reduced concurrently (few large messages instead of

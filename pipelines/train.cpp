@@ -291,6 +291,12 @@ class Trainer {
     if (world_ > 1) scratch_dir_ /= fmt::format("scratch-rank{}", rank_);
     if (!request_.scratch_dir.empty()) core::TileStore::check_scratch_dir(scratch_dir_);
     device_ = core::resolve_device(config_.device);  // a GPU that is not there: before anything
+    if (communicator_ != nullptr && device_.is_cuda()) {
+      // One GPU per rank on a node (device auto or cuda): rank's local rank mod the GPUs.
+      const int gpu = rank_gpu(config_.device, communicator_->local_rank(),
+                               static_cast<int>(core::device_report().gpus.size()));
+      if (gpu >= 0) device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+    }
     join_slide_group();
     load_data();  // before the run folder: a bad manifest leaves no run folder behind
     prepare_run_dir();

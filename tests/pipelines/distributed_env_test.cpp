@@ -124,5 +124,16 @@ TEST(SlurmNodeList, RefusesMalformedLists) {
   }
 }
 
+// Each rank of a node takes its own GPU where the config leaves the choice (auto, cuda), in
+// turn where there are more ranks than GPUs; cuda:N and cpu are the config's.
+TEST(DistributedEnv, EachRankOfANodeTakesItsOwnGpu) {
+  EXPECT_EQ(rank_gpu("auto", 0, 8), 0);
+  EXPECT_EQ(rank_gpu("auto", 5, 8), 5);
+  EXPECT_EQ(rank_gpu("cuda", 3, 2), 1);
+  EXPECT_EQ(rank_gpu("cuda:2", 5, 8), -1);
+  EXPECT_EQ(rank_gpu("cpu", 1, 8), -1);
+  EXPECT_EQ(rank_gpu("auto", 1, 0), -1);
+}
+
 }  // namespace
 }  // namespace tessel::pipelines
