@@ -242,6 +242,19 @@ TEST_F(DistributedTrain, SlideParallelRanksEndWithTheWeightsOfOneProcess) {
               std::string::npos)
         << log;
   }
+  // Groups that do not divide the ranks: every rank stops before training, naming the fix.
+  std::vector<std::string> bad = train_args("bad-groups", "1");
+  bad.insert(bad.begin() + 3, {"--slide-ranks", "3"});
+  const std::vector<pid_t> refused = spawn_ranks(bad, "60", "bad-groups");
+  for (int rank = 0; rank < 2; ++rank) {
+    const int code = wait_for(refused[static_cast<size_t>(rank)]);
+    const std::string output =
+        read_text(runs_.path() / ("bad-groups" + std::to_string(rank) + ".log"));
+    EXPECT_EQ(code, 1) << output;
+    EXPECT_NE(output.find("slide_ranks 3 cannot group the 2 ranks of this job: give slide_ranks=N"),
+              std::string::npos)
+        << output;
+  }
   // One process continues the hybrid run (its config keeps parallel: hybrid, slide_ranks: 2).
   const fs::path hybrid = runs_.path() / "hybrid";
   ASSERT_EQ(wait_for(spawn({"--threads", "1", "train", "--resume", hybrid.string(), "epochs=3"}, {},
