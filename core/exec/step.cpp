@@ -242,8 +242,9 @@ void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
 
 namespace {
 
-at::Tensor region_of(const at::Tensor& whole, const Region& r) {
-  return whole.narrow(2, r.y.begin, r.y.size()).narrow(3, r.x.begin, r.x.size());
+// `whole` (a 1×C×H×W activation) as the tile of all of it, for crop().
+TileTensor all_of(const at::Tensor& whole) {
+  return {whole, {{0, whole.size(2)}, {0, whole.size(3)}}};
 }
 
 }  // namespace
@@ -264,7 +265,7 @@ std::vector<at::Tensor> Step::exchange(const at::Tensor& whole,
   const at::Tensor mine = at::empty({longest}, flat);
   int64_t offset = 0;
   for (const Region& r : regions[static_cast<size_t>(options_.ranks->rank())]) {
-    const at::Tensor part = region_of(whole, r);
+    const at::Tensor part = crop(all_of(whole), r);
     mine.narrow(0, offset, part.numel()).view(part.sizes()).copy_(part);
     offset += part.numel();
   }
@@ -297,7 +298,7 @@ void Step::gather_over_ranks(const at::Tensor& whole, int index, const Partition
     if (static_cast<int>(q) == options_.ranks->rank()) continue;
     int64_t offset = 0;
     for (const Region& r : regions[q]) {
-      const at::Tensor share = region_of(whole, r);
+      const at::Tensor share = crop(all_of(whole), r);
       share.copy_(all[q].narrow(0, offset, share.numel()).view(share.sizes()));
       offset += share.numel();
     }
