@@ -386,19 +386,20 @@ void Communicator::allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t
 
 void Communicator::allgather(const at::Tensor& mine, const std::vector<at::Tensor>& all) {
   const auto timeout = milliseconds(options_.timeout_seconds);
-  // Gloo gathers host tensors (its CUDA support is for sums and broadcasts): a device's go
-  // through the host.
-  const bool host = mine.device().is_cpu();
-  std::vector<at::Tensor> input{host ? mine.contiguous() : mine.cpu()};
-  std::vector<std::vector<at::Tensor>> output(1);
-  for (const at::Tensor& a : all) output.front().push_back(host ? a : at::empty_like(input[0]));
-  collective("all-gather", env_, options_, [&] {
-    c10d::AllgatherOptions gather;
-    gather.timeout = timeout;
-    group_->gloo->allgather(output, input, gather)->wait(timeout);
-  });
-  if (host) return;
-  for (size_t q = 0; q < all.size(); ++q) all[q].copy_(output.front()[q]);
+  // One broadcast from each rank in turn, not Gloo's all-gather: between two local processes
+  // its all-gather of 128 MiB a rank took 320–920 ms where two broadcasts took 75 ms
+  // (bench/NOTES.md, session 63). Broadcasts also take device tensors where Gloo has CUDA
+  // support (its all-gather is host only). Every `all[q]` has `mine`'s size and is contiguous.
+  all[static_cast<size_t>(env_.rank)].copy_(mine);
+  for (size_t q = 0; q < all.size(); ++q) {
+    std::vector<at::Tensor> one{all[q]};
+    collective("all-gather", env_, options_, [&] {
+      c10d::BroadcastOptions from;
+      from.rootRank = static_cast<int64_t>(q);
+      from.timeout = timeout;
+      group_->gloo->broadcast(one, from)->wait(timeout);
+    });
+  }
 }
 
 void Communicator::broadcast(const std::vector<at::Tensor>& tensors) {
