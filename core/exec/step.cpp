@@ -166,8 +166,7 @@ void Step::Output::finish() {
   // Split over ranks (check_split allows only these): each rank's tiles gathered, or a global
   // average's sums summed.
   if (out_.defined() && s_.reduction < 0) {
-    step_.gather_over_ranks(out_, index_, s_.forward,
-                            [this](int64_t t) { return s_.forward.tile(t); });
+    step_.exchange_over_ranks(out_, step_.gives_checkpoint(index_), false);
   } else if (out_.defined()) {
     step_.sum_over_ranks({out_});
   }
@@ -230,8 +229,7 @@ bool Step::split() const { return options_.ranks != nullptr && options_.ranks->s
 
 bool Step::runs(int index, const Partition& part, int64_t t) const {
   if (!split()) return true;
-  const int ranks = options_.ranks->size();
-  return rank_tiles(part.tiles(), (options_.ranks->rank() + index) % ranks, ranks).has(t);
+  return rank_range(part, index, options_.ranks->rank(), options_.ranks->size()).has(t);
 }
 
 void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
@@ -249,60 +247,66 @@ TileTensor all_of(const at::Tensor& whole) {
 
 }  // namespace
 
-// Every rank's regions of `whole` (`regions[q]`, rank q's), each rank's packed and padded to the
-// longest: all[q] holds rank q's, this rank's own included.
-std::vector<at::Tensor> Step::exchange(const at::Tensor& whole,
-                                       const std::vector<std::vector<Region>>& regions) const {
-  const int64_t channels = whole.size(1);
-  int64_t longest = 0;
-  for (const std::vector<Region>& mine : regions) {
-    int64_t length = 0;
-    for (const Region& r : mine) length += channels * r.area();
-    longest = std::max(longest, length);
-  }
-  if (longest == 0) return {};
-  const at::TensorOptions flat = whole.options();
-  const at::Tensor mine = at::empty({longest}, flat);
+// Each rank's pieces for the others, packed in the order of `gives` and padded to the busiest
+// rank's (one broadcast each, Ranks::allgather); each receiver walks every other rank's buffer
+// and takes the pieces addressed to it.
+void Step::exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool add) const {
+  if (!split()) return;
+  const int64_t longest = given_area(gives) * whole.size(1);
+  if (longest == 0) return;
+  const auto me = static_cast<size_t>(options_.ranks->rank());
+  const at::Tensor mine = at::empty({longest}, whole.options());
   int64_t offset = 0;
-  for (const Region& r : regions[static_cast<size_t>(options_.ranks->rank())]) {
-    const at::Tensor part = crop(all_of(whole), r);
-    mine.narrow(0, offset, part.numel()).view(part.sizes()).copy_(part);
-    offset += part.numel();
+  for (const std::vector<Region>& pieces : gives[me]) {
+    for (const Region& r : pieces) {
+      const at::Tensor part = crop(all_of(whole), r);
+      mine.narrow(0, offset, part.numel()).view(part.sizes()).copy_(part);
+      offset += part.numel();
+    }
   }
   mine.narrow(0, offset, longest - offset).zero_();  // a shorter rank's padding
   std::vector<at::Tensor> all;
-  for (size_t q = 0; q < regions.size(); ++q) all.push_back(at::empty({longest}, flat));
+  for (size_t q = 0; q < gives.size(); ++q) all.push_back(at::empty({longest}, whole.options()));
   summed_bytes += static_cast<int64_t>(mine.nbytes());
   options_.ranks->allgather(mine, all);
-  return all;
-}
-
-// Each rank's regions of segment `index`'s pass `part` (rank_regions, the ranks' order turned
-// as runs() turns it).
-std::vector<std::vector<Region>> Step::regions_by_rank(
-    int index, const Partition& part, const std::function<Region(int64_t)>& region_of) const {
-  const int ranks = options_.ranks->size();
-  std::vector<std::vector<Region>> regions;
-  for (int q = 0; q < ranks; ++q) {
-    regions.push_back(rank_regions(part, (q + index) % ranks, ranks, region_of));
-  }
-  return regions;
-}
-
-void Step::gather_over_ranks(const at::Tensor& whole, int index, const Partition& part,
-                             const std::function<Region(int64_t)>& share_of) const {
-  if (!split()) return;
-  const auto regions = regions_by_rank(index, part, share_of);
-  const std::vector<at::Tensor> all = exchange(whole, regions);
-  for (size_t q = 0; q < all.size(); ++q) {
-    if (static_cast<int>(q) == options_.ranks->rank()) continue;
-    int64_t offset = 0;
-    for (const Region& r : regions[q]) {
-      const at::Tensor share = crop(all_of(whole), r);
-      share.copy_(all[q].narrow(0, offset, share.numel()).view(share.sizes()));
-      offset += share.numel();
+  for (size_t p = 0; p < gives.size(); ++p) {
+    if (p == me) continue;
+    offset = 0;
+    for (size_t q = 0; q < gives[p].size(); ++q) {
+      for (const Region& r : gives[p][q]) {
+        const at::Tensor to = crop(all_of(whole), r);
+        const at::Tensor from = all[p].narrow(0, offset, to.numel()).view(to.sizes());
+        offset += to.numel();
+        if (q != me) continue;
+        if (add) {
+          to.add_(from);
+        } else {
+          to.copy_(from);
+        }
+      }
     }
   }
+}
+
+Gives Step::gives_checkpoint(int index) const {
+  if (!split()) return {};
+  return checkpoint_gives(graph_, plan_, index, options_.ranks->size());
+}
+
+Gives Step::gives_inner(int index, NodeId v) const {
+  if (!split()) return {};
+  return inner_gives(graph_, plan_, index, v, options_.ranks->size());
+}
+
+Gives Step::gives_gradient(int index, NodeId v) const {
+  if (!split()) return {};
+  return gradient_gives(graph_, plan_, index, v, options_.ranks->size());
+}
+
+Region Step::backward_reads(int index, NodeId v) const {
+  if (!split()) return whole(shape(v));
+  return rank_reads(graph_, plan_, index, v, options_.ranks->rank(), options_.ranks->size(),
+                    /*forward=*/false, /*backward=*/true);
 }
 
 // What a step split over ranks does not split yet (docs/slide-parallel.md): each of these keeps
@@ -414,8 +418,13 @@ at::Tensor Step::backward(at::Tensor grad) {
     const PassLog log(*this, i, "backward");
     write_behind(segment(i).backward_write_behind);
     grad = runs_[static_cast<size_t>(i)]->backward(grad);
-    // Split over ranks: each rank's tiles' part of the input's gradient, summed.
-    if (grad.defined()) sum_over_ranks({grad});
+    // Split over ranks: each rank's tiles' part of the input's gradient, summed where the
+    // previous segment's tiles read it (the image's whole).
+    if (grad.defined() && i > 0) {
+      exchange_over_ranks(grad, gives_gradient(i, segment(i).input), true);
+    } else if (grad.defined()) {
+      sum_over_ranks({grad});
+    }
     glass_grads_[out] = at::Tensor();  // taken: by the segment's chain, or its passed_glass_root
     checkpoints_[out] = at::Tensor();
     sparse_[out].reset();

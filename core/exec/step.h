@@ -24,6 +24,7 @@
 #include "core/graph/node_vec.h"
 #include "core/plan/glass.h"
 #include "core/plan/plan.h"
+#include "core/plan/split.h"
 #include "core/store/stored_activation.h"
 #include "core/store/tile_store.h"
 
@@ -214,19 +215,25 @@ class Step {
 
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
   // Slide-parallel (StepOptions::ranks): whether this rank runs tile `t` of segment `index`'s
-  // pass `part` (rank_tiles, the ranks' order turned by the segment's index, so one-tile
-  // segments fall to each rank in turn; every tile when the step is alone), and the sum of
-  // `tensors` over the ranks (nothing when alone). `split()`: more than one rank shares the step.
+  // pass `part` (rank_range: its own band of rows where the tiles divide among the ranks, else
+  // the ranks' order turned by the segment's index, so one-tile segments fall to each rank in
+  // turn; every tile when the step is alone), and the sum of `tensors` over the ranks (nothing
+  // when alone). `split()`: more than one rank shares the step.
   bool split() const;
   Ranks* ranks() const { return split() ? options_.ranks : nullptr; }
   bool runs(int index, const Partition& part, int64_t t) const;
   void sum_over_ranks(const std::vector<at::Tensor>& tensors) const;
-  // Split over ranks: `whole` (a 1×C×H×W activation) holds this rank's shares and zeros
-  // elsewhere, a share being `share_of(t)` for each tile t of segment `index`'s pass `part` the
-  // rank runs (the shares of all tiles disjoint); after it, every rank's shares (an all-gather
-  // of each rank's own, packed: half the bytes of a sum over two ranks, and no additions).
-  void gather_over_ranks(const at::Tensor& whole, int index, const Partition& part,
-                         const std::function<Region(int64_t)>& share_of) const;
+  // Split over ranks: exchange `gives` (core/plan/split.h) on `whole` (a 1×C×H×W activation):
+  // this rank's pieces to the others, theirs for this rank copied (a gather) or added (`add`: a
+  // sum of gradients) into `whole`. Outside what this rank computed and received, `whole` is
+  // not the step's (no tile of this rank reads there).
+  void exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool add) const;
+  // The exchanges' pieces (core/plan/split.h) for this step's ranks.
+  Gives gives_checkpoint(int index) const;
+  Gives gives_inner(int index, NodeId v) const;
+  Gives gives_gradient(int index, NodeId v) const;
+  // What this rank's backward tiles of segment `index` read of `v` (rank_reads); all of it alone.
+  Region backward_reads(int index, NodeId v) const;
   // The barriers of segment `s` that need whole-image statistics in this step
   // (core/exec/barrier.h). None in a one-tile segment: its tile is the whole activation, so its
   // barriers run whole.
@@ -292,12 +299,6 @@ class Step {
   class Output;
   void find_glass();
   void check_split() const;
-  // Slide-parallel exchanges (gather_over_ranks): each rank's regions of
-  // a pass, and every rank's regions of an activation, packed (all[q]: rank q's).
-  std::vector<std::vector<Region>> regions_by_rank(
-      int index, const Partition& part, const std::function<Region(int64_t)>& region_of) const;
-  std::vector<at::Tensor> exchange(const at::Tensor& whole,
-                                   const std::vector<std::vector<Region>>& regions) const;
   void take_uniform(const Segment& s, const Region& tile, const at::Tensor& y);
   at::Tensor passed_glass_root(const Segment& s, const Region& tile, const at::Tensor& y) const;
   void forward_segment(int index);

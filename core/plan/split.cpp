@@ -33,41 +33,141 @@ TileRange rank_tiles(int64_t tiles, int rank, int ranks) {
   return {tiles * rank / ranks, tiles * (rank + 1) / ranks};
 }
 
-std::vector<Region> rank_regions(const Partition& part, int rank, int ranks,
-                                 const std::function<Region(int64_t)>& region_of) {
-  const TileRange range = rank_tiles(part.tiles(), rank, ranks);
-  std::vector<Region> regions;
-  for (int64_t t = range.begin; t < range.end; ++t) {
-    const Region r = region_of(t);
-    if (!r.empty()) regions.push_back(r);
-  }
-  return regions;
+TileRange rank_range(const Partition& part, int index, int rank, int ranks) {
+  const int slot = part.tiles() % ranks == 0 ? rank : (rank + index) % ranks;
+  return rank_tiles(part.tiles(), slot, ranks);
 }
 
 namespace {
 
-// What the busiest rank gives to an all-gather of activation `v`: its rank_regions, packed.
-int64_t gathered_bytes(const Plan& plan, NodeId v, const Partition& part, int ranks,
-                       const std::function<Region(int64_t)>& region_of) {
-  int64_t longest = 0;
+const Shape& shape_of(const Plan& plan, NodeId v) { return plan.shapes.at(static_cast<size_t>(v)); }
+
+Region whole_of(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
+
+// The hull of the tiles of `part` that `rank` runs (rank_range).
+Region tiles_hull(const Partition& part, int index, int rank, int ranks) {
+  const TileRange mine = rank_range(part, index, rank, ranks);
+  Region h;
+  for (int64_t t = mine.begin; t < mine.end; ++t) h = hull(h, part.tile(t));
+  return h;
+}
+
+// gives[p][q]: p's `own` regions, each cut to what q reads (`reads[q]`).
+Gives cut_to_reads(const std::vector<std::vector<Region>>& own, const std::vector<Region>& reads) {
+  const size_t ranks = own.size();
+  Gives gives(ranks, std::vector<std::vector<Region>>(ranks));
+  for (size_t p = 0; p < ranks; ++p) {
+    for (size_t q = 0; q < ranks; ++q) {
+      if (p == q) continue;
+      for (const Region& r : own[p]) {
+        const Region piece = intersect(r, reads[q]);
+        if (!piece.empty()) gives[p][q].push_back(piece);
+      }
+    }
+  }
+  return gives;
+}
+
+// Each rank's regions `region_of(t)` of the tiles of pass `part` of segment `index` it runs.
+std::vector<std::vector<Region>> own_regions(const Partition& part, int index, int ranks,
+                                             const std::function<Region(int64_t)>& region_of) {
+  std::vector<std::vector<Region>> own(static_cast<size_t>(ranks));
+  for (int p = 0; p < ranks; ++p) {
+    const TileRange mine = rank_range(part, index, p, ranks);
+    for (int64_t t = mine.begin; t < mine.end; ++t) {
+      const Region r = region_of(t);
+      if (!r.empty()) own[static_cast<size_t>(p)].push_back(r);
+    }
+  }
+  return own;
+}
+
+}  // namespace
+
+Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, int rank, int ranks,
+                  bool forward, bool backward) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
+  Region reads;
+  for (const Partition* part : {forward ? &s.forward : nullptr, backward ? &s.backward : nullptr}) {
+    if (part == nullptr) continue;
+    const Region tiles = tiles_hull(*part, index, rank, ranks);
+    if (tiles.empty()) continue;
+    const auto need = segment_needs(graph, plan.shapes, s.input, s.output, tiles);
+    reads = hull(reads, need.at(static_cast<size_t>(v)));
+    // A share of an inner checkpoint the rank computes is read again by its backward.
+    if (v != s.input)
+      reads = hull(reads, barrier_share(tiles, shape_of(plan, s.output), shape_of(plan, v)));
+  }
+  return reads;
+}
+
+Gives checkpoint_gives(const Graph& graph, const Plan& plan, int index, int ranks) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
+  const auto own =
+      own_regions(s.forward, index, ranks, [&](int64_t t) { return s.forward.tile(t); });
+  std::vector<Region> reads;
+  const bool last = static_cast<size_t>(index) + 1 == plan.segments.size();
   for (int q = 0; q < ranks; ++q) {
+    reads.push_back(last ? whole_of(shape_of(plan, s.output))
+                         : rank_reads(graph, plan, index + 1, s.output, q, ranks, true, true));
+  }
+  return cut_to_reads(own, reads);
+}
+
+Gives inner_gives(const Graph& graph, const Plan& plan, int index, NodeId v, int ranks) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
+  const Shape& out = shape_of(plan, s.output);
+  const Shape& at = shape_of(plan, v);
+  const auto own = own_regions(s.forward, index, ranks, [&](int64_t t) {
+    return barrier_share(s.forward.tile(t), out, at);
+  });
+  std::vector<Region> reads;
+  for (int q = 0; q < ranks; ++q) {
+    reads.push_back(rank_reads(graph, plan, index, v, q, ranks, true, true));
+  }
+  return cut_to_reads(own, reads);
+}
+
+Gives gradient_gives(const Graph& graph, const Plan& plan, int index, NodeId v, int ranks) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
+  std::vector<std::vector<Region>> adds(static_cast<size_t>(ranks));
+  std::vector<Region> reads;
+  for (int q = 0; q < ranks; ++q) {
+    const Region added = rank_reads(graph, plan, index, v, q, ranks, false, true);
+    if (!added.empty()) adds[static_cast<size_t>(q)].push_back(added);
+    reads.push_back(v == s.input ? rank_reads(graph, plan, index - 1, v, q, ranks, false, true)
+                                 : added);
+  }
+  return cut_to_reads(adds, reads);
+}
+
+int64_t given_area(const Gives& gives) {
+  int64_t longest = 0;
+  for (const auto& to : gives) {
     int64_t area = 0;
-    for (const Region& r : rank_regions(part, q, ranks, region_of)) area += r.area();
+    for (const auto& pieces : to) {
+      for (const Region& r : pieces) area += r.area();
+    }
     longest = std::max(longest, area);
   }
-  return longest * plan.shapes.at(static_cast<size_t>(v)).channels * plan.element_bytes;
+  return longest;
+}
+
+namespace {
+
+int64_t given_bytes(const Plan& plan, NodeId v, const Gives& gives) {
+  return given_area(gives) * shape_of(plan, v).channels * plan.element_bytes;
 }
 
 // Sub-segments with barriers (the executor's SubSegmentsRun): each kept inner checkpoint
 // gathered after the forward's pass (and the backward's rebuild), its gradient summed.
-int64_t inner_bytes(const Graph& graph, const Plan& plan, const Segment& s, int ranks) {
+int64_t inner_bytes(const Graph& graph, const Plan& plan, int index, int ranks) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
   const int64_t passes = s.keeps_inner() ? 1 : 2;
-  const Shape& out = plan.shapes.at(static_cast<size_t>(s.output));
   int64_t bytes = 0;
   for (NodeId v : kept_inner(graph, s)) {
-    const Shape& at = plan.shapes.at(static_cast<size_t>(v));
-    const auto share = [&](int64_t t) { return barrier_share(s.forward.tile(t), out, at); };
-    bytes += passes * gathered_bytes(plan, v, s.forward, ranks, share) + activation_bytes(plan, v);
+    bytes += passes * given_bytes(plan, v, inner_gives(graph, plan, index, v, ranks)) +
+             given_bytes(plan, v, gradient_gives(graph, plan, index, v, ranks));
   }
   return bytes;
 }
@@ -78,15 +178,20 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
   SplitBytes b;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
+    const int index = static_cast<int>(i);
     if (s.reduction < 0) {
-      const auto tile = [&](int64_t t) { return s.forward.tile(t); };
-      b.checkpoints += gathered_bytes(plan, s.output, s.forward, ranks, tile);
+      b.checkpoints += given_bytes(plan, s.output, checkpoint_gives(graph, plan, index, ranks));
     } else {
       b.checkpoints += graph.node(s.output).channels * plan.element_bytes;  // the average's sums
     }
-    if (i > 0 || plan.input_gradient) b.input_gradients += activation_bytes(plan, s.input);
+    if (i > 0) {
+      b.input_gradients +=
+          given_bytes(plan, s.input, gradient_gives(graph, plan, index, s.input, ranks));
+    } else if (plan.input_gradient) {
+      b.input_gradients += activation_bytes(plan, s.input);  // the image's, summed whole
+    }
     if (s.is<SubSegments>() && !barrier_rounds(graph, s.input, s.output, training).empty()) {
-      b.inner_checkpoints += inner_bytes(graph, plan, s, ranks);
+      b.inner_checkpoints += inner_bytes(graph, plan, index, ranks);
     }
   }
   b.parameter_gradients = plan.predicted.gradients;

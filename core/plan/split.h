@@ -10,21 +10,52 @@
 
 #include "core/graph/graph.h"
 #include "core/plan/plan.h"
+#include "core/plan/rank_tiles.h"
 
 namespace tessel::core {
+
+// Which tiles of pass `part` of segment `index` `rank` runs (rank_tiles of its slot): its own
+// slot where the pass's tiles divide among the ranks, so rank q runs the q-th band of rows of
+// every such pass and what it computes is, but for a halo, what it reads next; else the slots
+// turned by the segment's index (a one-tile segment falls to each rank in turn).
+TileRange rank_range(const Partition& part, int index, int rank, int ranks);
+
+// One exchange of a split step: gives[p][q], the regions of an activation rank p gives rank q
+// (none to itself). A gather's receiver copies them (p computed them), a sum's adds them (p's
+// part of a gradient); each rank sends its own, packed, to the others.
+using Gives = std::vector<std::vector<std::vector<Region>>>;
+
+// Segment `index`'s output checkpoint: each rank's own forward tiles, cut to what each other
+// rank reads of them in the next segment (its forward and backward tiles' segment_needs);
+// whole where no segment reads it (the head does).
+Gives checkpoint_gives(const Graph& graph, const Plan& plan, int index, int ranks);
+// Inner checkpoint `v` of sub-segments segment `index`: each rank's shares of it, cut to what
+// each other rank reads of it in the segment.
+Gives inner_gives(const Graph& graph, const Plan& plan, int index, NodeId v, int ranks);
+// The gradient at `v` (segment `index`'s input, index > 0, or an inner checkpoint of it): what
+// p's backward tiles add to it (the hull of their needs), cut to what q's backward tiles read of
+// it (segment `index` - 1's output tiles, or the segment's own needs at an inner checkpoint).
+Gives gradient_gives(const Graph& graph, const Plan& plan, int index, NodeId v, int ranks);
+// Positions the busiest rank gives in an exchange (a channel's; padded to it, every rank's
+// buffer is this long).
+int64_t given_area(const Gives& gives);
+// The hull of what `rank` reads of `v` in segment `index`: segment_needs of the hull of the
+// tiles it runs, of the forward pass and/or the backward's. Empty where it runs none.
+Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, int rank, int ranks,
+                  bool forward, bool backward);
 
 // What the busiest of `ranks` ranks gives to the exchanges between them in one training step
 // (the executor's StepResult::summed_bytes), by what it exchanges.
 struct SplitBytes {
-  // Forward: its shares of every segment's output checkpoint (an all-gather: the tiles it runs,
-  // packed), or its streaming global average's sums.
+  // Forward: its parts of every segment's output checkpoint that another rank reads
+  // (checkpoint_gives), or its streaming global average's sums.
   int64_t checkpoints = 0;
-  // Backward: every segment's input gradient, summed whole (the image's only where the plan
-  // keeps it).
+  // Backward: its part of every segment's input gradient that another rank reads
+  // (gradient_gives); the image's summed whole, where the plan keeps it.
   int64_t input_gradients = 0;
-  // Sub-segments with barriers: its shares of each kept inner checkpoint after its forward pass
-  // (again where the backward rebuilds it), and the checkpoint's gradient, summed whole before
-  // its barriers' corrections.
+  // Sub-segments with barriers: its parts of each kept inner checkpoint after its forward pass
+  // (again where the backward rebuilds it) and of the checkpoint's gradient before its
+  // barriers' corrections, as the others read them.
   int64_t inner_checkpoints = 0;
   // After the step: what the step added to every parameter's gradient.
   int64_t parameter_gradients = 0;
@@ -33,12 +64,6 @@ struct SplitBytes {
   }
 };
 SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool training = true);
-
-// The regions `region_of(t)` of the tiles of `part` that `rank` of `ranks` runs (rank_tiles),
-// empty ones left out: what a rank gives to an all-gather (the executor's
-// Step::gather_over_ranks).
-std::vector<Region> rank_regions(const Partition& part, int rank, int ranks,
-                                 const std::function<Region(int64_t)>& region_of);
 
 // Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): offloaded
 // checkpoints (inner ones too), shared rows, a streaming global max or attention head.

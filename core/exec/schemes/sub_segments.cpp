@@ -312,9 +312,7 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
     }
   }
   if (in != nullptr && !in->stored_value) {
-    step_.gather_over_ranks(in->value, index_, s_.forward, [&](int64_t t) {
-      return barrier_share(s_.forward.tile(t), step_.shape(s_.output), vs);
-    });
+    step_.exchange_over_ranks(in->value, step_.gives_inner(index_, v), false);
   }
   add_uniform_statistics(v, uniform);
   finish_statistics(v);
@@ -575,15 +573,19 @@ void SubSegmentsRun::correct_inner(NodeId v) {
     return;
   }
   if (!in.grad.defined()) in.grad = step_.zeros(step_.shape(v));
-  // Split over ranks: each rank's tiles added their part; the corrections go on the sum, once.
-  step_.sum_over_ranks({in.grad});
+  // Split over ranks: each rank's tiles added their part, summed where the others' tiles read
+  // it; the corrections go on the sum, once, where this rank's backward tiles read it.
+  step_.exchange_over_ranks(in.grad, step_.gives_gradient(index_, v), true);
+  const Region reads = step_.backward_reads(index_, v);
+  const at::Tensor grad = crop({in.grad, whole(step_.shape(v))}, reads);
+  const at::Tensor value = crop({in.value, whole(step_.shape(v))}, reads);
   for (NodeId b : readers(v)) {
     const BarrierState& state = *step_.barrier_state(b);
     // In slices of rows: the correction's gradient is elementwise, and a whole one would be one
     // more activation-sized tensor at this pass's fullest.
-    const int64_t rows = std::max<int64_t>(1, (step_.shape(v).height + 15) / 16);
-    const auto grads = in.grad.split(rows, 2);
-    const auto values = in.value.split(rows, 2);
+    const int64_t rows = std::max<int64_t>(1, (reads.y.size() + 15) / 16);
+    const auto grads = grad.split(rows, 2);
+    const auto values = value.split(rows, 2);
     for (size_t k = 0; k < grads.size(); ++k) {
       grads[k].add_(state.correction_gradient(values[k]));
     }
