@@ -135,26 +135,29 @@ void BarrierState::merge(const at::Tensor& share_mean, const at::Tensor& share_m
   count_ += n;
 }
 
-// Two sums over the ranks, as Chan's merge does it pairwise: the counts and sums give the
-// mean; each rank's squared deviations, moved to that mean, add up to the whole's.
+// One all-gather of every rank's count, sums and squared deviations, merged here in rank order
+// as tiles are (Chan's pairwise merge): the same on every rank, and one wait where a sum of the
+// counts and sums, then of the deviations moved to their mean, took two.
 void BarrierState::merge_ranks() {
-  const auto f64 = mean64_.options();
-  const at::Tensor count = at::full({1}, static_cast<double>(count_), f64);
-  const at::Tensor sum = mean64_.clone();
-  ranks_->allreduce_sum({count, sum});
-  const double total = count.item<double>();
-  if (node_.barrier != BarrierOp::kSqueezeExcite && total > 0) {
-    const at::Tensor mean = sum / total;
-    at::Tensor m2 = m2_.clone();
-    if (count_ > 0) {
-      const at::Tensor delta = mean64_ / static_cast<double>(count_) - mean;
-      m2 += delta * delta * static_cast<double>(count_);
+  const at::Tensor mine = at::cat(
+      {at::full({1}, static_cast<double>(count_), mean64_.options()), mean64_, m2_});
+  std::vector<at::Tensor> all;
+  for (int q = 0; q < ranks_->size(); ++q) all.push_back(at::empty_like(mine));
+  ranks_->allgather(mine, all);
+  count_ = 0;
+  mean64_.zero_();
+  m2_.zero_();
+  for (const at::Tensor& theirs : all) {
+    const auto n = static_cast<int64_t>(theirs[0].item<double>());
+    if (n == 0) continue;
+    const at::Tensor sum = theirs.narrow(0, 1, groups_);
+    if (node_.barrier == BarrierOp::kSqueezeExcite) {
+      mean64_ += sum;
+      count_ += n;
+    } else {
+      merge(sum / static_cast<double>(n), theirs.narrow(0, 1 + groups_, groups_), n);
     }
-    ranks_->allreduce_sum({m2});
-    m2_ = m2;
   }
-  mean64_ = sum;
-  count_ = static_cast<int64_t>(total);
 }
 
 void BarrierState::add_uniform_input(const at::Tensor& u, int64_t positions) {
