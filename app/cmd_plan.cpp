@@ -218,6 +218,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
     bool json = false;
     std::optional<double> background;
     int ranks = 1;
+    double link_gbps = core::kLoopbackBytesPerSecond / 1e9;
 #ifndef TESSEL_ENGINE_ONLY
     SlideArgs slide;
 #endif
@@ -259,6 +260,11 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
                   "exchanges a step")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_option("--link", args->link_gbps,
+                  "With --ranks: the link between the ranks in GB/s, for the step's predicted "
+                  "time (the default: Gloo between two processes on one 2-core machine)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 #ifndef TESSEL_ENGINE_ONLY
   add_slide_options(cmd, args->slide, "Plan for");
 #endif
@@ -269,8 +275,9 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
         // The run's settings (model, budget, resolution, tissue_fill, ...) as training reads them.
         pipelines::SlideOptions options;
         options.roi = args->slide.roi;
-        const pipelines::SlidePlan p = pipelines::plan_slide(
-            slide_config(args->slide), args->slide.slide, options, args->ranks);
+        const pipelines::SlidePlan p =
+            pipelines::plan_slide(slide_config(args->slide), args->slide.slide, options,
+                                  args->ranks, args->link_gbps * 1e9);
         std::cout << p.description << p.table;
         return 0;
       }
@@ -290,6 +297,7 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       if (!args->prices.empty()) r.prices = parse_prices(args->prices);
       r.background = args->background;
       r.ranks = args->ranks;
+      r.link_bytes_per_second = args->link_gbps * 1e9;
       r.keep_inner = args->keep_inner;
       const auto report = pipelines::plan_model(r);
       std::cout << (args->json ? report.json + "\n" : report.table);

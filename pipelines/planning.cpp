@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cstdio>
+
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -199,7 +201,21 @@ PlanReport plan_model(const PlanRequest& r) {
   report.table = core::to_string(report.plan, graph);
   report.json = plan_json(report.plan, graph);
   if (r.ranks > 1) {
-    report.table += core::split_summary(graph, report.plan, r.ranks);
+    report.table += core::split_summary(graph, report.plan, r.ranks, r.link_bytes_per_second);
+    const core::SplitTime t =
+        core::split_time(graph, report.plan, r.ranks, r.link_bytes_per_second);
+    // The speed-up against one rank's own plan (made for its budget alone), at the same prices.
+    core::PlanOptions alone = o;
+    alone.ranks = 1;
+    const core::Plan one = core::make_plan(graph, input, r.budget_bytes, alone);
+    const double one_seconds = one.cost.total() * one.prices.seconds_per_flop;
+    if (one_seconds > 0 && t.total() > 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf,
+                    "one rank's own plan %.3g s at the prices: a predicted speed-up of %.2fx\n",
+                    one_seconds, one_seconds / t.total());
+      report.table += buf;
+    }
     nlohmann::json j = nlohmann::json::parse(report.json);
     const core::SplitBytes b = core::split_bytes(graph, report.plan, r.ranks);
     j["split"] = {{"ranks", r.ranks},
@@ -209,7 +225,14 @@ PlanReport plan_model(const PlanRequest& r) {
                     {"input_gradients", b.input_gradients},
                     {"inner_checkpoints", b.inner_checkpoints},
                     {"parameter_gradients", b.parameter_gradients},
-                    {"total", b.total()}}}};
+                    {"total", b.total()}}},
+                  {"predicted_seconds",
+                   {{"tiles", t.tiles},
+                    {"exchanges", t.exchanges},
+                    {"total", t.total()},
+                    {"this_plan_on_one_rank", t.alone},
+                    {"one_rank_own_plan", one_seconds},
+                    {"link_bytes_per_second", r.link_bytes_per_second}}}};
     report.json = j.dump(2);
   }
   return report;

@@ -11,6 +11,7 @@
 #include "core/plan/glass.h"
 #include "core/plan/plan.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 
 namespace tessel::pipelines {
 
@@ -34,8 +35,10 @@ struct PlanRequest {
   // A seeded synthetic background over about this fraction of the image (as gradcheck's):
   // the plan prices and reports its glass tiles.
   std::optional<double> background;
-  // Slide-parallel: the step split over this many ranks (core::PlanOptions::ranks).
+  // Slide-parallel: the step split over this many ranks (core::PlanOptions::ranks), its
+  // exchanges priced at this link's speed (core::split_time).
   int ranks = 1;
+  double link_bytes_per_second = core::kLoopbackBytesPerSecond;
 };
 
 struct PlanReport {

@@ -273,7 +273,7 @@ core::PlanOptions training_plan_options(const TrainConfig& config) {
 }
 
 SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
-                     const SlideOptions& options, int ranks) {
+                     const SlideOptions& options, int ranks, double link_bytes_per_second) {
   const SlideInput in = open_slide_input(config, slide, options);
   const core::TileSource& source = *in.view;
   const int64_t classes = config.classes.empty() ? 2 : static_cast<int64_t>(config.classes.size());
@@ -297,7 +297,7 @@ SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& sli
                          " ranks: its glass is computed as tissue (a split step does not skip "
                          "it)\n";
     }
-    out.table += core::split_summary(network.graph, out.plan, ranks);
+    out.table += core::split_summary(network.graph, out.plan, ranks, link_bytes_per_second);
   }
   return out;
 }

@@ -13,6 +13,7 @@
 #include "core/graph/graph.h"
 #include "core/plan/plan.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 #include "core/tile_source.h"
 #include "io/resolution.h"
 #include "io/slide.h"
@@ -77,9 +78,11 @@ struct SlidePlan {
 };
 // `ranks`: the plan for a step split over that many ranks (parallel: slide or hybrid,
 // docs/slide-parallel.md): a tile per rank of every pass, and dense (a split step computes its
-// glass as tissue); the table then ends with what each rank runs and exchanges.
+// glass as tissue); the table then ends with what each rank runs and exchanges, and the step's
+// time with its exchanges at `link_bytes_per_second`.
 SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& slide,
-                     const SlideOptions& options = {}, int ranks = 1);
+                     const SlideOptions& options = {}, int ranks = 1,
+                     double link_bytes_per_second = core::kLoopbackBytesPerSecond);
 
 // The planner's options of a training run with `config` (strategy, the optimizer's state per
 // parameter): `tessel plan --slide` plans as training does. The offload prices' measurement is

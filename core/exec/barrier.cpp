@@ -139,8 +139,8 @@ void BarrierState::merge(const at::Tensor& share_mean, const at::Tensor& share_m
 // as tiles are (Chan's pairwise merge): the same on every rank, and one wait where a sum of the
 // counts and sums, then of the deviations moved to their mean, took two.
 void BarrierState::merge_ranks() {
-  const at::Tensor mine = at::cat(
-      {at::full({1}, static_cast<double>(count_), mean64_.options()), mean64_, m2_});
+  const at::Tensor mine =
+      at::cat({at::full({1}, static_cast<double>(count_), mean64_.options()), mean64_, m2_});
   std::vector<at::Tensor> all;
   for (int q = 0; q < ranks_->size(); ++q) all.push_back(at::empty_like(mine));
   ranks_->allgather(mine, all);

@@ -145,6 +145,9 @@ struct Segment {
   int64_t forward_working_bytes = 0;   // predicted, largest tile
   int64_t backward_working_bytes = 0;  // predicted, largest tile
   int64_t halo_flops = 0;              // predicted forward FLOPs with halo recompute, all tiles
+  // The planner's price of each pass (PlanCost: FLOPs and tiles; the scheme's extra passes in the
+  // backward's), for a step split over ranks (split_time).
+  double forward_price = 0, backward_price = 0;
   // Predicted bytes the segment's own stores move per step: offloaded inner checkpoints', or
   // shared rows' kept rows in the store.
   int64_t inner_moved_bytes = 0;

@@ -348,13 +348,19 @@ std::pair<MemoryBreakdown, MemoryBreakdown> SegmentBuild::account(PlanCost& cost
   s.forward_working_bytes = fc.forward_bytes;
   s.backward_working_bytes = bc.backward_bytes;
   s.halo_flops = fc.flops * s.forward.tiles();
-  cost.compute += static_cast<double>(fc.flops) * static_cast<double>(s.forward.tiles()) +
-                  3.0 * static_cast<double>(bc.flops) * static_cast<double>(s.backward.tiles());
-  cost.tiles +=
-      a.options.prices.per_tile * static_cast<double>(s.forward.tiles() + s.backward.tiles());
+  const auto forward_tiles = static_cast<double>(s.forward.tiles());
+  const auto backward_tiles = static_cast<double>(s.backward.tiles());
+  cost.compute += static_cast<double>(fc.flops) * forward_tiles +
+                  3.0 * static_cast<double>(bc.flops) * backward_tiles;
+  cost.tiles += a.options.prices.per_tile * (forward_tiles + backward_tiles);
   // What the rows keep, from this forward to this backward.
   if (auto* rows = s.as<SharedRows>()) rows->kept_bytes = fc.shared_kept_bytes;
-  cost += scheme_cost(a, s);
+  const PlanCost extra = scheme_cost(a, s);
+  cost += extra;
+  s.forward_price = (static_cast<double>(fc.flops) + a.options.prices.per_tile) * forward_tiles;
+  s.backward_price =
+      (3.0 * static_cast<double>(bc.flops) + a.options.prices.per_tile) * backward_tiles +
+      extra.total();
   const int64_t in_open = open_bytes(s.backward, true);
   if (i > 0 && in_tier != Tier::kResident && s.is<SubSegments>()) {
     s.input_grad_blocks = off.inner_grad_blocks(a, s, s.input, a.additions(s, s.input),

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <utility>
 
 #include "core/error.h"
 #include "core/plan/geometry.h"
@@ -212,7 +214,49 @@ std::string split_refusal(const Graph& graph, const Plan& plan) {
   return "";
 }
 
-std::string split_summary(const Graph& graph, const Plan& plan, int ranks) {
+namespace {
+
+std::string time_words(const Graph& graph, const Plan& plan, int ranks, double link) {
+  const SplitTime t = split_time(graph, plan, ranks, link);
+  if (t.alone <= 0) return "";
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "predicted step on %d ranks %.3g s at the prices: the busiest rank's tiles %.3g s, "
+                "its exchanges %.3g s at %.3g GB/s (waits at the collectives not priced)\n",
+                ranks, t.total(), t.tiles, t.exchanges, link / 1e9);
+  return buf;
+}
+
+}  // namespace
+
+SplitTime split_time(const Graph& graph, const Plan& plan, int ranks,
+                     double link_bytes_per_second) {
+  SplitTime t;
+  const double per_flop = plan.prices.seconds_per_flop;
+  if (per_flop <= 0 || ranks < 1) return t;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    for (const auto& [part, price] :
+         {std::pair{&s.forward, s.forward_price}, std::pair{&s.backward, s.backward_price}}) {
+      if (part->tiles() == 0) continue;
+      int64_t most = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const TileRange mine = rank_range(*part, static_cast<int>(i), r, ranks);
+        most = std::max(most, mine.end - mine.begin);
+      }
+      t.tiles += price * per_flop * static_cast<double>(most) / static_cast<double>(part->tiles());
+      t.alone += price * per_flop;
+    }
+  }
+  if (ranks > 1 && link_bytes_per_second > 0) {
+    t.exchanges =
+        static_cast<double>(split_bytes(graph, plan, ranks).total()) / link_bytes_per_second;
+  }
+  return t;
+}
+
+std::string split_summary(const Graph& graph, const Plan& plan, int ranks,
+                          double link_bytes_per_second) {
   std::string out = "split over " + std::to_string(ranks) + " ranks (slide-parallel): ";
   const std::string why = split_refusal(graph, plan);
   if (!why.empty()) return out + "not yet: " + why + "\n";
@@ -232,7 +276,8 @@ std::string split_summary(const Graph& graph, const Plan& plan, int ranks) {
          (b.inner_checkpoints > 0 ? ", inner checkpoints " + format_bytes(b.inner_checkpoints)
                                   : std::string()) +
          ", parameter gradients " + format_bytes(b.parameter_gradients) +
-         "), each within the whole budget\n";
+         "), each within the whole budget\n" +
+         time_words(graph, plan, ranks, link_bytes_per_second);
 }
 
 int64_t fewest_count_for_ranks(Strategy strategy, int ranks) {

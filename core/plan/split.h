@@ -69,9 +69,29 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
 // checkpoints (inner ones too), shared rows, a streaming global max or attention head.
 std::string split_refusal(const Graph& graph, const Plan& plan);
 
-// What `tessel plan --ranks P` adds to the plan's table: each rank's tiles and what it sums per
-// step, or why the step cannot be split.
-std::string split_summary(const Graph& graph, const Plan& plan, int ranks);
+// A link's price where none is given: Gloo's broadcast between two processes on this 2-core
+// machine's loopback moved 256 MiB in 75 ms (bench/NOTES.md session 63).
+inline constexpr double kLoopbackBytesPerSecond = 3.5e9;
+
+// The step of `plan` split over `ranks` ranks at the plan's prices (Plan::prices): every pass
+// waits for its busiest rank (each pass's price, Segment::forward_price and backward_price, in
+// proportion to the most tiles one rank runs of it), then the busiest rank's exchanges
+// (split_bytes) at `link_bytes_per_second`. Seconds; zero where the plan has no prices. Waits at
+// the collectives beyond the slowest rank's tiles are not priced.
+struct SplitTime {
+  double tiles = 0;      // the busiest rank's tiles, pass by pass
+  double exchanges = 0;  // its bytes over the link
+  double alone = 0;      // the same plan's tiles on one rank
+  double total() const { return tiles + exchanges; }
+};
+SplitTime split_time(const Graph& graph, const Plan& plan, int ranks,
+                     double link_bytes_per_second = kLoopbackBytesPerSecond);
+
+// What `tessel plan --ranks P` adds to the plan's table: each rank's tiles, what it gives per
+// step and the step's time at the prices and `link_bytes_per_second`, or why the step cannot be
+// split.
+std::string split_summary(const Graph& graph, const Plan& plan, int ranks,
+                          double link_bytes_per_second = kLoopbackBytesPerSecond);
 
 // The fewest tiles per axis (planning's count: rows, or a grid's rows and columns) that give
 // each of `ranks` ranks a tile of every pass.

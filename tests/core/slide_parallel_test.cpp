@@ -350,6 +350,28 @@ TEST(SlideParallel, PlansForRanksSplitEvenlyAndSumWhatTheyPredict) {
   EXPECT_GE(rounds, 1) << "no plan for ranks ran barriers in rounds";
 }
 
+// The step's time on P ranks at the plan's prices: on one rank the plan's own price (a resident
+// plan moves and copies nothing); on P ranks each pass at the most tiles one rank runs of it, so
+// exactly the P-th part where every pass's tiles divide among the ranks, and more where one does
+// not; the exchanges at the link's price.
+TEST(SlideParallel, SplitTimeIsEachPassAtItsBusiestRank) {
+  const Graph g = models::random_network(5, 17, 2, true);
+  Plan plan = make_plan(g, {2, 48, 40}, 0, fixed_tiles(Strategy::kRows, 4, 1));
+  ASSERT_TRUE(tiles(plan));
+  plan.prices.seconds_per_flop = 1e-11;
+  const double price = plan.cost.total() * plan.prices.seconds_per_flop;
+  ASSERT_GT(price, 0);
+  EXPECT_NEAR(split_time(g, plan, 1).tiles, price, 1e-9 * price);
+  EXPECT_EQ(split_time(g, plan, 1).exchanges, 0);
+  const SplitTime two = split_time(g, plan, 2, 1e9);
+  EXPECT_NEAR(two.tiles, price / 2, 1e-9 * price) << to_string(plan, g);
+  EXPECT_NEAR(two.exchanges, static_cast<double>(split_bytes(g, plan, 2).total()) / 1e9, 1e-15);
+  // Three ranks over four rows of tiles: the busiest runs two of each pass.
+  EXPECT_NEAR(split_time(g, plan, 3).tiles, price / 2, 1e-9 * price) << to_string(plan, g);
+  plan.prices.seconds_per_flop = 0;
+  EXPECT_EQ(split_time(g, plan, 2).total(), 0) << "no prices, no time";
+}
+
 // What the planner cannot split is refused when asked for, in words.
 TEST(SlideParallel, PlansForRanksRefuseWhatTheyCannotSplit) {
   const Graph g = models::random_network(1, 17, 2, false);
