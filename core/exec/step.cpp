@@ -305,8 +305,8 @@ Gives Step::gives_gradient(int index, NodeId v) const {
 
 Region Step::backward_reads(int index, NodeId v) const {
   if (!split()) return whole(shape(v));
-  return rank_reads(graph_, plan_, index, v, options_.ranks->rank(), options_.ranks->size(),
-                    /*forward=*/false, /*backward=*/true);
+  return rank_reads(graph_, plan_, index, v, {options_.ranks->rank(), options_.ranks->size()},
+                    Passes::kBackward);
 }
 
 // What a step split over ranks does not split yet (docs/slide-parallel.md): each of these keeps

@@ -86,8 +86,10 @@ std::vector<std::vector<Region>> own_regions(const Partition& part, int index, i
 
 }  // namespace
 
-Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, int rank, int ranks,
-                  bool forward, bool backward) {
+Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, RankOf who,
+                  Passes passes) {
+  const bool forward = passes != Passes::kBackward, backward = passes != Passes::kForward;
+  const int rank = who.rank, ranks = who.ranks;
   const Segment& s = plan.segments.at(static_cast<size_t>(index));
   Region reads;
   for (const Partition* part : {forward ? &s.forward : nullptr, backward ? &s.backward : nullptr}) {
@@ -111,7 +113,7 @@ Gives checkpoint_gives(const Graph& graph, const Plan& plan, int index, int rank
   const bool last = static_cast<size_t>(index) + 1 == plan.segments.size();
   for (int q = 0; q < ranks; ++q) {
     reads.push_back(last ? whole_of(shape_of(plan, s.output))
-                         : rank_reads(graph, plan, index + 1, s.output, q, ranks, true, true));
+                         : rank_reads(graph, plan, index + 1, s.output, {q, ranks}, Passes::kBoth));
   }
   return cut_to_reads(own, reads);
 }
@@ -125,7 +127,7 @@ Gives inner_gives(const Graph& graph, const Plan& plan, int index, NodeId v, int
   });
   std::vector<Region> reads;
   for (int q = 0; q < ranks; ++q) {
-    reads.push_back(rank_reads(graph, plan, index, v, q, ranks, true, true));
+    reads.push_back(rank_reads(graph, plan, index, v, {q, ranks}, Passes::kBoth));
   }
   return cut_to_reads(own, reads);
 }
@@ -135,10 +137,11 @@ Gives gradient_gives(const Graph& graph, const Plan& plan, int index, NodeId v, 
   std::vector<std::vector<Region>> adds(static_cast<size_t>(ranks));
   std::vector<Region> reads;
   for (int q = 0; q < ranks; ++q) {
-    const Region added = rank_reads(graph, plan, index, v, q, ranks, false, true);
+    const Region added = rank_reads(graph, plan, index, v, {q, ranks}, Passes::kBackward);
     if (!added.empty()) adds[static_cast<size_t>(q)].push_back(added);
-    reads.push_back(v == s.input ? rank_reads(graph, plan, index - 1, v, q, ranks, false, true)
-                                 : added);
+    reads.push_back(v == s.input
+                        ? rank_reads(graph, plan, index - 1, v, {q, ranks}, Passes::kBackward)
+                        : added);
   }
   return cut_to_reads(adds, reads);
 }

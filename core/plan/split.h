@@ -39,10 +39,15 @@ Gives gradient_gives(const Graph& graph, const Plan& plan, int index, NodeId v, 
 // Positions the busiest rank gives in an exchange (a channel's; padded to it, every rank's
 // buffer is this long).
 int64_t given_area(const Gives& gives);
-// The hull of what `rank` reads of `v` in segment `index`: segment_needs of the hull of the
-// tiles it runs, of the forward pass and/or the backward's. Empty where it runs none.
-Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, int rank, int ranks,
-                  bool forward, bool backward);
+// One rank of a split step, and which passes of a segment a question is about.
+struct RankOf {
+  int rank = 0, ranks = 1;
+};
+enum class Passes { kForward, kBackward, kBoth };
+// The hull of what `who` reads of `v` in segment `index`: segment_needs of the hull of the tiles
+// it runs of `passes` (and, at an inner checkpoint, its shares of it). Empty where it runs none.
+Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, RankOf who,
+                  Passes passes);
 
 // What the busiest of `ranks` ranks gives to the exchanges between them in one training step
 // (the executor's StepResult::summed_bytes), by what it exchanges.
