@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -47,6 +48,25 @@ void AttentionStream::add(const at::Tensor& x) {
   sum_ = sum_ * rescale + e.sum(1);
   acc_ = acc_ * rescale.unsqueeze(1) + at::matmul(e, features.t());
   max_ = m;
+}
+
+int64_t AttentionStream::merge_ranks(Ranks& ranks) {
+  const int64_t b = branches_;
+  const at::Tensor mine = at::cat({max_, sum_, acc_.flatten()});
+  std::vector<at::Tensor> all;
+  for (int q = 0; q < ranks.size(); ++q) all.push_back(at::empty_like(mine));
+  ranks.allgather(mine, all);
+  max_ = all[0].narrow(0, 0, b).clone();
+  for (const at::Tensor& theirs : all) max_ = at::maximum(max_, theirs.narrow(0, 0, b));
+  sum_.zero_();
+  acc_.zero_();
+  for (const at::Tensor& theirs : all) {
+    // A rank without positions has max −∞ and sums 0: its rescale exp(−∞ − m) is 0.
+    const at::Tensor rescale = at::exp(theirs.narrow(0, 0, b) - max_);
+    sum_ += theirs.narrow(0, b, b) * rescale;
+    acc_ += theirs.narrow(0, 2 * b, acc_.numel()).view_as(acc_) * rescale.unsqueeze(1);
+  }
+  return static_cast<int64_t>(mine.nbytes());
 }
 
 at::Tensor AttentionStream::pooled(at::ScalarType dtype) {

@@ -16,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "core/exec/ranks.h"
 #include "core/graph/graph.h"
 
 namespace tessel::core {
@@ -36,6 +37,10 @@ class AttentionStream {
   // The forward: `x` (1×(B+C)×h×w, no gradient needed) is the pool's input over a region no
   // other call adds (the regions partition the map).
   void add(const at::Tensor& x);
+  // Split over ranks, after each rank's last add: every rank's running maxima and sums, merged in
+  // rank order (the same on every rank, as if one had added every region). Returns the bytes
+  // this rank gave.
+  int64_t merge_ranks(Ranks& ranks);
   // After the last add: the pooled features, 1×(B·C), in `dtype`.
   at::Tensor pooled(at::ScalarType dtype);
 

@@ -79,6 +79,7 @@ class Step::Output {
 
  private:
   void add_max(const Region& tile, const at::Tensor& y);
+  void merge_max();
 
   Step& step_;
   int index_;
@@ -161,14 +162,41 @@ void Step::Output::add_max(const Region& tile, const at::Tensor& y) {
   best_index_ = at::where(better, global, best_index_);
 }
 
+// Split over ranks: every rank's maxima and their positions in one all-gather (the positions as
+// float64, exact below 2^53), the largest kept and the first in row-major order among equals,
+// as one rank adding every tile keeps them.
+void Step::Output::merge_max() {
+  const at::Tensor mine =
+      at::cat({best_value_.to(at::kDouble), best_index_.to(at::kDouble)}, 1).flatten();
+  std::vector<at::Tensor> all;
+  for (int q = 0; q < step_.options_.ranks->size(); ++q) all.push_back(at::empty_like(mine));
+  step_.summed_bytes += static_cast<int64_t>(mine.nbytes());
+  step_.options_.ranks->allgather(mine, all);
+  const int64_t c = shape_.channels;
+  at::Tensor value = all[0].narrow(0, 0, c), index = all[0].narrow(0, c, c);
+  for (size_t q = 1; q < all.size(); ++q) {
+    const at::Tensor v = all[q].narrow(0, 0, c), i = all[q].narrow(0, c, c);
+    const at::Tensor better = (v > value).logical_or((v == value).logical_and(i < index));
+    value = at::where(better, v, value);
+    index = at::where(better, i, index);
+  }
+  best_value_ = value.view({1, c}).to(best_value_.scalar_type());
+  // A channel no rank saw a number in keeps the start's "none" (beyond every position).
+  best_index_ = at::where(index < 9e18, index, 9e18).view({1, c}).to(at::kLong);
+}
+
 void Step::Output::finish() {
   if (stored_ != nullptr || sparse_ != nullptr) return;  // kept in the store, or by block
-  // Split over ranks (check_split allows only these): each rank's tiles gathered, or a global
-  // average's sums summed.
+  // Split over ranks: each rank's tiles exchanged, a global average's sums summed, the attention
+  // pool's running maxima and sums or the maxima merged.
   if (out_.defined() && s_.reduction < 0) {
     step_.exchange_over_ranks(out_, step_.gives_checkpoint(index_), false);
   } else if (out_.defined()) {
     step_.sum_over_ranks({out_});
+  } else if (is_attention_ && step_.split()) {
+    step_.summed_bytes += step_.attention_->merge_ranks(*step_.options_.ranks);
+  } else if (is_max_ && step_.split()) {
+    merge_max();
   }
   if (s_.reduction < 0) {
     step_.checkpoints_[s_.output] = out_;

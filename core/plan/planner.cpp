@@ -34,11 +34,7 @@ std::pair<NodeId, NodeId> head_of(const Graph& graph, const PlanOptions& options
   const auto& last_consumers = graph.consumers()[static_cast<size_t>(last)];
   if (options.streaming_reduction && last_consumers.size() == 1) {
     const OpKind k = graph.node(last_consumers[0]).kind;
-    // A step split over ranks streams only a global average: a max or attention head reads the
-    // last checkpoint (summed over the ranks) whole on every rank.
-    const bool splits = options.ranks > 1;
-    if (k == OpKind::kGlobalAvgPool ||
-        (!splits && (k == OpKind::kGlobalMaxPool || k == OpKind::kAttentionPool))) {
+    if (k == OpKind::kGlobalAvgPool || k == OpKind::kGlobalMaxPool || k == OpKind::kAttentionPool) {
       reduction = last_consumers[0];
     }
   }

@@ -50,8 +50,7 @@ struct PlanOptions {
   // Slide-parallel (core/plan/split.h): the step's tiles are split over this many ranks, each
   // under the whole budget. Every segment gets at least one tile per rank in each pass, and the
   // search leaves out what a split cannot run yet (a request for it is refused): shared rows,
-  // offloading, a streaming global max or attention head (the head reads the last checkpoint
-  // whole).
+  // offloading.
   int ranks = 1;
 
   // --- The cost model's prices, in FLOPs of recompute ---

@@ -177,6 +177,20 @@ int64_t inner_bytes(const Graph& graph, const Plan& plan, int index, int ranks) 
   return bytes;
 }
 
+// A streaming head's merge over the ranks: a global average's sums (in the step's dtype), a
+// global max's values and positions, or the attention pool's running maxima, sums and weighted
+// sums (float64 each).
+int64_t reduction_bytes(const Graph& graph, const Plan& plan, const Segment& s) {
+  const Node& head = graph.node(s.reduction);
+  const int64_t c = graph.node(s.output).channels;
+  if (head.kind == OpKind::kGlobalMaxPool) return 2 * c * 8;
+  if (head.kind == OpKind::kAttentionPool) {
+    const int64_t b = head.branches;
+    return (2 * b + b * (head.channels / b)) * 8;
+  }
+  return c * plan.element_bytes;
+}
+
 }  // namespace
 
 SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool training) {
@@ -187,7 +201,7 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
     if (s.reduction < 0) {
       b.checkpoints += given_bytes(plan, s.output, checkpoint_gives(graph, plan, index, ranks));
     } else {
-      b.checkpoints += graph.node(s.output).channels * plan.element_bytes;  // the average's sums
+      b.checkpoints += reduction_bytes(graph, plan, s);
     }
     if (i > 0) {
       b.input_gradients +=
@@ -209,10 +223,6 @@ std::string split_refusal(const Graph& graph, const Plan& plan) {
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.is<SharedRows>()) return segment_words(graph, plan, i) + " runs as shared rows";
-    if (s.reduction >= 0 && graph.node(s.reduction).kind != OpKind::kGlobalAvgPool) {
-      return segment_words(graph, plan, i) + " streams " + graph.node(s.reduction).name +
-             " (only a global average)";
-    }
   }
   return "";
 }

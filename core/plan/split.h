@@ -71,7 +71,7 @@ struct SplitBytes {
 SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool training = true);
 
 // Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): offloaded
-// checkpoints (inner ones too), shared rows, a streaming global max or attention head.
+// checkpoints (inner ones too), shared rows.
 std::string split_refusal(const Graph& graph, const Plan& plan);
 
 // A link's price where none is given: Gloo's broadcast between two processes on this 2-core

@@ -7,8 +7,10 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/device/device.h"
 #include "core/error.h"
@@ -16,6 +18,7 @@
 #include "core/exec/executor.h"
 #include "core/exec/gradcheck.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 #include "core/tile_source.h"
 #include "models/zoo.h"
 #include "tests/core/first_law.h"
@@ -85,6 +88,38 @@ TEST(AttentionPool, StreamedOverTilesEqualsPlainAutograd) {
           << to_string(plan, g) << c.to_string();
     }
   }
+}
+
+// Split over ranks (docs/slide-parallel.md): each rank streams its own tiles into the pool and
+// the ranks' running maxima and sums are merged before the pooled features, so every rank's
+// gradients are plain's (a train-mode batch norm in the way too), and each rank gives the bytes
+// split_bytes predicts.
+TEST(AttentionPool, SplitOverRanksEqualsPlainAutograd) {
+  int checked = 0;
+  for (const Head& head : kHeads) {
+    for (const int ranks : {2, 3}) {
+      const bool barrier = ranks == 3;
+      std::vector<std::unique_ptr<Graph>> graphs;
+      std::vector<Graph*> replicas;
+      for (int r = 0; r < ranks; ++r) {
+        graphs.push_back(std::make_unique<Graph>(attention_network(head, barrier)));
+        replicas.push_back(graphs.back().get());
+      }
+      const Graph& g = *graphs.front();
+      const Plan plan = make_plan(g, {2, 23, 19}, 0, fixed_tiles(Strategy::kGrid, 3, 2));
+      ASSERT_EQ(plan.segments.back().reduction, attention_node(g)) << to_string(plan, g);
+      ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
+      const auto split = compare_split_with_plain(replicas, plan, random_image(2, 23, 19, 3), 4);
+      for (size_t r = 0; r < split.size(); ++r) {
+        EXPECT_LT(split[r].worst(), kTolerance)
+            << head.name() << ", rank " << r << " of " << ranks << "\n"
+            << to_string(plan, g) << split[r].to_string();
+        EXPECT_EQ(split[r].summed_bytes, split_bytes(g, plan, ranks).total()) << head.name();
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 8);
 }
 
 // Not streamed (the last feature map kept whole, the pool in the head) equals plain too.
