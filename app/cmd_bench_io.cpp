@@ -52,6 +52,9 @@ void add_bench_read_and_allreduce(CLI::App* bench, CommandRegistry& registry) {
   ar_cmd->add_option("--rendezvous", ar->dist.rendezvous, "env:// or file:///shared/path")
       ->capture_default_str();
   ar_cmd->add_option("--dist-timeout", ar->dist.timeout_seconds, "Seconds")->capture_default_str();
+  ar_cmd->add_option("--dist-backend", ar->dist.backend, "gloo or nccl (ranks on GPUs)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
   ar_cmd->callback([ar, &registry] {
     registry.selected = [ar] {
       const bool file = ar->dist.rendezvous.starts_with("file://");

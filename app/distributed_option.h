@@ -26,6 +26,11 @@ inline void add_distributed_options(CLI::App* cmd, DistributedArgs& args, const 
                   "With --distributed: seconds to wait for the other ranks before failing")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--dist-backend", args.options.backend,
+                  "With --distributed: gloo (TCP; any device) or nccl (ranks on GPUs, one GPU "
+                  "each)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
 }
 
 // Joins the process group `args` asks for (none without --distributed): the launcher's

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "pipelines/nccl_backend.h"
 
 extern char** environ;  // NOLINT(readability-redundant-declaration): POSIX, no header declares it
 
@@ -208,7 +209,8 @@ DistributedEnv distributed_env(const Environment& env, bool need_master) {
 
 struct Communicator::Group {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  c10::intrusive_ptr<c10d::Backend> backend;  // Gloo's or NCCL's process group
+  bool staged = false;  // NCCL: host tensors go through the rank's CUDA device
 };
 
 namespace {
@@ -283,6 +285,21 @@ Communicator::Communicator(const DistributedEnv& env, const DistributedOptions& 
 
 void Communicator::join(const std::string& where) {
   const auto timeout = milliseconds(options_.timeout_seconds);
+  if (options_.backend == "nccl") {
+    if (!at::hasCUDA()) {
+      throw Error(
+          "--dist-backend nccl: this machine has no CUDA GPU, and NCCL runs collectives between "
+          "GPUs; use --dist-backend gloo");
+    }
+    collective("NCCL rendezvous at " + where, env_, options_, [&] {
+      group_->backend = make_nccl_backend(group_->store, env_.rank, env_.world_size, timeout);
+    });
+    group_->staged = true;
+    return;
+  }
+  if (options_.backend != "gloo") {
+    throw Error("--dist-backend '" + options_.backend + "': expected gloo or nccl");
+  }
   collective("rendezvous at " + where, env_, options_, [&] {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
     // GLOO_SOCKET_IFNAME picks the network interface as in PyTorch; else this host's name.
@@ -293,8 +310,8 @@ void Communicator::join(const std::string& where) {
             ? c10d::ProcessGroupGloo::createDeviceForInterface(interface->second)
             : c10d::ProcessGroupGloo::createDefaultDevice());
     gloo_options->threads = 2;
-    group_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(group_->store, env_.rank,
-                                                               env_.world_size, gloo_options);
+    group_->backend = c10::make_intrusive<c10d::ProcessGroupGloo>(group_->store, env_.rank,
+                                                                  env_.world_size, gloo_options);
   });
 }
 
@@ -355,11 +372,21 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& bucket) {
 
 }  // namespace
 
+// What a collective is handed: `t` itself, or under NCCL a host tensor's copy on the rank's CUDA
+// device (copied back by unstage).
+at::Tensor Communicator::stage(const at::Tensor& t) const {
+  return group_->staged && !t.is_cuda() ? t.to(at::kCUDA) : t;
+}
+
+void Communicator::unstage(const at::Tensor& staged, const at::Tensor& t) const {
+  if (!staged.is_same(t)) t.copy_(staged);
+}
+
 void Communicator::allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
   const auto timeout = milliseconds(options_.timeout_seconds);
   const std::vector<std::vector<at::Tensor>> buckets = buckets_of(tensors, bucket_bytes);
-  std::vector<at::Tensor> flats;
-  std::vector<bool> copied;  // by bucket: summed in a flat copy, to be copied back
+  std::vector<at::Tensor> flats, hosts;  // as reduced (staged under NCCL), and here
+  std::vector<bool> copied;              // by bucket: summed in a flat copy, to be copied back
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   collective("allreduce", env_, options_, [&] {
     for (const auto& bucket : buckets) {
@@ -368,19 +395,21 @@ void Communicator::allreduce_sum(const std::vector<at::Tensor>& tensors, int64_t
       // and back (two passes over a checkpoint of hundreds of megabytes).
       const at::Tensor& first = bucket.front();
       const bool in_place = bucket.size() == 1 && first.is_non_overlapping_and_dense();
-      std::vector<at::Tensor> flat{in_place ? first.as_strided({first.numel()}, {1})
-                                            : flatten(bucket)};
+      const at::Tensor host = in_place ? first.as_strided({first.numel()}, {1}) : flatten(bucket);
+      std::vector<at::Tensor> flat{stage(host)};
       copied.push_back(!in_place);
       c10d::AllreduceOptions reduce;
       reduce.reduceOp = c10d::ReduceOp::SUM;
       reduce.timeout = timeout;
-      works.push_back(group_->gloo->allreduce(flat, reduce));
+      works.push_back(group_->backend->allreduce(flat, reduce));
+      hosts.push_back(host);
       flats.push_back(flat.front());
     }
     for (const auto& work : works) work->wait(timeout);
   });
   for (size_t b = 0; b < buckets.size(); ++b) {
-    if (copied[b]) unflatten(flats[b], buckets[b]);
+    unstage(flats[b], hosts[b]);
+    if (copied[b]) unflatten(hosts[b], buckets[b]);
   }
 }
 
@@ -392,27 +421,30 @@ void Communicator::allgather(const at::Tensor& mine, const std::vector<at::Tenso
   // support (its all-gather is host only). Every `all[q]` has `mine`'s size and is contiguous.
   all[static_cast<size_t>(env_.rank)].copy_(mine);
   for (size_t q = 0; q < all.size(); ++q) {
-    std::vector<at::Tensor> one{all[q]};
+    std::vector<at::Tensor> one{stage(all[q])};
     collective("all-gather", env_, options_, [&] {
       c10d::BroadcastOptions from;
       from.rootRank = static_cast<int64_t>(q);
       from.timeout = timeout;
-      group_->gloo->broadcast(one, from)->wait(timeout);
+      group_->backend->broadcast(one, from)->wait(timeout);
     });
+    unstage(one.front(), all[q]);
   }
 }
 
 void Communicator::broadcast(const std::vector<at::Tensor>& tensors) {
   const auto timeout = milliseconds(options_.timeout_seconds);
   for (const auto& bucket : buckets_of(tensors, int64_t{25} << 20)) {
-    std::vector<at::Tensor> flat{flatten(bucket)};
+    const at::Tensor host = flatten(bucket);
+    std::vector<at::Tensor> flat{stage(host)};
     collective("broadcast", env_, options_, [&] {
       c10d::BroadcastOptions from_rank0;
       from_rank0.rootRank = 0;
       from_rank0.timeout = timeout;
-      group_->gloo->broadcast(flat, from_rank0)->wait(timeout);
+      group_->backend->broadcast(flat, from_rank0)->wait(timeout);
     });
-    unflatten(flat.front(), bucket);
+    unstage(flat.front(), host);
+    unflatten(host, bucket);
   }
 }
 
@@ -421,7 +453,7 @@ void Communicator::barrier() {
   collective("barrier", env_, options_, [&] {
     c10d::BarrierOptions options;
     options.timeout = timeout;
-    group_->gloo->barrier(options)->wait(timeout);
+    group_->backend->barrier(options)->wait(timeout);
   });
 }
 

@@ -59,6 +59,9 @@ struct DistributedOptions {
   // "file:///shared/path": a file store on a file system every rank sees.
   std::string rendezvous = "env://";
   double timeout_seconds = 300;  // every rendezvous and collective; a dead rank fails the others
+  // "gloo" (TCP; CPU tensors, and CUDA ones through the host) or "nccl" (ranks on GPUs, each its
+  // own: host tensors are staged on the rank's current CUDA device).
+  std::string backend = "gloo";
 };
 
 // One process group for the run. Every call is collective: every rank makes the same calls in the
@@ -100,6 +103,8 @@ class Communicator : public core::Ranks {
   Communicator(const DistributedEnv& env, const DistributedOptions& options,
                std::unique_ptr<Group> group);
   void join(const std::string& where);  // the process group, on group_'s store
+  at::Tensor stage(const at::Tensor& t) const;
+  void unstage(const at::Tensor& staged, const at::Tensor& t) const;
   DistributedEnv env_;
   DistributedOptions options_;
   std::unique_ptr<Group> group_;

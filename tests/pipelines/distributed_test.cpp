@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/error.h"
+#include "core/error.h"
 #include "core/exec/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
@@ -392,6 +394,41 @@ TEST(Communicator, SumsDenseTensorsInPlaceAndViewsThroughACopy) {
     EXPECT_TRUE(at::equal(t[2], given[0][2] + given[1][2]));
     EXPECT_TRUE(at::equal(t[3], given[0][3] + given[1][3]));
   }
+}
+
+// `--dist-backend nccl`: on a machine without a GPU, refused in words before any rendezvous; on
+// one with a GPU (scripts/gpu-check), a one-rank NCCL group sums host tensors (staged on the
+// device) and device tensors.
+TEST(Communicator, NcclNeedsAGpuAndSumsHostAndDeviceTensors) {
+  test::TempFolder folder;
+  DistributedEnv env;
+  env.world_size = 1;
+  env.source = "test";
+  DistributedOptions options;
+  options.rendezvous = "file://" + (folder.path() / "store").string();
+  options.timeout_seconds = 60;
+  options.backend = "mpi";
+  EXPECT_THROW({ const Communicator refused(env, options); }, tessel::Error);
+  options.rendezvous += "-nccl";
+  options.backend = "nccl";
+  if (!at::hasCUDA()) {
+    try {
+      Communicator group(env, options);
+      ADD_FAILURE() << "an NCCL group without a GPU";
+    } catch (const tessel::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA GPU"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  Communicator group(env, options);
+  const at::Tensor host = at::arange(6, at::kFloat);
+  const at::Tensor device = at::arange(4, at::TensorOptions(at::kCUDA).dtype(at::kFloat));
+  group.allreduce_sum({host, device});
+  EXPECT_TRUE(at::equal(host, at::arange(6, at::kFloat)));
+  EXPECT_TRUE(at::equal(device.cpu(), at::arange(4, at::kFloat)));
+  std::vector<at::Tensor> all{at::empty({6}, at::kFloat)};
+  group.allgather(host, all);
+  EXPECT_TRUE(at::equal(all[0], host));
 }
 
 // One slide's step split over two processes (slide-parallel over Gloo, TCP on this host,
