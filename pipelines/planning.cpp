@@ -201,18 +201,24 @@ PlanReport plan_model(const PlanRequest& r) {
   report.table = core::to_string(report.plan, graph);
   report.json = plan_json(report.plan, graph);
   if (r.ranks > 1) {
-    report.table += core::split_summary(graph, report.plan, r.ranks, r.link_bytes_per_second);
+    // --prices' compute price, else the plan's (a plan for ranks prices no offloading, so it
+    // keeps the guess).
+    const double per_flop = r.prices ? r.prices->seconds_per_flop : 0;
+    report.table +=
+        core::split_summary(graph, report.plan, r.ranks, r.link_bytes_per_second, per_flop);
     const core::SplitTime t =
-        core::split_time(graph, report.plan, r.ranks, r.link_bytes_per_second);
+        core::split_time(graph, report.plan, r.ranks, r.link_bytes_per_second, per_flop);
     // The speed-up against one rank's own plan (made for its budget alone), at the same prices.
     core::PlanOptions alone = o;
     alone.ranks = 1;
     const core::Plan one = core::make_plan(graph, input, r.budget_bytes, alone);
-    const double one_seconds = one.cost.total() * one.prices.seconds_per_flop;
+    const double one_seconds =
+        one.cost.total() * (per_flop > 0 ? per_flop : one.prices.seconds_per_flop);
     if (one_seconds > 0 && t.total() > 0) {
       char buf[160];
       std::snprintf(buf, sizeof buf,
-                    "one rank's own plan %.3g s at the prices: a predicted speed-up of %.2fx\n",
+                    "one rank's own plan %.3g s at the same prices: a predicted speed-up of "
+                    "%.2fx\n",
                     one_seconds, one_seconds / t.total());
       report.table += buf;
     }

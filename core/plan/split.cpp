@@ -229,23 +229,26 @@ std::string split_refusal(const Graph& graph, const Plan& plan) {
 
 namespace {
 
-std::string time_words(const Graph& graph, const Plan& plan, int ranks, double link) {
-  const SplitTime t = split_time(graph, plan, ranks, link);
+std::string time_words(const Graph& graph, const Plan& plan, int ranks, double link,
+                       double seconds_per_flop) {
+  const SplitTime t = split_time(graph, plan, ranks, link, seconds_per_flop);
   if (t.alone <= 0) return "";
+  const double per_flop = seconds_per_flop > 0 ? seconds_per_flop : plan.prices.seconds_per_flop;
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "predicted step on %d ranks %.3g s at the prices: the busiest rank's tiles %.3g s, "
-                "its exchanges %.3g s at %.3g GB/s (waits at the collectives not priced)\n",
-                ranks, t.total(), t.tiles, t.exchanges, link / 1e9);
+                "predicted step on %d ranks %.3g s at %.3g GFLOP/s: the busiest rank's tiles "
+                "%.3g s, its exchanges %.3g s at %.3g GB/s (waits at the collectives not "
+                "priced)\n",
+                ranks, t.total(), 1e-9 / per_flop, t.tiles, t.exchanges, link / 1e9);
   return buf;
 }
 
 }  // namespace
 
-SplitTime split_time(const Graph& graph, const Plan& plan, int ranks,
-                     double link_bytes_per_second) {
+SplitTime split_time(const Graph& graph, const Plan& plan, int ranks, double link_bytes_per_second,
+                     double seconds_per_flop) {
   SplitTime t;
-  const double per_flop = plan.prices.seconds_per_flop;
+  const double per_flop = seconds_per_flop > 0 ? seconds_per_flop : plan.prices.seconds_per_flop;
   if (per_flop <= 0 || ranks < 1) return t;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
@@ -269,7 +272,7 @@ SplitTime split_time(const Graph& graph, const Plan& plan, int ranks,
 }
 
 std::string split_summary(const Graph& graph, const Plan& plan, int ranks,
-                          double link_bytes_per_second) {
+                          double link_bytes_per_second, double seconds_per_flop) {
   std::string out = "split over " + std::to_string(ranks) + " ranks (slide-parallel): ";
   const std::string why = split_refusal(graph, plan);
   if (!why.empty()) return out + "not yet: " + why + "\n";
@@ -290,7 +293,7 @@ std::string split_summary(const Graph& graph, const Plan& plan, int ranks,
                                   : std::string()) +
          ", parameter gradients " + format_bytes(b.parameter_gradients) +
          "), each within the whole budget\n" +
-         time_words(graph, plan, ranks, link_bytes_per_second);
+         time_words(graph, plan, ranks, link_bytes_per_second, seconds_per_flop);
 }
 
 int64_t fewest_count_for_ranks(Strategy strategy, int ranks) {

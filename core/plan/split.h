@@ -89,14 +89,18 @@ struct SplitTime {
   double alone = 0;      // the same plan's tiles on one rank
   double total() const { return tiles + exchanges; }
 };
+// `seconds_per_flop`: the compute's price (0: the plan's, Plan::prices, which a plan for ranks
+// leaves at the guess of 100 GFLOP/s: it never prices offloading).
 SplitTime split_time(const Graph& graph, const Plan& plan, int ranks,
-                     double link_bytes_per_second = kLoopbackBytesPerSecond);
+                     double link_bytes_per_second = kLoopbackBytesPerSecond,
+                     double seconds_per_flop = 0);
 
 // What `tessel plan --ranks P` adds to the plan's table: each rank's tiles, what it gives per
 // step and the step's time at the prices and `link_bytes_per_second`, or why the step cannot be
 // split.
 std::string split_summary(const Graph& graph, const Plan& plan, int ranks,
-                          double link_bytes_per_second = kLoopbackBytesPerSecond);
+                          double link_bytes_per_second = kLoopbackBytesPerSecond,
+                          double seconds_per_flop = 0);
 
 // The fewest tiles per axis (planning's count: rows, or a grid's rows and columns) that give
 // each of `ranks` ranks a tile of every pass.

@@ -395,6 +395,8 @@ TEST(SlideParallel, SplitTimeIsEachPassAtItsBusiestRank) {
   EXPECT_NEAR(two.exchanges, static_cast<double>(split_bytes(g, plan, 2).total()) / 1e9, 1e-15);
   // Three ranks over four rows of tiles: the busiest runs two of each pass.
   EXPECT_NEAR(split_time(g, plan, 3).tiles, price / 2, 1e-9 * price) << to_string(plan, g);
+  // A compute price given (--prices) replaces the plan's.
+  EXPECT_NEAR(split_time(g, plan, 2, 1e9, 3e-11).tiles, 1.5 * price, 1e-9 * price);
   plan.prices.seconds_per_flop = 0;
   EXPECT_EQ(split_time(g, plan, 2).total(), 0) << "no prices, no time";
 }

@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/error.h"
 #include "core/exec/gradcheck.h"
 #include "io/checkpoint.h"
 #include "io/sample_slides.h"
