@@ -8,14 +8,6 @@
 
 namespace tessel::pipelines {
 
-bool nccl_built() {
-#ifdef TESSEL_NCCL
-  return true;
-#else
-  return false;
-#endif
-}
-
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int size,
                                                     std::chrono::milliseconds timeout) {

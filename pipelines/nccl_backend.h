@@ -11,9 +11,6 @@
 
 namespace tessel::pipelines {
 
-// Whether this build can make NCCL groups (its LibTorch has CUDA).
-bool nccl_built();
-
 // A NCCL group of `size` ranks on `store`, this process being `rank`, on the current CUDA device
 // (each rank its own: NCCL refuses two ranks on one device). Throws tessel::Error where this
 // build has no NCCL.
