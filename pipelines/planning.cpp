@@ -363,7 +363,8 @@ core::Shape gradcheck_input(const core::Graph& graph, const GradcheckRequest& r)
 // same weights), every rank against one plain step; the worst rank's comparison is reported.
 void check_over_threads(core::Graph& graph, const GradcheckRequest& r, c10::Device device,
                         at::ScalarType dtype, const core::Plan& plan, const at::Tensor& image,
-                        const core::StepOptions& so, GradcheckReport& report) {
+                        const core::StepOptions& so, const core::Background* background,
+                        GradcheckReport& report) {
   std::vector<core::Graph> others;
   others.reserve(static_cast<size_t>(r.ranks - 1));
   std::vector<core::Graph*> replicas{&graph};
@@ -374,7 +375,7 @@ void check_over_threads(core::Graph& graph, const GradcheckRequest& r, c10::Devi
     replicas.push_back(&others.back());
   }
   const std::vector<core::Comparison> ranks =
-      core::compare_split_with_plain(replicas, plan, image, r.seed, so);
+      core::compare_split_with_plain(replicas, plan, image, r.seed, so, background);
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (i == 0 || !(ranks[i].worst() <= ranks[static_cast<size_t>(report.worst_rank)].worst())) {
       report.worst_rank = static_cast<int>(i);
@@ -400,12 +401,9 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
   if (r.ranks > 1 && r.group != nullptr) {
     throw Error("--ranks splits the step over threads, --distributed over processes: not both");
   }
-  if ((r.ranks > 1 || r.group != nullptr) && (!r.float64 || r.background || r.image_background)) {
-    throw Error(std::string("--ranks: the split step is checked in float64 on images without a "
-                            "background for now (") +
-                (!r.float64 ? "not --precision " + core::to_string(r.precision)
-                            : "its glass would be computed as tissue") +
-                "; docs/slide-parallel.md)");
+  if ((r.ranks > 1 || r.group != nullptr) && !r.float64) {
+    throw Error("--ranks: the split step is checked in float64 for now (not --precision " +
+                core::to_string(r.precision) + "; docs/slide-parallel.md)");
   }
   std::optional<core::Background> background = r.image_background;
   if (r.background) {
@@ -450,9 +448,12 @@ GradcheckReport gradcheck(const GradcheckRequest& r) {
       report.ranks = r.group->size();
       report.worst_rank = r.group->rank();
       report.processes = true;
-      report.comparison = core::compare_rank_with_plain(graph, plan, image, r.seed, *r.group, so);
+      so.ranks = r.group;
+      report.comparison = core::compare_rank_with_plain(graph, plan, image, r.seed, so,
+                                                        background ? &*background : nullptr);
     } else if (r.ranks > 1) {
-      check_over_threads(graph, r, device, dtype, plan, image, so, report);
+      check_over_threads(graph, r, device, dtype, plan, image, so,
+                         background ? &*background : nullptr, report);
     } else if (r.float64) {
       report.comparison = core::compare_with_plain(graph, plan, image, r.seed, so,
                                                    background ? &*background : nullptr);

@@ -283,7 +283,7 @@ SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& sli
   o.ranks = ranks;
   o.prices.measure = [&] { return core::measure_offload_prices(o.auto_tier); };
   const core::Background* background = config.glass ? source.background() : nullptr;
-  if (background != nullptr && ranks == 1) {
+  if (background != nullptr) {
     o.background = std::make_shared<core::CellMask>(background->cells);
   }
   SlidePlan out;
@@ -292,10 +292,10 @@ SlidePlan plan_slide(const TrainConfig& config, const std::filesystem::path& sli
   out.table = core::to_string(out.plan, network.graph);
   out.description = describe(in, slide, config, options, background);
   if (ranks > 1) {
-    if (background != nullptr) {
+    const std::string why = core::glass_split_refusal(network.graph, out.plan, true);
+    if (background != nullptr && !why.empty()) {
       out.description += "split over " + std::to_string(ranks) +
-                         " ranks: its glass is computed as tissue (a split step does not skip "
-                         "it)\n";
+                         " ranks: its glass is computed as tissue (" + why + ")\n";
     }
     out.table += core::split_summary(network.graph, out.plan, ranks, link_bytes_per_second);
   }

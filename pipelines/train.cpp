@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "core/exec/executor.h"
 #include "core/plan/planner.h"
+#include "core/plan/split.h"
 #include "core/store/offload_prices.h"
 #include "core/store/tile_store.h"
 #include "core/version.h"
@@ -876,11 +877,10 @@ class Trainer {
   // step skips (tissue_fill, config key glass), by slide too: the planner picks tiles for its
   // glass (a flipped or rotated view of it gets the same plan; the step finds its glass tiles
   // anew, so only how many it finds can differ). `ranks`: the ranks that split its step (a split
-  // step computes its glass as tissue, so its plan is made dense).
+  // step with barrier statistics computes its glass as tissue: the planner plans it dense).
   const core::Plan& plan_for(const core::TileSource& source, const std::string& slide, int ranks) {
     const int64_t height = source.height(), width = source.width();
-    const core::Background* background =
-        config_.glass && ranks == 1 ? source.background() : nullptr;
+    const core::Background* background = config_.glass ? source.background() : nullptr;
     const PlanKey key{height, width, background != nullptr ? slide : "", ranks};
     {
       const std::lock_guard lock(caches_);
@@ -905,6 +905,13 @@ class Trainer {
     }
     const std::lock_guard lock(caches_);
     return plans_.emplace(key, std::move(plan)).first->second;  // one made meanwhile stays
+  }
+
+  // Whether a step of `plan` over `ranks` skips its glass (the executor's choice: Step's
+  // find_glass), for the pixels it reads first.
+  bool skips_glass(const core::Plan& plan, int ranks) const {
+    return config_.glass &&
+           (ranks == 1 || core::glass_split_refusal(*graph_, plan, /*training=*/true).empty());
   }
 
   // The train split's order for this epoch: shuffled, or balanced draws by class.
@@ -1053,7 +1060,7 @@ class Trainer {
     o.plan = &plan_for(*o.input.view, entry.slide.string(), ranks);
     if (read_pixels) {
       o.input.view->will_read(first_reads(*graph_, *o.plan, *o.input.view,
-                                          config_.glass && ranks == 1,
+                                          skips_glass(*o.plan, ranks),
                                           ranks > 1 ? slide_group_->rank() : 0, ranks));
     }
     o.seconds = seconds_since(t0);

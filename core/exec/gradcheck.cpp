@@ -365,7 +365,7 @@ Comparison compare(const Outcome& a, const Outcome& b, double loss_scale,
 }
 
 // The step options of both steps of a check of `plan`: the image's gradient as the plan was
-// made for; a fault for the tiled step only.
+// made for; a fault and the ranks for the tiled step only.
 StepOptions check_options(const Plan& plan, StepOptions options, bool tiled) {
   if (options.input_gradient && !plan.input_gradient) {
     throw Error(
@@ -373,7 +373,10 @@ StepOptions check_options(const Plan& plan, StepOptions options, bool tiled) {
         "(PlanOptions::input_gradient)");
   }
   options.input_gradient = plan.input_gradient;
-  if (!tiled) options.inject = Fault::kNone;
+  if (!tiled) {
+    options.inject = Fault::kNone;
+    options.ranks = nullptr;
+  }
   return options;
 }
 
@@ -385,6 +388,20 @@ bool tiles(const Plan& plan) {
   }
   return false;
 }
+
+namespace {
+
+// `c` with what the tiled step `tiled` moved, summed over ranks and skipped as glass.
+Comparison with_counts(Comparison c, const Outcome& tiled) {
+  c.offload_bytes = tiled.step.offload.written_bytes + tiled.step.offload.read_bytes;
+  c.summed_bytes = tiled.step.summed_bytes;
+  c.glass_forward_tiles = tiled.step.glass_forward_tiles;
+  c.glass_backward_tiles = tiled.step.glass_backward_tiles;
+  c.glass_filled = tiled.step.glass_filled;
+  return c;
+}
+
+}  // namespace
 
 Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
                               uint64_t seed, const StepOptions& options,
@@ -399,17 +416,14 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
   restore_buffers(graph, before);
   const Outcome reference =
       run(graph, plain_of(plan), image, loss.fn(), check_options(plan, options, false), nullptr);
-  Comparison c = compare(tiled, reference, loss.scale(reference.step.logits), background);
-  c.offload_bytes = tiled.step.offload.written_bytes + tiled.step.offload.read_bytes;
-  c.glass_forward_tiles = tiled.step.glass_forward_tiles;
-  c.glass_backward_tiles = tiled.step.glass_backward_tiles;
-  c.glass_filled = tiled.step.glass_filled;
-  return c;
+  return with_counts(compare(tiled, reference, loss.scale(reference.step.logits), background),
+                     tiled);
 }
 
 std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& replicas,
                                                  const Plan& plan, const at::Tensor& image_anywhere,
-                                                 uint64_t seed, const StepOptions& options) {
+                                                 uint64_t seed, const StepOptions& options,
+                                                 const Background* background) {
   if (replicas.empty()) throw Error("internal: a split check without ranks");
   Graph& first = *replicas.front();
   const c10::Device device = device_of(first, image_anywhere);
@@ -428,7 +442,7 @@ std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& repl
           LocalRanks ranks(group, static_cast<int>(r));
           StepOptions o = check_options(plan, options, true);
           o.ranks = &ranks;
-          split[r] = run(*replicas[r], plan, image, loss.fn(), o, nullptr);
+          split[r] = run(*replicas[r], plan, image, loss.fn(), o, background);
         } catch (...) {
           const std::scoped_lock lock(mutex);
           if (!failed) failed = std::current_exception();
@@ -443,25 +457,27 @@ std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& repl
       run(first, plain_of(plan), image, loss.fn(), check_options(plan, options, false), nullptr);
   std::vector<Comparison> out;
   for (const Outcome& o : split) {
-    out.push_back(compare(o, reference, loss.scale(reference.step.logits)));
-    out.back().summed_bytes = o.step.summed_bytes;
+    out.push_back(
+        with_counts(compare(o, reference, loss.scale(reference.step.logits), background), o));
   }
   return out;
 }
 
 Comparison compare_rank_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,
-                                   uint64_t seed, Ranks& ranks, const StepOptions& options) {
+                                   uint64_t seed, const StepOptions& options,
+                                   const Background* background) {
+  if (options.ranks == nullptr) throw Error("internal: a rank's check without its ranks");
   const c10::Device device = device_of(graph, image_anywhere);
   const at::Tensor image = image_anywhere.to(device);
   const CheckLoss loss(graph, plan, seed, device, image.scalar_type());
   const Named before = buffers_of(graph);
-  StepOptions o = check_options(plan, options, true);
-  o.ranks = &ranks;
-  const Outcome split = run(graph, plan, image, loss.fn(), o, nullptr);
+  const Outcome split =
+      run(graph, plan, image, loss.fn(), check_options(plan, options, true), background);
   restore_buffers(graph, before);
   const Outcome reference =
       run(graph, plain_of(plan), image, loss.fn(), check_options(plan, options, false), nullptr);
-  return compare(split, reference, loss.scale(reference.step.logits));
+  return with_counts(compare(split, reference, loss.scale(reference.step.logits), background),
+                     split);
 }
 
 PrecisionCheck check_in_precision(Graph& graph, const Plan& plan, const at::Tensor& image_anywhere,

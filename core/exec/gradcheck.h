@@ -110,14 +110,17 @@ Comparison compare_with_plain(Graph& graph, const Plan& plan, const at::Tensor& 
 // process (LocalRanks), one rank per replica: each the same network with the same weights and
 // running statistics. Against one plain step on replicas[0]: a comparison per rank, since every
 // rank must end with the whole image's gradients. A rank's failure is rethrown (the first).
+// `background`, as compare_with_plain's, declared to every rank's source.
 std::vector<Comparison> compare_split_with_plain(const std::vector<Graph*>& replicas,
                                                  const Plan& plan, const at::Tensor& image,
-                                                 uint64_t seed, const StepOptions& options = {});
+                                                 uint64_t seed, const StepOptions& options = {},
+                                                 const Background* background = nullptr);
 
-// One rank's part of the same check where each rank is a process (StepOptions::ranks from a
+// One rank's part of the same check where each rank is a process (options.ranks, from a
 // process group): the split step, collective with the other ranks, then a plain step here.
 Comparison compare_rank_with_plain(Graph& graph, const Plan& plan, const at::Tensor& image,
-                                   uint64_t seed, Ranks& ranks, const StepOptions& options = {});
+                                   uint64_t seed, const StepOptions& options,
+                                   const Background* background = nullptr);
 
 // A check in a reduced precision (float32, tf32, bf16: the graph's dtype and options.precision):
 // four steps from the same weights and running statistics, tiled and plain, each also in

@@ -109,7 +109,7 @@ Step::Output::Output(Step& step, int index)
         *step.store_, shape_, s_.blocks, s_.tier, options,
         KeptBlocks{s_.resident_blocks, step.glass(index).uniform_blocks(s_.forward, s_.blocks)});
     stored_ = stored.get();
-  } else if (!output_is_tile_ &&
+  } else if (!output_is_tile_ && !step.split() &&
              sparse_checkpoint(step.plan_, static_cast<size_t>(index), step.glass_)) {
     // Resident, by forward tile: a glass tile's block keeps the output's uniform value alone.
     auto& sparse = step.sparse_[s_.output];
@@ -352,7 +352,14 @@ Step::~Step() = default;
 
 // Each segment's glass tiles (core/plan/glass.h), where the image declares a background.
 void Step::find_glass() {
-  const Background* background = options_.glass && !split() ? source_.background() : nullptr;
+  const Background* background = options_.glass ? source_.background() : nullptr;
+  if (background != nullptr && split()) {
+    const std::string why = glass_split_refusal(graph_, plan_, training_);
+    if (!why.empty()) {
+      spdlog::debug("split over ranks, the glass is computed as tissue: {}", why);
+      background = nullptr;
+    }
+  }
   CellMask image;
   if (background != nullptr) {
     if (background->cells.height() != shape(0).height ||

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/plan/cost_model.h"
 #include "core/plan/search.h"
+#include "core/plan/split.h"
 
 namespace tessel::core {
 
@@ -302,12 +303,6 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   if (budget < 0) throw Error("the memory budget must be positive");
   if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
   check_ranks(options);
-  if (options.ranks > 1 && options.background) {
-    // A split step computes its glass as tissue (docs/slide-parallel.md): planned without it.
-    PlanOptions dense = options;
-    dense.background.reset();
-    return make_plan(graph, input, budget, dense);
-  }
   Analysis a = analyse(graph, input, budget, options);
   const int64_t plain_flops = plain_flops_of(a);
   if (options.strategy == Strategy::kNone) return plain_plan(a, input, budget, plain_flops);
@@ -325,7 +320,16 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                                                   (1.0 - options.headroom))) +
                 ", dominated by " + smallest.dominant);
   }
-  return finish(a, std::move(c), input, budget, plain_flops);
+  Plan plan = finish(a, std::move(c), input, budget, plain_flops);
+  if (options.ranks > 1 && options.background &&
+      !glass_split_refusal(graph, plan, /*training=*/true).empty()) {
+    // A split step skips glass only where no barrier takes statistics (glass_split_refusal);
+    // else it computes its glass as tissue, and is planned so (docs/slide-parallel.md).
+    PlanOptions dense = options;
+    dense.background.reset();
+    return make_plan(graph, input, budget, dense);
+  }
+  return plan;
 }
 
 }  // namespace tessel::core

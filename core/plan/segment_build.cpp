@@ -444,7 +444,8 @@ double sparse_checkpoints(const Analysis& a, Plan& plan, const std::vector<Segme
     plan.glass.checkpoint_bytes += a.bytes(s.output);
     int64_t freed = 0;  // resident bytes
     if (s.tier == Tier::kResident) {
-      if (!sparse_checkpoint(plan, i, glass)) continue;
+      // A split step exchanges its checkpoints whole-shaped (core/exec/step.cpp).
+      if (a.options.ranks > 1 || !sparse_checkpoint(plan, i, glass)) continue;
       freed = glass_bytes(a, s, glass[i].forward);
       plan.glass.uniform_checkpoint_bytes += freed;
     } else {

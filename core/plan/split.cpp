@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/plan/geometry.h"
+#include "core/plan/glass.h"
 #include "core/plan/rank_tiles.h"
 #include "core/plan/tile_cost.h"
 
@@ -223,6 +224,18 @@ std::string split_refusal(const Graph& graph, const Plan& plan) {
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.is<SharedRows>()) return segment_words(graph, plan, i) + " runs as shared rows";
+  }
+  return "";
+}
+
+std::string glass_split_refusal(const Graph& graph, const Plan& plan, bool training) {
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    if (!barrier_rounds(graph, s.input, s.output, training).empty()) {
+      return segment_words(graph, plan, i) + " takes barrier statistics";
+    }
+    const std::string dense = glass_dense(graph, s, training);
+    if (!dense.empty()) return segment_words(graph, plan, i) + ": " + dense;
   }
   return "";
 }

@@ -74,6 +74,14 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
 // checkpoints (inner ones too), shared rows.
 std::string split_refusal(const Graph& graph, const Plan& plan);
 
+// Why a split step of `plan` computes its glass as tissue (docs/glass.md), in words ("" where
+// each rank skips its own glass tiles and fills its tiles' glass): a segment that takes a
+// barrier's statistics in this step (`training`), or one whose glass is computed as tissue
+// anyway (glass_dense), whose uniform value one rank's tile alone would hold. Without barriers
+// every glass sum is linear in the tiles that add to it, so each rank's part of it, summed with
+// the parameters' gradients, is the whole.
+std::string glass_split_refusal(const Graph& graph, const Plan& plan, bool training);
+
 // A link's price where none is given: Gloo's broadcast between two processes on this 2-core
 // machine's loopback moved 256 MiB in 75 ms (bench/NOTES.md session 63).
 inline constexpr double kLoopbackBytesPerSecond = 3.5e9;

@@ -216,6 +216,109 @@ TEST(SlideParallel, AHaloOnePixelShortFails) {
   EXPECT_GT(w.error, 1e-6) << w.text;
 }
 
+// Padding everywhere, a downsampling conv, a residual join, a max pool and a frozen batch norm,
+// closed by `head`; the same weights in each of `ranks` replicas.
+std::vector<std::unique_ptr<Graph>> glass_replicas(int ranks, const models::ModelOptions& head) {
+  std::vector<std::unique_ptr<Graph>> out;
+  for (int r = 0; r < ranks; ++r) {
+    auto g = std::make_unique<Graph>(2);
+    NodeId x = g->relu(g->conv(g->input(), ConvSpec(2, 4, 3).padding(1)));
+    NodeId y =
+        g->conv(g->relu(g->conv(x, ConvSpec(4, 4, 3).padding(1))), ConvSpec(4, 4, 3).padding(1));
+    x = g->max_pool(g->add(x, y), PoolSpec(2).stride(2));
+    x = g->relu(g->conv(x, ConvSpec(4, 6, 3).stride(2).padding(1)));
+    x = g->relu(g->frozen_batch_norm(g->conv(x, ConvSpec(6, 6, 3).padding(1)), "bn"));
+    models::add_head(*g, x, head);
+    g->module().to(test_device(), at::kDouble);
+    randomise(*g, 5);
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+// Glass split over ranks (docs/glass.md): each rank skips its own glass tiles and fills its
+// tiles' glass, and its part of every glass sum (the fills' leaves, the glass tiles' output
+// gradients) reaches the parameters' gradients, summed over the ranks with the rest. Backgrounds
+// with holes and bridges, none and everything; avg and attention heads; kept graphs; a halo one
+// pixel short fails.
+TEST(SlideParallel, GlassSkippedByEachRankMatches) {
+  int with_glass = 0, filling = 0;  // cases whose ranks skipped glass tiles; filled glass
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    std::mt19937_64 rng(seed * 7919);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    models::ModelOptions head;
+    head.classes = 2;
+    if (seed % 2 == 0) head.attention = models::AttentionHead{};
+    const int ranks = static_cast<int>(pick(2, 4));
+    auto graphs = glass_replicas(ranks, head);
+    Graph& g = *graphs.front();
+    const Shape in{2, pick(141, 221), pick(141, 221)};
+    PlanOptions o = fixed_tiles(Strategy::kGrid, pick(6, 10), pick(5, 9));
+    o.overrides.keep_graphs = seed % 3 == 0;
+    const NodeId pool = [&g] {
+      for (const Node& n : g.nodes()) {
+        if (n.kind == OpKind::kMaxPool) return n.id;
+      }
+      return NodeId{-1};
+    }();
+    o.overrides.checkpoints = seed % 4 == 1 ? std::vector<NodeId>{} : std::vector<NodeId>{pool};
+    const Plan plan = make_plan(g, in, 0, o);
+    ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
+    const double fraction = seed == 7   ? 1.0
+                            : seed == 8 ? 0.0
+                                        : 0.5 + 0.07 * static_cast<double>(seed);
+    const Background b = synthetic_background(in, pick(4, 8), fraction, seed);
+    const at::Tensor image = paint_background(random_image(2, in.height, in.width, seed), b);
+    const std::vector<Comparison> each =
+        compare_split_with_plain(pointers(graphs), plan, image, seed, {}, &b);
+    const Worst w = worst_of(each);
+    EXPECT_LT(w.error, kTolerance) << "seed " << seed << ", " << ranks << " ranks, input "
+                                   << to_string(in) << ", background " << fraction << "\n"
+                                   << to_string(plan, g) << w.text;
+    int64_t skipped = 0, filled = 0;
+    for (const Comparison& c : each) {
+      skipped += c.glass_forward_tiles + c.glass_backward_tiles;
+      filled += c.glass_filled;
+    }
+    with_glass += skipped > 0;
+    filling += filled > 0;
+    if (seed == 3) {
+      StepOptions fault;
+      fault.inject = Fault::kHalo;
+      const Worst bad =
+          worst_of(compare_split_with_plain(pointers(graphs), plan, image, seed, fault, &b));
+      EXPECT_GT(bad.error, 1e-6) << "a halo one pixel short passed\n" << bad.text;
+    }
+  }
+  EXPECT_GE(with_glass, 6) << "cases whose ranks skipped glass tiles";
+  EXPECT_GE(filling, 7) << "cases whose tiles filled their glass";
+}
+
+// With barrier statistics in the step, a split step computes its glass as tissue (exact, dense)
+// and the planner for ranks plans it so.
+TEST(SlideParallel, GlassWithBarrierStatisticsIsComputedAsTissue) {
+  auto graphs = random_replicas(5, 2, /*barriers=*/true);
+  Graph& g = *graphs.front();
+  const Shape in{2, 57, 49};
+  const Plan plan = make_plan(g, in, 0, fixed_tiles(Strategy::kGrid, 4, 2));
+  ASSERT_TRUE(tiles(plan));
+  ASSERT_FALSE(glass_split_refusal(g, plan, true).empty()) << to_string(plan, g);
+  const Background b = synthetic_background(in, 3, 0.7, 5);
+  const at::Tensor image = paint_background(random_image(2, in.height, in.width, 5), b);
+  const std::vector<Comparison> each =
+      compare_split_with_plain(pointers(graphs), plan, image, 5, {}, &b);
+  const Worst w = worst_of(each);
+  EXPECT_LT(w.error, kTolerance) << to_string(plan, g) << w.text;
+  for (const Comparison& c : each) EXPECT_EQ(c.glass_forward_tiles + c.glass_filled, 0);
+  PlanOptions o;
+  o.ranks = 2;
+  o.background = std::make_shared<CellMask>(b.cells);
+  const Plan planned = make_plan(g, in, int64_t{1} << 20, o);
+  EXPECT_FALSE(planned.glass.any_background()) << to_string(planned, g);
+}
+
 // Barriers split over ranks: train-mode batch norm, group norm and squeeze-and-excitation in
 // random networks, as recompute rounds (each rank's tiles add to the statistic and the sums,
 // summed over the ranks when finished) and as one-tile segments (one rank runs them whole, every
