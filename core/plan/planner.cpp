@@ -303,6 +303,15 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   if (budget < 0) throw Error("the memory budget must be positive");
   if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
   check_ranks(options);
+  if (options.ranks > 1 && options.background &&
+      std::any_of(graph.nodes().begin(), graph.nodes().end(),
+                  [](const Node& n) { return n.is_barrier(); })) {
+    // Its barriers take statistics in a training step, so a split step computes its glass as
+    // tissue (glass_split_refusal): planned dense, without pricing glass first.
+    PlanOptions dense = options;
+    dense.background.reset();
+    return make_plan(graph, input, budget, dense);
+  }
   Analysis a = analyse(graph, input, budget, options);
   const int64_t plain_flops = plain_flops_of(a);
   if (options.strategy == Strategy::kNone) return plain_plan(a, input, budget, plain_flops);
@@ -323,8 +332,8 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   Plan plan = finish(a, std::move(c), input, budget, plain_flops);
   if (options.ranks > 1 && options.background &&
       !glass_split_refusal(graph, plan, /*training=*/true).empty()) {
-    // A split step skips glass only where no barrier takes statistics (glass_split_refusal);
-    // else it computes its glass as tissue, and is planned so (docs/slide-parallel.md).
+    // A split step skips glass only where glass_split_refusal finds nothing (a segment's
+    // scheme can still compute its glass as tissue); else it is planned dense.
     PlanOptions dense = options;
     dense.background.reset();
     return make_plan(graph, input, budget, dense);
