@@ -67,7 +67,8 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       ->capture_default_str();
   cmd->add_option(
       "--timeline", args->timeline,
-      "Write the last step's memory timeline here (JSON lines; bench/plot.py draws it)");
+      "Write the last step's memory timeline and each tile's start and end here (JSON lines; "
+      "bench/plot.py draws it)");
   cmd->add_option("--profile", args->profile,
                   "Profile one more step after the timed ones (LibTorch's profiler: operators, and "
                   "on a GPU kernels) and write its Chrome trace here; the longest go in the JSON "

@@ -82,12 +82,22 @@ class TimelineRecorder : public core::Observer {
     });
   }
 
+  // Each tile's start and end ("tile_start", "tile_done": its time, the memory then, and a
+  // glass tile's flag), and the tile the memory samples that follow belong to.
   void on_tile(const core::TileEvent& e) override {
+    nlohmann::json tile = {{"segment", e.segment},
+                           {"tile", e.tile},
+                           {"tiles", e.tiles},
+                           {"pass", e.pass == core::TileEvent::kForward ? "forward" : "backward"}};
+    const core::MemoryReading r = reading();
+    nlohmann::json event = tile;
+    event.update({{"type", e.done ? "tile_done" : "tile_start"},
+                  {"glass", e.glass},
+                  {"live", r.live},
+                  {"peak", r.peak}});
+    add(std::move(event));
     const std::scoped_lock lock(mutex_);
-    last_tile_ = {{"segment", e.segment},
-                  {"tile", e.tile},
-                  {"tiles", e.tiles},
-                  {"pass", e.pass == core::TileEvent::kForward ? "forward" : "backward"}};
+    last_tile_ = std::move(tile);
   }
 
   void on_memory(const core::MemorySample& m) override {

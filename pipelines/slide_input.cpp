@@ -191,7 +191,7 @@ std::vector<core::Region> first_reads(const core::Graph& graph, const core::Plan
       graph, plan.shapes, first, background != nullptr ? background->cells : core::CellMask(),
       /*training=*/true, /*image_gradient=*/false);
   // The executor's Step::runs: the first segment's tiles of this rank.
-  const core::TileRange mine = core::rank_range(first.forward, 0, rank, ranks);
+  const core::TileRange mine = core::rank_range(first, core::Pass::kForward, 0, rank, ranks);
   for (int64_t t = mine.begin; t < mine.end; ++t) {
     if (!g.forward.empty() && g.forward[static_cast<size_t>(t)] != 0) continue;
     const core::Region tile = first.forward.tile(t);

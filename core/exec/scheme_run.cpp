@@ -109,7 +109,7 @@ at::Tensor SchemeRun::run_backward_tiles(StoredActivation* stored_grad_in,
                                          const BackwardTile& tile) {
   at::Tensor grad_in;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
-    if (!step_.runs(index_, s_.backward, t)) continue;  // another rank's (Step::split)
+    if (!step_.runs(index_, Pass::kBackward, t)) continue;  // another rank's (Step::split)
     if (t == 0 && step_.store() != nullptr) step_.preschedule(index_ - 1, /*backward=*/true);
     step_.emit(index_, s_.backward, t, TileEvent::kBackward, false);
     const std::vector<Region> need = needs(s_.backward.tile(t));

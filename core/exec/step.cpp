@@ -255,9 +255,10 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
 
 bool Step::split() const { return options_.ranks != nullptr && options_.ranks->size() > 1; }
 
-bool Step::runs(int index, const Partition& part, int64_t t) const {
+bool Step::runs(int index, Pass pass, int64_t t) const {
   if (!split()) return true;
-  return rank_range(part, index, options_.ranks->rank(), options_.ranks->size()).has(t);
+  return rank_range(segment(index), pass, index, options_.ranks->rank(), options_.ranks->size())
+      .has(t);
 }
 
 void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
@@ -429,7 +430,7 @@ void Step::forward_segment(int index) {
   run.before_forward();
   run.schedule_forward();
   for (int64_t t = 0; t < s.forward.tiles(); ++t) {
-    if (!runs(index, s.forward, t)) continue;  // another rank's
+    if (!runs(index, Pass::kForward, t)) continue;  // another rank's
     if (t + 1 == s.forward.tiles() && out.stored()) preschedule(index + 1, /*backward=*/false);
     emit(index, s.forward, t, TileEvent::kForward, false);
     const Region tile = s.forward.tile(t);

@@ -215,13 +215,14 @@ class Step {
 
   bool wants_input_grad(const Segment& s) const { return s.input != 0 || options_.input_gradient; }
   // Slide-parallel (StepOptions::ranks): whether this rank runs tile `t` of segment `index`'s
-  // pass `part` (rank_range: its own band of rows where the tiles divide among the ranks, else
+  // pass `pass` (rank_range: its own band of rows where the tiles divide among the ranks, else
   // the ranks' order turned by the segment's index, so one-tile segments fall to each rank in
-  // turn; every tile when the step is alone), and the sum of `tensors` over the ranks (nothing
-  // when alone). `split()`: more than one rank shares the step.
+  // turn; the bands by the tiles' work where the plan shares them so; every tile when the step
+  // is alone), and the sum of `tensors` over the ranks (nothing when alone). `split()`: more
+  // than one rank shares the step.
   bool split() const;
   Ranks* ranks() const { return split() ? options_.ranks : nullptr; }
-  bool runs(int index, const Partition& part, int64_t t) const;
+  bool runs(int index, Pass pass, int64_t t) const;
   void sum_over_ranks(const std::vector<at::Tensor>& tensors) const;
   // Split over ranks: exchange `gives` (core/plan/split.h) on `whole` (a 1×C×H×W activation):
   // this rank's pieces to the others, theirs for this rank copied (a gather) or added (`add`: a

@@ -132,6 +132,17 @@ using Scheme =
 // rounds".
 std::string to_string(const Scheme& scheme);
 
+// How a step split over ranks (core/plan/split.h) divides one pass's tiles: by their work where
+// the planner priced it (the glass each tile skips, PlanOptions::background), else by count.
+struct RankShares {
+  // ranks + 1 tile indices, row-major: slot q runs [edges[q], edges[q + 1]). Empty: by count
+  // (rank_tiles), as for a plan made for another number of ranks.
+  std::vector<int64_t> edges;
+  // The busiest slot's work and all slots', as parts of the pass's work without glass (or both
+  // passes' where they share the partition; split_time); 0: by count.
+  double busiest = 0, all = 0;
+};
+
 // Nodes (input, output] run fused and tiled, as `scheme` says; `input` and `output` are
 // checkpoints (node 0, the image, is read from the TileSource). `reduction`, when set, is a
 // global pool that closes the segment as a streaming reduction: the output activation is never
@@ -148,6 +159,9 @@ struct Segment {
   // The planner's price of each pass (PlanCost: FLOPs and tiles; the scheme's extra passes in the
   // backward's), for a step split over ranks (split_time).
   double forward_price = 0, backward_price = 0;
+  // Made for ranks (PlanOptions::ranks): each pass's tiles by rank (rank_range). Where the two
+  // partitions are the same, so are the shares (a rank runs backward the tiles it ran forward).
+  RankShares forward_shares, backward_shares;
   // Predicted bytes the segment's own stores move per step: offloaded inner checkpoints', or
   // shared rows' kept rows in the store.
   int64_t inner_moved_bytes = 0;

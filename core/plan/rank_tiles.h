@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace tessel::core {
 
@@ -15,5 +16,11 @@ struct TileRange {
   bool has(int64_t t) const { return t >= begin && t < end; }
 };
 TileRange rank_tiles(int64_t tiles, int rank, int ranks);
+
+// The tiles of a pass divided among `ranks` by their work (`work`, one per tile, row-major; a
+// glass tile's is 0): ranks + 1 tile indices, each rank's contiguous run ending where the work
+// up to it comes nearest the ranks' parts so far (a tie to the earlier rank). Empty where the
+// pass does no work (then by count).
+std::vector<int64_t> shares_by_work(const std::vector<double>& work, int ranks);
 
 }  // namespace tessel::core

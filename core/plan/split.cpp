@@ -36,9 +36,103 @@ TileRange rank_tiles(int64_t tiles, int rank, int ranks) {
   return {tiles * rank / ranks, tiles * (rank + 1) / ranks};
 }
 
-TileRange rank_range(const Partition& part, int index, int rank, int ranks) {
+std::vector<int64_t> shares_by_work(const std::vector<double>& work, int ranks) {
+  if (ranks < 1) throw Error("internal: shares for " + std::to_string(ranks) + " ranks");
+  std::vector<double> before(work.size() + 1, 0.0);  // the work of the tiles before each
+  for (size_t t = 0; t < work.size(); ++t) before[t + 1] = before[t] + work[t];
+  const double whole = before.back();
+  if (whole <= 0) return {};
+  std::vector<int64_t> edges{0};
+  auto t = before.begin();
+  for (int k = 1; k < ranks; ++k) {
+    const double part = whole * k / ranks;
+    // The first tile whose work before it reaches the part, or the one before where that comes
+    // nearer (a run of glass before it then goes to the rank before).
+    auto at = std::lower_bound(t, before.end(), part);
+    if (at > t && *at - part > part - *(at - 1)) --at;
+    t = at;
+    edges.push_back(t - before.begin());
+  }
+  edges.push_back(static_cast<int64_t>(work.size()));
+  return edges;
+}
+
+TileRange rank_range(const Segment& s, Pass pass, int index, int rank, int ranks) {
+  const bool forward = pass == Pass::kForward;
+  const Partition& part = forward ? s.forward : s.backward;
   const int slot = part.tiles() % ranks == 0 ? rank : (rank + index) % ranks;
-  return rank_tiles(part.tiles(), slot, ranks);
+  const std::vector<int64_t>& edges = (forward ? s.forward_shares : s.backward_shares).edges;
+  if (edges.size() != static_cast<size_t>(ranks) + 1 || edges.back() != part.tiles()) {
+    return rank_tiles(part.tiles(), slot, ranks);
+  }
+  if (rank < 0 || rank >= ranks) {
+    throw Error("internal: rank " + std::to_string(rank) + " of " + std::to_string(ranks));
+  }
+  return {edges[static_cast<size_t>(slot)], edges[static_cast<size_t>(slot) + 1]};
+}
+
+namespace {
+
+// A tile run beside glass costs about this part of a whole tile beyond its computed boxes'
+// FLOPs (the glass filled around them, node by node, forward and backward): vgg-mini 4096² at
+// 10% tissue on this 2-core EPYC, a first-segment tile with a corner of tissue ran 55 ms of a
+// whole tile's 1454 (bench/NOTES.md, session 66). Priced by FLOPs alone, shares gave the rank
+// with the more such tiles 0.6 s a step more.
+constexpr double kRunTileShare = 0.04;
+
+// One pass's work by tile over `part` (SegmentGlass's per-tile FLOPs `flops`, `glass` flags,
+// `dense` the pass's FLOPs without glass), each scaled by `scale` (3 for a backward): a glass
+// tile's none, another's its computed FLOPs and kRunTileShare of an average tile's. Empty
+// where the pass has no glass.
+std::vector<double> pass_work(const Partition& part, const std::vector<int64_t>& flops,
+                              const std::vector<uint8_t>& glass, int64_t dense, double scale) {
+  const auto tiles = static_cast<size_t>(part.tiles());
+  if (dense <= 0 || flops.size() != tiles || glass.size() != tiles) return {};
+  const double run = kRunTileShare * static_cast<double>(dense) / static_cast<double>(tiles);
+  std::vector<double> work(tiles, 0.0);
+  for (size_t t = 0; t < tiles; ++t) {
+    if (glass[t] == 0) work[t] = scale * (static_cast<double>(flops[t]) + run);
+  }
+  return work;
+}
+
+// Shares by `work` (pass_work; several passes' added where they share a partition), each
+// rank's as a part of `dense`, the passes' work without glass: by count where there is none.
+RankShares work_shares(const std::vector<double>& work, double dense, int ranks) {
+  RankShares shares;
+  if (ranks < 2 || dense <= 0 || work.empty()) return shares;
+  shares.edges = shares_by_work(work, ranks);
+  if (shares.edges.empty()) return shares;
+  for (int q = 0; q < ranks; ++q) {
+    double mine = 0;
+    for (int64_t t = shares.edges[static_cast<size_t>(q)]; t < shares.edges[q + 1ULL]; ++t) {
+      mine += work[static_cast<size_t>(t)];
+    }
+    shares.busiest = std::max(shares.busiest, mine / dense);
+    shares.all += mine / dense;
+  }
+  return shares;
+}
+
+}  // namespace
+
+void share_by_work(Segment& s, const SegmentGlass& glass, int ranks) {
+  const auto forward_dense = static_cast<double>(glass.forward_dense_flops);
+  const auto backward_dense = 3.0 * static_cast<double>(glass.backward_dense_flops);
+  std::vector<double> forward =
+      pass_work(s.forward, glass.forward_flops, glass.forward, glass.forward_dense_flops, 1.0);
+  const std::vector<double> backward =
+      pass_work(s.backward, glass.backward_flops, glass.backward, glass.backward_dense_flops, 3.0);
+  if (s.backward == s.forward) {
+    // A rank runs backward the tiles it ran forward: one share of both passes' work.
+    if (forward.size() != backward.size()) return;
+    for (size_t t = 0; t < forward.size(); ++t) forward[t] += backward[t];
+    s.forward_shares = s.backward_shares =
+        work_shares(forward, forward_dense + backward_dense, ranks);
+    return;
+  }
+  s.forward_shares = work_shares(forward, forward_dense, ranks);
+  s.backward_shares = work_shares(backward, backward_dense, ranks);
 }
 
 namespace {
@@ -47,11 +141,15 @@ const Shape& shape_of(const Plan& plan, NodeId v) { return plan.shapes.at(static
 
 Region whole_of(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
 
-// The hull of the tiles of `part` that `rank` runs (rank_range).
-Region tiles_hull(const Partition& part, int index, int rank, int ranks) {
-  const TileRange mine = rank_range(part, index, rank, ranks);
+const Partition& partition(const Segment& s, Pass pass) {
+  return pass == Pass::kForward ? s.forward : s.backward;
+}
+
+// The hull of the tiles of segment `index`'s pass `pass` that `rank` runs (rank_range).
+Region tiles_hull(const Segment& s, Pass pass, int index, int rank, int ranks) {
+  const TileRange mine = rank_range(s, pass, index, rank, ranks);
   Region h;
-  for (int64_t t = mine.begin; t < mine.end; ++t) h = hull(h, part.tile(t));
+  for (int64_t t = mine.begin; t < mine.end; ++t) h = hull(h, partition(s, pass).tile(t));
   return h;
 }
 
@@ -71,12 +169,12 @@ Gives cut_to_reads(const std::vector<std::vector<Region>>& own, const std::vecto
   return gives;
 }
 
-// Each rank's regions `region_of(t)` of the tiles of pass `part` of segment `index` it runs.
-std::vector<std::vector<Region>> own_regions(const Partition& part, int index, int ranks,
+// Each rank's regions `region_of(t)` of the forward tiles of segment `index` it runs.
+std::vector<std::vector<Region>> own_regions(const Segment& s, int index, int ranks,
                                              const std::function<Region(int64_t)>& region_of) {
   std::vector<std::vector<Region>> own(static_cast<size_t>(ranks));
   for (int p = 0; p < ranks; ++p) {
-    const TileRange mine = rank_range(part, index, p, ranks);
+    const TileRange mine = rank_range(s, Pass::kForward, index, p, ranks);
     for (int64_t t = mine.begin; t < mine.end; ++t) {
       const Region r = region_of(t);
       if (!r.empty()) own[static_cast<size_t>(p)].push_back(r);
@@ -93,9 +191,10 @@ Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, Ran
   const int rank = who.rank, ranks = who.ranks;
   const Segment& s = plan.segments.at(static_cast<size_t>(index));
   Region reads;
-  for (const Partition* part : {forward ? &s.forward : nullptr, backward ? &s.backward : nullptr}) {
-    if (part == nullptr) continue;
-    const Region tiles = tiles_hull(*part, index, rank, ranks);
+  for (const auto& [asked, pass] :
+       {std::pair{forward, Pass::kForward}, std::pair{backward, Pass::kBackward}}) {
+    if (!asked) continue;
+    const Region tiles = tiles_hull(s, pass, index, rank, ranks);
     if (tiles.empty()) continue;
     const auto need = segment_needs(graph, plan.shapes, s.input, s.output, tiles);
     reads = hull(reads, need.at(static_cast<size_t>(v)));
@@ -108,8 +207,7 @@ Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, Ran
 
 Gives checkpoint_gives(const Graph& graph, const Plan& plan, int index, int ranks) {
   const Segment& s = plan.segments.at(static_cast<size_t>(index));
-  const auto own =
-      own_regions(s.forward, index, ranks, [&](int64_t t) { return s.forward.tile(t); });
+  const auto own = own_regions(s, index, ranks, [&](int64_t t) { return s.forward.tile(t); });
   std::vector<Region> reads;
   const bool last = static_cast<size_t>(index) + 1 == plan.segments.size();
   for (int q = 0; q < ranks; ++q) {
@@ -123,9 +221,8 @@ Gives inner_gives(const Graph& graph, const Plan& plan, int index, NodeId v, int
   const Segment& s = plan.segments.at(static_cast<size_t>(index));
   const Shape& out = shape_of(plan, s.output);
   const Shape& at = shape_of(plan, v);
-  const auto own = own_regions(s.forward, index, ranks, [&](int64_t t) {
-    return barrier_share(s.forward.tile(t), out, at);
-  });
+  const auto own = own_regions(
+      s, index, ranks, [&](int64_t t) { return barrier_share(s.forward.tile(t), out, at); });
   std::vector<Region> reads;
   for (int q = 0; q < ranks; ++q) {
     reads.push_back(rank_reads(graph, plan, index, v, {q, ranks}, Passes::kBoth));
@@ -258,6 +355,37 @@ std::string time_words(const Graph& graph, const Plan& plan, int ranks, double l
 
 }  // namespace
 
+namespace {
+
+const RankShares& shares_of(const Segment& s, Pass pass) {
+  return pass == Pass::kForward ? s.forward_shares : s.backward_shares;
+}
+
+bool by_work(const Segment& s, Pass pass, int ranks) {
+  return ranks > 1 && shares_of(s, pass).edges.size() == static_cast<size_t>(ranks) + 1;
+}
+
+// The most tiles of segment `index`'s pass `pass` one of `ranks` ranks runs.
+int64_t most_tiles(const Segment& s, Pass pass, int index, int ranks) {
+  int64_t most = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const TileRange mine = rank_range(s, pass, index, r, ranks);
+    most = std::max(most, mine.end - mine.begin);
+  }
+  return most;
+}
+
+// The part of segment `index`'s pass `pass` its busiest rank runs: of its work where the shares
+// are by work (RankShares::busiest), else of its tiles.
+double busiest_part(const Segment& s, Pass pass, int index, int ranks) {
+  const int64_t tiles = partition(s, pass).tiles();
+  if (tiles == 0) return 0;
+  if (by_work(s, pass, ranks)) return shares_of(s, pass).busiest;
+  return static_cast<double>(most_tiles(s, pass, index, ranks)) / static_cast<double>(tiles);
+}
+
+}  // namespace
+
 SplitTime split_time(const Graph& graph, const Plan& plan, int ranks, double link_bytes_per_second,
                      double seconds_per_flop) {
   SplitTime t;
@@ -265,16 +393,10 @@ SplitTime split_time(const Graph& graph, const Plan& plan, int ranks, double lin
   if (per_flop <= 0 || ranks < 1) return t;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
-    for (const auto& [part, price] :
-         {std::pair{&s.forward, s.forward_price}, std::pair{&s.backward, s.backward_price}}) {
-      if (part->tiles() == 0) continue;
-      int64_t most = 0;
-      for (int r = 0; r < ranks; ++r) {
-        const TileRange mine = rank_range(*part, static_cast<int>(i), r, ranks);
-        most = std::max(most, mine.end - mine.begin);
-      }
-      t.tiles += price * per_flop * static_cast<double>(most) / static_cast<double>(part->tiles());
-      t.alone += price * per_flop;
+    for (const auto& [pass, price] : {std::pair{Pass::kForward, s.forward_price},
+                                      std::pair{Pass::kBackward, s.backward_price}}) {
+      t.tiles += price * per_flop * busiest_part(s, pass, static_cast<int>(i), ranks);
+      t.alone += price * per_flop * (by_work(s, pass, ranks) ? shares_of(s, pass).all : 1.0);
     }
   }
   if (ranks > 1 && link_bytes_per_second > 0) {
@@ -289,17 +411,22 @@ std::string split_summary(const Graph& graph, const Plan& plan, int ranks,
   std::string out = "split over " + std::to_string(ranks) + " ranks (slide-parallel): ";
   const std::string why = split_refusal(graph, plan);
   if (!why.empty()) return out + "not yet: " + why + "\n";
-  // The busiest rank's tiles: each pass's tiles in contiguous runs (core/exec/ranks.h).
-  int64_t busiest = 0, all = 0;
-  for (const Segment& s : plan.segments) {
-    for (const Partition* p : {&s.forward, &s.backward}) {
-      busiest += (p->tiles() + ranks - 1) / ranks;
-      all += p->tiles();
+  // The most tiles a rank runs: each pass's tiles in contiguous runs (rank_range).
+  int64_t busiest = 0, all = 0, worked = 0;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+      const Segment& s = plan.segments[i];
+      busiest += most_tiles(s, pass, static_cast<int>(i), ranks);
+      all += partition(s, pass).tiles();
+      worked += by_work(s, pass, ranks);
     }
   }
   const SplitBytes b = split_bytes(graph, plan, ranks);
+  const std::string by = worked == 0 ? std::string()
+                                     : " (" + std::to_string(worked) +
+                                           " passes shared by their tiles' work, glass skipped)";
   return out + "the busiest rank runs " + std::to_string(busiest) + " of " + std::to_string(all) +
-         " tile passes; each rank gives " + format_bytes(b.total()) +
+         " tile passes" + by + "; each rank gives " + format_bytes(b.total()) +
          " a step to the exchanges with the others (checkpoints " + format_bytes(b.checkpoints) +
          ", input gradients " + format_bytes(b.input_gradients) +
          (b.inner_checkpoints > 0 ? ", inner checkpoints " + format_bytes(b.inner_checkpoints)

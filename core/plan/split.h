@@ -9,16 +9,27 @@
 #include <vector>
 
 #include "core/graph/graph.h"
+#include "core/plan/glass.h"
 #include "core/plan/plan.h"
 #include "core/plan/rank_tiles.h"
 
 namespace tessel::core {
 
-// Which tiles of pass `part` of segment `index` `rank` runs (rank_tiles of its slot): its own
-// slot where the pass's tiles divide among the ranks, so rank q runs the q-th band of rows of
-// every such pass and what it computes is, but for a halo, what it reads next; else the slots
-// turned by the segment's index (a one-tile segment falls to each rank in turn).
-TileRange rank_range(const Partition& part, int index, int rank, int ranks);
+// Which tiles of pass `pass` of segment `index` `rank` runs: its own slot where the pass's tiles
+// divide among the ranks, so rank q runs the q-th band of rows of every such pass and what it
+// computes is, but for a halo, what it reads next; else the slots turned by the segment's index
+// (a one-tile segment falls to each rank in turn). A slot's tiles are the segment's shares for
+// `ranks` ranks where it has them (Segment::forward_shares, backward_shares: by work), else
+// rank_tiles's (by count).
+enum class Pass { kForward, kBackward };
+TileRange rank_range(const Segment& s, Pass pass, int index, int rank, int ranks);
+
+// Segment `s`'s shares of each pass for `ranks` ranks by its tiles' work in a step whose glass
+// tiles are `glass`: a glass tile's none, another's its computed boxes' FLOPs (SegmentGlass's)
+// and a fixed part of an average tile's for the glass filled around them. By count where the
+// pass has no glass (its tiles' work differs by their halos alone). Where the two passes share
+// a partition, one share of both (a rank runs backward the tiles it ran forward).
+void share_by_work(Segment& s, const SegmentGlass& glass, int ranks);
 
 // One exchange of a split step: gives[p][q], the regions of an activation rank p gives rank q
 // (none to itself). A gather's receiver copies them (p computed them), a sum's adds them (p's

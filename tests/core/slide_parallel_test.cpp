@@ -4,7 +4,9 @@
 // divide neither the tiles nor the tiles among the ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,6 +75,58 @@ TEST(SlideParallel, RankTilesCoverEveryTileOnce) {
     }
   }
   EXPECT_THROW(rank_tiles(4, 2, 2), tessel::Error);
+}
+
+// Shares by work: contiguous runs that cover every tile once, each rank's work as near its part
+// as a tile's edge allows (no rank more than one tile's work past an even part); no work at
+// all: by count.
+TEST(SlideParallel, SharesByWorkCoverEveryTileOnceAndBalanceTheWork) {
+  EXPECT_EQ(shares_by_work({0, 0, 0, 0, 5, 5, 5, 5}, 2), (std::vector<int64_t>{0, 6, 8}));
+  EXPECT_EQ(shares_by_work({5, 5, 5, 5, 0, 0, 0, 0}, 2), (std::vector<int64_t>{0, 2, 8}));
+  EXPECT_EQ(shares_by_work({7}, 2), (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(shares_by_work({9, 1, 1, 1}, 2), (std::vector<int64_t>{0, 1, 4}));
+  EXPECT_TRUE(shares_by_work({0, 0, 0}, 3).empty());
+  EXPECT_TRUE(shares_by_work({}, 2).empty());
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int ranks = 1 + static_cast<int>(rng() % 5);
+    std::vector<double> work(1 + rng() % 40);
+    double most = 0, whole = 0;
+    for (double& w : work) {
+      w = rng() % 3 == 0 ? 0 : static_cast<double>(rng() % 1000);
+      most = std::max(most, w);
+      whole += w;
+    }
+    const std::vector<int64_t> edges = shares_by_work(work, ranks);
+    if (whole == 0) {
+      EXPECT_TRUE(edges.empty());
+      continue;
+    }
+    ASSERT_EQ(edges.size(), static_cast<size_t>(ranks) + 1);
+    EXPECT_EQ(edges.front(), 0);
+    EXPECT_EQ(edges.back(), static_cast<int64_t>(work.size()));
+    EXPECT_TRUE(std::is_sorted(edges.begin(), edges.end()));
+    for (int q = 0; q < ranks; ++q) {
+      const double mine = std::accumulate(work.begin() + edges[static_cast<size_t>(q)],
+                                          work.begin() + edges[q + 1ULL], 0.0);
+      EXPECT_LE(mine, whole / ranks + most)
+          << "trial " << trial << ", rank " << q << " of " << ranks;
+    }
+  }
+}
+
+// Whether `plan` shares some pass among `ranks` ranks by work, unlike by count.
+bool uneven_shares(const Plan& plan, int ranks) {
+  for (const Segment& s : plan.segments) {
+    for (const auto* shares : {&s.forward_shares, &s.backward_shares}) {
+      if (shares->edges.empty()) continue;
+      const int64_t tiles = shares->edges.back();
+      for (int q = 0; q < ranks; ++q) {
+        if (shares->edges[static_cast<size_t>(q)] != rank_tiles(tiles, q, ranks).begin) return true;
+      }
+    }
+  }
+  return false;
 }
 
 // Random networks (convs of every stride, padding, dilation and groups; pools; residual adds and
@@ -243,6 +297,7 @@ std::vector<std::unique_ptr<Graph>> glass_replicas(int ranks, const models::Mode
 // pixel short fails.
 TEST(SlideParallel, GlassSkippedByEachRankMatches) {
   int with_glass = 0, filling = 0;  // cases whose ranks skipped glass tiles; filled glass
+  int by_work = 0;                  // cases whose plan shares a pass by work, unlike by count
   for (uint64_t seed = 1; seed <= 8; ++seed) {
     std::mt19937_64 rng(seed * 7919);
     auto pick = [&](int64_t lo, int64_t hi) {
@@ -264,12 +319,17 @@ TEST(SlideParallel, GlassSkippedByEachRankMatches) {
       return NodeId{-1};
     }();
     o.overrides.checkpoints = seed % 4 == 1 ? std::vector<NodeId>{} : std::vector<NodeId>{pool};
-    const Plan plan = make_plan(g, in, 0, o);
-    ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
     const double fraction = seed == 7   ? 1.0
                             : seed == 8 ? 0.0
                                         : 0.5 + 0.07 * static_cast<double>(seed);
     const Background b = synthetic_background(in, pick(4, 8), fraction, seed);
+    if (seed % 2 == 1) {  // planned for the ranks over the background: shares by work
+      o.ranks = ranks;
+      o.background = std::make_shared<CellMask>(b.cells);
+    }
+    const Plan plan = make_plan(g, in, 0, o);
+    ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
+    by_work += uneven_shares(plan, ranks);
     const at::Tensor image = paint_background(random_image(2, in.height, in.width, seed), b);
     const std::vector<Comparison> each =
         compare_split_with_plain(pointers(graphs), plan, image, seed, {}, &b);
@@ -281,6 +341,7 @@ TEST(SlideParallel, GlassSkippedByEachRankMatches) {
     for (const Comparison& c : each) {
       skipped += c.glass_forward_tiles + c.glass_backward_tiles;
       filled += c.glass_filled;
+      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan, ranks).total()) << "seed " << seed;
     }
     with_glass += skipped > 0;
     filling += filled > 0;
@@ -294,6 +355,7 @@ TEST(SlideParallel, GlassSkippedByEachRankMatches) {
   }
   EXPECT_GE(with_glass, 6) << "cases whose ranks skipped glass tiles";
   EXPECT_GE(filling, 7) << "cases whose tiles filled their glass";
+  EXPECT_GE(by_work, 2) << "cases whose ranks shared a pass by work, not by count";
 }
 
 // With barrier statistics in the step, a split step computes its glass as tissue (exact, dense)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -64,6 +65,22 @@ TEST(BenchStepCli, WritesTheLastStepsMemoryTimelineWithTilesOfBothPasses) {
     }
   }
   EXPECT_TRUE(forward && backward) << "tile samples of both passes";
+  // Each tile's start and end, in order (a tile's time: bench/NOTES.md session 66).
+  EXPECT_GT(count_type(lines, "tile_start"), 0);
+  EXPECT_EQ(count_type(lines, "tile_start"), count_type(lines, "tile_done"));
+  std::map<std::string, double> started;
+  for (const nlohmann::json& j : lines) {
+    if (j["type"] != "tile_start" && j["type"] != "tile_done") continue;
+    EXPECT_FALSE(j["glass"].get<bool>()) << "no background, no glass tiles";
+    const std::string key =
+        j["pass"].get<std::string>() + " " + j["segment"].dump() + " " + j["tile"].dump();
+    if (j["type"] == "tile_start") {
+      started[key] = j["t_ms"].get<double>();
+    } else {
+      ASSERT_EQ(started.count(key), 1u) << key << " ended before it started";
+      EXPECT_GE(j["t_ms"].get<double>(), started[key]);
+    }
+  }
   fs::remove(timeline);
 }
 

@@ -22,8 +22,8 @@ void TilesRun::before_forward() {
 void TilesRun::after_forward() {
   step_.set_update_running(false);
   if (step_.ranks() != nullptr && step_.training() && s_.is<WholeBarriers>()) {
-    share_running_statistics(step_.graph(), s_.input, s_.output, step_.runs(index_, s_.forward, 0),
-                             *step_.ranks());
+    share_running_statistics(step_.graph(), s_.input, s_.output,
+                             step_.runs(index_, Pass::kForward, 0), *step_.ranks());
   }
 }
 

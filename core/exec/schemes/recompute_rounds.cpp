@@ -51,7 +51,7 @@ void RoundsRun::statistic_passes() {
     int64_t glass_positions = 0;  // the glass tiles' shares: the input's uniform value there
     for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
       const Region r = step_.share(s_, b, s_.forward.tile(t));
-      if (r.empty() || !step_.runs(index_, s_.forward, t)) continue;  // another rank's
+      if (r.empty() || !step_.runs(index_, Pass::kForward, t)) continue;  // another rank's
       if (glass_.forward(t)) {
         glass_positions += r.area();
         continue;
@@ -106,7 +106,7 @@ void RoundsRun::sums_passes(const at::Tensor& grad_out) {
   schedule_sums(rounds.size());
   for (const std::vector<NodeId>& round : rounds) {
     for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
-      if (step_.runs(index_, s_.backward, t)) sums_tile(round, t, grad_out);
+      if (step_.runs(index_, Pass::kBackward, t)) sums_tile(round, t, grad_out);
     }
     glass_.finish_round(round);  // the uniform positions' part of the sums
     for (NodeId b : round) step_.barrier_state(b)->finish_sums();

@@ -196,7 +196,7 @@ void SubSegmentsRun::inner_forward(bool with_statistics) {
   for (int64_t t = 0; input_pass && t < s_.forward.tiles(); ++t) {
     const Region r =
         barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(s_.input));
-    if (r.empty() || !step_.runs(index_, s_.forward, t)) continue;  // another rank's
+    if (r.empty() || !step_.runs(index_, Pass::kForward, t)) continue;  // another rank's
     if (glass_.forward(t)) {
       uniform += r.area();
       continue;
@@ -259,7 +259,7 @@ std::vector<SubSegmentsRun::InnerPass> SubSegmentsRun::inner_passes(
     InnerPass& p = passes.emplace_back(InnerPass{v, dropped, {}, {}});
     for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
       const Region r = barrier_share(s_.forward.tile(t), step_.shape(s_.output), step_.shape(v));
-      if (r.empty() || !step_.runs(index_, s_.forward, t)) continue;  // another rank's
+      if (r.empty() || !step_.runs(index_, Pass::kForward, t)) continue;  // another rank's
       if (glass_.forward(t)) {
         p.glass.push_back(r);
         continue;
@@ -424,7 +424,7 @@ SubSegmentsRun::SubPass SubSegmentsRun::sub_pass(NodeId target, bool output,
     const Region tile = s_.backward.tile(t);
     const Region r =
         output ? tile : barrier_share(tile, step_.shape(s_.output), step_.shape(target));
-    if (r.empty() || !step_.runs(index_, s_.backward, t)) continue;  // another rank's
+    if (r.empty() || !step_.runs(index_, Pass::kBackward, t)) continue;  // another rank's
     if (glass_.backward(t)) {  // reads nothing but, of the output, its gradient
       p.glass.emplace_back(t, r);
       if (output && stored_grad_out_ != nullptr) {
@@ -605,7 +605,7 @@ void SubSegmentsRun::input_barriers() {
     const Region r =
         barrier_share(s_.backward.tile(t), step_.shape(s_.output), step_.shape(s_.input));
     // Split over ranks: this rank's shares (the input's gradient is summed after the segment).
-    if (!r.empty() && step_.runs(index_, s_.backward, t)) shares.push_back(r);
+    if (!r.empty() && step_.runs(index_, Pass::kBackward, t)) shares.push_back(r);
   }
   if (stored_grad_in_ != nullptr) {
     stored_grad_in_->expect_additions(shares);
