@@ -142,6 +142,21 @@ void print_glass(const core::GlassSummary& g, const core::Comparison& c) {
       100.0 * g.filled_fraction, c.glass_filled);
 }
 
+// Why a quantity has no bar (core::bar_for's 0): its tiled floor over kTiledRounding × plain's
+// (the tiled step's own rounding: a fault's, or a ReLU kink its rounding crossed, bench/NOTES.md
+// session 66), or no floor at all.
+std::string no_bar_words(const core::Quantity& q, const pipelines::GradcheckReport& report) {
+  if (core::bar_for(q, report.floor, report.precision, report.tiled_floor) > 0) return "";
+  const core::Quantity* plain = report.floor.find(q.name);
+  const core::Quantity* tiled = report.tiled_floor.find(q.name);
+  if (plain == nullptr || tiled == nullptr) return " (no floor to judge it against)";
+  std::ostringstream words;
+  words << " (no bar: the tiled step's own rounding of it, "
+        << core::bar_error(*tiled, report.precision) << ", is over " << core::kTiledRounding
+        << " × plain's, " << core::bar_error(*plain, report.precision) << ")";
+  return words.str();
+}
+
 void print_report(const pipelines::GradcheckReport& report, const std::string& precision,
                   const std::string& offload) {
   const auto& c = report.comparison;
@@ -205,7 +220,7 @@ void print_report(const pipelines::GradcheckReport& report, const std::string& p
   const double bar = core::bar_for(*t, report.floor, report.precision, report.tiled_floor);
   const double error = core::bar_error(*t, report.precision);
   std::cout << verdict << ": tightest " << t->name << " " << error
-            << (report.passed() ? " <= " : " > ") << bar << "\n";
+            << (report.passed() ? " <= " : " > ") << bar << no_bar_words(*t, report) << "\n";
 }
 
 }  // namespace
