@@ -399,6 +399,15 @@ SplitTime split_time(const Graph& graph, const Plan& plan, int ranks, double lin
       t.alone += price * per_flop * (by_work(s, pass, ranks) ? shares_of(s, pass).all : 1.0);
     }
   }
+  // Each pass's price is its worst tile's times its tiles, without glass: where the plan skips
+  // glass, its own price (Plan::cost, glass_savings) is what one rank takes, and the busiest
+  // rank the same part of it (vgg-mini 4096² at 10% tissue on 2 ranks: 3.66 s predicted from
+  // the dense prices, against the plan's 5.4 s alone; bench/NOTES.md session 66).
+  const double own = plan.cost.total() * per_flop;
+  if (plan.glass.any_background() && own > 0 && t.alone > 0) {
+    t.tiles *= own / t.alone;
+    t.alone = own;
+  }
   if (ranks > 1 && link_bytes_per_second > 0) {
     t.exchanges =
         static_cast<double>(split_bytes(graph, plan, ranks).total()) / link_bytes_per_second;

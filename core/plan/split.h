@@ -101,7 +101,8 @@ inline constexpr double kLoopbackBytesPerSecond = 3.5e9;
 // waits for its busiest rank (each pass's price, Segment::forward_price and backward_price, in
 // proportion to the most tiles one rank runs of it), then the busiest rank's exchanges
 // (split_bytes) at `link_bytes_per_second`. Seconds; zero where the plan has no prices. Waits at
-// the collectives beyond the slowest rank's tiles are not priced.
+// the collectives beyond the slowest rank's tiles are not priced. Where the plan skips glass,
+// shares by work (RankShares::busiest) scale its own glass price (Plan::cost).
 struct SplitTime {
   double tiles = 0;      // the busiest rank's tiles, pass by pass
   double exchanges = 0;  // its bytes over the link

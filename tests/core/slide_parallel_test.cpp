@@ -330,6 +330,15 @@ TEST(SlideParallel, GlassSkippedByEachRankMatches) {
     const Plan plan = make_plan(g, in, 0, o);
     ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
     by_work += uneven_shares(plan, ranks);
+    if (plan.glass.any_background()) {
+      // Its predicted time: one rank takes the plan's own glass price, the busiest of P at
+      // least its P-th part and at most the whole.
+      const double own = plan.cost.total() * 1e-11;
+      EXPECT_NEAR(split_time(g, plan, 1, 0, 1e-11).tiles, own, 1e-9 * own);
+      const double busiest = split_time(g, plan, ranks, 0, 1e-11).tiles;
+      EXPECT_GE(busiest, own / ranks * (1 - 1e-9)) << "seed " << seed;
+      EXPECT_LE(busiest, own * (1 + 1e-9)) << "seed " << seed;
+    }
     const at::Tensor image = paint_background(random_image(2, in.height, in.width, seed), b);
     const std::vector<Comparison> each =
         compare_split_with_plain(pointers(graphs), plan, image, seed, {}, &b);
