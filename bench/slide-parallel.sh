@@ -5,8 +5,12 @@
 #   bench/slide-parallel.sh SIZE REPEAT [STRATEGY]   e.g. 4096x4096 1 (about 95 s on 2 cores)
 #   MODEL=resnet50 NORM=batch BUDGET=2GiB bench/slide-parallel.sh 2048x2048 1
 #   EXTRA="--background 0.9" bench/slide-parallel.sh 4096x4096 1   (glass skipped by each rank)
+#   TIMELINES=DIR ...: each rank's last step's timeline in DIR/rankR.jsonl, and each rank's tile
+#   time by segment and pass (bench/tile_times.py): which tiles make a rank wait.
 set -euo pipefail
+if [ -n "${TIMELINES:-}" ]; then TIMELINES=$(realpath -m "$TIMELINES"); mkdir -p "$TIMELINES"; fi
 cd "$(dirname "$0")/.."
+repo=$(pwd)
 T=${TESSEL:-build/app/tessel}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -14,7 +18,8 @@ cd "$scratch"
 T=$(realpath "$OLDPWD/$T")
 ARGS="bench step --model ${MODEL:-vgg-mini} --norm ${NORM:-frozen} --size $1 --budget ${BUDGET:-1GiB} --prices 100,100 --strategy ${3:-auto} --warmup 1 --repeat $2 ${EXTRA:-}"
 $T --threads 1 $ARGS 2>/dev/null | tail -n 1 > one.json
-for r in 0 1; do RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r $T --threads 1 $ARGS --distributed --rendezvous file://$scratch/rendezvous --dist-timeout 600 > two$r.log 2>two$r.err & done; wait
+timeline() { if [ -n "${TIMELINES:-}" ]; then echo "--timeline $TIMELINES/rank$1.jsonl"; fi; }
+for r in 0 1; do RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r $T --threads 1 $ARGS $(timeline $r) --distributed --rendezvous file://$scratch/rendezvous --dist-timeout 600 > two$r.log 2>two$r.err & done; wait
 tail -n 1 two0.log > two.json
 python3 - <<'PY'
 import json
@@ -32,3 +37,4 @@ print(f"step ms: one rank {a['step_ms']}, two ranks {b['step_ms']}; "
       f"rank 0 (predicted {a['predicted_bytes']['total'] >> 20} alone, "
       f"{b['predicted_bytes']['total'] >> 20} rank 0)")
 PY
+if [ -n "${TIMELINES:-}" ]; then python3 "$repo/bench/tile_times.py" "$TIMELINES"/rank0.jsonl "$TIMELINES"/rank1.jsonl; fi
