@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/plan/cost_model.h"
-#include "core/plan/glass.h"
 #include "core/plan/search.h"
 #include "core/plan/split.h"
 
@@ -300,21 +299,6 @@ void size_write_behind(Plan& plan, int64_t target) {
   }
 }
 
-namespace {
-
-// A split step's shares of each pass (Segment::forward_shares, backward_shares) by the work its
-// tiles do over the background: a rank whose band holds the tissue no longer makes the others
-// wait (vgg-mini 4096² at 10% tissue on 2 ranks by count: 0.5–0.7 s a step; bench/NOTES.md).
-void share_glass_by_work(const Graph& graph, Plan& plan, const PlanOptions& options) {
-  const std::vector<SegmentGlass> glass = plan_glass(graph, plan, *options.background,
-                                                     /*training=*/true, options.input_gradient);
-  for (size_t i = 0; i < plan.segments.size(); ++i) {
-    share_by_work(plan.segments[i], glass[i], options.ranks);
-  }
-}
-
-}  // namespace
-
 Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
   if (budget < 0) throw Error("the memory budget must be positive");
   if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
@@ -354,7 +338,6 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     dense.background.reset();
     return make_plan(graph, input, budget, dense);
   }
-  if (options.ranks > 1 && options.background) share_glass_by_work(graph, plan, options);
   return plan;
 }
 

@@ -468,7 +468,8 @@ double sparse_checkpoints(const Analysis& a, Plan& plan, const std::vector<Segme
 // What the plan's glass (core/plan/glass.h) does not cost, over the request's background: the
 // glass tiles' FLOPs in both passes and their price per tile, the other tiles' FLOPs outside
 // their computed boxes, the checkpoints' glass not moved (sparse_checkpoints, which also takes
-// their resident glass out of `passes`); the plan's summary of them. Classified
+// their resident glass out of `passes`); the plan's summary of them, and for ranks the shares
+// of each pass by work (share_by_work). Classified
 // anew on the finished candidate: keep_graphs may have given a segment the forward's tiles for
 // its backward since build's loop classified them.
 PlanCost glass_savings(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes) {
@@ -481,6 +482,12 @@ PlanCost glass_savings(const Analysis& a, Plan& plan, std::vector<MemoryBreakdow
     glass.push_back(memo_glass(a, s, glass.empty() ? image : glass.back().output));
   }
   plan.glass = summarize(plan, image, glass);
+  // A split step's shares of each pass by its tiles' work over the background: by count, the
+  // rank whose band held the tissue made the others wait (vgg-mini 4096² at 10% tissue on 2
+  // ranks: 0.5–0.7 s a step; bench/NOTES.md session 66).
+  for (size_t i = 0; i < plan.segments.size() && a.options.ranks > 1; ++i) {
+    share_by_work(plan.segments[i], glass[i], a.options.ranks);
+  }
   PlanCost saved;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];

@@ -21,6 +21,14 @@ int64_t activation_bytes(const Plan& plan, NodeId v) {
   return s.channels * s.height * s.width * plan.element_bytes;
 }
 
+const Partition& partition(const Segment& s, Pass pass) {
+  return pass == Pass::kForward ? s.forward : s.backward;
+}
+
+const RankShares& shares_of(const Segment& s, Pass pass) {
+  return pass == Pass::kForward ? s.forward_shares : s.backward_shares;
+}
+
 std::string segment_words(const Graph& graph, const Plan& plan, size_t i) {
   const Segment& s = plan.segments[i];
   return "segment " + std::to_string(i) + " (" + graph.node(s.input + 1).name + " … " +
@@ -58,10 +66,9 @@ std::vector<int64_t> shares_by_work(const std::vector<double>& work, int ranks) 
 }
 
 TileRange rank_range(const Segment& s, Pass pass, int index, int rank, int ranks) {
-  const bool forward = pass == Pass::kForward;
-  const Partition& part = forward ? s.forward : s.backward;
+  const Partition& part = partition(s, pass);
   const int slot = part.tiles() % ranks == 0 ? rank : (rank + index) % ranks;
-  const std::vector<int64_t>& edges = (forward ? s.forward_shares : s.backward_shares).edges;
+  const std::vector<int64_t>& edges = shares_of(s, pass).edges;
   if (edges.size() != static_cast<size_t>(ranks) + 1 || edges.back() != part.tiles()) {
     return rank_tiles(part.tiles(), slot, ranks);
   }
@@ -140,10 +147,6 @@ namespace {
 const Shape& shape_of(const Plan& plan, NodeId v) { return plan.shapes.at(static_cast<size_t>(v)); }
 
 Region whole_of(const Shape& s) { return {{0, s.height}, {0, s.width}}; }
-
-const Partition& partition(const Segment& s, Pass pass) {
-  return pass == Pass::kForward ? s.forward : s.backward;
-}
 
 // The hull of the tiles of segment `index`'s pass `pass` that `rank` runs (rank_range).
 Region tiles_hull(const Segment& s, Pass pass, int index, int rank, int ranks) {
@@ -356,10 +359,6 @@ std::string time_words(const Graph& graph, const Plan& plan, int ranks, double l
 }  // namespace
 
 namespace {
-
-const RankShares& shares_of(const Segment& s, Pass pass) {
-  return pass == Pass::kForward ? s.forward_shares : s.backward_shares;
-}
 
 bool by_work(const Segment& s, Pass pass, int ranks) {
   return ranks > 1 && shares_of(s, pass).edges.size() == static_cast<size_t>(ranks) + 1;
