@@ -7,8 +7,10 @@ TIMELINE is `tessel bench step --timeline` output; RESULT holds that step's JSON
 line of `bench step`'s output, or a line of gpu-bench.jsonl picked by --label). A poll belongs to
 the pass of the next per-tile sample; measured bytes are live bytes less the step's start (model
 state and image), as the step's own measured peak is. Predicted: `predicted_passes`, segment i's
-forward at 2i and its backward at 2i + 1 (the head's bytes are in every one). Prints one row per
-pass: segment, pass, tiles, milliseconds, measured and predicted MiB, their ratio.
+forward at 2i and its backward at 2i + 1 (the head's bytes are in every one), less what outlives
+the step (parameters and optimizer state: `predicted_bytes`' total less `predicted_step_bytes`),
+so both count the gradients, which each step allocates again after zero_grad freed them. Prints
+one row per pass: segment, pass, tiles, milliseconds, measured and predicted MiB, their ratio.
 """
 import argparse
 import json
@@ -59,12 +61,16 @@ def main():
     ap.add_argument("--label")
     a = ap.parse_args()
     result = load_result(a.result, a.label)
-    predicted = result["predicted_passes"]
+    pred = result.get("predicted_bytes", {})
+    fixed = pred.get("total", 0) - result.get(
+        "predicted_step_bytes", pred.get("total", 0) - pred.get("parameters", 0)
+        - pred.get("optimizer", 0))
+    predicted = [b - fixed for b in result["predicted_passes"]]
     start, passes = pass_peaks(a.timeline)
     print(f"{result.get('model', '?')} {result.get('height', '?')}x{result.get('width', '?')} "
           f"{result.get('strategy', '?')} on {result.get('device', '?')}: start {start / MIB:.0f} MiB, "
           f"step peak measured {result.get('measured_peak_bytes', 0) / MIB:.0f} MiB, predicted "
-          f"{result.get('predicted_bytes', {}).get('total', 0) / MIB:.0f} MiB")
+          f"{(pred.get('total', 0) - fixed) / MIB:.0f} MiB (model state {fixed / MIB:.0f} MiB not counted)")
     print(f"{'seg':>3} {'pass':8} {'tiles':>5} {'ms':>8} {'measured':>9} {'predicted':>9} {'ratio':>6}")
     for (segment, kind), p in sorted(passes.items(), key=lambda kv: kv[1]["t0"]):
         i = 2 * segment + (0 if kind == "forward" else 1)

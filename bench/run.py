@@ -179,8 +179,11 @@ def ratio(p, base):
 
 def predicted_total(p):
     pred = p.get("predicted_bytes", {})
-    if "working_set" in pred:  # Tessel's planner: the step's own bytes, model state excluded
-        return pred["checkpoints"] + pred["working_set"] + pred["head"]
+    if "predicted_step_bytes" in p:  # Tessel's planner, on the measured peak's basis
+        return p["predicted_step_bytes"]
+    if "working_set" in pred:  # the same from an older results file: what the step allocates,
+        # the gradients included (zero_grad frees them, so each step makes them again)
+        return pred["checkpoints"] + pred["working_set"] + pred["head"] + pred["gradients"]
     return pred.get("total", 0)
 
 

@@ -300,6 +300,9 @@ BenchResult bench_step(const BenchPoint& p) {
     step_options.glass = p.glass;
     std::optional<TimedRanks> timed;
     if (p.ranks != nullptr) step_options.ranks = &timed.emplace(*p.ranks);
+    // After zero_grad, which frees the gradients: the timeline's start is then the executor's
+    // (what the step's measured peak counts from), whichever step it records.
+    optimizer.zero_grad();
     if (record) {
       timeline = std::make_unique<TimelineRecorder>(device);
       step_options.observer = timeline.get();
@@ -308,7 +311,6 @@ BenchResult bench_step(const BenchPoint& p) {
     if (profiled) profile = std::make_unique<StepProfile>(device);
     const int64_t fresh_before = core::MemoryTracker::fresh_bytes();
     const auto t0 = std::chrono::steady_clock::now();
-    optimizer.zero_grad();
     const core::StepResult s = core::train_step(graph, plan, source, target, loss, step_options);
     optimizer.step();
     core::synchronize(device);
@@ -399,6 +401,9 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
                           {"working_set", r.predicted.working_set},
                           {"head", r.predicted.tail},
                           {"total", r.predicted.total()}};
+  // On the measured peak's basis (core::MemoryBreakdown::step): what the step adds to the
+  // bytes live at its start. predicted_passes stay the plan's totals, as `tessel plan` shows.
+  j["predicted_step_bytes"] = r.predicted.step();
   j["predicted_passes"] = r.predicted_passes;
   j["segments"] = r.segments;
   j["offload"] = p.keep_resident ? "resident" : p.offload;

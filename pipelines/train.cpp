@@ -1129,7 +1129,7 @@ class Trainer {
       progress.width = source->width();
       const core::Plan& plan = *opened.plan;
       progress.predicted_peak_bytes = plan.predicted.total();
-      progress.fixed_bytes = plan.predicted.parameters + plan.predicted.optimizer;
+      progress.fixed_bytes = plan.predicted.total() - plan.predicted.step();
       progress.budget_bytes = budget_bytes_;
       progress.open_seconds = opened.seconds;
       flops = executed_flops(plan);
@@ -1253,7 +1253,7 @@ class Trainer {
         progress.width = source->width();
         const core::Plan& plan = *opened.plan;
         progress.predicted_peak_bytes = plan.predicted.total();
-        progress.fixed_bytes = plan.predicted.parameters + plan.predicted.optimizer;
+        progress.fixed_bytes = plan.predicted.total() - plan.predicted.step();
         progress.budget_bytes = budget_bytes_;
         if (request_.observer) request_.observer->on_slide(progress);
         at::Tensor logits;

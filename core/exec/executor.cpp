@@ -224,10 +224,9 @@ StepResult train_step(Graph& graph, const Plan& plan, TileSource& source, const 
   const MemoryBreakdown& p = plan.predicted;
   spdlog::debug(
       "step ({}): loss {:.6g}, {:.0f} ms forward + {:.0f} ms backward, {}/{} tiles; peak "
-      "predicted {} (checkpoints + tile + head), measured {}",
+      "predicted {} (gradients + checkpoints + tile + head), measured {}",
       to_string(plan.strategy), result.loss.item<double>(), result.forward_ms, result.backward_ms,
-      result.forward_tiles, result.backward_tiles,
-      format_bytes(p.checkpoints + p.working_set + p.tail),
+      result.forward_tiles, result.backward_tiles, format_bytes(p.step()),
       result.measured_peak_bytes < 0 ? "n/a (no tracker)"
                                      : format_bytes(result.measured_peak_bytes));
   return result;

@@ -60,6 +60,11 @@ struct MemoryBreakdown {
   int64_t total() const {
     return parameters + gradients + optimizer + checkpoints + working_set + tail;
   }
+  // What a training step adds to the bytes live when it starts, the basis of its measured peak
+  // (StepResult::measured_peak_bytes): the optimizer's zero_grad frees the gradients (LibTorch's
+  // default, set_to_none), so every step allocates them again; the parameters and the
+  // optimizer's state outlive it.
+  int64_t step() const { return gradients + checkpoints + working_set + tail; }
 };
 
 // How a segment runs: its execution scheme, one of six, each with the fields that belong to it
