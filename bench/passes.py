@@ -11,6 +11,14 @@ forward at 2i and its backward at 2i + 1 (the head's bytes are in every one), le
 the step (parameters and optimizer state: `predicted_bytes`' total less `predicted_step_bytes`),
 so both count the gradients, which each step allocates again after zero_grad freed them. Prints
 one row per pass: segment, pass, tiles, milliseconds, measured and predicted MiB, their ratio.
+
+    bench/passes.py TIMELINE.jsonl RESULT.jsonl --tiles SEGMENT:PASS   (PASS: forward|backward)
+
+adds, for that pass, each tile in the order it ran: whether it was glass, the live bytes at its
+start, the most live while it ran (polls between its tile_start and tile_done) and their
+difference, its working set, beside the pass's predicted working set (its predicted bytes less
+the live bytes at the pass's first tile): which tiles the model prices low (session 67: tiles that
+fill around several boxes of tissue held ~16% more than a dense tile).
 """
 import argparse
 import json
@@ -54,11 +62,52 @@ def pass_peaks(timeline_path):
     return start, passes
 
 
+def tile_rows(timeline_path, segment, kind):
+    """Each tile of (segment, kind) as it ran: [tile, glass, live at start, most live, ms]."""
+    lines = [json.loads(l) for l in open(timeline_path) if l.strip()]
+    start = next(j for j in lines if j.get("type") == "step")["start_live"]
+    rows, running = [], False
+    for j in lines:
+        t = j.get("type")
+        ours = j.get("segment") == segment and j.get("pass") == kind
+        if t == "tile_start" and ours:
+            rows.append([j["tile"], bool(j.get("glass")), j["live"] - start, j["live"] - start,
+                         j["t_ms"]])
+            running = True
+        elif t == "tile_done" and ours and running:
+            rows[-1][3] = max(rows[-1][3], j["live"] - start)
+            rows[-1][4] = j["t_ms"] - rows[-1][4]
+            running = False
+        elif t == "poll" and running:
+            rows[-1][3] = max(rows[-1][3], j["live"] - start)
+    return rows
+
+
+def print_tiles(a, predicted):
+    segment, kind = a.tiles.split(":")
+    segment = int(segment)
+    rows = tile_rows(a.timeline, segment, kind)
+    if not rows:
+        sys.exit(f"passes.py: no tile_start lines for segment {segment} {kind} in {a.timeline} "
+                 "(a timeline from before session 66 has none)")
+    i = 2 * segment + (0 if kind == "forward" else 1)
+    pred = predicted[i] - rows[0][2] if 0 <= i < len(predicted) else 0
+    print(f"\nsegment {segment} {kind}: each tile's working set (most live less live at its start); "
+          f"predicted {pred / MIB:.1f} MiB")
+    print(f"{'tile':>5} {'glass':>5} {'start':>9} {'most':>9} {'working':>9} {'ms':>8} {'ratio':>6}")
+    for tile, glass, at, most, ms in rows:
+        ratio = f"{(most - at) / pred:6.3f}" if pred > 0 else "     -"
+        print(f"{tile:>5} {'yes' if glass else '':>5} {at / MIB:9.1f} {most / MIB:9.1f} "
+              f"{(most - at) / MIB:9.1f} {ms:8.0f} {ratio}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("timeline")
     ap.add_argument("result")
     ap.add_argument("--label")
+    ap.add_argument("--tiles", metavar="SEGMENT:PASS",
+                    help="also each tile of that pass: its working set against the prediction")
     a = ap.parse_args()
     result = load_result(a.result, a.label)
     pred = result.get("predicted_bytes", {})
@@ -78,6 +127,9 @@ def main():
         ratio = f"{p['peak'] / pred:6.3f}" if pred > 0 else "     -"
         print(f"{segment:>3} {kind:8} {p['tiles']:>5} {p['t1'] - p['t0']:8.0f} "
               f"{p['peak'] / MIB:9.1f} {pred / MIB:9.1f} {ratio}")
+
+    if a.tiles:
+        print_tiles(a, predicted)
 
 
 if __name__ == "__main__":
