@@ -639,7 +639,7 @@ TileTensor Step::run_boxed(NodeId first, NodeId v, const std::vector<TileTensor>
     return run_whole_barrier(first, v, acts, extras, options);
   }
   if (held.empty() || (boxes.size() == 1 && boxes.front() == held) ||
-      computed_whole(graph_.node(v), static_cast<bool>(extras.barrier_value))) {
+      runs_whole(graph_.node(v), static_cast<bool>(extras.barrier_value))) {
     return compute_node(first, v, held, acts, extras, options);
   }
   return run_filled(first, v, acts, extras, options, keep);
@@ -728,9 +728,9 @@ bool Step::run_parts(NodeId v, std::vector<TileTensor>& acts, std::vector<GlassP
   const Region& held = extras.boxes->held[i];
   const Boxes& boxes = extras.boxes->computed[i];
   if ((node.kind != OpKind::kPointwise && node.kind != OpKind::kBinary) || held.empty() ||
-      boxes.empty() || std::none_of(node.inputs.begin(), node.inputs.end(), [&](NodeId p) {
-        return parts[static_cast<size_t>(p)].defined();
-      })) {
+      boxes.empty() || runs_whole(node, static_cast<bool>(extras.barrier_value)) ||
+      std::none_of(node.inputs.begin(), node.inputs.end(),
+                   [&](NodeId p) { return parts[static_cast<size_t>(p)].defined(); })) {
     return false;
   }
   std::vector<std::vector<TileTensor>> ins(boxes.size());

@@ -166,13 +166,20 @@ bool computed_whole(const Node& node, bool barriers_whole) {
                             node.kind == OpKind::kConcat || node.is_barrier());
 }
 
+bool runs_whole(const Node& node, bool barriers_whole) {
+  return computed_whole(node, barriers_whole) ||
+         (node.kind == OpKind::kPointwise &&
+          (node.pointwise == Pointwise::kRelu || node.pointwise == Pointwise::kSigmoid ||
+           node.pointwise == Pointwise::kTanh));
+}
+
 namespace {
 
-// What consumer `c`, holding `held` and computing `boxes` of it (all it holds where it is computed
+// What consumer `c`, holding `held` and computing `boxes` of it (all it holds where it runs
 // whole), reads of its input shaped `in`.
 Region consumer_reads(const Node& c, const Region& held, const Boxes& boxes, const Shape& in,
                       bool barriers_whole) {
-  if (computed_whole(c, barriers_whole)) return needed_input(c, held, in);
+  if (runs_whole(c, barriers_whole)) return needed_input(c, held, in);
   Region r;
   for (const Region& b : boxes) {
     const Region computed = intersect(b, held);
