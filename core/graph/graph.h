@@ -323,6 +323,9 @@ std::string describe(const Node& node);
 bool allocates_output(const Node& node);
 // Whether a pointwise op can overwrite its input (relu, leaky relu, sigmoid, tanh, affine).
 bool runs_in_place(const Node& node);
+// Whether `node`'s backward keeps its own output rather than its input (relu, sigmoid, tanh:
+// LibTorch saves their result).
+bool keeps_own_output(const Node& node);
 // The elements of `node`'s parameters (its layer's, buffers not counted; 0 without a layer).
 int64_t parameter_elements(const Node& node);
 // The region of node `node`'s input `input_shape` that output region `out` reads, clipped to

@@ -219,6 +219,12 @@ bool runs_in_place(const Node& node) {
   }
 }
 
+bool keeps_own_output(const Node& node) {
+  return node.kind == OpKind::kPointwise &&
+         (node.pointwise == Pointwise::kRelu || node.pointwise == Pointwise::kSigmoid ||
+          node.pointwise == Pointwise::kTanh);
+}
+
 Region needed_input(const Node& node, const Region& out, const Shape& in) {
   if (out.empty()) return {};
   const Region window{input_window(node.axis_op(0), out.y), input_window(node.axis_op(1), out.x)};

@@ -167,10 +167,7 @@ bool computed_whole(const Node& node, bool barriers_whole) {
 }
 
 bool runs_whole(const Node& node, bool barriers_whole) {
-  return computed_whole(node, barriers_whole) ||
-         (node.kind == OpKind::kPointwise &&
-          (node.pointwise == Pointwise::kRelu || node.pointwise == Pointwise::kSigmoid ||
-           node.pointwise == Pointwise::kTanh));
+  return computed_whole(node, barriers_whole) || keeps_own_output(node);
 }
 
 namespace {

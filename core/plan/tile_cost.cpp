@@ -140,8 +140,7 @@ void TileWalk::keeps(const Node& n, int64_t pad_copy, bool whole_tile) {
       }
       break;
     case OpKind::kPointwise:
-      if (n.pointwise == Pointwise::kRelu || n.pointwise == Pointwise::kSigmoid ||
-          n.pointwise == Pointwise::kTanh) {
+      if (keeps_own_output(n)) {
         keep(v, v);
       } else if (n.pointwise == Pointwise::kChannelNorm) {
         // layer_norm keeps its channels-last copy of the input.
