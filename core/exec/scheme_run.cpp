@@ -19,6 +19,7 @@ void SchemeRun::schedule_source() {
   std::vector<Region> schedule;
   for (int64_t t = 0; t < s_.forward.tiles(); ++t) {
     if (step_.glass(index_).forward[static_cast<size_t>(t)] != 0) continue;  // not read
+    if (!step_.runs(index_, Pass::kForward, t)) continue;                    // another rank's
     schedule.push_back(forward_needs(s_.forward.tile(t))[0]);
   }
   step_.source().will_read(schedule);
@@ -30,6 +31,7 @@ void SchemeRun::schedule_forward() {
   if (!stored_in || s_.input == 0) return;
   for (int64_t t = step_.prescheduled(index_, false) ? 1 : 0; t < s_.forward.tiles(); ++t) {
     if (step_.glass(index_).forward[static_cast<size_t>(t)] != 0) continue;
+    if (!step_.runs(index_, Pass::kForward, t)) continue;  // another rank's
     step_.store()->schedule(stored_in->reads(needs(s_.forward.tile(t))[s_.input]));
   }
 }
@@ -54,6 +56,11 @@ void SchemeRun::add_input_grad(StoredActivation* stored, at::Tensor& grad_in, co
 }
 
 at::Tensor SchemeRun::input_grad_result(StoredActivation* stored, at::Tensor grad_in) {
+  if (stored != nullptr && step_.split()) {
+    const std::vector<Region> held = step_.held_gradient(index_);
+    stored->finish_additions(&held);
+    return {};
+  }
   if (stored != nullptr) {
     stored->finish_additions();
     return {};
@@ -99,6 +106,7 @@ StoredActivation* SchemeRun::stored_input_grad_by_tiles() {
   std::vector<Region> additions;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
     if (step_.glass(index_).backward[static_cast<size_t>(t)] != 0) continue;  // adds nothing
+    if (!step_.runs(index_, Pass::kBackward, t)) continue;                    // another rank's
     additions.push_back(needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)]);
   }
   stored->expect_additions(additions);

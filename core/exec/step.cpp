@@ -186,7 +186,12 @@ void Step::Output::merge_max() {
 }
 
 void Step::Output::finish() {
-  if (stored_ != nullptr || sparse_ != nullptr) return;  // kept in the store, or by block
+  if (stored_ != nullptr) {
+    // Split over ranks: the parts of this rank's blocks the others read, and theirs it reads.
+    step_.exchange_stored(*stored_, shape_.channels, step_.gives_checkpoint(index_));
+    return;
+  }
+  if (sparse_ != nullptr) return;  // by block (never split)
   // Split over ranks: each rank's tiles exchanged, a global average's sums summed, the attention
   // pool's running maxima and sums or the maxima merged.
   if (out_.defined() && s_.reduction < 0) {
@@ -267,35 +272,27 @@ void Step::sum_over_ranks(const std::vector<at::Tensor>& tensors) const {
   options_.ranks->allreduce_sum(tensors);
 }
 
-namespace {
-
-// `whole` (a 1×C×H×W activation) as the tile of all of it, for crop().
-TileTensor all_of(const at::Tensor& whole) {
-  return {whole, {{0, whole.size(2)}, {0, whole.size(3)}}};
-}
-
-}  // namespace
-
-// Each rank's pieces for the others, packed in the order of `gives` and padded to the busiest
-// rank's (one broadcast each, Ranks::allgather); each receiver walks every other rank's buffer
-// and takes the pieces addressed to it.
-void Step::exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool add) const {
+// Each rank's pieces for the others (`give`), packed in the order of `gives` and padded to the
+// busiest rank's (one broadcast each, Ranks::allgather); each receiver walks every other rank's
+// buffer and hands the pieces addressed to it to `take`, in order.
+void Step::exchange_pieces(int64_t channels, const at::TensorOptions& options, const Gives& gives,
+                           const GivePiece& give, const TakePiece& take) const {
   if (!split()) return;
-  const int64_t longest = given_area(gives) * whole.size(1);
+  const int64_t longest = given_area(gives) * channels;
   if (longest == 0) return;
   const auto me = static_cast<size_t>(options_.ranks->rank());
-  const at::Tensor mine = at::empty({longest}, whole.options());
+  const at::Tensor mine = at::empty({longest}, options);
   int64_t offset = 0;
   for (const std::vector<Region>& pieces : gives[me]) {
     for (const Region& r : pieces) {
-      const at::Tensor part = crop(all_of(whole), r);
+      const at::Tensor part = give(r);
       mine.narrow(0, offset, part.numel()).view(part.sizes()).copy_(part);
       offset += part.numel();
     }
   }
   mine.narrow(0, offset, longest - offset).zero_();  // a shorter rank's padding
   std::vector<at::Tensor> all;
-  for (size_t q = 0; q < gives.size(); ++q) all.push_back(at::empty({longest}, whole.options()));
+  for (size_t q = 0; q < gives.size(); ++q) all.push_back(at::empty({longest}, options));
   summed_bytes += static_cast<int64_t>(mine.nbytes());
   options_.ranks->allgather(mine, all);
   for (size_t p = 0; p < gives.size(); ++p) {
@@ -303,18 +300,80 @@ void Step::exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool
     offset = 0;
     for (size_t q = 0; q < gives[p].size(); ++q) {
       for (const Region& r : gives[p][q]) {
-        const at::Tensor to = crop(all_of(whole), r);
-        const at::Tensor from = all[p].narrow(0, offset, to.numel()).view(to.sizes());
-        offset += to.numel();
-        if (q != me) continue;
-        if (add) {
-          to.add_(from);
-        } else {
-          to.copy_(from);
+        const int64_t n = channels * r.area();
+        if (q == me) {
+          take(r, all[p].narrow(0, offset, n).view({1, channels, r.y.size(), r.x.size()}));
         }
+        offset += n;
       }
     }
   }
+}
+
+void Step::exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool add) const {
+  const TileTensor all{whole, {{0, whole.size(2)}, {0, whole.size(3)}}};
+  exchange_pieces(
+      whole.size(1), whole.options(), gives, [&](const Region& r) { return crop(all, r); },
+      [&](const Region& r, const at::Tensor& piece) {
+        const at::Tensor to = crop(all, r);
+        if (add) {
+          to.add_(piece);
+        } else {
+          to.copy_(piece);
+        }
+      });
+}
+
+namespace {
+
+// The pieces this rank gives of `gives` and receives, in the order exchange_pieces reads them.
+std::vector<Region> pieces_given(const Gives& gives, size_t me) {
+  std::vector<Region> out;
+  for (const std::vector<Region>& pieces : gives[me]) {
+    out.insert(out.end(), pieces.begin(), pieces.end());
+  }
+  return out;
+}
+std::vector<Region> pieces_received(const Gives& gives, size_t me) {
+  std::vector<Region> out;
+  for (size_t p = 0; p < gives.size(); ++p) {
+    if (p != me) out.insert(out.end(), gives[p][me].begin(), gives[p][me].end());
+  }
+  return out;
+}
+
+}  // namespace
+
+void Step::exchange_stored(StoredActivation& stored, int64_t channels, const Gives& gives) const {
+  if (!split()) return;
+  const auto me = static_cast<size_t>(options_.ranks->rank());
+  for (const Region& r : pieces_given(gives, me)) store_->schedule(stored.reads(r));
+  exchange_pieces(
+      channels, tensor_options_, gives, [&](const Region& r) { return stored.read(r); },
+      [&](const Region& r, const at::Tensor& piece) { stored.receive(r, piece); });
+  stored.seal();
+}
+
+void Step::exchange_stored_gradient(StoredActivation& stored, int64_t channels,
+                                    const Gives& gives) const {
+  if (!split()) return;
+  const auto me = static_cast<size_t>(options_.ranks->rank());
+  std::vector<TileStore::BlockId> reads;
+  for (const Region& r : pieces_given(gives, me)) {
+    const auto ids = stored.reads(r);
+    reads.insert(reads.end(), ids.begin(), ids.end());
+  }
+  const std::vector<Region> received = pieces_received(gives, me);
+  std::vector<char> listed;
+  for (const Region& r : received) {
+    const auto ids = stored.reopen_reads(r, listed);
+    reads.insert(reads.end(), ids.begin(), ids.end());
+  }
+  store_->schedule(reads);
+  stored.expect_additions(received);
+  exchange_pieces(
+      channels, tensor_options_, gives, [&](const Region& r) { return stored.read(r); },
+      [&](const Region& r, const at::Tensor& piece) { stored.accumulate(r, piece); });
 }
 
 Gives Step::gives_checkpoint(int index) const {
@@ -330,6 +389,16 @@ Gives Step::gives_inner(int index, NodeId v) const {
 Gives Step::gives_gradient(int index, NodeId v) const {
   if (!split()) return {};
   return gradient_gives(graph_, plan_, index, v, options_.ranks->size());
+}
+
+std::vector<Region> Step::held_gradient(int index) const {
+  const Gives gives = gives_gradient(index, segment(index).input);
+  std::vector<Region> held = pieces_given(gives, static_cast<size_t>(options_.ranks->rank()));
+  const Segment& before = segment(index - 1);
+  for (int64_t t = 0; t < before.backward.tiles(); ++t) {
+    if (runs(index - 1, Pass::kBackward, t)) held.push_back(before.backward.tile(t));
+  }
+  return held;
 }
 
 Region Step::backward_reads(int index, NodeId v) const {
@@ -458,6 +527,9 @@ at::Tensor Step::backward(at::Tensor grad) {
     // previous segment's tiles read it (the image's whole).
     if (grad.defined() && i > 0) {
       exchange_over_ranks(grad, gives_gradient(i, segment(i).input), true);
+    } else if (i > 0 && stored_grads_[segment(i).input]) {
+      exchange_stored_gradient(*stored_grads_[segment(i).input], shape(segment(i).input).channels,
+                               gives_gradient(i, segment(i).input));
     } else if (grad.defined()) {
       sum_over_ranks({grad});
     }
@@ -947,7 +1019,8 @@ void Step::emit(int segment, const Partition& part, int64_t index, TileEvent::Pa
 // waiting. That segment then leaves those reads out of its own schedule, which keeps the
 // schedule in the order the reads happen.
 void Step::preschedule(int next, bool backward) {
-  if (next < 0 || next >= segments()) return;
+  // Split over ranks, a rank's first tile of the next segment is not its first: no prefetch.
+  if (next < 0 || next >= segments() || split()) return;
   const Segment& n = segment(next);
   const auto& stored = stored_[n.input];
   // A segment with barriers starts with other reads (its statistic or sums passes).

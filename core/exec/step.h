@@ -229,10 +229,21 @@ class Step {
   // sum of gradients) into `whole`. Outside what this rank computed and received, `whole` is
   // not the step's (no tile of this rank reads there).
   void exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool add) const;
+  // The same over an offloaded checkpoint (`channels` of them): this rank's pieces read from
+  // its blocks, the others' received into blocks that hold only them (StoredActivation::receive),
+  // all sealed into the store after; and over an offloaded gradient, its blocks stored
+  // (finish_additions): the others' pieces added in one more pass of additions.
+  void exchange_stored(StoredActivation& stored, int64_t channels, const Gives& gives) const;
+  void exchange_stored_gradient(StoredActivation& stored, int64_t channels,
+                                const Gives& gives) const;
   // The exchanges' pieces (core/plan/split.h) for this step's ranks.
   Gives gives_checkpoint(int index) const;
   Gives gives_inner(int index, NodeId v) const;
   Gives gives_gradient(int index, NodeId v) const;
+  // Split over ranks: the regions of segment `index`'s input gradient this rank reads after the
+  // segment's backward: the pieces it gives the others (gives_gradient) and its backward tiles
+  // of the segment before (their output gradient).
+  std::vector<Region> held_gradient(int index) const;
   // What this rank's backward tiles of segment `index` read of `v` (rank_reads); all of it alone.
   Region backward_reads(int index, NodeId v) const;
   // The barriers of segment `s` that need whole-image statistics in this step
@@ -327,6 +338,13 @@ class Step {
                                const TileExtras& extras, const at::TensorOptions& options);
   TileTensor run_barrier(const Node& node, const Region& r, const std::vector<TileTensor>& acts,
                          const TileExtras& extras, const at::TensorOptions& options);
+
+  using GivePiece = std::function<at::Tensor(const Region&)>;
+  using TakePiece = std::function<void(const Region&, const at::Tensor&)>;
+  // The exchange itself, in buffers of `options`: `give(r)` this rank's 1×C×h×w values over a
+  // piece it gives, `take` each piece another rank gives it, in `gives`' order.
+  void exchange_pieces(int64_t channels, const at::TensorOptions& options, const Gives& gives,
+                       const GivePiece& give, const TakePiece& take) const;
 
   bool training_;
   bool update_running_ = false;  // barriers run whole update batch norm's running statistics

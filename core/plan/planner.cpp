@@ -192,8 +192,7 @@ Choice choose(Analysis& a, const PlanOptions& options, Search& search, int64_t p
     const bool bounded =
         offloading && resident_fits && options.prices.measure &&
         c.best.plan.cost.compute > kRecomputeWorth * 4.0 * static_cast<double>(plain_flops);
-    if (offloading &&
-        ((resident_fits && !bounded) || options.offload != Offload::kAuto || options.ranks > 1)) {
+    if (offloading && ((resident_fits && !bounded) || options.offload != Offload::kAuto)) {
       break;
     }
     if (offloading) measure_prices(a, options, c);
@@ -245,9 +244,8 @@ void check_ranks(const PlanOptions& options) {
   const std::string why = "; a step split over ranks (slide-parallel) cannot run it yet";
   if (options.strategy == Strategy::kNone) throw Error("strategy none has no tiles to split" + why);
   if (options.strategy == Strategy::kRowsShared) throw Error("shared rows were asked for" + why);
-  if (options.offload == PlanOptions::Offload::kHost ||
-      options.offload == PlanOptions::Offload::kDisk) {
-    throw Error("offloading checkpoints was asked for" + why);
+  if (options.overrides.inner_tier && *options.overrides.inner_tier != Tier::kResident) {
+    throw Error("inner checkpoints offloaded to the host or disk were asked for" + why);
   }
 }
 
@@ -303,6 +301,13 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   if (budget < 0) throw Error("the memory budget must be positive");
   if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
   check_ranks(options);
+  if (options.ranks > 1 && !options.overrides.inner_tier) {
+    // Over ranks the checkpoints between segments may be offloaded, the inner ones stay
+    // resident (a split cannot offload those yet: split_refusal).
+    PlanOptions resident_inner = options;
+    resident_inner.overrides.inner_tier = Tier::kResident;
+    return make_plan(graph, input, budget, resident_inner);
+  }
   if (options.ranks > 1 && options.background &&
       std::any_of(graph.nodes().begin(), graph.nodes().end(),
                   [](const Node& n) { return n.is_barrier(); })) {

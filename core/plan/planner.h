@@ -50,7 +50,9 @@ struct PlanOptions {
   // Slide-parallel (core/plan/split.h): the step's tiles are split over this many ranks, each
   // under the whole budget. Every segment gets at least one tile per rank in each pass, and the
   // search leaves out what a split cannot run yet (a request for it is refused): shared rows,
-  // offloading.
+  // offloaded inner checkpoints (they stay resident). Checkpoints between segments are offloaded
+  // as for one rank, each rank's store holding its own tiles' blocks and what its tiles read of
+  // the others'; the plan's offload figures are one rank's whole step (a rank moves less).
   int ranks = 1;
 
   // --- The cost model's prices, in FLOPs of recompute ---

@@ -320,10 +320,13 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
 
 std::string split_refusal(const Graph& graph, const Plan& plan) {
   if (plan.segments.empty()) return "the plan runs the whole image as one piece (no tiles)";
-  if (plan.offloads()) return "the plan offloads checkpoints to the host or disk";
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
     if (s.is<SharedRows>()) return segment_words(graph, plan, i) + " runs as shared rows";
+    if (s.inner_tier() != Tier::kResident) {
+      return segment_words(graph, plan, i) + " keeps its inner checkpoints " +
+             (s.inner_tier() == Tier::kHost ? "in host memory" : "on disk");
+    }
   }
   return "";
 }

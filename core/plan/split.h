@@ -81,8 +81,9 @@ struct SplitBytes {
 };
 SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool training = true);
 
-// Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): offloaded
-// checkpoints (inner ones too), shared rows.
+// Why a step of `plan` cannot be split over ranks yet, in words ("" where it can): shared rows,
+// offloaded inner checkpoints. Offloaded checkpoints split: each rank's store holds its own
+// tiles' blocks and what its tiles read of the others' (Step::exchange_stored).
 std::string split_refusal(const Graph& graph, const Plan& plan);
 
 // Why a split step of `plan` computes its glass as tissue (docs/glass.md), in words ("" where

@@ -86,6 +86,39 @@ void StoredActivation::write(const Region& r, const at::Tensor& tile) {
   }
 }
 
+void StoredActivation::receive(const Region& r, const at::Tensor& tile) {
+  for (size_t i : overlapping(r)) {
+    Block& b = block_[i];
+    if (b.stored) throw Error("internal: a received piece overlaps a stored block");
+    const Region part = intersect(r, b.region);
+    b.filled += part.area();
+    if (uniform(i)) {
+      if (!b.value.defined()) {
+        const int64_t y = part.y.begin - r.y.begin, x = part.x.begin - r.x.begin;
+        b.value = tile.slice(2, y, y + 1).slice(3, x, x + 1).clone();
+      }
+      continue;
+    }
+    if (!b.open.defined()) {
+      b.open = at::zeros({1, shape_.channels, b.region.y.size(), b.region.x.size()},
+                         options_.memory_format(tile.suggest_memory_format()));
+    }
+    copy_tile(crop({b.open, b.region}, part), crop({tile, r}, part));
+  }
+}
+
+void StoredActivation::seal() {
+  for (size_t i = 0; i < block_.size(); ++i) {
+    Block& b = block_[i];
+    if (b.stored || b.filled == 0) continue;
+    if (uniform(i)) {
+      b.stored = true;
+    } else {
+      store(b);
+    }
+  }
+}
+
 void StoredActivation::expect_additions(const std::vector<Region>& regions) {
   if (!uniform_.empty()) throw Error("internal: additions into a checkpoint with uniform blocks");
   for (const Region& r : regions) {
@@ -110,9 +143,14 @@ void StoredActivation::accumulate(const Region& r, const at::Tensor& tile) {
   }
 }
 
-void StoredActivation::finish_additions() {
+void StoredActivation::finish_additions(const std::vector<Region>* within) {
   for (Block& b : block_) {
     if (b.stored) continue;
+    const auto meets = [&](const Region& r) { return !intersect(r, b.region).empty(); };
+    if (!b.open.defined() && within != nullptr &&
+        std::none_of(within->begin(), within->end(), meets)) {
+      continue;
+    }
     if (!b.open.defined()) {
       b.open = at::zeros({1, shape_.channels, b.region.y.size(), b.region.x.size()}, options_);
     }

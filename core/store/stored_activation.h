@@ -37,14 +37,20 @@ class StoredActivation {
   // uniform block keeps the tile's value at its first position (the writer's promise: the same
   // at every position).
   void write(const Region& r, const at::Tensor& tile);
+  // A step split over ranks (docs/slide-parallel.md) holds another rank's blocks only where its
+  // own tiles read them: `receive` copies `tile` (region `r`) into blocks that start at zero and
+  // stay open, and `seal`, after the last, sends every block written in part to the store.
+  void receive(const Region& r, const at::Tensor& tile);
+  void seal();
   // Before accumulating: every region that will be added, in order, so each block goes to the
   // store after its last addition. May be called again for a later pass of additions: a block
   // stored before is read back at its first addition there and stored again after its last.
   void expect_additions(const std::vector<Region>& regions);
   // Adds `tile` into region `r` (blocks start at zero).
   void accumulate(const Region& r, const at::Tensor& tile);
-  // Stores the blocks no addition touched (zeros), so every block is readable.
-  void finish_additions();
+  // Stores the blocks no addition touched (zeros), so every block is readable; given `within`,
+  // only those that meet one of its regions (a step split over ranks reads no others).
+  void finish_additions(const std::vector<Region>* within = nullptr);
 
   // The store's block reads `read(r)` makes, in its order: for TileStore::schedule.
   std::vector<TileStore::BlockId> reads(const Region& r) const;

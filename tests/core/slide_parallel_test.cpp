@@ -4,7 +4,10 @@
 // divide neither the tiles nor the tiles among the ranks.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -499,12 +502,145 @@ TEST(SlideParallel, SubSegmentsMatch) {
   EXPECT_GE(dropped, 1) << "sub-segments that recompute a dropped inner checkpoint";
 }
 
+// Checkpoints offloaded to the host or disk, split over ranks: each rank's store holds its own
+// tiles' blocks and the parts of the others' that its tiles read (received and sealed), and its
+// gradient's blocks with the others' parts added in one more pass of additions. Random networks
+// with and without barriers (rounds; sub-segments, their inner checkpoints resident), grid and
+// rows, 2–4 ranks, blocks smaller than a tile behind a window of a few blocks; every rank as
+// plain, the bytes given as split_bytes predicts, no scratch file left; a halo one pixel short
+// fails.
+TEST(SlideParallel, OffloadedCheckpointsMatch) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessel-split-offload-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  StepOptions so;
+  so.scratch_dir = dir;
+  int offloaded = 0, with_barriers = 0, faulted = 0;
+  for (uint64_t seed = 1; seed <= 14; ++seed) {
+    std::mt19937_64 rng(seed * 6151);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int ranks = static_cast<int>(pick(2, 4));
+    const bool barriers = seed % 3 == 0;
+    auto graphs = random_replicas(seed, ranks, barriers);
+    Graph& g = *graphs.front();
+    const Shape in{2, pick(23, 41), pick(23, 41)};
+    const Strategy strategy = pick(0, 1) ? Strategy::kGrid : Strategy::kRows;
+    PlanOptions o = fixed_tiles(strategy, pick(2, 4), strategy == Strategy::kRows ? 1 : pick(1, 3));
+    o.ranks = ranks;
+    // Host memory is the compute device's own on a CPU: only the disk moves bytes there.
+    const bool disk = seed % 4 != 2;
+    o.offload = disk ? PlanOptions::Offload::kDisk : PlanOptions::Offload::kHost;
+    o.overrides.window_bytes = 1024 * pick(2, 8);
+    o.overrides.block_bytes = 256 * pick(1, 4);
+    o.input_gradient = seed % 4 == 0 || !test::has_parameters(g);
+    o.streaming_reduction = !barriers && pick(0, 3) != 0;
+    std::vector<NodeId> ckpts;
+    for (NodeId v : checkpoint_candidates(g)) {
+      if (pick(0, 1) == 0) ckpts.push_back(v);
+    }
+    o.overrides.checkpoints = ckpts;
+    const Plan plan = test::plan_drawn(g, in, o);
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
+    ASSERT_EQ(split_refusal(g, plan), "") << to_string(plan, g);
+    if (!plan.offloads()) continue;
+    ++offloaded;
+    for (const Segment& s : plan.segments) {
+      with_barriers += s.tier != Tier::kResident && !barrier_rounds(g, s.input, s.output).empty();
+    }
+    const at::Tensor image = random_image(2, in.height, in.width, seed);
+    const std::vector<Comparison> split =
+        compare_split_with_plain(pointers(graphs), plan, image, seed, so);
+    const Worst w = worst_of(split);
+    EXPECT_LT(w.error, kTolerance)
+        << "seed " << seed << ", " << ranks << " ranks, input " << to_string(in) << "\n"
+        << to_string(plan, g) << w.text;
+    for (const Comparison& c : split) {
+      if (disk) {
+        EXPECT_GT(c.offload_bytes, 0) << "seed " << seed;
+      }
+      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan, ranks).total()) << "seed " << seed;
+    }
+    if (faulted > 0) continue;
+    StepOptions faulty = so;
+    faulty.inject = Fault::kHalo;
+    const Worst halo =
+        worst_of(compare_split_with_plain(pointers(graphs), plan, image, seed, faulty));
+    EXPECT_GT(halo.error, 1e-6) << "seed " << seed << "\n" << to_string(plan, g) << halo.text;
+    ++faulted;
+  }
+  EXPECT_GE(offloaded, 10) << "plans that offload a checkpoint";
+  EXPECT_GE(with_barriers, 2) << "offloaded segment outputs with barriers in the segment";
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator{}), 0)
+      << "scratch files left after the steps";
+  fs::remove_all(dir);
+}
+
+// The planner for P ranks under a budget no resident plan fits offloads its checkpoints between
+// segments, as for one rank (the inner ones stay resident), and the split step matches plain.
+TEST(SlideParallel, PlansForRanksOffloadUnderATightBudgetAndMatch) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessel-split-budget-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  StepOptions so;
+  so.scratch_dir = dir;
+  models::ModelOptions mo;
+  mo.in_channels = 2;
+  for (Strategy s : {Strategy::kGrid, Strategy::kRows}) {
+    std::vector<std::unique_ptr<Graph>> graphs;
+    for (int r = 0; r < 2; ++r) {
+      graphs.push_back(std::make_unique<Graph>(models::build_model("tiny", mo)));
+      graphs.back()->module().to(test_device(), at::kDouble);
+      randomise(*graphs.back(), 6);
+    }
+    Graph& g = *graphs.front();
+    const Shape in{2, 200, 184};
+    PlanOptions o;
+    o.strategy = s;
+    o.element_bytes = 8;
+    o.ranks = 2;
+    // Every checkpoint the planner accepts (the last may lie past the last tiled layer).
+    std::vector<NodeId> ckpts = checkpoint_candidates(g);
+    while (!ckpts.empty()) {
+      o.overrides.checkpoints = ckpts;
+      try {
+        (void)make_plan(g, in, 0, o);
+        break;
+      } catch (const tessel::Error&) {
+        ckpts.pop_back();
+      }
+    }
+    Plan plan;
+    for (int64_t b = int64_t{64} << 20; b > (int64_t{1} << 16); b = b * 7 / 8) {
+      try {
+        plan = make_plan(g, in, b, o);
+      } catch (const tessel::Error&) {
+        break;
+      }
+      if (plan.offloads()) break;
+    }
+    ASSERT_TRUE(plan.offloads()) << to_string(s) << "\n" << to_string(plan, g);
+    ASSERT_EQ(split_refusal(g, plan), "") << to_string(plan, g);
+    const std::vector<Comparison> split = compare_split_with_plain(
+        pointers(graphs), plan, random_image(2, in.height, in.width, 6), 6, so);
+    const Worst w = worst_of(split);
+    EXPECT_LT(w.error, kTolerance) << to_string(s) << "\n" << to_string(plan, g) << w.text;
+    for (const Comparison& c : split) {
+      EXPECT_GT(c.offload_bytes, 0) << to_string(s);
+      EXPECT_EQ(c.summed_bytes, split_bytes(g, plan, 2).total()) << to_string(s);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // The planner for P ranks (PlanOptions::ranks), under budgets of its own search: every segment
 // gives each rank a tile of each pass, in a multiple of the ranks where the output has room;
-// nothing a split cannot run (shared rows, offload, a streaming max or attention head); every
-// rank
-// matches plain autograd; and each rank exchanges the bytes the plan predicts (split_bytes),
-// exactly.
+// nothing a split cannot run (shared rows, the offloading search); every rank matches plain
+// autograd; and each rank exchanges the bytes the plan predicts (split_bytes), exactly.
 TEST(SlideParallel, PlansForRanksSplitEvenlyAndSumWhatTheyPredict) {
   int checked = 0, rounds = 0;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
@@ -586,12 +722,18 @@ TEST(SlideParallel, PlansForRanksRefuseWhatTheyCannotSplit) {
   }
   o.strategy = Strategy::kGrid;
   o.offload = PlanOptions::Offload::kDisk;
+  o.overrides.inner_tier = Tier::kDisk;
   try {
     make_plan(g, {2, 40, 40}, 0, o);
-    ADD_FAILURE() << "offloading was planned over ranks";
+    ADD_FAILURE() << "inner checkpoints were offloaded over ranks";
   } catch (const tessel::Error& e) {
     EXPECT_NE(std::string(e.what()).find("slide-parallel"), std::string::npos) << e.what();
   }
+  // Offloading alone is planned, with the inner checkpoints resident.
+  o.overrides.inner_tier.reset();
+  const Plan offloading = make_plan(g, {2, 40, 40}, 0, o);
+  EXPECT_EQ(offloading.offloads(), offloading.segments.size() > 1) << to_string(offloading, g);
+  EXPECT_EQ(split_refusal(g, offloading), "");
   o.offload = PlanOptions::Offload::kAuto;
   o.ranks = 0;
   EXPECT_THROW(make_plan(g, {2, 40, 40}, 0, o), tessel::Error);

@@ -62,6 +62,7 @@ void TilesRun::schedule_backward(StoredActivation* stored_in, StoredActivation* 
   TileStore* store = step_.store();
   if (store == nullptr) return;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+    if (!step_.runs(index_, Pass::kBackward, t)) continue;  // another rank's
     const Region tile = s_.backward.tile(t);
     const bool prescheduled =
         step_.prescheduled(index_, true) && t == s_.backward.tiles() - 1 && !has_barriers();

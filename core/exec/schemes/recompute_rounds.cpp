@@ -84,6 +84,7 @@ void RoundsRun::schedule_sums(size_t rounds) {
   StoredActivation* stored_grad_out = step_.stored_grad(s_.output).get();
   std::vector<TileStore::BlockId> reads;
   for (int64_t t = s_.backward.tiles() - 1; t >= 0; --t) {
+    if (!step_.runs(index_, Pass::kBackward, t)) continue;  // another rank's
     const Region tile = s_.backward.tile(t);
     if (stored_in != nullptr && !glass_.backward(t)) {  // a glass tile reads no input
       const auto ids = stored_in->reads(needs(tile)[static_cast<size_t>(s_.input)]);

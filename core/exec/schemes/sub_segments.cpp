@@ -210,7 +210,7 @@ void SubSegmentsRun::inner_forward(bool with_statistics) {
   const std::vector<InnerPass> passes = inner_passes(reads);
   // The step's forward then runs the output's tiles over the leaves (forward_tile).
   for (int64_t t = 0; with_statistics && t < s_.forward.tiles(); ++t) {
-    if (glass_.forward(t)) continue;  // reads nothing
+    if (glass_.forward(t) || !step_.runs(index_, Pass::kForward, t)) continue;  // reads nothing
     const Region tile = s_.forward.tile(t);
     const auto ids = tile_reads(s_.output, sub_needs(s_.output, tile, tile));
     reads.insert(reads.end(), ids.begin(), ids.end());
