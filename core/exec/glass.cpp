@@ -371,11 +371,14 @@ at::Tensor GlassRun::chain_root(const std::vector<at::Tensor>& v,
   return root;
 }
 
-// The positions of barrier `b`'s input the backward's glass tiles' shares hold.
+// The positions of barrier `b`'s input this rank's backward glass tiles' shares hold (split over
+// ranks, each rank's corrections go into its part of the gradients, summed over the ranks).
 int64_t GlassRun::glass_share(NodeId b) const {
   int64_t positions = 0;
   for (int64_t t = 0; t < s_.backward.tiles(); ++t) {
-    if (backward(t)) positions += step_.share(s_, b, s_.backward.tile(t)).area();
+    if (backward(t) && step_.runs(index_, Pass::kBackward, t)) {
+      positions += step_.share(s_, b, s_.backward.tile(t)).area();
+    }
   }
   return positions;
 }

@@ -308,15 +308,6 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     resident_inner.overrides.inner_tier = Tier::kResident;
     return make_plan(graph, input, budget, resident_inner);
   }
-  if (options.ranks > 1 && options.background &&
-      std::any_of(graph.nodes().begin(), graph.nodes().end(),
-                  [](const Node& n) { return n.is_barrier(); })) {
-    // Its barriers take statistics in a training step, so a split step computes its glass as
-    // tissue (glass_split_refusal): planned dense, without pricing glass first.
-    PlanOptions dense = options;
-    dense.background.reset();
-    return make_plan(graph, input, budget, dense);
-  }
   Analysis a = analyse(graph, input, budget, options);
   const int64_t plain_flops = plain_flops_of(a);
   if (options.strategy == Strategy::kNone) return plain_plan(a, input, budget, plain_flops);

@@ -87,11 +87,14 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
 std::string split_refusal(const Graph& graph, const Plan& plan);
 
 // Why a split step of `plan` computes its glass as tissue (docs/glass.md), in words ("" where
-// each rank skips its own glass tiles and fills its tiles' glass): a segment that takes a
-// barrier's statistics in this step (`training`), or one whose glass is computed as tissue
-// anyway (glass_dense), whose uniform value one rank's tile alone would hold. Without barriers
-// every glass sum is linear in the tiles that add to it, so each rank's part of it, summed with
-// the parameters' gradients, is the whole.
+// each rank skips its own glass tiles and fills its tiles' glass): a one-tile segment that takes
+// a barrier's statistics in this step (`training`; whole_statistics: the uniform values past
+// its barriers come from its one tile, on one rank), or one whose glass is computed as tissue
+// anyway (glass_dense), whose uniform value one rank's tile alone would hold. Every other glass
+// sum is linear in the tiles that add to it: a rank's part of a barrier's statistic or sums (its
+// glass tiles' count × the uniform value, its fills) is merged over the ranks with its tiles'
+// before the uniform values past the barrier are computed, the same on every rank, and its part
+// of the parameters' gradients is summed with the rest.
 std::string glass_split_refusal(const Graph& graph, const Plan& plan, bool training);
 
 // A link's price where none is given: Gloo's broadcast between two processes on this 2-core
