@@ -201,8 +201,8 @@ PlanReport plan_model(const PlanRequest& r) {
   report.table = core::to_string(report.plan, graph);
   report.json = plan_json(report.plan, graph);
   if (r.ranks > 1) {
-    // --prices' compute price, else the plan's (a plan for ranks prices no offloading, so it
-    // keeps the guess).
+    // --prices' compute price, else the plan's (measured where it priced offloading, else the
+    // guess).
     const double per_flop = r.prices ? r.prices->seconds_per_flop : 0;
     report.table +=
         core::split_summary(graph, report.plan, r.ranks, r.link_bytes_per_second, per_flop);

@@ -113,8 +113,8 @@ struct SplitTime {
   double alone = 0;      // the same plan's tiles on one rank
   double total() const { return tiles + exchanges; }
 };
-// `seconds_per_flop`: the compute's price (0: the plan's, Plan::prices, which a plan for ranks
-// leaves at the guess of 100 GFLOP/s: it never prices offloading).
+// `seconds_per_flop`: the compute's price (0: the plan's, Plan::prices: measured where the plan
+// priced offloading, else the guess of 100 GFLOP/s).
 SplitTime split_time(const Graph& graph, const Plan& plan, int ranks,
                      double link_bytes_per_second = kLoopbackBytesPerSecond,
                      double seconds_per_flop = 0);

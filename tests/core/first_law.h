@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <optional>
+#include <vector>
 
 #include "core/device/device.h"
 #include "core/error.h"
@@ -42,6 +43,37 @@ inline Plan plan_drawn(const Graph& g, const Shape& in, PlanOptions& o) {
     o.overrides.checkpoints.reset();
     return make_plan(g, in, 0, o);
   }
+}
+
+// Every checkpoint candidate the planner accepts for `g` under `o` (the last ones may lie past
+// the last tiled layer).
+inline std::vector<NodeId> every_checkpoint(const Graph& g, const Shape& in, PlanOptions o = {}) {
+  std::vector<NodeId> c = checkpoint_candidates(g);
+  while (!c.empty()) {
+    o.overrides.checkpoints = c;
+    try {
+      (void)make_plan(g, in, 0, o);
+      return c;
+    } catch (const tessel::Error&) {
+      c.pop_back();
+    }
+  }
+  return c;
+}
+
+// The plan under the largest budget (from 64 MiB down, each 7/8 of the last) at which the planner
+// offloads, or the last it made before one was refused (which then does not offload).
+inline Plan first_offloading_plan(const Graph& g, const Shape& in, const PlanOptions& o) {
+  Plan plan;
+  for (int64_t b = int64_t{64} << 20; b > (int64_t{1} << 16); b = b * 7 / 8) {
+    try {
+      plan = make_plan(g, in, b, o);
+    } catch (const tessel::Error&) {
+      break;
+    }
+    if (plan.offloads()) break;
+  }
+  return plan;
 }
 
 // Whether `g` has parameters: a check of a network without any must ask for the image's

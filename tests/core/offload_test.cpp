@@ -26,6 +26,7 @@
 #include "core/plan/planner.h"
 #include "core/store/tile_store.h"
 #include "models/zoo.h"
+#include "tests/core/first_law.h"
 
 namespace tessel::core {
 namespace {
@@ -86,22 +87,7 @@ Graph float64_model(const std::string& name, uint64_t seed) {
   return g;
 }
 
-// Every checkpoint candidate the planner accepts for `g` (the last ones may lie past the last
-// tiled layer).
-std::vector<NodeId> every_checkpoint(const Graph& g, const Shape& in) {
-  std::vector<NodeId> c = checkpoint_candidates(g);
-  while (!c.empty()) {
-    PlanOptions o;
-    o.overrides.checkpoints = c;
-    try {
-      (void)make_plan(g, in, 0, o);
-      return c;
-    } catch (const tessel::Error&) {
-      c.pop_back();
-    }
-  }
-  return c;
-}
+using test::every_checkpoint;
 
 // A block whose data starts on a page boundary (a view into a larger allocation), with a partial
 // last page: the direct-I/O path writes its whole pages straight from it.
@@ -675,15 +661,7 @@ TEST(Offload, PlansThatOffloadUnderATightBudgetMatchPlainAutograd) {
       o.strategy = s;
       o.element_bytes = 8;
       o.overrides.checkpoints = every_checkpoint(g, in);
-      Plan plan;
-      for (int64_t b = int64_t{64} << 20; b > (int64_t{1} << 16); b = b * 7 / 8) {
-        try {
-          plan = make_plan(g, in, b, o);
-        } catch (const tessel::Error&) {
-          break;
-        }
-        if (plan.offloads()) break;
-      }
+      const Plan plan = test::first_offloading_plan(g, in, o);
       ASSERT_TRUE(plan.offloads()) << name << " " << to_string(s) << "\n" << to_string(plan, g);
       const auto c = compare_with_plain(g, plan, random_image(2, in.height, in.width, 6), 6, so);
       EXPECT_LT(c.worst(), kTolerance) << name << " " << to_string(s) << "\n"

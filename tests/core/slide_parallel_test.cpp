@@ -710,26 +710,8 @@ TEST(SlideParallel, PlansForRanksOffloadUnderATightBudgetAndMatch) {
     o.strategy = s;
     o.element_bytes = 8;
     o.ranks = 2;
-    // Every checkpoint the planner accepts (the last may lie past the last tiled layer).
-    std::vector<NodeId> ckpts = checkpoint_candidates(g);
-    while (!ckpts.empty()) {
-      o.overrides.checkpoints = ckpts;
-      try {
-        (void)make_plan(g, in, 0, o);
-        break;
-      } catch (const tessel::Error&) {
-        ckpts.pop_back();
-      }
-    }
-    Plan plan;
-    for (int64_t b = int64_t{64} << 20; b > (int64_t{1} << 16); b = b * 7 / 8) {
-      try {
-        plan = make_plan(g, in, b, o);
-      } catch (const tessel::Error&) {
-        break;
-      }
-      if (plan.offloads()) break;
-    }
+    o.overrides.checkpoints = test::every_checkpoint(g, in, o);
+    const Plan plan = test::first_offloading_plan(g, in, o);
     ASSERT_TRUE(plan.offloads()) << to_string(s) << "\n" << to_string(plan, g);
     ASSERT_EQ(split_refusal(g, plan), "") << to_string(plan, g);
     const std::vector<Comparison> split = compare_split_with_plain(
