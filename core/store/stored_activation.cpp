@@ -42,6 +42,17 @@ StoredActivation::StoredActivation(TileStore& store, const Shape& shape, const P
   }
 }
 
+namespace {
+
+// A uniform block's value: `tile`'s (region `r`) at the first position of `part` (its part of
+// the block), as 1×C×1×1.
+at::Tensor first_value(const at::Tensor& tile, const Region& r, const Region& part) {
+  const int64_t y = part.y.begin - r.y.begin, x = part.x.begin - r.x.begin;
+  return tile.slice(2, y, y + 1).slice(3, x, x + 1).clone();
+}
+
+}  // namespace
+
 StoredActivation::~StoredActivation() {
   for (const Block& b : block_) {
     if (b.id >= 0) store_.erase(b.id);
@@ -65,10 +76,7 @@ void StoredActivation::write(const Region& r, const at::Tensor& tile) {
     Block& b = block_[i];
     const Region part = intersect(r, b.region);
     if (uniform(i)) {
-      if (!b.value.defined()) {
-        const int64_t y = part.y.begin - r.y.begin, x = part.x.begin - r.x.begin;
-        b.value = tile.slice(2, y, y + 1).slice(3, x, x + 1).clone();
-      }
+      if (!b.value.defined()) b.value = first_value(tile, r, part);
       b.filled += part.area();
       b.stored = b.filled == b.region.area();
       continue;
@@ -93,10 +101,7 @@ void StoredActivation::receive(const Region& r, const at::Tensor& tile) {
     const Region part = intersect(r, b.region);
     b.filled += part.area();
     if (uniform(i)) {
-      if (!b.value.defined()) {
-        const int64_t y = part.y.begin - r.y.begin, x = part.x.begin - r.x.begin;
-        b.value = tile.slice(2, y, y + 1).slice(3, x, x + 1).clone();
-      }
+      if (!b.value.defined()) b.value = first_value(tile, r, part);
       continue;
     }
     if (!b.open.defined()) {

@@ -713,6 +713,7 @@ TEST(SlideParallel, PlansForRanksOffloadUnderATightBudgetAndMatch) {
     o.overrides.checkpoints = test::every_checkpoint(g, in, o);
     const Plan plan = test::first_offloading_plan(g, in, o);
     ASSERT_TRUE(plan.offloads()) << to_string(s) << "\n" << to_string(plan, g);
+    ASSERT_TRUE(tiles(plan)) << "the check must tile\n" << to_string(plan, g);
     ASSERT_EQ(split_refusal(g, plan), "") << to_string(plan, g);
     const std::vector<Comparison> split = compare_split_with_plain(
         pointers(graphs), plan, random_image(2, in.height, in.width, 6), 6, so);
