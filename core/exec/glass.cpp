@@ -371,6 +371,42 @@ at::Tensor GlassRun::chain_root(const std::vector<at::Tensor>& v,
   return root;
 }
 
+namespace {
+
+// `t` (1×`channels`×1×1; undefined where this rank has none) summed over `ranks` in float64,
+// with a flag: undefined where no rank had one.
+at::Tensor sum_defined(const at::Tensor& t, int64_t channels, Ranks& ranks,
+                       const at::TensorOptions& options) {
+  at::Tensor buffer = at::zeros({channels + 1}, options.dtype(at::kDouble));
+  if (t.defined()) {
+    buffer.narrow(0, 0, channels).copy_(t.detach().reshape({channels}));
+    buffer.narrow(0, channels, 1).fill_(1);
+  }
+  ranks.allreduce_sum({buffer});
+  if (buffer.narrow(0, channels, 1).item<double>() == 0) return {};
+  return buffer.narrow(0, 0, channels).view({1, channels, 1, 1});
+}
+
+}  // namespace
+
+void GlassRun::share_whole_value(bool ran) {
+  Ranks* ranks = step_.ranks();
+  if (ranks == nullptr || !fills()) return;
+  at::Tensor& u = step_.uniform(s_.output);
+  const at::Tensor sum = sum_defined(ran ? u : at::Tensor(), step_.shape(s_.output).channels,
+                                     *ranks, step_.tensor_options());
+  if (!ran) u = sum.defined() ? sum.to(step_.tensor_options().dtype()) : at::Tensor();
+}
+
+void GlassRun::gather_whole_seed(bool ran) {
+  Ranks* ranks = step_.ranks();
+  if (ranks == nullptr || !fills()) return;
+  at::Tensor& g = step_.glass_grad(s_.output);
+  const at::Tensor sum =
+      sum_defined(g, step_.shape(s_.output).channels, *ranks, step_.tensor_options());
+  g = ran ? sum : at::Tensor();
+}
+
 // The positions of barrier `b`'s input this rank's backward glass tiles' shares hold (split over
 // ranks, each rank's corrections go into its part of the gradients, summed over the ranks).
 int64_t GlassRun::glass_share(NodeId b) const {

@@ -82,6 +82,13 @@ class GlassRun {
   // holding its node's uniform value and requiring a gradient) to `target`, by node.
   std::vector<at::Tensor> sub_chain(const std::vector<NodeId>& leaves, NodeId target) const;
 
+  // Split over ranks, a one-tile segment with barriers (WholeBarriers) runs on one rank (`ran`):
+  // after its forward every rank takes the output's uniform value from that rank's tile; before
+  // its backward that rank takes every rank's part of the glass gradient the next segment handed
+  // back (the others keep none, so the parts are counted once). Collectives: every rank calls.
+  void share_whole_value(bool ran);
+  void gather_whole_seed(bool ran);
+
   // After the backward's tiles: the chain's backward (the glass tiles' and fills' shares of the
   // parameters' gradients; the sum of the input's gradient to the previous segment).
   void after_backward();

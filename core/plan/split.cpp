@@ -334,10 +334,6 @@ std::string split_refusal(const Graph& graph, const Plan& plan) {
 std::string glass_split_refusal(const Graph& graph, const Plan& plan, bool training) {
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const Segment& s = plan.segments[i];
-    if (whole_statistics(graph, s, training)) {
-      return segment_words(graph, plan, i) +
-             " takes barrier statistics in its one tile, on one rank, with the glass in them";
-    }
     const std::string dense = glass_dense(graph, s, training);
     if (!dense.empty()) return segment_words(graph, plan, i) + ": " + dense;
   }

@@ -87,14 +87,14 @@ SplitBytes split_bytes(const Graph& graph, const Plan& plan, int ranks, bool tra
 std::string split_refusal(const Graph& graph, const Plan& plan);
 
 // Why a split step of `plan` computes its glass as tissue (docs/glass.md), in words ("" where
-// each rank skips its own glass tiles and fills its tiles' glass): a one-tile segment that takes
-// a barrier's statistics in this step (`training`; whole_statistics: the uniform values past
-// its barriers come from its one tile, on one rank), or one whose glass is computed as tissue
-// anyway (glass_dense), whose uniform value one rank's tile alone would hold. Every other glass
-// sum is linear in the tiles that add to it: a rank's part of a barrier's statistic or sums (its
-// glass tiles' count × the uniform value, its fills) is merged over the ranks with its tiles'
-// before the uniform values past the barrier are computed, the same on every rank, and its part
-// of the parameters' gradients is summed with the rest.
+// each rank skips its own glass tiles and fills its tiles' glass): a segment whose glass is
+// computed as tissue anyway (glass_dense), whose uniform value one rank's tile alone would hold.
+// Every glass sum is linear in the tiles that add to it: a rank's part of a barrier's statistic
+// or sums (its glass tiles' count × the uniform value, its fills) is merged over the ranks with
+// its tiles' before the uniform values past the barrier are computed, the same on every rank,
+// and its part of the parameters' gradients is summed with the rest. A one-tile segment with
+// barriers runs on one rank, which gives the others its output's uniform value and takes their
+// parts of the glass gradient handed back to it (GlassRun::share_whole_value, gather_whole_seed).
 std::string glass_split_refusal(const Graph& graph, const Plan& plan, bool training);
 
 // A link's price where none is given: Gloo's broadcast between two processes on this 2-core

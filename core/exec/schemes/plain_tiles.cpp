@@ -18,13 +18,15 @@ void TilesRun::before_forward() {
 }
 
 // Split over ranks, one rank ran a whole-barrier segment's tile: every rank takes its running
-// statistics.
+// statistics, and its output's uniform value where the tile filled glass.
 void TilesRun::after_forward() {
   step_.set_update_running(false);
-  if (step_.ranks() != nullptr && step_.training() && s_.is<WholeBarriers>()) {
-    share_running_statistics(step_.graph(), s_.input, s_.output,
-                             step_.runs(index_, Pass::kForward, 0), *step_.ranks());
+  if (step_.ranks() == nullptr || !s_.is<WholeBarriers>()) return;
+  const bool ran = step_.runs(index_, Pass::kForward, 0);
+  if (step_.training()) {
+    share_running_statistics(step_.graph(), s_.input, s_.output, ran, *step_.ranks());
   }
+  glass_.share_whole_value(ran);
 }
 
 // A segment the plan keeps runs every tile with autograd and keeps its graph for the backward
@@ -74,6 +76,9 @@ void TilesRun::schedule_backward(StoredActivation* stored_in, StoredActivation* 
 }
 
 at::Tensor TilesRun::backward(const at::Tensor& grad_out) {
+  if (step_.ranks() != nullptr && s_.is<WholeBarriers>()) {
+    glass_.gather_whole_seed(step_.runs(index_, Pass::kBackward, 0));
+  }
   StoredActivation* stored_in = step_.stored(s_.input).get();
   StoredActivation* stored_grad_out = step_.stored_grad(s_.output).get();
   StoredActivation* stored_grad_in = stored_input_grad_by_tiles();
