@@ -525,8 +525,8 @@ TEST(SlideParallel, WholeBarriersGlassSharedOverRanksMatches) {
     const at::Tensor image = paint_background(random_image(2, in.height, in.width, 11), b);
     const std::vector<Comparison> each =
         compare_split_with_plain(pointers(graphs), plan, image, 11, {}, &b);
-    EXPECT_LT(worst_of(each).error, kTolerance)
-        << ranks << " ranks\n" << to_string(plan, g) << worst_of(each).text;
+    EXPECT_LT(worst_of(each).error, kTolerance) << ranks << " ranks\n"
+                                                << to_string(plan, g) << worst_of(each).text;
     int filling = 0;
     int64_t skipped = 0;
     for (const Comparison& c : each) {
