@@ -293,7 +293,7 @@ at::Tensor GlassRun::output_grad_sum(const Region& tile, const at::Tensor& grad_
   at::Tensor g;
   if (s_.reduction < 0) {
     g = stored_grad_out != nullptr ? stored_grad_out->read(tile)
-                                   : crop({grad_out, whole(step_.shape(s_.output))}, tile);
+                                   : crop({grad_out, step_.held(s_.output)}, tile);
   } else {
     // The head's gradient at the tile: its streaming reduction's surrogate, on the tile's value.
     const at::AutoGradMode grad_mode(true);

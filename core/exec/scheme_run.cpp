@@ -51,7 +51,7 @@ void SchemeRun::add_input_grad(StoredActivation* stored, at::Tensor& grad_in, co
   if (stored != nullptr) {
     stored->accumulate(r, g);
   } else {
-    step_.add_into(grad_in, step_.shape(s_.input), r, g);
+    step_.add_into(grad_in, s_.input, r, g);
   }
 }
 
@@ -65,8 +65,7 @@ at::Tensor SchemeRun::input_grad_result(StoredActivation* stored, at::Tensor gra
     stored->finish_additions();
     return {};
   }
-  if (step_.wants_input_grad(s_) && !grad_in.defined())
-    grad_in = step_.zeros(step_.shape(s_.input));
+  if (step_.wants_input_grad(s_) && !grad_in.defined()) grad_in = step_.held_zeros(s_.input);
   return grad_in;
 }
 

@@ -117,7 +117,10 @@ Step::Output::Output(Step& step, int index)
         std::make_unique<SparseCheckpoint>(shape_, s_.forward, step.glass(index).forward, options);
     sparse_ = sparse.get();
   } else if (s_.reduction < 0 && !output_is_tile_) {
-    const std::vector<int64_t> size{1, shape_.channels, shape_.height, shape_.width};
+    // Split over ranks: over the region this rank writes and reads (Step::held), zeros where
+    // no tile of it writes.
+    const Region& held = step.held(s_.output);
+    const std::vector<int64_t> size{1, shape_.channels, held.y.size(), held.x.size()};
     out_ = step.split() ? at::zeros(size, options) : at::empty(size, options);
   } else if (is_attention_) {
     step.attention_ = std::make_unique<AttentionStream>(reduction, options);
@@ -139,7 +142,7 @@ void Step::Output::add(const Region& tile, const at::Tensor& y) {
   } else if (s_.reduction < 0 && output_is_tile_) {
     out_ = y;
   } else if (s_.reduction < 0) {
-    copy_tile(crop({out_, whole(shape_)}, tile), y);
+    copy_tile(crop({out_, step_.held(s_.output)}, tile), y);
   } else if (is_attention_) {
     step_.attention_->add(y);
   } else if (!is_max_) {
@@ -195,7 +198,7 @@ void Step::Output::finish() {
   // Split over ranks: each rank's tiles exchanged, a global average's sums summed, the attention
   // pool's running maxima and sums or the maxima merged.
   if (out_.defined() && s_.reduction < 0) {
-    step_.exchange_over_ranks(out_, step_.gives_checkpoint(index_), false);
+    step_.exchange_over_ranks({out_, step_.held(s_.output)}, step_.gives_checkpoint(index_), false);
   } else if (out_.defined()) {
     step_.sum_over_ranks({out_});
   } else if (is_attention_ && step_.split()) {
@@ -229,6 +232,7 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
       formats_(
           options.tile_formats.value_or(tile_formats(tensor_options_.device(), options.precision))),
       checkpoints_(graph.size()),
+      held_(graph.size()),
       stored_(graph.size()),
       stored_grads_(graph.size()),
       sparse_(graph.size()),
@@ -254,6 +258,7 @@ Step::Step(Graph& graph, const Plan& plan, TileSource& source, const StepOptions
     store_ = std::make_unique<TileStore>(o);
   }
   check_split();
+  hold();
   find_glass();
   for (int i = 0; i < segments(); ++i) runs_.push_back(make_scheme_run(*this, i));
 }
@@ -310,12 +315,12 @@ void Step::exchange_pieces(int64_t channels, const at::TensorOptions& options, c
   }
 }
 
-void Step::exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool add) const {
-  const TileTensor all{whole, {{0, whole.size(2)}, {0, whole.size(3)}}};
+void Step::exchange_over_ranks(const TileTensor& held, const Gives& gives, bool add) const {
   exchange_pieces(
-      whole.size(1), whole.options(), gives, [&](const Region& r) { return crop(all, r); },
+      held.tensor.size(1), held.tensor.options(), gives,
+      [&](const Region& r) { return crop(held, r); },
       [&](const Region& r, const at::Tensor& piece) {
-        const at::Tensor to = crop(all, r);
+        const at::Tensor to = crop(held, r);
         if (add) {
           to.add_(piece);
         } else {
@@ -405,6 +410,19 @@ Region Step::backward_reads(int index, NodeId v) const {
   if (!split()) return whole(shape(v));
   return rank_reads(graph_, plan_, index, v, {options_.ranks->rank(), options_.ranks->size()},
                     Passes::kBackward);
+}
+
+// Each node's resident tensors cover it whole but, split over ranks, a resident checkpoint
+// between segments: the region this rank's tiles write and read of it (held_checkpoint).
+void Step::hold() {
+  for (NodeId v = 0; v < static_cast<NodeId>(plan_.shapes.size()); ++v) held_[v] = whole(shape(v));
+  if (!split()) return;
+  for (int i = 0; i < segments(); ++i) {
+    const Segment& s = segment(i);
+    if (s.reduction >= 0 || s.tier != Tier::kResident) continue;
+    held_[s.output] =
+        held_checkpoint(graph_, plan_, i, {options_.ranks->rank(), options_.ranks->size()});
+  }
 }
 
 // What a step split over ranks does not split yet (docs/slide-parallel.md): each of these keeps
@@ -526,7 +544,8 @@ at::Tensor Step::backward(at::Tensor grad) {
     // Split over ranks: each rank's tiles' part of the input's gradient, summed where the
     // previous segment's tiles read it (the image's whole).
     if (grad.defined() && i > 0) {
-      exchange_over_ranks(grad, gives_gradient(i, segment(i).input), true);
+      exchange_over_ranks({grad, held(segment(i).input)}, gives_gradient(i, segment(i).input),
+                          true);
     } else if (i > 0 && stored_grads_[segment(i).input]) {
       exchange_stored_gradient(*stored_grads_[segment(i).input], shape(segment(i).input).channels,
                                gives_gradient(i, segment(i).input));
@@ -600,7 +619,7 @@ TileTensor Step::read_input_exactly(const Segment& s, const Region& r) {
   if (const auto& sparse = sparse_[s.input]) {
     return {sparse->read(r, read_format(at::GradMode::is_enabled())), r};
   }
-  return {crop({checkpoints_[s.input], whole(shape(s.input))}, r), r};
+  return {crop({checkpoints_[s.input], held(s.input)}, r), r};
 }
 
 // Fault::kHalo: the first window read in halo_fault_segment's segment that ends inside the
@@ -918,7 +937,7 @@ at::Tensor Step::output_root(const Segment& s, const Region& tile, at::Tensor& y
     const at::Tensor passed = passed_glass_root(s, tile, y);
     surrogate = y;
     seed = stored_grad_out != nullptr ? stored_grad_out->read(tile)
-                                      : crop({grad_out, whole(out_shape)}, tile);
+                                      : crop({grad_out, held(s.output)}, tile);
     if (passed.defined()) {  // then y requires a gradient (passed_glass_root)
       y.reset();
       return seeded(surrogate, seed.to(surrogate.scalar_type())) + passed;
@@ -965,20 +984,24 @@ at::Tensor Step::zeros(const Shape& s) const {
   return at::zeros({1, s.channels, s.height, s.width}, tensor_options_);
 }
 
+at::Tensor Step::held_zeros(NodeId v) const {
+  const Region& r = held(v);
+  return at::zeros({1, shape(v).channels, r.y.size(), r.x.size()}, tensor_options_);
+}
+
 // Allocated at the first addition; a first addition that covers it all is taken as it is (a
 // one-tile segment's gradients move rather than being added to zeros: bench/NOTES.md
 // session 20).
-void Step::add_into(at::Tensor& whole_grad, const Shape& shape, const Region& r,
-                    const at::Tensor& g) const {
-  if (!whole_grad.defined()) {
-    if (r == whole(shape) && g.is_non_overlapping_and_dense() &&
+void Step::add_into(at::Tensor& grad, NodeId v, const Region& r, const at::Tensor& g) const {
+  if (!grad.defined()) {
+    if (r == held(v) && g.is_non_overlapping_and_dense() &&
         g.scalar_type() == tensor_options_.dtype().toScalarType()) {
-      whole_grad = g;
+      grad = g;
       return;
     }
-    whole_grad = zeros(shape);
+    grad = held_zeros(v);
   }
-  crop({whole_grad, whole(shape)}, r).add_(g);
+  crop({grad, held(v)}, r).add_(g);
 }
 
 void Step::emit(int segment, const Partition& part, int64_t index, TileEvent::Pass pass,

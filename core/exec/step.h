@@ -224,11 +224,16 @@ class Step {
   Ranks* ranks() const { return split() ? options_.ranks : nullptr; }
   bool runs(int index, Pass pass, int64_t t) const;
   void sum_over_ranks(const std::vector<at::Tensor>& tensors) const;
-  // Split over ranks: exchange `gives` (core/plan/split.h) on `whole` (a 1×C×H×W activation):
-  // this rank's pieces to the others, theirs for this rank copied (a gather) or added (`add`: a
-  // sum of gradients) into `whole`. Outside what this rank computed and received, `whole` is
-  // not the step's (no tile of this rank reads there).
-  void exchange_over_ranks(const at::Tensor& whole, const Gives& gives, bool add) const;
+  // Split over ranks: exchange `gives` (core/plan/split.h) on `held` (a 1×C×h×w tensor over a
+  // region of an activation holding every piece this rank gives or takes): this rank's pieces
+  // to the others, theirs for this rank copied (a gather) or added (`add`: a sum of gradients)
+  // into it. Outside what this rank computed and received, it is not the step's (no tile of
+  // this rank reads there).
+  void exchange_over_ranks(const TileTensor& held, const Gives& gives, bool add) const;
+  // The region of `v` this rank's resident tensors of it (a checkpoint and its gradient) cover:
+  // under a split, a resident checkpoint's held_checkpoint (core/plan/split.h: what this rank's
+  // tiles write and read of it); the whole activation otherwise.
+  const Region& held(NodeId v) const { return held_[v]; }
   // The same over an offloaded checkpoint (`channels` of them): this rank's pieces read from
   // its blocks, the others' received into blocks that hold only them (StoredActivation::receive),
   // all sealed into the store after; and over an offloaded gradient, its blocks stored
@@ -275,10 +280,11 @@ class Step {
   at::Tensor add_corrections(const Segment& s, const Region& tile, at::Tensor root,
                              const std::map<NodeId, TileTensor>& acts,
                              const std::vector<NodeId>& barriers) const;
-  // Adds `g`, region `r` of an activation shaped `shape`, into its whole gradient.
-  void add_into(at::Tensor& whole_grad, const Shape& shape, const Region& r,
-                const at::Tensor& g) const;
+  // Adds `g`, region `r` of node `v`'s activation, into its gradient (over held(v)).
+  void add_into(at::Tensor& grad, NodeId v, const Region& r, const at::Tensor& g) const;
   at::Tensor zeros(const Shape& s) const;
+  // Zeros over held(v): a gradient of `v` no tile of this rank added to.
+  at::Tensor held_zeros(NodeId v) const;
 
   // A tile's start or end, to the observer (and the memory meter's reading at its end).
   void emit(int segment, const Partition& part, int64_t index, TileEvent::Pass pass, bool done);
@@ -311,6 +317,7 @@ class Step {
   class Output;
   void find_glass();
   void check_split() const;
+  void hold();
   void take_uniform(const Segment& s, const Region& tile, const at::Tensor& y);
   at::Tensor passed_glass_root(const Segment& s, const Region& tile, const at::Tensor& y) const;
   void forward_segment(int index);
@@ -358,7 +365,8 @@ class Step {
   at::TensorOptions tensor_options_;  // the dtype and device the step computes in
   TileFormats formats_;               // the tiles' memory formats in each pass
   std::unique_ptr<TileStore> store_;  // when the plan offloads; outlives what it stores
-  NodeVec<at::Tensor> checkpoints_;   // whole activations
+  NodeVec<at::Tensor> checkpoints_;   // resident activations, each over held_
+  NodeVec<Region> held_;
   NodeVec<std::unique_ptr<StoredActivation>> stored_, stored_grads_;  // offloaded ones
   NodeVec<std::unique_ptr<SparseCheckpoint>> sparse_;  // resident ones with glass (glass.h)
   // Barriers' statistics and gradient sums over this step (core/exec/barrier.h).

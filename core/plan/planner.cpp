@@ -233,6 +233,8 @@ Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int
   plan.prices = c.prices;
   plan.decisions = std::move(decisions);
   stamp_request(a, input, budget, plain_flops, plan);
+  // Split over ranks, each rank holds its part of each resident checkpoint (Step::held).
+  hold_split(a.graph, plan, a.options.ranks);
   for (const Segment& segment : plan.segments) check_scheme(a.graph, segment);
   return plan;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "core/error.h"
@@ -206,6 +207,44 @@ Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, Ran
       reads = hull(reads, barrier_share(tiles, shape_of(plan, s.output), shape_of(plan, v)));
   }
   return reads;
+}
+
+Region held_checkpoint(const Graph& graph, const Plan& plan, int index, RankOf who) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
+  if (static_cast<size_t>(index) + 1 == plan.segments.size()) {
+    return whole_of(shape_of(plan, s.output));
+  }
+  const Region own = hull(tiles_hull(s, Pass::kForward, index, who.rank, who.ranks),
+                          tiles_hull(s, Pass::kBackward, index, who.rank, who.ranks));
+  return hull(own, rank_reads(graph, plan, index + 1, s.output, who, Passes::kBoth));
+}
+
+void hold_split(const Graph& graph, Plan& plan, int ranks) {
+  const size_t n = plan.segments.size();
+  if (ranks < 2 || plan.passes.size() != 2 * n) return;
+  std::vector<int64_t> least(plan.passes.size(), std::numeric_limits<int64_t>::max());
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<int64_t> unheld(n, 0);  // bytes of each checkpoint rank r does not hold
+    for (size_t j = 0; j < n; ++j) {
+      const Segment& s = plan.segments[j];
+      if (s.reduction >= 0 || s.tier != Tier::kResident) continue;
+      const Region held = held_checkpoint(graph, plan, static_cast<int>(j), {r, ranks});
+      unheld[j] = (whole_of(shape_of(plan, s.output)).area() - held.area()) *
+                  shape_of(plan, s.output).channels * plan.element_bytes;
+    }
+    int64_t before = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t input = i > 0 ? unheld[i - 1] : 0;
+      least[2 * i] = std::min(least[2 * i], before + unheld[i]);
+      least[2 * i + 1] = std::min(least[2 * i + 1], before + 2 * unheld[i] + input);
+      before += unheld[i];
+    }
+  }
+  for (size_t p = 0; p < plan.passes.size(); ++p) plan.passes[p].checkpoints -= least[p];
+  plan.predicted = plan.passes.front();
+  for (const MemoryBreakdown& m : plan.passes) {
+    if (m.total() > plan.predicted.total()) plan.predicted = m;
+  }
 }
 
 Gives checkpoint_gives(const Graph& graph, const Plan& plan, int index, int ranks) {

@@ -60,6 +60,21 @@ enum class Passes { kForward, kBackward, kBoth };
 Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, RankOf who,
                   Passes passes);
 
+// What `who` holds resident of segment `index`'s output checkpoint and of its gradient in a split
+// step (a tensor over this region, not the whole activation): the hull of its own forward and
+// backward tiles of the segment (what it writes, and whose gradient its backward reads) and of
+// what its tiles of the next segment read of it (rank_reads, both passes: the value, and the
+// gradient they add to). Whole where the head reads it (the last segment); empty where the rank
+// neither computes nor reads any of it.
+Region held_checkpoint(const Graph& graph, const Plan& plan, int index, RankOf who);
+
+// The plan's passes (Plan::passes, and its peak) as the busiest of `ranks` ranks holds them in
+// each: every resident checkpoint between segments, and its gradient, over held_checkpoint's
+// region rather than whole (the planner's passes count them whole: a forward holds the earlier
+// checkpoints and its output, a backward those before it, its output with its gradient, and its
+// input's gradient).
+void hold_split(const Graph& graph, Plan& plan, int ranks);
+
 // What the busiest of `ranks` ranks gives to the exchanges between them in one training step
 // (the executor's StepResult::summed_bytes), by what it exchanges.
 struct SplitBytes {

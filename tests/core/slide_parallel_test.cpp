@@ -820,6 +820,55 @@ TEST(SlideParallel, PlansForRanksSplitEvenlyAndSumWhatTheyPredict) {
   EXPECT_GE(rounds, 1) << "no plan for ranks ran barriers in rounds";
 }
 
+// Each rank holds of every resident checkpoint between segments (and of its gradient) only the
+// region its tiles write and read (held_checkpoint), not the whole activation: its own tiles
+// and what its tiles of the next segment read, a band of rows and its halo; the ranks' regions
+// together cover it; the plan's passes count each rank's part (hold_split), so a plan for ranks
+// predicts a lower peak than the same tiles on one; and the step over those regions is exact.
+TEST(SlideParallel, EachRankHoldsItsPartOfEachCheckpoint) {
+  for (const int ranks : {2, 3}) {
+    auto graphs = conv_replicas(ranks);
+    const Graph& g = *graphs.front();
+    const Shape in{2, 67, 45};
+    PlanOptions o = fixed_tiles(Strategy::kRows, 6, 1);
+    o.overrides.checkpoints = checkpoint_candidates(g);
+    ASSERT_GE(o.overrides.checkpoints->size(), 2u);
+    const Plan alone = make_plan(g, in, 0, o);
+    o.ranks = ranks;
+    const Plan plan = make_plan(g, in, 0, o);
+    ASSERT_TRUE(tiles(plan)) << to_string(plan, g);
+    ASSERT_GE(plan.segments.size(), 3u) << to_string(plan, g);
+    for (size_t i = 0; i + 1 < plan.segments.size(); ++i) {
+      const Segment& s = plan.segments[i];
+      const Shape& out = plan.shapes[static_cast<size_t>(s.output)];
+      const Region whole{{0, out.height}, {0, out.width}};
+      Region all;
+      for (int r = 0; r < ranks; ++r) {
+        const int index = static_cast<int>(i);
+        const Region held = held_checkpoint(g, plan, index, {r, ranks});
+        EXPECT_LT(held.area(), whole.area()) << "segment " << i << ", rank " << r;
+        const Region reads = rank_reads(g, plan, index + 1, s.output, {r, ranks}, Passes::kBoth);
+        EXPECT_EQ(hull(held, reads), held) << "segment " << i << ", rank " << r;
+        const TileRange mine = rank_range(s, Pass::kForward, index, r, ranks);
+        for (int64_t t = mine.begin; t < mine.end; ++t) {
+          EXPECT_EQ(hull(held, s.forward.tile(t)), held) << "segment " << i << ", tile " << t;
+        }
+        all = hull(all, held);
+      }
+      EXPECT_EQ(all, whole) << "segment " << i;
+    }
+    ASSERT_EQ(alone.passes.size(), plan.passes.size());
+    for (size_t p = 0; p < plan.passes.size(); ++p) {
+      if (alone.passes[p].checkpoints == 0) continue;
+      EXPECT_LT(plan.passes[p].checkpoints, alone.passes[p].checkpoints) << "pass " << p;
+    }
+    EXPECT_LT(plan.predicted.total(), alone.predicted.total());
+    const at::Tensor image = random_image(2, in.height, in.width, 21);
+    const Worst w = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 21));
+    EXPECT_LT(w.error, kTolerance) << ranks << " ranks\n" << to_string(plan, g) << w.text;
+  }
+}
+
 // The step's time on P ranks at the plan's prices: on one rank the plan's own price (a resident
 // plan moves and copies nothing); on P ranks each pass at the most tiles one rank runs of it, so
 // exactly the P-th part where every pass's tiles divide among the ranks, and more where one does

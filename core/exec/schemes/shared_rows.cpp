@@ -264,7 +264,7 @@ at::Tensor SharedRowsRun::kept_graphs_backward(const at::Tensor& grad_out) {
     const Region in_region = needs(s_.backward.tile(t))[static_cast<size_t>(s_.input)];
     if (step_.wants_input_grad(s_) && k.input.defined() && k.input.grad().defined() &&
         !in_region.empty()) {
-      step_.add_into(grad_in, step_.shape(s_.input), in_region, k.input.grad());
+      step_.add_into(grad_in, s_.input, in_region, k.input.grad());
     }
     k = {};
     ++step_.backward_tiles;

@@ -312,7 +312,7 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
     }
   }
   if (in != nullptr && !in->stored_value) {
-    step_.exchange_over_ranks(in->value, step_.gives_inner(index_, v), false);
+    step_.exchange_over_ranks({in->value, step_.held(v)}, step_.gives_inner(index_, v), false);
   }
   add_uniform_statistics(v, uniform);
   finish_statistics(v);
@@ -375,7 +375,7 @@ void SubSegmentsRun::add_grad(NodeId l, const Region& r, const at::Tensor& g) {
   if (in.stored_grad) {
     in.stored_grad->accumulate(r, g);
   } else {
-    step_.add_into(in.grad, step_.shape(l), r, g);
+    step_.add_into(in.grad, l, r, g);
   }
 }
 
@@ -575,7 +575,7 @@ void SubSegmentsRun::correct_inner(NodeId v) {
   if (!in.grad.defined()) in.grad = step_.zeros(step_.shape(v));
   // Split over ranks: each rank's tiles added their part, summed where the others' tiles read
   // it; the corrections go on the sum, once, where this rank's backward tiles read it.
-  step_.exchange_over_ranks(in.grad, step_.gives_gradient(index_, v), true);
+  step_.exchange_over_ranks({in.grad, step_.held(v)}, step_.gives_gradient(index_, v), true);
   const Region reads = step_.backward_reads(index_, v);
   const at::Tensor grad = crop({in.grad, whole(step_.shape(v))}, reads);
   const at::Tensor value = crop({in.value, whole(step_.shape(v))}, reads);
