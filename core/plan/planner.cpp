@@ -103,7 +103,8 @@ Plan plain_plan(const Analysis& a, const Shape& input, int64_t budget, int64_t p
 // less the headroom: allocator effects the model does not capture).
 Analysis analyse(const Graph& graph, const Shape& input, int64_t budget,
                  const PlanOptions& options) {
-  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}, {}, {}};
+  Analysis a{graph, graph.shapes(input), options, options.element_bytes, {}, {}, {}, {}, {}, {},
+             false};
   // At least one byte: a budget of a few bytes is a budget nothing fits, not "no budget" (0).
   a.target = budget > 0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(budget) *
                                                                     (1.0 - options.headroom)))
@@ -234,7 +235,13 @@ Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int
   plan.decisions = std::move(decisions);
   stamp_request(a, input, budget, plain_flops, plan);
   // Split over ranks, each rank holds its part of each resident checkpoint (Step::held).
-  hold_split(a.graph, plan, a.options.ranks);
+  std::vector<int64_t> counted;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const bool last = i + 1 == plan.segments.size();
+    counted.push_back(a.held_bytes(plan.segments[i].output,
+                                   last ? NodeId{-1} : plan.segments[i + 1].output));
+  }
+  hold_split(a.graph, plan, a.options.ranks, counted);
   for (const Segment& segment : plan.segments) check_scheme(a.graph, segment);
   return plan;
 }
@@ -299,20 +306,11 @@ void size_write_behind(Plan& plan, int64_t target) {
   }
 }
 
-Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
-  if (budget < 0) throw Error("the memory budget must be positive");
-  if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
-  check_ranks(options);
-  if (options.ranks > 1 && !options.overrides.inner_tier) {
-    // Over ranks the checkpoints between segments may be offloaded, the inner ones stay
-    // resident (a split cannot offload those yet: split_refusal).
-    PlanOptions resident_inner = options;
-    resident_inner.overrides.inner_tier = Tier::kResident;
-    return make_plan(graph, input, budget, resident_inner);
-  }
-  Analysis a = analyse(graph, input, budget, options);
-  const int64_t plain_flops = plain_flops_of(a);
-  if (options.strategy == Strategy::kNone) return plain_plan(a, input, budget, plain_flops);
+namespace {
+
+Plan search_plan(Analysis& a, const Shape& input, int64_t budget, int64_t plain_flops) {
+  const Graph& graph = a.graph;
+  const PlanOptions& options = a.options;
   std::vector<NodeId> candidates;
   for (NodeId v : checkpoint_candidates(graph)) {
     if (v < a.last) candidates.push_back(v);
@@ -327,7 +325,11 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
                                                   (1.0 - options.headroom))) +
                 ", dominated by " + smallest.dominant);
   }
-  Plan plan = finish(a, std::move(c), input, budget, plain_flops);
+  return finish(a, std::move(c), input, budget, plain_flops);
+}
+
+Plan with_glass(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options,
+                Plan plan) {
   if (options.ranks > 1 && options.background &&
       !glass_split_refusal(graph, plan, /*training=*/true).empty()) {
     // A split step skips glass only where glass_split_refusal finds nothing (a segment's
@@ -338,5 +340,37 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
   }
   return plan;
 }
+
+}  // namespace
+
+Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const PlanOptions& options) {
+  if (budget < 0) throw Error("the memory budget must be positive");
+  if (options.headroom < 0 || options.headroom >= 1) throw Error("headroom must be in [0, 1)");
+  check_ranks(options);
+  if (options.ranks > 1 && !options.overrides.inner_tier) {
+    // Over ranks the checkpoints between segments may be offloaded, the inner ones stay
+    // resident (a split cannot offload those yet: split_refusal).
+    PlanOptions resident_inner = options;
+    resident_inner.overrides.inner_tier = Tier::kResident;
+    return make_plan(graph, input, budget, resident_inner);
+  }
+  Analysis a = analyse(graph, input, budget, options);
+  const int64_t plain_flops = plain_flops_of(a);
+  if (options.strategy == Strategy::kNone) return plain_plan(a, input, budget, plain_flops);
+  if (options.ranks > 1 && budget > 0) {
+    // Split over ranks, the search counts a rank's part of each checkpoint (held_bytes, an
+    // estimate): where the plan it finds holds more than the budget on some rank (hold_split),
+    // it searches again counting them whole, as one rank would.
+    a.checkpoints_by_rank = true;
+    try {
+      Plan plan = search_plan(a, input, budget, plain_flops);
+      if (plan.predicted.total() <= a.target) return with_glass(graph, input, budget, options, plan);
+    } catch (const Error&) {
+    }
+    a.checkpoints_by_rank = false;
+  }
+  return with_glass(graph, input, budget, options, search_plan(a, input, budget, plain_flops));
+}
+
 
 }  // namespace tessel::core

@@ -48,7 +48,8 @@ SegmentBuild::SegmentBuild(const Analysis& a, const Offloading& off, Strategy st
   // 2PS runs segments without barriers; those with run as OverL rows.
   if (strategy == Strategy::kRowsShared && !has_barrier(a.graph, s)) s.scheme = SharedRows{};
   out = a.shapes[static_cast<size_t>(s.output)];
-  out_bytes = s.reduction >= 0 ? 0 : a.bytes(s.output);
+  // Split over ranks, a rank's part of it (Analysis::held_bytes; the next segment reads it).
+  out_bytes = s.reduction >= 0 ? 0 : a.held_bytes(s.output, last_segment ? -1 : bounds[i + 2]);
   count_store(bounds, so_far.tiers);
   // Barriers' inner checkpoints: held whole in the forward, and in the backward as
   // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
@@ -65,7 +66,9 @@ SegmentBuild::SegmentBuild(const Analysis& a, const Offloading& off, Strategy st
 // Where the segment's checkpoints live, and the bytes its passes hold for them and for the
 // store.
 void SegmentBuild::count_store(const std::vector<NodeId>& bounds, const std::vector<Tier>& tiers) {
-  const int64_t in_grad = (s.input != 0 || a.options.input_gradient) ? a.bytes(s.input) : 0;
+  const int64_t in_grad = s.input != 0                ? a.held_bytes(s.input, s.output)
+                          : a.options.input_gradient ? a.bytes(s.input)
+                                                     : 0;
   // Only the resident tier counts against the budget; on a CPU build the host tier is RAM.
   auto counted = [&](size_t j) { return tier_at(tiers, bounds.size(), j) != Tier::kDisk; };
   s.tier = tier_at(tiers, bounds.size(), i);

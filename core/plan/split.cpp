@@ -219,18 +219,17 @@ Region held_checkpoint(const Graph& graph, const Plan& plan, int index, RankOf w
   return hull(own, rank_reads(graph, plan, index + 1, s.output, who, Passes::kBoth));
 }
 
-void hold_split(const Graph& graph, Plan& plan, int ranks) {
+void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted) {
   const size_t n = plan.segments.size();
-  if (ranks < 2 || plan.passes.size() != 2 * n) return;
+  if (ranks < 2 || plan.passes.size() != 2 * n || counted.size() != n) return;
   std::vector<int64_t> least(plan.passes.size(), std::numeric_limits<int64_t>::max());
   for (int r = 0; r < ranks; ++r) {
-    std::vector<int64_t> unheld(n, 0);  // bytes of each checkpoint rank r does not hold
+    std::vector<int64_t> unheld(n, 0);  // bytes counted of each checkpoint rank r does not hold
     for (size_t j = 0; j < n; ++j) {
       const Segment& s = plan.segments[j];
       if (s.reduction >= 0 || s.tier != Tier::kResident) continue;
       const Region held = held_checkpoint(graph, plan, static_cast<int>(j), {r, ranks});
-      unheld[j] = (whole_of(shape_of(plan, s.output)).area() - held.area()) *
-                  shape_of(plan, s.output).channels * plan.element_bytes;
+      unheld[j] = counted[j] - held.area() * shape_of(plan, s.output).channels * plan.element_bytes;
     }
     int64_t before = 0;
     for (size_t i = 0; i < n; ++i) {

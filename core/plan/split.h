@@ -70,10 +70,10 @@ Region held_checkpoint(const Graph& graph, const Plan& plan, int index, RankOf w
 
 // The plan's passes (Plan::passes, and its peak) as the busiest of `ranks` ranks holds them in
 // each: every resident checkpoint between segments, and its gradient, over held_checkpoint's
-// region rather than whole (the planner's passes count them whole: a forward holds the earlier
-// checkpoints and its output, a backward those before it, its output with its gradient, and its
-// input's gradient).
-void hold_split(const Graph& graph, Plan& plan, int ranks);
+// region rather than the bytes the planner's passes counted for it (`counted`, by segment: a
+// forward holds the earlier checkpoints and its output, a backward those before it, its output
+// with its gradient, and its input's gradient).
+void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted);
 
 // What the busiest of `ranks` ranks gives to the exchanges between them in one training step
 // (the executor's StepResult::summed_bytes), by what it exchanges.

@@ -8,6 +8,19 @@
 
 namespace tessel::core::planning {
 
+int64_t Analysis::held_bytes(NodeId v, NodeId next) const {
+  if (!checkpoints_by_rank || options.ranks < 2 || next < 0) return bytes(v);
+  const Shape& at = shapes[static_cast<size_t>(v)];
+  const Shape& out = shapes[static_cast<size_t>(next)];
+  const int64_t ranks = options.ranks;
+  const int64_t band = (out.height + ranks - 1) / ranks;
+  const int64_t top = (out.height - band) / 2;
+  const Region middle{{top, top + band}, {0, out.width}};
+  const int64_t reads = segment_needs(graph, shapes, v, next, middle)[static_cast<size_t>(v)].y.size();
+  const int64_t rows = std::min(at.height, std::max(reads, (at.height + ranks - 1) / ranks));
+  return at.channels * rows * at.width * eb;
+}
+
 int64_t weight_elements(const Node& n) {
   if (n.kind != OpKind::kConv) return 0;
   const ConvSpec& c = *n.conv;

@@ -40,6 +40,13 @@ struct Analysis {
   int64_t eb;
 
   int64_t bytes(NodeId v) const { return elements(shapes[static_cast<size_t>(v)]) * eb; }
+  // Split over ranks (options.ranks, with checkpoints_by_rank): about what one rank holds of
+  // checkpoint `v`, which the segment (v, `next`] reads, and of its gradient (Step::held): its
+  // band of rows, at least the P-th part, and what the segment's band of a middle rank reads of
+  // it (its halo). The search's estimate; the plan's passes then count each rank's actual part
+  // (hold_split) and make_plan checks them against the budget. Whole without ranks, past the
+  // last segment (`next` < 0: the head reads it whole), or without checkpoints_by_rank.
+  int64_t held_bytes(NodeId v, NodeId next) const;
 
   // Working set of one tile of segment (input, output]. Forward without autograd: each
   // activation lives until its last consumer. Backward: the recompute keeps what autograd saves
@@ -142,6 +149,8 @@ struct Analysis {
   NodeId last = 0, reduction = -1;
   MemoryBreakdown fixed = {};
   int64_t target = 0;
+  // Split over ranks: the search counts a rank's part of each checkpoint (held_bytes).
+  bool checkpoints_by_rank = false;
 };
 
 // The tile that holds most: the middle one (border tiles lose their halo to clipping).
