@@ -238,8 +238,8 @@ Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int
   std::vector<int64_t> counted;
   for (size_t i = 0; i < plan.segments.size(); ++i) {
     const bool last = i + 1 == plan.segments.size();
-    counted.push_back(a.held_bytes(plan.segments[i].output,
-                                   last ? NodeId{-1} : plan.segments[i + 1].output));
+    counted.push_back(
+        a.held_bytes(plan.segments[i].output, last ? NodeId{-1} : plan.segments[i + 1].output));
   }
   hold_split(a.graph, plan, a.options.ranks, counted);
   for (const Segment& segment : plan.segments) check_scheme(a.graph, segment);
@@ -364,13 +364,13 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
     a.checkpoints_by_rank = true;
     try {
       Plan plan = search_plan(a, input, budget, plain_flops);
-      if (plan.predicted.total() <= a.target) return with_glass(graph, input, budget, options, plan);
+      if (plan.predicted.total() <= a.target)
+        return with_glass(graph, input, budget, options, plan);
     } catch (const Error&) {
     }
     a.checkpoints_by_rank = false;
   }
   return with_glass(graph, input, budget, options, search_plan(a, input, budget, plain_flops));
 }
-
 
 }  // namespace tessel::core

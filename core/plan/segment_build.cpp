@@ -66,7 +66,7 @@ SegmentBuild::SegmentBuild(const Analysis& a, const Offloading& off, Strategy st
 // Where the segment's checkpoints live, and the bytes its passes hold for them and for the
 // store.
 void SegmentBuild::count_store(const std::vector<NodeId>& bounds, const std::vector<Tier>& tiers) {
-  const int64_t in_grad = s.input != 0                ? a.held_bytes(s.input, s.output)
+  const int64_t in_grad = s.input != 0               ? a.held_bytes(s.input, s.output)
                           : a.options.input_gradient ? a.bytes(s.input)
                                                      : 0;
   // Only the resident tier counts against the budget; on a CPU build the host tier is RAM.

@@ -16,7 +16,8 @@ int64_t Analysis::held_bytes(NodeId v, NodeId next) const {
   const int64_t band = (out.height + ranks - 1) / ranks;
   const int64_t top = (out.height - band) / 2;
   const Region middle{{top, top + band}, {0, out.width}};
-  const int64_t reads = segment_needs(graph, shapes, v, next, middle)[static_cast<size_t>(v)].y.size();
+  const int64_t reads =
+      segment_needs(graph, shapes, v, next, middle)[static_cast<size_t>(v)].y.size();
   const int64_t rows = std::min(at.height, std::max(reads, (at.height + ranks - 1) / ranks));
   return at.channels * rows * at.width * eb;
 }
