@@ -413,15 +413,19 @@ Region Step::backward_reads(int index, NodeId v) const {
 }
 
 // Each node's resident tensors cover it whole but, split over ranks, a resident checkpoint
-// between segments: the region this rank's tiles write and read of it (held_checkpoint).
+// between segments or inner checkpoint of sub-segments: the region this rank's tiles write and
+// read of it (held_checkpoint, held_inner).
 void Step::hold() {
   for (NodeId v = 0; v < static_cast<NodeId>(plan_.shapes.size()); ++v) held_[v] = whole(shape(v));
   if (!split()) return;
+  const RankOf me{options_.ranks->rank(), options_.ranks->size()};
   for (int i = 0; i < segments(); ++i) {
     const Segment& s = segment(i);
-    if (s.reduction >= 0 || s.tier != Tier::kResident) continue;
-    held_[s.output] =
-        held_checkpoint(graph_, plan_, i, {options_.ranks->rank(), options_.ranks->size()});
+    if (s.reduction < 0 && s.tier == Tier::kResident) {
+      held_[s.output] = held_checkpoint(graph_, plan_, i, me);
+    }
+    if (!s.is<SubSegments>() || s.inner_tier() != Tier::kResident) continue;
+    for (NodeId v : kept_inner(graph_, s)) held_[v] = held_inner(graph_, plan_, i, v, me);
   }
 }
 

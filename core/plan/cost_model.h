@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <variant>
 #include <vector>
@@ -90,6 +91,9 @@ PlanCost dropped_cost(const Analysis& a, const Segment& s, bool offloaded);
 // gradients of those a later sub-segment has added into, each from the first addition until its own
 // sub-segment has run; an inner checkpoint goes once its correction is added, before its
 // sub-segment (which reads only those before it).
+// `bytes`: what each inner checkpoint and its gradient hold (split over ranks, a rank's part).
+int64_t inner_backward_bytes(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                             const std::function<int64_t(NodeId)>& bytes);
 int64_t inner_backward_bytes(const Analysis& a, const Segment& s);
 
 // --- Shared by the schemes (cost_model.cpp) ---

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "core/error.h"
+#include "core/plan/cost_model.h"
 #include "core/plan/geometry.h"
 #include "core/plan/glass.h"
 #include "core/plan/rank_tiles.h"
@@ -219,6 +221,33 @@ Region held_checkpoint(const Graph& graph, const Plan& plan, int index, RankOf w
   return hull(own, rank_reads(graph, plan, index + 1, s.output, who, Passes::kBoth));
 }
 
+Region held_inner(const Graph& graph, const Plan& plan, int index, NodeId v, RankOf who) {
+  return rank_reads(graph, plan, index, v, who, Passes::kBoth);
+}
+
+namespace {
+
+// What rank `who` does not hold of segment `index`'s resident inner checkpoints in its forward
+// and its backward (held_inner against whole), the bytes the plan's passes count less.
+std::pair<int64_t, int64_t> inner_unheld(const Graph& graph, const Plan& plan, int index,
+                                         RankOf who) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
+  if (!s.is<SubSegments>() || s.inner_tier() != Tier::kResident) return {0, 0};
+  std::map<NodeId, int64_t> held;
+  int64_t forward = 0;
+  for (NodeId v : kept_inner(graph, s)) {
+    const int64_t per_position = shape_of(plan, v).channels * plan.element_bytes;
+    held[v] = held_inner(graph, plan, index, v, who).area() * per_position;
+    forward += activation_bytes(plan, v) - held[v];
+  }
+  const auto whole = [&plan](NodeId v) { return activation_bytes(plan, v); };
+  const auto part = [&held](NodeId v) { return held.at(v); };
+  return {forward, planning::inner_backward_bytes(graph, plan.shapes, s, whole) -
+                       planning::inner_backward_bytes(graph, plan.shapes, s, part)};
+}
+
+}  // namespace
+
 void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted) {
   const size_t n = plan.segments.size();
   if (ranks < 2 || plan.passes.size() != 2 * n || counted.size() != n) return;
@@ -234,9 +263,14 @@ void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int
     int64_t before = 0;
     for (size_t i = 0; i < n; ++i) {
       const int64_t input = i > 0 ? unheld[i - 1] : 0;
-      least[2 * i] = std::min(least[2 * i], before + unheld[i]);
-      least[2 * i + 1] = std::min(least[2 * i + 1], before + 2 * unheld[i] + input);
+      const auto [inner_forward, inner_backward] =
+          inner_unheld(graph, plan, static_cast<int>(i), {r, ranks});
+      least[2 * i] = std::min(least[2 * i], before + unheld[i] + inner_forward);
+      least[2 * i + 1] =
+          std::min(least[2 * i + 1], before + 2 * unheld[i] + input + inner_backward);
       before += unheld[i];
+      // Inner checkpoints kept from the forward to the backward: counted in the passes between.
+      if (plan.segments[i].keeps_inner()) before += inner_forward;
     }
   }
   for (size_t p = 0; p < plan.passes.size(); ++p) plan.passes[p].checkpoints -= least[p];

@@ -67,12 +67,18 @@ Region rank_reads(const Graph& graph, const Plan& plan, int index, NodeId v, Ran
 // gradient they add to). Whole where the head reads it (the last segment); empty where the rank
 // neither computes nor reads any of it.
 Region held_checkpoint(const Graph& graph, const Plan& plan, int index, RankOf who);
+// The same of inner checkpoint `v` of sub-segments segment `index` (resident): its shares of the
+// forward and backward tiles and what its tiles read of it in the segment (rank_reads, both
+// passes), for the value and its gradient.
+Region held_inner(const Graph& graph, const Plan& plan, int index, NodeId v, RankOf who);
 
 // The plan's passes (Plan::passes, and its peak) as the busiest of `ranks` ranks holds them in
 // each: every resident checkpoint between segments, and its gradient, over held_checkpoint's
 // region rather than the bytes the planner's passes counted for it (`counted`, by segment: a
 // forward holds the earlier checkpoints and its output, a backward those before it, its output
-// with its gradient, and its input's gradient).
+// with its gradient, and its input's gradient); and a sub-segments segment's resident inner
+// checkpoints over held_inner's rather than whole (its forward holds them all, its backward
+// inner_backward_bytes).
 void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted);
 
 // What the busiest of `ranks` ranks gives to the exchanges between them in one training step

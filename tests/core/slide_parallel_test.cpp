@@ -825,6 +825,7 @@ TEST(SlideParallel, PlansForRanksSplitEvenlyAndSumWhatTheyPredict) {
 // and what its tiles of the next segment read, a band of rows and its halo; the ranks' regions
 // together cover it; the plan's passes count each rank's part (hold_split), so a plan for ranks
 // predicts a lower peak than the same tiles on one; and the step over those regions is exact.
+// The same for sub-segments' inner checkpoints (held_inner).
 TEST(SlideParallel, EachRankHoldsItsPartOfEachCheckpoint) {
   for (const int ranks : {2, 3}) {
     auto graphs = conv_replicas(ranks);
@@ -867,6 +868,34 @@ TEST(SlideParallel, EachRankHoldsItsPartOfEachCheckpoint) {
     const Worst w = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 21));
     EXPECT_LT(w.error, kTolerance) << ranks << " ranks\n" << to_string(plan, g) << w.text;
   }
+  // Inner checkpoints of sub-segments (held_inner): each rank's shares and what its tiles read.
+  auto graphs = glass_barrier_replicas(2);
+  const Graph& g = *graphs.front();
+  const Shape in{2, 83, 77};
+  PlanOptions o = fixed_tiles(Strategy::kRows, 6, 1);
+  o.overrides.inner_checkpoints = true;
+  o.overrides.inner_tier = Tier::kResident;
+  o.overrides.drop_inner = PlanOptions::DropInner::kNever;
+  for (const Node& n : g.nodes()) {
+    if (n.kind == OpKind::kMaxPool) o.overrides.checkpoints = std::vector<NodeId>{n.id};
+  }
+  const Plan alone = make_plan(g, in, 0, o);
+  o.ranks = 2;
+  const Plan plan = make_plan(g, in, 0, o);
+  ASSERT_TRUE(plan.segments.front().is<SubSegments>()) << to_string(plan, g);
+  const std::vector<NodeId> inner = kept_inner(g, plan.segments.front());
+  ASSERT_FALSE(inner.empty());
+  for (NodeId v : inner) {
+    const Shape& at = plan.shapes[static_cast<size_t>(v)];
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_LT(held_inner(g, plan, 0, v, {r, 2}).area(), at.height * at.width) << g.node(v).name;
+    }
+  }
+  EXPECT_LT(plan.passes[0].checkpoints, alone.passes[0].checkpoints) << to_string(plan, g);
+  EXPECT_LT(plan.passes[1].checkpoints, alone.passes[1].checkpoints) << to_string(plan, g);
+  const at::Tensor image = random_image(2, in.height, in.width, 22);
+  const Worst w = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 22));
+  EXPECT_LT(w.error, kTolerance) << to_string(plan, g) << w.text;
 }
 
 // Under a budget, a plan for ranks counts each rank's part of the checkpoints (Analysis::

@@ -92,7 +92,7 @@ std::vector<TileStore::BlockId> SubSegmentsRun::tile_reads(NodeId target,
 // its pass's format, as run_tile's input tile).
 at::Tensor SubSegmentsRun::read_leaf(NodeId l, const Region& r, bool grad) {
   const Inner& in = inner_.at(l);
-  if (!in.stored_value) return crop({in.value, whole(step_.shape(l))}, r);
+  if (!in.stored_value) return crop({in.value, step_.held(l)}, r);
   return in.stored_value->read(r, step_.read_format(grad));
 }
 
@@ -283,7 +283,8 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
     // recompute in its format (kept ones stay in the forward's). Split over ranks: each rank's
     // shares and zeros, summed after the pass.
     const auto options = step_.tensor_options().memory_format(step_.read_format(!statistics_));
-    const std::vector<int64_t> size{1, vs.channels, vs.height, vs.width};
+    const Region& held = step_.held(v);  // split over ranks: what this rank writes and reads
+    const std::vector<int64_t> size{1, vs.channels, held.y.size(), held.x.size()};
     in->value = step_.split() ? at::zeros(size, options) : at::empty(size, options);
   }
   for (const auto& [r, need] : p.tiles) {
@@ -295,7 +296,7 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
     if (in != nullptr && in->stored_value) {
       in->stored_value->write(r, x);
     } else if (in != nullptr) {
-      copy_tile(crop({in->value, whole(vs)}, r), x);
+      copy_tile(crop({in->value, step_.held(v)}, r), x);
     }
     add_statistics(v, x);
   }
@@ -308,7 +309,7 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
     if (in->stored_value) {
       in->stored_value->write(r, x.contiguous());
     } else {
-      crop({in->value, whole(vs)}, r).copy_(x);
+      crop({in->value, step_.held(v)}, r).copy_(x);
     }
   }
   if (in != nullptr && !in->stored_value) {
@@ -385,8 +386,8 @@ void SubSegmentsRun::add_grad(NodeId l, const Region& r, const at::Tensor& g) {
 at::Tensor SubSegmentsRun::grad_at(NodeId v, const Region& r, const at::Tensor& x) {
   Inner& in = inner_.at(v);
   if (!in.stored_grad) {
-    if (!in.grad.defined()) in.grad = step_.zeros(step_.shape(v));
-    return crop({in.grad, whole(step_.shape(v))}, r);
+    if (!in.grad.defined()) in.grad = step_.held_zeros(v);
+    return crop({in.grad, step_.held(v)}, r);
   }
   at::Tensor g = in.stored_grad->read(r);
   for (NodeId b : readers(v)) g.add_(step_.barrier_state(b)->correction_gradient(x));
@@ -572,13 +573,13 @@ void SubSegmentsRun::correct_inner(NodeId v) {
     in.stored_grad->finish_additions();
     return;
   }
-  if (!in.grad.defined()) in.grad = step_.zeros(step_.shape(v));
+  if (!in.grad.defined()) in.grad = step_.held_zeros(v);
   // Split over ranks: each rank's tiles added their part, summed where the others' tiles read
   // it; the corrections go on the sum, once, where this rank's backward tiles read it.
   step_.exchange_over_ranks({in.grad, step_.held(v)}, step_.gives_gradient(index_, v), true);
   const Region reads = step_.backward_reads(index_, v);
-  const at::Tensor grad = crop({in.grad, whole(step_.shape(v))}, reads);
-  const at::Tensor value = crop({in.value, whole(step_.shape(v))}, reads);
+  const at::Tensor grad = crop({in.grad, step_.held(v)}, reads);
+  const at::Tensor value = crop({in.value, step_.held(v)}, reads);
   for (NodeId b : readers(v)) {
     const BarrierState& state = *step_.barrier_state(b);
     // In slices of rows: the correction's gradient is elementwise, and a whole one would be one
@@ -649,8 +650,8 @@ at::Tensor SubSegmentsRun::glass_seed(const SubPass& p) {
   }
   Inner& in = inner_.at(p.target);
   for (const auto& [t, r] : p.glass) {
-    const at::Tensor g = in.grad.defined() ? crop({in.grad, whole(step_.shape(p.target))}, r)
-                                           : in.stored_grad->read(r);
+    const at::Tensor g =
+        in.grad.defined() ? crop({in.grad, step_.held(p.target)}, r) : in.stored_grad->read(r);
     const at::Tensor sum = g.sum({2, 3}, /*keepdim=*/true, at::kDouble);
     seed = seed.defined() ? seed + sum : sum;
   }

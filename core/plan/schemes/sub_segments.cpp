@@ -132,13 +132,18 @@ double sub_segment_runs(const Analysis& a, const Segment& s) {
 }
 
 int64_t inner_backward_bytes(const Analysis& a, const Segment& s) {
-  const std::vector<NodeId> inner = kept_inner(a.graph, s);
+  return inner_backward_bytes(a.graph, a.shapes, s, [&a](NodeId v) { return a.bytes(v); });
+}
+
+int64_t inner_backward_bytes(const Graph& graph, const std::vector<Shape>& shapes, const Segment& s,
+                             const std::function<int64_t(NodeId)>& bytes) {
+  const std::vector<NodeId> inner = kept_inner(graph, s);
   std::vector<NodeId> leaves{s.input};
   leaves.insert(leaves.end(), inner.begin(), inner.end());
   std::set<NodeId> grads;  // inner checkpoints whose gradient exists
   auto add_reads = [&](NodeId target) {
-    const Shape& t = a.shapes[static_cast<size_t>(target)];
-    const auto need = sub_segment_needs(a.graph, a.shapes, {s.input, leaves, target},
+    const Shape& t = shapes[static_cast<size_t>(target)];
+    const auto need = sub_segment_needs(graph, shapes, {s.input, leaves, target},
                                         Region{{0, t.height}, {0, t.width}});
     for (NodeId l : inner) {
       if (l < target && !need[static_cast<size_t>(l)].empty()) grads.insert(l);
@@ -146,17 +151,17 @@ int64_t inner_backward_bytes(const Analysis& a, const Segment& s) {
   };
   auto grad_bytes = [&]() {
     int64_t sum = 0;
-    for (NodeId l : grads) sum += a.bytes(l);
+    for (NodeId l : grads) sum += bytes(l);
     return sum;
   };
   int64_t values = 0;
-  for (NodeId v : inner) values += a.bytes(v);
+  for (NodeId v : inner) values += bytes(v);
   add_reads(s.output);
   int64_t peak = values + grad_bytes();
   for (auto it = inner.rbegin(); it != inner.rend(); ++it) {
     grads.insert(*it);  // its correction's gradient, added with the checkpoint still held
     peak = std::max(peak, values + grad_bytes());
-    values -= a.bytes(*it);
+    values -= bytes(*it);
     add_reads(*it);
     peak = std::max(peak, values + grad_bytes());
     grads.erase(*it);
