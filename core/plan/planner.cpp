@@ -367,7 +367,9 @@ Plan make_plan(const Graph& graph, const Shape& input, int64_t budget, const Pla
       if (plan.predicted.total() <= a.target)
         return with_glass(graph, input, budget, options, plan);
     } catch (const Error&) {
+      // No plan fits counting a rank's part: the search counting them whole says why.
     }
+    spdlog::debug("plan: a rank's part of the checkpoints does not fit; counting them whole");
     a.checkpoints_by_rank = false;
   }
   return with_glass(graph, input, budget, options, search_plan(a, input, budget, plain_flops));
