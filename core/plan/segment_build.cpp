@@ -52,8 +52,9 @@ SegmentBuild::SegmentBuild(const Analysis& a, const Offloading& off, Strategy st
   out_bytes = s.reduction >= 0 ? 0 : a.held_bytes(s.output, last_segment ? -1 : bounds[i + 2]);
   count_store(bounds, so_far.tiers);
   // Barriers' inner checkpoints: held whole in the forward, and in the backward as
-  // inner_backward_bytes says; the input's gradient is accumulated whole (an offloaded
-  // input's goes to the store at the end, so it holds no open blocks while tiles add into it).
+  // inner_backward_bytes says (split over ranks, hold_split counts a rank's parts of them in the
+  // finished plan); the input's gradient is accumulated in one tensor (an offloaded input's goes
+  // to the store at the end, so it holds no open blocks while tiles add into it).
   barriers = has_barrier(a.graph, s);
   inner = inner_checkpoints(a.graph, s.input, s.output);
   for (NodeId v : inner) inner_bytes += a.bytes(v);

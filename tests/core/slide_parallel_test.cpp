@@ -535,11 +535,13 @@ TEST(SlideParallel, WholeBarriersGlassSharedOverRanksMatches) {
     }
     EXPECT_GE(filling, 2) << "the one tile fills its glass, and the grid's tiles on other ranks";
     EXPECT_GT(skipped, 0) << "the grid's glass tiles";
-    StepOptions fault;
-    fault.inject = Fault::kHalo;
-    const Worst bad =
-        worst_of(compare_split_with_plain(pointers(graphs), plan, image, 11, fault, &b));
-    EXPECT_GT(bad.error, 1e-6) << "a halo fault passed";
+    for (Fault f : {Fault::kHalo, Fault::kNanStat}) {
+      StepOptions fault;
+      fault.inject = f;
+      const Worst bad =
+          worst_of(compare_split_with_plain(pointers(graphs), plan, image, 11, fault, &b));
+      EXPECT_GT(bad.error, 1e-6) << to_string(f) << " passed";
+    }
   }
 }
 
@@ -867,6 +869,10 @@ TEST(SlideParallel, EachRankHoldsItsPartOfEachCheckpoint) {
     const at::Tensor image = random_image(2, in.height, in.width, 21);
     const Worst w = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 21));
     EXPECT_LT(w.error, kTolerance) << ranks << " ranks\n" << to_string(plan, g) << w.text;
+    StepOptions fault;
+    fault.inject = Fault::kHalo;
+    const Worst bad = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 21, fault));
+    EXPECT_GT(bad.error, 1e-6) << "a halo fault passed, " << ranks << " ranks";
   }
   // Inner checkpoints of sub-segments (held_inner): each rank's shares and what its tiles read.
   auto graphs = glass_barrier_replicas(2);
@@ -896,6 +902,12 @@ TEST(SlideParallel, EachRankHoldsItsPartOfEachCheckpoint) {
   const at::Tensor image = random_image(2, in.height, in.width, 22);
   const Worst w = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 22));
   EXPECT_LT(w.error, kTolerance) << to_string(plan, g) << w.text;
+  for (Fault f : {Fault::kHalo, Fault::kNanStat}) {
+    StepOptions fault;
+    fault.inject = f;
+    const Worst bad = worst_of(compare_split_with_plain(pointers(graphs), plan, image, 22, fault));
+    EXPECT_GT(bad.error, 1e-6) << to_string(f) << " passed with inner checkpoints held by part";
+  }
 }
 
 // Under a budget, a plan for ranks counts each rank's part of the checkpoints (Analysis::

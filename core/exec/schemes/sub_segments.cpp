@@ -280,8 +280,9 @@ void SubSegmentsRun::run_inner_pass(const InnerPass& p) {
   const Shape& vs = step_.shape(v);
   if (in != nullptr && !in->stored_value) {
     // In the forward's format (as run_tile's input tiles); rebuilt for the backward's
-    // recompute in its format (kept ones stay in the forward's). Split over ranks: each rank's
-    // shares and zeros, summed after the pass.
+    // recompute in its format (kept ones stay in the forward's). Split over ranks: over what
+    // this rank writes and reads (held_inner), its shares and zeros, the others' parts it reads
+    // received after the pass.
     const auto options = step_.tensor_options().memory_format(step_.read_format(!statistics_));
     const Region& held = step_.held(v);  // split over ranks: what this rank writes and reads
     const std::vector<int64_t> size{1, vs.channels, held.y.size(), held.x.size()};
