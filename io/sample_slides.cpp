@@ -124,10 +124,30 @@ std::vector<uint8_t> pixels(const VImage& image) {
   return out;
 }
 
+// Lesions' radii in level-0 pixels, drawn uniformly in [low, high].
+struct Radii {
+  double low = 0, high = 0;
+};
+
+// The dense task's lesions: 200–400 px at 8192² (100–200 µm at 0.5 mpp), in proportion on smaller
+// slides (its demo reads 8192² slides at 8 µm per pixel, where a lesion is 25–50 px across).
+Radii dense_radii(int64_t size) {
+  const double shrink = std::min(1.0, static_cast<double>(size) / 8192.0);
+  return {200 * shrink, 400 * shrink};
+}
+
+// The cells task's foci and clusters: 100–200 µm in radius (a few hundred microns across, as a
+// small tumour focus is) on any slide of at least 2 mm, in proportion on smaller ones. At 2 µm per
+// pixel a focus is then 100–200 px across and holds some hundred enlarged nuclei.
+Radii cell_radii(int64_t size, double mpp) {
+  const double shrink = std::min(1.0, static_cast<double>(size) * mpp / 2048.0);
+  return {100 / mpp * shrink, 200 / mpp * shrink};
+}
+
 // Lesion discs inside the tissue (field above `threshold`), apart from each other. Positions in
 // level-0 pixels; the field is n × n over a size × size slide.
-std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t size, Random& random,
-                                  const std::vector<Lesion>& avoid = {}) {
+std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t size, Radii radii,
+                                  Random& random, const std::vector<Lesion>& avoid = {}) {
   const int64_t n = field.width();
   const std::vector<uint8_t> values = pixels(field);
   const double scale = static_cast<double>(size) / static_cast<double>(n);
@@ -138,11 +158,9 @@ std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t si
     return values[v * n + u] > threshold + margin;
   };
   const int count = static_cast<int>(random.integer(1, 4));
-  // A few hundred microns across at 0.5 mpp; smaller on small test slides.
-  const double shrink = std::min(1.0, static_cast<double>(size) / 8192.0);
   std::vector<Lesion> lesions;
   for (int attempt = 0; attempt < 4000 && static_cast<int>(lesions.size()) < count; ++attempt) {
-    const double radius = std::max(24.0, random.uniform(200, 400) * shrink);
+    const double radius = std::max(24.0, random.uniform(radii.low, radii.high));
     const double x = random.uniform(radius, static_cast<double>(size) - radius);
     const double y = random.uniform(radius, static_cast<double>(size) - radius);
     // Late attempts accept a centre just inside the tissue; the disc is made tissue anyway.
@@ -164,7 +182,7 @@ std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t si
     }
   }
   if (lesions.empty() && avoid.empty()) {  // no tissue big enough anywhere: one in the middle
-    lesions.push_back({size / 2, size / 2, std::max<int64_t>(24, std::llround(200 * shrink))});
+    lesions.push_back({size / 2, size / 2, std::max<int64_t>(24, std::llround(radii.low))});
   }
   return lesions;
 }
@@ -192,6 +210,7 @@ const std::vector<double> kFibre = {-26, -60, -40};  // added to the stroma colo
 const std::vector<double> kNucleus = {92, 58, 148};
 const std::vector<double> kLesion = {150, 92, 176};
 const std::vector<double> kLesionNucleus = {58, 28, 104};
+const std::vector<double> kNucleolus = {60, 10, 80};
 
 std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
   return {a[0] - b[0], a[1] - b[1], a[2] - b[2]};
@@ -217,21 +236,33 @@ VImage nuclei_noise(int64_t c, int64_t grid, int64_t microns, Random& random) {
          128;
 }
 
-// kCells: the foci's nuclei (enlarged, coarse chromatin) and the clusters' (small, crowded) over
-// `base` (the tissue before its nuclei), blended into `colour` inside their discs; the discs are
-// tissue. Tumour slides get 1–4 foci, every slide 1–4 clusters elsewhere.
+// kCells: the foci's nuclei (enlarged, vesicular, nucleolated) and the clusters' (small, crowded)
+// over `base` (the tissue before its nuclei), blended into `colour` inside their discs; the discs
+// are tissue. Tumour slides get 1–4 foci, every slide 1–4 clusters elsewhere.
 VImage cellular_lesions(VImage colour, const VImage& base, VImage& tissue, SampleSlide& slide,
-                        const VImage& field, int threshold, int64_t size, int64_t microns,
+                        const VImage& field, int threshold, int64_t size, double mpp,
                         Random& random) {
   const int64_t c = colour.width();
-  if (slide.label == kTumour) slide.lesions = place_lesions(field, threshold, size, random);
-  slide.clusters = place_lesions(field, threshold, size, random, slide.lesions);
-  // Enlarged nuclei (a grid of 4 texture pixels, against 2: ~12 µm across against ~6 µm) whose
-  // chromatin is coarse: their colour varies by ±30 about the nuclei's, with the same mean.
-  const VImage enlarged = ramp(nuclei_noise(c, 4, microns, random), 200, 225);
+  const int64_t microns = std::max<int64_t>(1, std::llround(mpp * kDetail));  // per pixel at c
+  const Radii radii = cell_radii(size, mpp);
+  if (slide.label == kTumour) {
+    slide.lesions = place_lesions(field, threshold, size, radii, random);
+  }
+  slide.clusters = place_lesions(field, threshold, size, radii, random, slide.lesions);
+  // A carcinoma's nuclei: enlarged (a grid of 4 texture pixels, against 2: ~12–20 µm across
+  // against ~6 µm), vesicular (a dark rim around pale chromatin, the rim's colour varying by ±30
+  // about the nuclei's: coarse) and with nucleoli (fine dark dots inside the pale chromatin). Cut
+  // lower than the tissue's nuclei (190–210 against 215–240), so that with their pale centres a
+  // focus holds about the tissue's share of dark nuclear material: at 8 µm per pixel its colour
+  // is the tissue's (the test measures 1–2 of 255 apart).
+  const VImage field4 = nuclei_noise(c, 4, microns, random);
+  const VImage whole = ramp(field4, 190, 210);
+  const VImage inner = ramp(field4, 226, 244);
+  const VImage nucleolus = ramp(nuclei_noise(c, 1, microns, random), 215, 235) * inner;
   const VImage chromatin = noise(c, c, random).gaussblur(0.8) * 60;
   const VImage nucleus = base.linear({0, 0, 0}, kNucleus) + chromatin;
-  const VImage focus = blend(base, nucleus, enlarged);
+  VImage focus = blend(base, nucleus, whole - inner * 0.7);
+  focus = blend(focus, kNucleolus, nucleolus);
   // Clusters: groups ~20 µm across of small nuclei packed close.
   const VImage groups = ramp(nuclei_noise(c, 6, microns, random), 120, 150);
   const VImage crowded = ramp(nuclei_noise(c, 2, microns, random), 100, 130) * groups;
@@ -429,10 +460,9 @@ void write_sample_slide(const fs::path& path, SampleSlide& slide, int64_t size, 
     colour = blend(colour, kNucleus, nuclei);
 
     if (task == SampleTask::kCells) {
-      colour =
-          cellular_lesions(colour, base, tissue, slide, field, threshold, size, microns, random);
+      colour = cellular_lesions(colour, base, tissue, slide, field, threshold, size, mpp, random);
     } else if (slide.label == kTumour) {
-      slide.lesions = place_lesions(field, threshold, size, random);
+      slide.lesions = place_lesions(field, threshold, size, dense_radii(size), random);
       const VImage lesion = lesion_mask(slide.lesions, c);
       const VImage dense = ramp(nuclei_field, 150, 185);
       const VImage lesion_colour = dense.linear(minus(kLesionNucleus, kLesion), kLesion);

@@ -16,11 +16,12 @@ namespace tessel::io {
 
 // What sets a tumour slide apart (`tessel sample-data --task`):
 // - kDense: lesions of dense, dark purple nuclei, visible at any resolution (the first demo's).
-// - kCells: foci whose nuclei are enlarged (twice across, a quarter as many: the same share of
-//   nuclear material) with coarse chromatin, so a focus has the colour and density of the tissue
-//   around it once a pixel is larger than a nucleus; and on every slide, of either class, benign
-//   clusters of small crowded nuclei, which at 8 µm per pixel look as a focus does. The label
-//   lives in the nuclei: a model must see them.
+// - kCells: foci 100–200 µm in radius whose nuclei are a carcinoma's: enlarged (two to three
+//   times across, a quarter as many), vesicular (a dark rim around pale, coarse chromatin) and
+//   nucleolated, so a focus has the colour and density of the tissue around it once a pixel is
+//   larger than a nucleus; and on every slide, of either class, benign clusters of small crowded
+//   nuclei, darker than the tissue at any resolution. The label lives in the nuclei: a model must
+//   see them.
 enum class SampleTask { kDense, kCells };
 std::string to_string(SampleTask task);
 // "dense" or "cells"; throws tessel::Error otherwise.

@@ -272,8 +272,9 @@ BoxStats box_stats(const RgbImage& image, int64_t x0, int64_t y0, int64_t box, K
 
 // --task cells: a focus has the tissue's brightness once a pixel is 8 µm (16 level-0 pixels at
 // 0.5 mpp), where the dense task's lesions are 40 darker, and differs in its nuclei: enlarged,
-// with coarse chromatin (their brightness spreads more than the tissue's nuclei's). Every slide,
-// normal ones too, carries benign clusters; lesions.json lists them and says the task.
+// vesicular, with coarse chromatin and nucleoli (their brightness spreads more than the tissue's
+// nuclei's). A focus is 100–200 µm in radius on a 2 mm slide. Every slide, normal ones too,
+// carries benign clusters; lesions.json lists them and says the task.
 TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
   const fs::path folder = temporary_folder("cells");
   SampleDataOptions options;
@@ -291,6 +292,8 @@ TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
     const Slide slide(folder / sample.file);
     for (const Lesion& lesion : sample.lesions) {
       SCOPED_TRACE(sample.file);
+      EXPECT_GE(lesion.radius, 200) << lesion;  // 100 µm at 0.5 mpp
+      EXPECT_LE(lesion.radius, 400) << lesion;
       // The focus's inner 70%, and a ring of tissue from 1.5 to 3 radii around it.
       const int64_t r = lesion.radius, outer = 3 * r;
       const int64_t x0 = std::max<int64_t>(0, lesion.x - outer);
