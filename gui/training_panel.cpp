@@ -367,9 +367,9 @@ TrainingPanel::~TrainingPanel() {
 }
 
 pipelines::TrainConfig TrainingPanel::default_config() {
-  // sample_data/demo.yaml's settings but for its data (bench/NOTES.md: vgg-mini at 8 µm per pixel
-  // reached validation accuracy 1.0 in epoch 4 of the demo). Level 0 (the config file's default)
-  // is a whole slide at full resolution: hours an epoch on a CPU.
+  // A quick first run on the user's own slides: the first demo's settings (bench/NOTES.md: vgg-mini
+  // at 8 µm per pixel reached validation accuracy 1.0 in epoch 4 of the dense task). Level 0 (the
+  // config file's default) is a whole slide at full resolution: hours an epoch on a CPU.
   pipelines::TrainConfig c;
   c.model = "vgg-mini";
   c.pool = "max";
