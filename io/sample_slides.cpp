@@ -30,6 +30,10 @@ const char* const kTumour = "tumour";
 const char* const kNormal = "normal";
 constexpr int kTileSize = 256;
 constexpr int kJpegQuality = 85;
+// lesions.json's "generator": raised whenever the same options write other slides, so that
+// `make sample-data` knows a folder written by an older recipe (2: the cells task's foci sized in
+// microns, their nuclei vesicular).
+constexpr int kGenerator = 2;
 // Textures are drawn at half the level-0 resolution and upsampled: a quarter of the pixel work,
 // and nuclei (a few microns across) still span several pixels.
 constexpr int64_t kDetail = 2;
@@ -349,7 +353,7 @@ std::string lesions_json(const std::vector<SampleSlide>& slides, const SampleDat
   std::ostringstream out;
   out << "{\n  \"units\": \"level-0 pixels\",\n  \"mpp\": " << options.mpp
       << ",\n  \"size\": " << options.size << ",\n  \"seed\": " << options.seed
-      << ",\n  \"task\": \"" << to_string(options.task) << "\"";
+      << ",\n  \"task\": \"" << to_string(options.task) << "\",\n  \"generator\": " << kGenerator;
   const auto discs = [&](const char* key, std::vector<Lesion> SampleSlide::*member) {
     out << ",\n  \"" << key << "\": {";
     for (size_t i = 0; i < slides.size(); ++i) {

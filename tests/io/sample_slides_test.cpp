@@ -286,6 +286,7 @@ TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
   const std::vector<SampleSlide> slides = tessel::io::write_sample_data(folder, options);
   const std::string json = read_text(folder / "lesions.json");
   EXPECT_NE(json.find("\"task\": \"cells\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"generator\": 2"), std::string::npos) << json;  // as the Makefile reads it
   for (const SampleSlide& sample : slides) {
     EXPECT_GE(sample.clusters.size(), 1u) << sample.file;
     EXPECT_EQ(sample.lesions.empty(), sample.label == "normal") << sample.file;
