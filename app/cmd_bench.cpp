@@ -126,7 +126,9 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
   cmd->add_flag("--print-plan", args->print_plan,
                 "Print the plan the point ran (tessel plan's table) to standard error");
 #ifndef TESSEL_ENGINE_ONLY
-  add_slide_options(cmd, args->slide, "Train on (instead of random pixels, in place of --size)");
+  add_slide_options(cmd, args->slide, "Train on (instead of random pixels, in place of --size)",
+                    std::string("how the slide is read (") + kSlideReadKeys +
+                        "); the network, budget and plan are the flags");
   add_distributed_options(cmd, args->dist,
                           "Split each step over the processes a launcher started (slide-parallel, "
                           "docs/slide-parallel.md); rank 0 prints the point");
@@ -162,6 +164,7 @@ void register_bench(CLI::App& app, const GlobalOptions& /*global*/, CommandRegis
       p.background = args->background;
       p.glass = !args->no_glass;
 #ifndef TESSEL_ENGINE_ONLY
+      refuse_unread_settings(args->slide, "bench step");
       if (auto image = slide_image(args->slide, *cmd, kBenchSlidePixels)) {
         p.image = image->pixels;
         p.image_background = std::move(image->background);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,16 +22,42 @@
 namespace tessel::app {
 
 #ifndef TESSEL_ENGINE_ONLY
-void add_slide_options(CLI::App* cmd, SlideArgs& args, const std::string& what) {
+void add_slide_options(CLI::App* cmd, SlideArgs& args, const std::string& what,
+                       const std::string& settings) {
   cmd->add_option("--slide", args.slide,
                   what +
                       " this slide as training sees it: its resolution, tissue box and "
                       "tissue_fill's background (glass), from key=value settings "
                       "(docs/train-config.md)");
   cmd->add_option("--roi", args.roi, "With --slide: a GeoJSON region to train on (its polygons)");
-  cmd->add_option("settings", args.overrides,
-                  "With --slide: key=value settings (mpp=, tissue_fill=true, glass=false, "
-                  "model=, budget=, ...)");
+  cmd->add_option("settings", args.overrides, "With --slide: key=value settings: " + settings);
+}
+
+void refuse_unread_settings(const SlideArgs& args, const std::string& command) {
+  static const std::map<std::string, std::string> flags = {
+      {"model", "--model"},   {"budget", "--budget"}, {"strategy", "--strategy"},
+      {"norm", "--norm"},     {"pool", "--pool"},     {"precision", "--precision"},
+      {"device", "--device"}, {"seed", "--seed"}};
+  if (args.slide.empty()) return;  // slide_image says settings go with --slide
+  const std::string read = kSlideReadKeys;
+  for (const std::string& setting : args.overrides) {
+    const std::string key = setting.substr(0, setting.find('='));
+    if (!key.empty() && (", " + read + ",").find(", " + key + ",") != std::string::npos) continue;
+    const auto flag = flags.find(key);
+    throw Error("tessel " + command + " --slide reads only how the slide is read from its " +
+                "settings (" + read + "), not " + key + "=" +
+                (flag != flags.end() ? ": give it as " + flag->second : std::string()));
+  }
+}
+
+void refuse_flags_with_slide(const CLI::App& cmd,
+                             const std::vector<std::pair<std::string, std::string>>& flags) {
+  for (const auto& [flag, key] : flags) {
+    if (cmd.count(flag) == 0) continue;
+    throw Error("tessel plan --slide plans as training does, from key=value settings: " +
+                (key.empty() ? flag + " goes without --slide"
+                             : "write " + key + "=... instead of " + flag));
+  }
 }
 
 pipelines::TrainConfig slide_config(const SlideArgs& args) {
@@ -281,13 +308,26 @@ void register_plan(CLI::App& app, const GlobalOptions& /*global*/, CommandRegist
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 #ifndef TESSEL_ENGINE_ONLY
-  add_slide_options(cmd, args->slide, "Plan for");
+  add_slide_options(cmd, args->slide, "Plan for",
+                    "any training key (model=, budget=, strategy=, norm=, mpp=, "
+                    "tissue_fill=true, glass=false, ...), as training reads them; the flags "
+                    "above but --ranks and --link go without --slide");
 #endif
-  cmd->callback([args, &registry] {
-    registry.selected = [args] {
+  cmd->callback([args, cmd, &registry] {
+    registry.selected = [args, cmd] {
 #ifndef TESSEL_ENGINE_ONLY
       if (!args->slide.slide.empty()) {
         // The run's settings (model, budget, resolution, tissue_fill, ...) as training reads them.
+        refuse_flags_with_slide(*cmd, {{"--model", "model"},
+                                       {"--budget", "budget"},
+                                       {"--strategy", "strategy"},
+                                       {"--norm", "norm"},
+                                       {"--classes", "classes"},
+                                       {"--size", ""},
+                                       {"--json", ""},
+                                       {"--keep-inner-checkpoints", ""},
+                                       {"--prices", ""},
+                                       {"--background", "tissue_fill"}});
         pipelines::SlideOptions options;
         options.roi = args->slide.roi;
         const pipelines::SlidePlan p =
@@ -420,7 +460,9 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
       cmd, args->dist,
       "Split the tiled step over the processes a launcher started (torchrun, srun, mpirun; one "
       "rank each, docs/slide-parallel.md); each checks its own gradients");
-  add_slide_options(cmd, args->slide, "Check on (instead of random pixels, in place of --size)");
+  add_slide_options(cmd, args->slide, "Check on (instead of random pixels, in place of --size)",
+                    std::string("how the slide is read (") + kSlideReadKeys +
+                        "); the network and the plan are the flags");
 #endif
   cmd->callback([args, cmd, &registry] {
     registry.selected = [args, cmd] {
@@ -453,6 +495,7 @@ void register_gradcheck(CLI::App& app, const GlobalOptions& /*global*/, CommandR
         r.ranks = args->ranks;
 #ifndef TESSEL_ENGINE_ONLY
         // Float64 plain autograd over the whole image: a few million pixels at most.
+        refuse_unread_settings(args->slide, "gradcheck");
         if (auto image = slide_image(args->slide, *cmd, kGradcheckSlidePixels)) {
           r.image = image->pixels;
           r.image_background = std::move(image->background);

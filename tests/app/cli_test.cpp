@@ -182,6 +182,35 @@ TEST(Cli, PlanForASlideAsTrainingPlansItAlsoSplitOverRanks) {
   EXPECT_EQ(barriers.output.find("computed as tissue"), std::string::npos) << barriers.output;
 }
 
+// With --slide, `tessel plan` takes the run's settings and `bench step` and `gradcheck` take only
+// how the slide is read from them: a flag or a setting that would be ignored is refused, naming
+// what to write instead (plan used to plan vgg16 in 8 GiB for `--model tiny --budget 32MiB`).
+TEST(Cli, WithASlideNoFlagOrSettingIsSilentlyIgnored) {
+  const std::string slide = std::string(TESSEL_SHARED_SLIDES) + "/cmu-1-small-region.svs";
+  const CliRun flag = run_cli("plan --slide " + slide + " --model tiny");
+  EXPECT_NE(flag.exit_code, 0) << flag.output;
+  EXPECT_NE(flag.output.find("write model=... instead of --model"), std::string::npos)
+      << flag.output;
+  const CliRun json = run_cli("plan --slide " + slide + " --json");
+  EXPECT_NE(json.exit_code, 0) << json.output;
+  EXPECT_NE(json.output.find("--json goes without --slide"), std::string::npos) << json.output;
+  const CliRun settings = run_cli("plan --slide " + slide + " model=tiny budget=64MiB mpp=4");
+  EXPECT_EQ(settings.exit_code, 0) << settings.output;
+  EXPECT_NE(settings.output.find("budget 64.0 MiB"), std::string::npos) << settings.output;
+  for (const char* command : {"bench step", "gradcheck"}) {
+    const CliRun model = run_cli(std::string(command) + " --slide " + slide + " model=tiny");
+    EXPECT_NE(model.exit_code, 0) << model.output;
+    EXPECT_NE(model.output.find("not model=: give it as --model"), std::string::npos)
+        << model.output;
+    const CliRun epochs = run_cli(std::string(command) + " --slide " + slide + " epochs=3");
+    EXPECT_NE(epochs.exit_code, 0) << epochs.output;
+    EXPECT_NE(epochs.output.find("not epochs="), std::string::npos) << epochs.output;
+  }
+  const CliRun read =
+      run_cli("gradcheck --slide " + slide + " mpp=16 tissue_fill=true --model tiny");
+  EXPECT_EQ(read.exit_code, 0) << read.output;
+}
+
 TEST(Cli, GradcheckSplitOverRanksChecksEveryRank) {
   const CliRun run = run_cli("gradcheck --model vgg-mini --size 67x59 --ranks 3 --input-gradient");
   EXPECT_EQ(run.exit_code, 0) << run.output;
