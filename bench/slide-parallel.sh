@@ -33,8 +33,10 @@ print(f"step ms: one rank {a['step_ms']}, two ranks {b['step_ms']}; "
       f"ran {b['forward_tiles']} forward and {b['backward_tiles']} backward tiles "
       f"({b.get('glass_forward_tiles', 0)} and {b.get('glass_backward_tiles', 0)} of them glass, "
       f"alone {a.get('glass_forward_tiles', 0)} and {a.get('glass_backward_tiles', 0)}); "
-      f"measured peak MiB {a['measured_peak_bytes'] >> 20} alone, {b['measured_peak_bytes'] >> 20} "
-      f"rank 0 (predicted {a['predicted_step_bytes'] >> 20} alone, "
-      f"{b['predicted_step_bytes'] >> 20} rank 0; the step's own bytes, gradients included)")
+      f"measured peak MiB {a['measured_peak_bytes'] >> 20} alone, "
+      f"{[x >> 20 for x in b.get('measured_peak_bytes_by_rank', [b['measured_peak_bytes']])]} by rank "
+      f"(predicted {a['predicted_step_bytes'] >> 20} alone, "
+      f"{b['predicted_step_bytes'] >> 20} the busiest rank in each pass; the step's own bytes, "
+      f"gradients included)")
 PY
 if [ -n "${TIMELINES:-}" ]; then python3 "$repo/bench/tile_times.py" "$TIMELINES"/rank0.jsonl "$TIMELINES"/rank1.jsonl; fi

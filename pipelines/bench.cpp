@@ -343,16 +343,18 @@ BenchResult bench_step(const BenchPoint& p) {
     r.unscheduled_reads = s.offload.unscheduled_reads;
   }
   if (p.ranks != nullptr) {
-    // Every rank's median step and time in exchanges, to rank 0's line: a slower rank's
-    // neighbours wait in theirs.
+    // Every rank's median step, time in exchanges and measured peak, to rank 0's line: a slower
+    // rank's neighbours wait in theirs, and the plan's prediction is the busiest rank's.
     const int ranks = p.ranks->size(), rank = p.ranks->rank();
-    const at::Tensor both = at::zeros({2, ranks}, at::kDouble);
-    both[0][rank] = median(r.step_ms);
-    both[1][rank] = median(r.sum_ms);
-    p.ranks->allreduce_sum({both});
+    const at::Tensor each = at::zeros({3, ranks}, at::kDouble);
+    each[0][rank] = median(r.step_ms);
+    each[1][rank] = median(r.sum_ms);
+    each[2][rank] = static_cast<double>(r.measured_peak_bytes);
+    p.ranks->allreduce_sum({each});
     for (int q = 0; q < ranks; ++q) {
-      r.step_ms_by_rank.push_back(both[0][q].item<double>());
-      r.sum_ms_by_rank.push_back(both[1][q].item<double>());
+      r.step_ms_by_rank.push_back(each[0][q].item<double>());
+      r.sum_ms_by_rank.push_back(each[1][q].item<double>());
+      r.peak_bytes_by_rank.push_back(static_cast<int64_t>(each[2][q].item<double>()));
     }
   }
   r.max_rss_bytes = max_rss_bytes();
@@ -392,6 +394,7 @@ std::string to_json(const BenchPoint& p, const BenchResult& r) {
     j["sum_ms"] = r.sum_ms;
     j["step_ms_by_rank"] = r.step_ms_by_rank;
     j["sum_ms_by_rank"] = r.sum_ms_by_rank;
+    j["measured_peak_bytes_by_rank"] = r.peak_bytes_by_rank;
   }
   j["fresh_bytes"] = r.fresh_bytes;
   j["predicted_bytes"] = {{"parameters", r.predicted.parameters},

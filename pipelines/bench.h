@@ -128,6 +128,7 @@ struct BenchResult {
   std::vector<double> sum_ms;          // split: the time in exchanges over ranks, waits included
   // Split: each rank's median step and time in exchanges (rank q's at q).
   std::vector<double> step_ms_by_rank, sum_ms_by_rank;
+  std::vector<int64_t> peak_bytes_by_rank;  // each rank's measured_peak_bytes
 };
 
 BenchResult bench_step(const BenchPoint& point);
