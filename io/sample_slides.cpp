@@ -38,6 +38,9 @@ constexpr int kGenerator = 2;
 // and nuclei (a few microns across) still span several pixels.
 constexpr int64_t kDetail = 2;
 
+// Microns per texture pixel (kDetail level-0 pixels), at least 1.
+int64_t texture_microns(double mpp) { return std::max<int64_t>(1, std::llround(mpp * kDetail)); }
+
 // splitmix64 (Steele, Lea & Flood 2014): a fixed integer recipe, so the same seed gives the same
 // slides with any compiler and standard library (std:: distributions may differ between them).
 uint64_t splitmix64(uint64_t& state) {
@@ -247,7 +250,7 @@ VImage cellular_lesions(VImage colour, const VImage& base, VImage& tissue, Sampl
                         const VImage& field, int threshold, int64_t size, double mpp,
                         Random& random) {
   const int64_t c = colour.width();
-  const int64_t microns = std::max<int64_t>(1, std::llround(mpp * kDetail));  // per pixel at c
+  const int64_t microns = texture_microns(mpp);
   const Radii radii = cell_radii(size, mpp);
   if (slide.label == kTumour) {
     slide.lesions = place_lesions(field, threshold, size, radii, random);
@@ -440,7 +443,7 @@ void write_sample_slide(const fs::path& path, SampleSlide& slide, int64_t size, 
     VImage tissue = ramp(upsample(field, c, c), threshold - 2.0, threshold + 2.0);
 
     // Stain: pink stroma where the mid-frequency field is low, purple cellular areas where high.
-    const int64_t microns = std::max<int64_t>(1, std::llround(mpp * kDetail));  // per pixel at c
+    const int64_t microns = texture_microns(mpp);
     const int64_t coarse = std::max<int64_t>(8, c / 8);
     // Perlin cells of ~150–200 µm, drawn at 1/8 of the texture resolution.
     const int64_t stain_cell = 150 / microns / 8 + 4;
