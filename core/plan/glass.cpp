@@ -228,6 +228,38 @@ std::vector<Boxes> held_boxes(const std::vector<Boxes>& box, const std::vector<R
   return out;
 }
 
+std::vector<BoxCopies> boxed_copies(const Graph& graph, const std::vector<Shape>& shapes,
+                                    NodeSpan nodes, const std::vector<Boxes>& computed,
+                                    const std::vector<Region>& held, int64_t element_bytes) {
+  std::vector<BoxCopies> copies(held.size());
+  for (NodeId v = nodes.input + 1; v <= nodes.output; ++v) {
+    const Node& n = graph.node(v);
+    const auto i = static_cast<size_t>(v);
+    const Boxes& boxes = computed[i];
+    if (held[i].empty() || boxes.empty() || (boxes.size() == 1 && boxes.front() == held[i]) ||
+        runs_whole(n, false)) {
+      continue;
+    }
+    const bool conv = n.kind == OpKind::kConv;
+    const bool pool = n.kind == OpKind::kMaxPool || n.kind == OpKind::kAvgPool;
+    const NodeId p = n.inputs.front();
+    BoxCopies& c = copies[i];
+    c.boxed = true;
+    for (const Region& b : boxes) {
+      const int64_t out = n.channels * b.area() * element_bytes;
+      c.parts += out;
+      if (out <= c.out) continue;
+      c.out = out;
+      c.window = graph.node(p).channels *
+                 needed_input(n, b, shapes[static_cast<size_t>(p)]).area() * element_bytes;
+    }
+    // The image's window has no gradient to add.
+    if (conv) c.backward_copies = c.out + (p == 0 ? 1 : 2) * c.window;
+    if (pool) c.backward_copies = c.out;
+  }
+  return copies;
+}
+
 int64_t regions_flops(const Graph& graph, NodeId input, NodeId output,
                       const std::vector<Region>& regions) {
   int64_t sum = 0;

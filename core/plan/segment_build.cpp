@@ -469,6 +469,54 @@ double sparse_checkpoints(const Analysis& a, Plan& plan, const std::vector<Segme
   return moved;
 }
 
+// The most a tile of `part` that is not glass (`glass`) and fills its glass holds in the forward,
+// and in the backward, with what its boxes hold beside what it holds dense (boxed_copies); 0
+// where no tile fills.
+struct BoxedTiles {
+  int64_t forward = 0, backward = 0;
+};
+BoxedTiles boxed_tiles(const Analysis& a, const Segment& s, const SegmentGlass& g,
+                       const Partition& part, const std::vector<uint8_t>& glass) {
+  BoxedTiles most;
+  const bool whole = s.is<WholeBarriers>();
+  for (int64_t t = 0; t < part.tiles(); ++t) {
+    if (glass[static_cast<size_t>(t)] != 0) continue;
+    const Region tile = part.tile(t);
+    const std::vector<Region> need = segment_needs(a.graph, a.shapes, s.input, s.output, tile);
+    const std::vector<Boxes> box = computed_boxes(a.graph, a.shapes, s.input, s.output, need,
+                                                  TileUniform{g.input, nullptr, whole});
+    const std::vector<Region> held =
+        held_regions(a.graph, a.shapes, {s.input, s.output}, need, box, whole);
+    const std::vector<BoxCopies> copies =
+        boxed_copies(a.graph, a.shapes, {s.input, s.output}, held_boxes(box, held), held, a.eb);
+    const auto tc = a.compute_cost(s.input, s.output, tile, need, nullptr, &copies);
+    most.forward = std::max(most.forward, tc.forward_bytes);
+    most.backward = std::max(most.backward, tc.backward_bytes);
+  }
+  return most;
+}
+
+// Tiles that fill their glass hold what their boxes hold beside what they hold dense: each pass's
+// working set is at least its worst tile's with it. Kept graphs count it where they count their
+// tiles' graphs (sparse_graphs); shared rows, sub-segments and recompute rounds are left as they
+// are.
+void boxed_working(const Analysis& a, const Plan& plan, const std::vector<SegmentGlass>& glass,
+                   std::vector<MemoryBreakdown>& passes) {
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    const SegmentGlass& g = glass[i];
+    if (g.input.none() || !g.dense.empty() || s.is<KeptGraph>() || s.is<SharedRows>() ||
+        s.is<SubSegments>() || s.is<RecomputeRounds>()) {
+      continue;
+    }
+    MemoryBreakdown& fwd = passes[2 * i];
+    MemoryBreakdown& bwd = passes[2 * i + 1];
+    fwd.working_set = std::max(fwd.working_set, boxed_tiles(a, s, g, s.forward, g.forward).forward);
+    bwd.working_set =
+        std::max(bwd.working_set, boxed_tiles(a, s, g, s.backward, g.backward).backward);
+  }
+}
+
 // What the plan's glass (core/plan/glass.h) does not cost, over the request's background: the
 // glass tiles' FLOPs in both passes and their price per tile, the other tiles' FLOPs outside
 // their computed boxes, the checkpoints' glass not moved (sparse_checkpoints, which also takes
@@ -509,6 +557,7 @@ PlanCost glass_savings(const Analysis& a, Plan& plan, std::vector<MemoryBreakdow
   }
   saved.moved += sparse_checkpoints(a, plan, glass, passes);
   sparse_graphs(a, plan, glass, passes);
+  boxed_working(a, plan, glass, passes);
   return saved;
 }
 

@@ -67,8 +67,10 @@ namespace {
 // and the gradients' peaks.
 class TileWalk {
  public:
-  TileWalk(const Analysis& a, NodeId input, NodeId output, const std::vector<Region>& need)
-      : a_(a),
+  TileWalk(const Analysis& a, NodeId input, NodeId output, const std::vector<Region>& need,
+           const std::vector<BoxCopies>* copies)
+      : copies_(copies),
+        a_(a),
         g_(a.graph),
         input_(input),
         output_(output),
@@ -89,11 +91,21 @@ class TileWalk {
     k = k < 0 ? by : std::min(k, by);
   }
   int64_t pad_copy(const Node& n, const Region& r) const;
-  int64_t forward_scratch(const Node& n, const Region& r, int64_t b) const;
+  int64_t forward_scratch(const Node& n, const Region& r, int64_t b, int64_t in_bytes) const;
+  // What node `n` adds to a pass's peak beside its output `b`: its scratch, over its largest box
+  // where it is boxed, and its parts.
+  int64_t forward_extra(const Node& n, const Region& r, int64_t b) const;
   void keeps(const Node& n, int64_t pad_copy, bool whole_tile);
   int64_t recompute_peak() const;
   static int64_t backward_scratch(const Node& n, int64_t out, int64_t grad_in, int64_t eb);
 
+  // Node v's boxes in a tile that fills its glass (BoxCopies; none where it is not boxed).
+  const BoxCopies* boxed(NodeId v) const {
+    if (copies_ == nullptr || !(*copies_)[static_cast<size_t>(v)].boxed) return nullptr;
+    return &(*copies_)[static_cast<size_t>(v)];
+  }
+
+  const std::vector<BoxCopies>* copies_;
   const Analysis& a_;
   const Graph& g_;
   const NodeId input_, output_;
@@ -118,13 +130,19 @@ int64_t TileWalk::pad_copy(const Node& n, const Region& r) const {
 }
 
 // What node `n` allocates beside its output (`b` bytes over `r`) in the no-grad forward.
-int64_t TileWalk::forward_scratch(const Node& n, const Region& r, int64_t b) const {
+int64_t TileWalk::forward_extra(const Node& n, const Region& r, int64_t b) const {
+  const BoxCopies* c = boxed(n.id);
+  if (c == nullptr) return forward_scratch(n, r, b, out_bytes_[n.inputs[0]]);
+  return forward_scratch(n, r, c->out, c->window) + c->parts;
+}
+
+int64_t TileWalk::forward_scratch(const Node& n, const Region& r, int64_t b,
+                                  int64_t in_bytes) const {
   // oneDNN reorders the larger of a conv's input and output into a scratch buffer
   // (measured: peak above live = output + max(input, output)).
   // Both passes also copy the weight twice (its channels-last or blocked reorder and, in the
   // backward, the weight gradient before it is added to .grad): measured 2.0–2.3× the
   // weight above the activations for darknet19's 512→1024 convs on 32² tiles.
-  const int64_t in_bytes = out_bytes_[n.inputs[0]];
   const int64_t weights = 2 * weight_elements(n) * a_.eb;
   // A channel norm copies its input channels-last and its output back.
   const bool channel_norm = n.kind == OpKind::kPointwise && n.pointwise == Pointwise::kChannelNorm;
@@ -202,7 +220,7 @@ void TileWalk::forward(bool whole_tile, const std::vector<Region>* computed,
     const bool inplace = runs_in_place(n) && producer.id != input_ &&
                          g_.consumers()[static_cast<size_t>(producer.id)].size() == 1 &&
                          allocates_output(producer);
-    peak = std::max(peak, live + (inplace ? 0 : b + pad + forward_scratch(n, r, b)));
+    peak = std::max(peak, live + (inplace ? 0 : b + pad + forward_extra(n, r, b)));
     live += b;
     cost.flops += flops(n, computed != nullptr ? (*computed)[static_cast<size_t>(v)] : r);
     for (NodeId p : n.inputs) {
@@ -223,10 +241,14 @@ int64_t TileWalk::recompute_peak() const {
     const NodeId p = n.inputs[0];
     const int64_t in_bytes = out_bytes_[p];
     const int64_t unkept_input = kept_until_[p] < 0 && p != input_ ? in_bytes : 0;
-    const int64_t scratch = n.kind == OpKind::kConv
-                                ? std::max(in_bytes, out_bytes_[i]) + 2 * weight_elements(n) * a_.eb
-                                : 0;
-    peak = std::max(peak, kept_so_far + unkept_input + out_bytes_[i] + own_[i] + scratch);
+    const BoxCopies* c = boxed(v);
+    const int64_t scratch =
+        n.kind == OpKind::kConv
+            ? (c != nullptr ? std::max(c->window, c->out) : std::max(in_bytes, out_bytes_[i])) +
+                  2 * weight_elements(n) * a_.eb
+            : 0;
+    peak = std::max(peak, kept_so_far + unkept_input + out_bytes_[i] + own_[i] + scratch +
+                              (c != nullptr ? c->parts : 0));
     kept_so_far += own_[i] + (kept_until_[i] >= 0 ? out_bytes_[i] : 0);
   }
   return peak;
@@ -274,7 +296,11 @@ void TileWalk::backward(Analysis::TileCost& cost) const {
     const int64_t out = out_bytes_[v];
     int64_t grad_in = 0;
     for (NodeId p : n.inputs) grad_in += out_bytes_[p];
-    bwd_peak = std::max(bwd_peak, held + out + grad_in + backward_scratch(n, out, grad_in, a_.eb));
+    const BoxCopies* c = boxed(v);
+    const int64_t scratch = c != nullptr
+                                ? backward_scratch(n, c->out, c->window, a_.eb) + c->backward_copies
+                                : backward_scratch(n, out, grad_in, a_.eb);
+    bwd_peak = std::max(bwd_peak, held + out + grad_in + scratch);
     held -= freed_at[v];
   }
   cost.backward_bytes = bwd_peak;
@@ -284,13 +310,14 @@ void TileWalk::backward(Analysis::TileCost& cost) const {
 
 Analysis::TileCost Analysis::compute_cost(NodeId input, NodeId output, const Region& tile,
                                           const std::vector<Region>& need,
-                                          const std::vector<Region>* computed) const {
+                                          const std::vector<Region>* computed,
+                                          const std::vector<BoxCopies>* copies) const {
   const Shape& out_shape = shapes[static_cast<size_t>(output)];
   const bool whole_tile = options.overrides.whole_barriers && tile.y.begin == 0 &&
                           tile.x.begin == 0 && tile.y.end == out_shape.height &&
                           tile.x.end == out_shape.width;
   TileCost cost;
-  TileWalk walk(*this, input, output, need);
+  TileWalk walk(*this, input, output, need, copies);
   walk.forward(whole_tile, computed, cost);
   walk.backward(cost);
   if (output == reduction_input) {

@@ -141,8 +141,10 @@ struct Analysis {
   TileCost compute_shared_cost(NodeId input, NodeId output, Window rows) const;
   // Working set and FLOPs of a tile whose nodes hold `need`; FLOPs over `computed` when given
   // (shared rows), else over `need`.
+  // `copies`: what a tile that fills its glass holds beside it at each node (boxed_copies).
   TileCost compute_cost(NodeId input, NodeId output, const Region& tile,
-                        const std::vector<Region>& need, const std::vector<Region>* computed) const;
+                        const std::vector<Region>& need, const std::vector<Region>* computed,
+                        const std::vector<BoxCopies>* copies = nullptr) const;
   // The request's ends: the last tiled node and the streaming reduction that closes it (-1:
   // none); what every pass holds whatever the tiling (the model's state, the head); the budget
   // plans aim at (the budget less the headroom; 0: none).

@@ -79,8 +79,8 @@ GraphBytes graph_bytes(const Analysis& a, const Segment& s, size_t i) {
 }
 
 // graph_bytes where the forward's tiles over `glass` (SegmentGlass) hold only what their
-// consumers read of each node (held_regions) and its glass tiles run no graph: every tile
-// counted, as glass makes them unalike.
+// consumers read of each node (held_regions), with what their boxes hold beside (boxed_copies),
+// and its glass tiles run no graph: every tile counted, as glass makes them unalike.
 GraphBytes glass_graph_bytes(const Analysis& a, const Segment& s, size_t i,
                              const SegmentGlass& glass) {
   GraphBytes g;
@@ -93,8 +93,10 @@ GraphBytes glass_graph_bytes(const Analysis& a, const Segment& s, size_t i,
                                                   TileUniform{glass.input, nullptr, whole});
     std::vector<Region> held =
         held_regions(a.graph, a.shapes, {s.input, s.output}, need, box, whole);
+    const std::vector<BoxCopies> copies =
+        boxed_copies(a.graph, a.shapes, {s.input, s.output}, held_boxes(box, held), held, a.eb);
     held[static_cast<size_t>(s.input)] = need[static_cast<size_t>(s.input)];
-    add_tile(g, a.compute_cost(s.input, s.output, tile, held, nullptr), input_view(i),
+    add_tile(g, a.compute_cost(s.input, s.output, tile, held, nullptr, &copies), input_view(i),
              output_is_checkpoint(s));
   }
   return g;
