@@ -547,7 +547,11 @@ void SubSegmentsRun::backward_tile(const SubPass& p, int64_t t, const Region& r,
     TileBoxes boxes;
     TileExtras extras = tile_extras(given, true, need, p.target, boxes);
     if (!mine.empty()) extras.barrier_acts = &acts;
-    at::Tensor y = step_.run_tile(s_.input, p.target, need, {x, in_region}, extras);
+    // Without its gradient wanted, the input tile is autograd's alone to keep (as TilesRun's
+    // backward_tile).
+    const bool grad_wanted = x.requires_grad();
+    at::Tensor y = step_.run_tile(s_.input, p.target, need,
+                                  {grad_wanted ? x : std::move(x), in_region}, extras);
     at::Tensor root = sub_segment_root(p, tile, r, y);
     if (!mine.empty()) root = step_.add_corrections(s_, tile, root, acts, mine);
     acts.clear();  // the corrections hold what they need; a barrier's output is not
