@@ -107,7 +107,7 @@ at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
   // Without its gradient wanted, the input tile is autograd's alone to keep: held here too, it
   // stayed beside the padded copy a border tile's first op saves in its place (tiny 910×872,
   // rows: a border tile 25.2 MiB, an inner one 22.9; bench/NOTES.md session 71).
-  const bool grad_wanted = x.requires_grad();
+  const at::Tensor input_for_grad = x.requires_grad() ? x : at::Tensor();
   at::AutoGradMode grad_mode(true);
   std::map<NodeId, TileTensor> acts;
   if (!y.defined()) {
@@ -115,14 +115,13 @@ at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
     TileBoxes boxes;
     glass_.fill(need, boxes, extras);
     if (has_barriers()) extras.barrier_acts = &acts;
-    y = step_.run_tile(s_.input, s_.output, need, {grad_wanted ? x : std::move(x), in_region},
-                       extras);
+    y = step_.run_tile(s_.input, s_.output, need, {std::move(x), in_region}, extras);
   }
   at::Tensor root = step_.output_root(s_, tile, y, grad_out, stored_grad_out);
   root = glass_.tile_root(corrections(tile, root, acts));
   acts.clear();
   if (root.defined() && root.requires_grad()) root.backward();
-  return grad_wanted ? x : at::Tensor();
+  return input_for_grad;
 }
 
 }  // namespace tessel::core

@@ -216,7 +216,7 @@ at::Tensor SharedRowsRun::backward_row(int64_t t, const at::Tensor& grad_out,
   auto [x, y] = backward_input(kept_, t, in_region);
   // Without its gradient wanted, the input row is autograd's alone to keep (as TilesRun's
   // backward_tile: a border row's first op saves a padded copy in its place).
-  const bool grad_wanted = x.requires_grad();
+  const at::Tensor input_for_grad = x.requires_grad() ? x : at::Tensor();
   at::AutoGradMode grad_mode(true);
   std::vector<at::Tensor> inherited, kept_views;
   if (y.defined()) {
@@ -225,8 +225,7 @@ at::Tensor SharedRowsRun::backward_row(int64_t t, const at::Tensor& grad_out,
     last_leaves_.clear();
   } else {
     inherited = inherited_rows(t);
-    y = run_row(row, {grad_wanted ? x : std::move(x), in_region}, inherited, &kept_views,
-                &handed_back_);
+    y = run_row(row, {std::move(x), in_region}, inherited, &kept_views, &handed_back_);
   }
   at::Tensor root = step_.output_root(s_, tile, y, grad_out, stored_grad_out);
   // The next row's gradient of the rows this one kept for it.
@@ -243,7 +242,7 @@ at::Tensor SharedRowsRun::backward_row(int64_t t, const at::Tensor& grad_out,
     handed_back_.push_back(leaf.defined() ? leaf.grad() : at::Tensor());
   }
   if (t > 0) shared_[static_cast<size_t>(t) - 1].clear();
-  return grad_wanted ? x : at::Tensor();
+  return input_for_grad;
 }
 
 // The rows' graphs are chained through their kept rows, so one backward runs over all of them,

@@ -540,6 +540,7 @@ void SubSegmentsRun::backward_tile(const SubPass& p, int64_t t, const Region& r,
   const Region& in_region = need[static_cast<size_t>(s_.input)];
   at::Tensor x = step_.read_input(s_, in_region).tensor.detach();
   if (step_.wants_input_grad(s_)) x.requires_grad_(true);
+  const at::Tensor input_for_grad = x.requires_grad() ? x : at::Tensor();
   const auto given = leaf_tiles(need, p.target, true);
   {
     at::AutoGradMode grad_mode(true);
@@ -549,16 +550,14 @@ void SubSegmentsRun::backward_tile(const SubPass& p, int64_t t, const Region& r,
     if (!mine.empty()) extras.barrier_acts = &acts;
     // Without its gradient wanted, the input tile is autograd's alone to keep (as TilesRun's
     // backward_tile).
-    const bool grad_wanted = x.requires_grad();
-    at::Tensor y = step_.run_tile(s_.input, p.target, need,
-                                  {grad_wanted ? x : std::move(x), in_region}, extras);
+    at::Tensor y = step_.run_tile(s_.input, p.target, need, {std::move(x), in_region}, extras);
     at::Tensor root = sub_segment_root(p, tile, r, y);
     if (!mine.empty()) root = step_.add_corrections(s_, tile, root, acts, mine);
     acts.clear();  // the corrections hold what they need; a barrier's output is not
     if (root.defined() && root.requires_grad()) root.backward();
   }
-  if (step_.wants_input_grad(s_) && x.grad().defined() && !in_region.empty()) {
-    add_input_grad(stored_grad_in_, grad_in_, in_region, x.grad());
+  if (step_.wants_input_grad(s_) && input_for_grad.grad().defined() && !in_region.empty()) {
+    add_input_grad(stored_grad_in_, grad_in_, in_region, input_for_grad.grad());
   }
   for (const auto& [l, leaf] : given) {
     if (leaf.tensor.grad().defined()) add_grad(l, leaf.region, leaf.tensor.grad());
