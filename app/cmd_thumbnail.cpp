@@ -56,6 +56,10 @@ int run(const ThumbnailArgs& args) {
   std::cout << "overlay    " << overlay_out << "\n";
   std::cout << "tissue     " << mask.tissue_fraction * 100.0
             << "% of the slide (saturation threshold " << mask.threshold << ")\n";
+  if (mask.ink_fraction > 0) {
+    std::cout << "pen ink    " << mask.ink_fraction * 100.0
+              << "% of the slide, not taken as tissue (blue or green marker, or dye)\n";
+  }
   std::cout << "bbox       ";
   if (mask.empty()) {
     std::cout << "none: no tissue found\n";

@@ -129,6 +129,83 @@ TissueMask tissue_mask(const Slide& slide, const TissueMaskOptions& options) {
   return tissue_mask(thumbnail(slide, max_side), level0.width, level0.height, mpp, options);
 }
 
+namespace {
+
+// Tissue (255) where the saturation is above the threshold, less marker ink when `ink` is given
+// (there 255, and not tissue).
+std::vector<uint8_t> tissue_pixels(const RgbImage& thumbnail, const std::vector<uint8_t>& sat,
+                                   int threshold, std::vector<uint8_t>* ink) {
+  std::vector<uint8_t> binary(sat.size());
+  const uint8_t* p = thumbnail.pixels.data();
+  for (size_t i = 0; i < sat.size(); ++i, p += 3) {
+    binary[i] = sat[i] > threshold ? 255 : 0;
+    if (ink != nullptr && binary[i] != 0 && is_ink(p[0], p[1], p[2], threshold + 1)) {
+      (*ink)[i] = 255;
+      binary[i] = 0;
+    }
+  }
+  return binary;
+}
+
+// Drops the tissue components of `mask` smaller than `min_area` mask pixels.
+void drop_small_components(const vips::VImage& image, std::vector<uint8_t>& pixels,
+                           double min_area) {
+  // labelregions numbers 4-connected runs of equal value, background runs included.
+  const std::vector<uint8_t> label_bytes = to_bytes(image.labelregions());
+  std::vector<int32_t> labels(pixels.size());
+  std::memcpy(labels.data(), label_bytes.data(), labels.size() * sizeof(int32_t));
+  std::vector<int64_t> area(static_cast<size_t>(*std::max_element(labels.begin(), labels.end())) +
+                            1);
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (pixels[i] != 0) ++area[static_cast<size_t>(labels[i])];
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (static_cast<double>(area[static_cast<size_t>(labels[i])]) < min_area) pixels[i] = 0;
+  }
+}
+
+// The fraction of tissue and its bounding box in level-0 pixels (rounded outwards: the box
+// covers every level-0 pixel a tissue mask pixel touches).
+void measure_tissue(TissueMask& mask, double scale_x, double scale_y) {
+  int64_t tissue = 0, x0 = mask.width, y0 = mask.height, x1 = 0, y1 = 0;
+  for (int64_t y = 0; y < mask.height; ++y) {
+    for (int64_t x = 0; x < mask.width; ++x) {
+      if (!mask.at(x, y)) continue;
+      ++tissue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x + 1);
+      y0 = std::min(y0, y), y1 = std::max(y1, y + 1);
+    }
+  }
+  mask.tissue_fraction = static_cast<double>(tissue) / static_cast<double>(mask.pixels.size());
+  if (tissue == 0) return;
+  const auto down = [](double v) { return static_cast<int64_t>(std::floor(v)); };
+  const auto up = [](double v, int64_t limit) {
+    return std::min(limit, static_cast<int64_t>(std::ceil(v)));
+  };
+  mask.bbox.x = {down(static_cast<double>(x0) * scale_x),
+                 up(static_cast<double>(x1) * scale_x, mask.slide_width)};
+  mask.bbox.y = {down(static_cast<double>(y0) * scale_y),
+                 up(static_cast<double>(y1) * scale_y, mask.slide_height)};
+}
+
+}  // namespace
+
+bool is_ink(uint8_t r, uint8_t g, uint8_t b, int min_saturation) {
+  const int high = std::max({r, g, b}), low = std::min({r, g, b});
+  const double range = high - low;
+  if (range < std::max(1, min_saturation)) return false;
+  double hue = 0;  // degrees
+  if (high == r) {
+    hue = 60.0 * (g - b) / range;
+  } else if (high == g) {
+    hue = 60.0 * ((b - r) / range + 2.0);
+  } else {
+    hue = 60.0 * ((r - g) / range + 4.0);
+  }
+  if (hue < 0) hue += 360.0;
+  return hue >= 70.0 && hue <= 230.0;
+}
+
 TissueMask tissue_mask(const RgbImage& thumbnail, int64_t slide_width, int64_t slide_height,
                        std::optional<double> mpp, const TissueMaskOptions& options) {
   if (thumbnail.width < 1 || thumbnail.height < 1) throw Error("tissue mask of an empty image");
@@ -148,62 +225,43 @@ TissueMask tissue_mask(const RgbImage& thumbnail, int64_t slide_width, int64_t s
 
   const std::vector<uint8_t> sat = saturation(thumbnail);
   mask.threshold = choose_threshold(sat, options);
-  std::vector<uint8_t> binary(sat.size());
-  for (size_t i = 0; i < sat.size(); ++i) binary[i] = sat[i] > mask.threshold ? 255 : 0;
+  std::vector<uint8_t> ink(options.remove_ink ? sat.size() : 0, 0);
+  std::vector<uint8_t> binary =
+      tissue_pixels(thumbnail, sat, mask.threshold, options.remove_ink ? &ink : nullptr);
 
   const int w = static_cast<int>(mask.width), h = static_cast<int>(mask.height);
   try {
-    vips::VImage image =
-        vips::VImage::new_from_memory(binary.data(), binary.size(), w, h, 1, VIPS_FORMAT_UCHAR);
+    using vips::VImage;
+    VImage image =
+        VImage::new_from_memory(binary.data(), binary.size(), w, h, 1, VIPS_FORMAT_UCHAR);
     image = morph(morph(image, options.close_radius_px, VIPS_OPERATION_MORPHOLOGY_DILATE),
                   options.close_radius_px, VIPS_OPERATION_MORPHOLOGY_ERODE);
     image = morph(morph(image, options.open_radius_px, VIPS_OPERATION_MORPHOLOGY_ERODE),
                   options.open_radius_px, VIPS_OPERATION_MORPHOLOGY_DILATE);
+    if (options.remove_ink) {
+      // The close above fills ink's pixels back where they are specks (a bluish nucleus) and may
+      // bridge a stroke. Strokes (what an open by one pixel keeps), grown by two pixels to take
+      // their soft rim (thin ink over tissue takes the tissue's hue), are never tissue.
+      if (std::find(ink.begin(), ink.end(), 255) != ink.end()) {
+        VImage strokes =
+            VImage::new_from_memory(ink.data(), ink.size(), w, h, 1, VIPS_FORMAT_UCHAR);
+        strokes = morph(morph(strokes, 1, VIPS_OPERATION_MORPHOLOGY_ERODE), 3,
+                        VIPS_OPERATION_MORPHOLOGY_DILATE);
+        image = (strokes > 0).ifthenelse(0, image).cast(VIPS_FORMAT_UCHAR).copy_memory();
+        const std::vector<uint8_t> taken = to_bytes(strokes);
+        mask.ink_fraction = static_cast<double>(std::count(taken.begin(), taken.end(), 255)) /
+                            static_cast<double>(taken.size());
+      }
+    }
     mask.pixels = to_bytes(image);
-    // labelregions numbers 4-connected runs of equal value, background runs included.
-    const std::vector<uint8_t> label_bytes = to_bytes(image.labelregions());
-    std::vector<int32_t> labels(mask.pixels.size());
-    std::memcpy(labels.data(), label_bytes.data(), labels.size() * sizeof(int32_t));
-
     const double level0_px_per_mask_px = scale_x * scale_y;
     const double min_area_level0_px =
         mpp ? options.min_area_um2 / (*mpp * *mpp) : options.min_area_level0_px;
-    const double min_area_mask_px = min_area_level0_px / level0_px_per_mask_px;
-    std::vector<int64_t> area(static_cast<size_t>(*std::max_element(labels.begin(), labels.end())) +
-                              1);
-    for (size_t i = 0; i < labels.size(); ++i) {
-      if (mask.pixels[i] != 0) ++area[static_cast<size_t>(labels[i])];
-    }
-    for (size_t i = 0; i < labels.size(); ++i) {
-      if (static_cast<double>(area[static_cast<size_t>(labels[i])]) < min_area_mask_px) {
-        mask.pixels[i] = 0;
-      }
-    }
+    drop_small_components(image, mask.pixels, min_area_level0_px / level0_px_per_mask_px);
   } catch (const vips::VError& e) {
     throw Error("tissue mask: libvips failed: " + std::string(e.what()));
   }
-
-  int64_t tissue = 0, x0 = mask.width, y0 = mask.height, x1 = 0, y1 = 0;
-  for (int64_t y = 0; y < mask.height; ++y) {
-    for (int64_t x = 0; x < mask.width; ++x) {
-      if (!mask.at(x, y)) continue;
-      ++tissue;
-      x0 = std::min(x0, x), x1 = std::max(x1, x + 1);
-      y0 = std::min(y0, y), y1 = std::max(y1, y + 1);
-    }
-  }
-  mask.tissue_fraction = static_cast<double>(tissue) / static_cast<double>(mask.pixels.size());
-  if (tissue > 0) {
-    // Outward rounding: the box covers every level-0 pixel a tissue mask pixel touches.
-    const auto down = [](double v) { return static_cast<int64_t>(std::floor(v)); };
-    const auto up = [](double v, int64_t limit) {
-      return std::min(limit, static_cast<int64_t>(std::ceil(v)));
-    };
-    mask.bbox.x = {down(static_cast<double>(x0) * scale_x),
-                   up(static_cast<double>(x1) * scale_x, slide_width)};
-    mask.bbox.y = {down(static_cast<double>(y0) * scale_y),
-                   up(static_cast<double>(y1) * scale_y, slide_height)};
-  }
+  measure_tissue(mask, scale_x, scale_y);
   return mask;
 }
 
@@ -266,7 +324,9 @@ std::string to_string(const TissueMask& mask) {
   std::ostringstream out;
   out << "tissue mask " << mask.width << "×" << mask.height << " (downsample " << mask.downsample
       << "), saturation threshold " << mask.threshold << ", tissue " << mask.tissue_fraction * 100.0
-      << "%, bbox ";
+      << "%, ";
+  if (mask.ink_fraction > 0) out << "pen ink " << mask.ink_fraction * 100.0 << "% (not tissue), ";
+  out << "bbox ";
   if (mask.empty()) {
     out << "none";
   } else {

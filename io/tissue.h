@@ -1,7 +1,8 @@
 // Tissue masks: which parts of a slide hold tissue rather than bare glass, found on a thumbnail.
 // Saturation (max − min of R, G, B: glass is grey-white, stained tissue is coloured), an Otsu
-// threshold on its histogram guarded by a minimum saturation, a morphological close then open
-// (libvips), and tissue components below a minimum area dropped.
+// threshold on its histogram guarded by a minimum saturation, marker ink taken out (its hue is
+// one H&E never has), a morphological close then open (libvips), and tissue components below a
+// minimum area dropped.
 #pragma once
 
 #include <array>
@@ -32,7 +33,16 @@ struct TissueMaskOptions {
   // Below this saturation nothing is tissue, whatever Otsu says: on a slide of bare glass the
   // histogram holds only noise, and Otsu would split that noise in two.
   int min_saturation = 20;
+  // Marker ink and tissue-marking dye are not tissue: pixels saturated enough to be tissue whose
+  // hue lies in [70°, 230°] (blue, blue-green and green pens and dyes; H&E's eosin pinks lie near
+  // 330°, haematoxylin's purples at 240–300°), opened (strokes, not specks: a bluish nucleus is
+  // kept) and grown by two mask pixels (a stroke's soft rim). Red pens (hues near eosin's) and
+  // black ones (too grey to be tissue anyway) are not looked for.
+  bool remove_ink = true;
 };
+
+// Whether an RGB colour of saturation at least `min_saturation` has marker ink's hue (above).
+bool is_ink(uint8_t r, uint8_t g, uint8_t b, int min_saturation);
 
 struct TissueMask {
   int64_t width = 0, height = 0;              // mask pixels
@@ -41,6 +51,7 @@ struct TissueMask {
   int64_t slide_width = 0, slide_height = 0;  // level 0
   int threshold = 0;                          // the saturation threshold used
   double tissue_fraction = 0.0;               // of the mask's pixels
+  double ink_fraction = 0.0;                  // of the mask's pixels: marker ink or dye taken out
   core::Region bbox;  // tissue bounding box in level-0 pixels; empty when no tissue
 
   bool empty() const { return bbox.empty(); }

@@ -68,6 +68,11 @@ std::shared_ptr<const io::TissueMask> tissue_of(const std::filesystem::path& pat
     it =
         cache.emplace(path.string(), std::make_shared<const io::TissueMask>(io::tissue_mask(slide)))
             .first;
+    if (it->second->ink_fraction > 0) {
+      spdlog::info(
+          "{}: blue or green pen ink (or dye) over {:.1f}% of the slide, not taken as tissue",
+          path.string(), 100.0 * it->second->ink_fraction);
+    }
   }
   if (!it->second->empty()) return it->second;
   spdlog::warn("{}: no tissue found; using the whole slide as it is", path.string());

@@ -350,5 +350,55 @@ TEST(Vips, RepeatedWarningsReachTheLogOnceAsOneLine) {
   EXPECT_NE(log.find("another kind of trouble"), std::string::npos) << log;
 }
 
+// Marker ink and tissue-marking dye are not tissue; H&E's colours, the darkest and bluest
+// haematoxylin included, are.
+TEST(TissueInk, PensAndDyesHaveInksHueAndHAndENever) {
+  EXPECT_TRUE(is_ink(30, 80, 160, 20));     // blue pen
+  EXPECT_TRUE(is_ink(30, 130, 90, 20));     // green pen
+  EXPECT_TRUE(is_ink(40, 140, 150, 20));    // tissue-marking dye, teal
+  EXPECT_FALSE(is_ink(236, 164, 198, 20));  // eosin
+  EXPECT_FALSE(is_ink(206, 152, 204, 20));  // cellular purple
+  EXPECT_FALSE(is_ink(92, 58, 148, 20));    // haematoxylin
+  EXPECT_FALSE(is_ink(58, 28, 104, 20));    // dark nuclei
+  EXPECT_FALSE(is_ink(80, 70, 150, 20));    // bluish haematoxylin, 247°
+  EXPECT_FALSE(is_ink(226, 232, 240, 20));  // bluish glass: too grey
+  EXPECT_FALSE(is_ink(30, 80, 160, 200));   // less saturated than asked
+}
+
+// A thumbnail of glass with tissue in its left half, a blue stroke across both, and a one-pixel
+// speck of ink's hue inside the tissue (a bluish nucleus): the stroke is taken out of the tissue
+// and off the glass, the speck is not; with remove_ink off the stroke is tissue again.
+TEST(TissueInk, AStrokeIsTakenOutOfTheMaskAndASpeckIsNot) {
+  RgbImage thumbnail{200, 100, std::vector<uint8_t>(200 * 100 * 3)};
+  const auto paint = [&](int64_t x, int64_t y, std::array<uint8_t, 3> rgb) {
+    std::copy(rgb.begin(), rgb.end(), thumbnail.pixels.begin() + 3 * (y * 200 + x));
+  };
+  for (int64_t y = 0; y < 100; ++y) {
+    for (int64_t x = 0; x < 200; ++x) {
+      paint(x, y,
+            x >= 20 && x < 120 ? std::array<uint8_t, 3>{236, 164, 198}
+                               : std::array<uint8_t, 3>{242, 240, 244});
+      if (y >= 45 && y < 56) paint(x, y, {30, 80, 160});
+    }
+  }
+  paint(70, 20, {30, 80, 160});
+  TissueMaskOptions options;
+  options.threshold = 20;
+  const TissueMask mask = tissue_mask(thumbnail, 1600, 800, 0.5, options);
+  EXPECT_TRUE(mask.at(70, 30));
+  EXPECT_TRUE(mask.at(70, 20)) << "a speck of ink's hue is kept";
+  EXPECT_FALSE(mask.at(70, 50)) << "the stroke over tissue";
+  EXPECT_FALSE(mask.at(70, 44)) << "the stroke's rim";
+  EXPECT_FALSE(mask.at(160, 50)) << "the stroke over glass";
+  EXPECT_NEAR(mask.ink_fraction, 200.0 * 15 / 20000, 0.02);  // 11 rows, grown by 2
+  EXPECT_NE(to_string(mask).find("pen ink"), std::string::npos) << to_string(mask);
+
+  options.remove_ink = false;
+  const TissueMask kept = tissue_mask(thumbnail, 1600, 800, 0.5, options);
+  EXPECT_TRUE(kept.at(70, 50));
+  EXPECT_TRUE(kept.at(160, 50));
+  EXPECT_EQ(kept.ink_fraction, 0.0);
+}
+
 }  // namespace
 }  // namespace tessel::io
