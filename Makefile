@@ -60,7 +60,7 @@ DEMO_RUN := runs/demo
 DEMO_SLIDES := --task cells --slides 48 --size 4096 --seed 1
 sample-data: build
 	@if grep -qs '"task": "cells"' sample_data/lesions.json && \
-	  grep -qs '"generator": 2' sample_data/lesions.json && [ -f sample_data/manifest.csv ]; then \
+	  grep -qs '"generator": 3' sample_data/lesions.json && [ -f sample_data/manifest.csv ]; then \
 	  echo "demo: sample_data/ exists (delete it to regenerate)"; else \
 	  $(TESSEL) sample-data --out sample_data $(DEMO_SLIDES) --force; fi
 

@@ -3,6 +3,7 @@
 #include <vips/vips8>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -32,8 +33,8 @@ constexpr int kTileSize = 256;
 constexpr int kJpegQuality = 85;
 // lesions.json's "generator": raised whenever the same options write other slides, so that
 // `make sample-data` knows a folder written by an older recipe (2: the cells task's foci sized in
-// microns, their nuclei vesicular).
-constexpr int kGenerator = 2;
+// microns, their nuclei vesicular; 3: the cells task's pen rings).
+constexpr int kGenerator = 3;
 // Textures are drawn at half the level-0 resolution and upsampled: a quarter of the pixel work,
 // and nuclei (a few microns across) still span several pixels.
 constexpr int64_t kDetail = 2;
@@ -208,6 +209,75 @@ VImage lesion_mask(const std::vector<Lesion>& lesions, int64_t c) {
   return upsample(mask.gaussblur(0.6), c, c).cast(VIPS_FORMAT_FLOAT) / 255.0;
 }
 
+// A pen stroke's centre line: points at most a quarter of its width apart, in level-0 pixels.
+std::vector<std::array<double, 2>> stroke_points(const PenStroke& stroke) {
+  const double span = (stroke.to - stroke.from) * M_PI / 180.0;
+  const double length = span * static_cast<double>(stroke.radius);
+  const int n = std::max(
+      2, static_cast<int>(std::ceil(length / (0.25 * static_cast<double>(stroke.width)))) + 1);
+  std::vector<std::array<double, 2>> points;
+  for (int i = 0; i < n; ++i) {
+    const double angle = stroke.from * M_PI / 180.0 + span * i / (n - 1);
+    points.push_back(
+        {static_cast<double>(stroke.x) + static_cast<double>(stroke.radius) * std::cos(angle),
+         static_cast<double>(stroke.y) + static_cast<double>(stroke.radius) * std::sin(angle)});
+  }
+  return points;
+}
+
+// kCells: on about half the slides of either class, a pen ring round one benign cluster, as a
+// pathologist circles at low power what looks suspicious. The ring keeps its width off every
+// focus, and 64 pixels and its width off the slide's edge.
+std::vector<PenStroke> place_pen(const SampleSlide& slide, int64_t size, double mpp,
+                                 Random& random) {
+  std::vector<PenStroke> pen;
+  if (slide.clusters.empty() || random.uniform(0, 1) >= 0.5) return pen;
+  const double shrink = std::min(1.0, static_cast<double>(size) * mpp / 2048.0);
+  const auto high = static_cast<int64_t>(slide.clusters.size()) - 1;
+  for (int attempt = 0; attempt < 64 && pen.empty(); ++attempt) {
+    const Lesion& cluster = slide.clusters[static_cast<size_t>(random.integer(0, high))];
+    const auto r = static_cast<double>(cluster.radius);
+    PenStroke stroke;
+    stroke.radius = std::llround(r * random.uniform(1.5, 2.2));
+    stroke.width = std::max<int64_t>(4, std::llround(random.uniform(30, 50) / mpp * shrink));
+    stroke.x = cluster.x + std::llround(random.uniform(-0.2, 0.2) * r);
+    stroke.y = cluster.y + std::llround(random.uniform(-0.2, 0.2) * r);
+    stroke.from = std::round(random.uniform(0, 360));
+    stroke.to = stroke.from + std::round(random.uniform(220, 320));
+    stroke.green = random.uniform(0, 1) < 0.3;
+    const auto w = static_cast<double>(stroke.width);
+    const double edge = 64 + w, far = static_cast<double>(size) - edge;
+    bool clear = true;
+    for (const auto& [x, y] : stroke_points(stroke)) {
+      clear = clear && x > edge && y > edge && x < far && y < far;
+      for (const Lesion& focus : slide.lesions) {
+        clear = clear &&
+                std::hypot(x - static_cast<double>(focus.x), y - static_cast<double>(focus.y)) >
+                    static_cast<double>(focus.radius) + w;
+      }
+    }
+    if (clear) pen.push_back(stroke);
+  }
+  return pen;
+}
+
+// 0..1 at c × c: the strokes (a disc of their width at each point), drawn at a quarter of that.
+VImage pen_mask(const std::vector<PenStroke>& pen, int64_t c) {
+  const int64_t n = std::max<int64_t>(16, c / 4);
+  const double scale = static_cast<double>(n) / static_cast<double>(c * kDetail);
+  VImage mask = VImage::black(static_cast<int>(n), static_cast<int>(n)).copy_memory();
+  for (const PenStroke& stroke : pen) {
+    const int radius =
+        std::max(1, static_cast<int>(std::lround(0.5 * static_cast<double>(stroke.width) * scale)));
+    for (const auto& [x, y] : stroke_points(stroke)) {
+      mask.draw_circle({255.0}, static_cast<int>(std::lround(x * scale)),
+                       static_cast<int>(std::lround(y * scale)), radius,
+                       VImage::option()->set("fill", true));
+    }
+  }
+  return upsample(mask.gaussblur(0.6), c, c).cast(VIPS_FORMAT_FLOAT) / 255.0;
+}
+
 // RGB colours of H&E: eosin-pink stroma, paler purple cellular areas, darker fibres,
 // haematoxylin-blue nuclei; lesions are dense, dark purple.
 const std::vector<double> kGlass = {242, 240, 244};
@@ -218,6 +288,9 @@ const std::vector<double> kNucleus = {92, 58, 148};
 const std::vector<double> kLesion = {150, 92, 176};
 const std::vector<double> kLesionNucleus = {58, 28, 104};
 const std::vector<double> kNucleolus = {60, 10, 80};
+// Marker inks, blue and green: hues of 217° and 156°, which H&E never takes (io/tissue.h).
+const std::vector<double> kBlueInk = {30, 80, 160};
+const std::vector<double> kGreenInk = {30, 130, 90};
 
 std::vector<double> minus(const std::vector<double>& a, const std::vector<double>& b) {
   return {a[0] - b[0], a[1] - b[1], a[2] - b[2]};
@@ -373,7 +446,24 @@ std::string lesions_json(const std::vector<SampleSlide>& slides, const SampleDat
     out << "\n  }";
   };
   discs("slides", &SampleSlide::lesions);
-  if (options.task == SampleTask::kCells) discs("clusters", &SampleSlide::clusters);
+  if (options.task == SampleTask::kCells) {
+    discs("clusters", &SampleSlide::clusters);
+    out << ",\n  \"pen\": {";
+    for (size_t i = 0; i < slides.size(); ++i) {
+      out << (i == 0 ? "\n    " : ",\n    ");
+      write_json_string(out, slides[i].file);
+      out << ": [";
+      for (size_t k = 0; k < slides[i].pen.size(); ++k) {
+        const PenStroke& p = slides[i].pen[k];
+        out << (k == 0 ? "" : ", ") << "{\"x\": " << p.x << ", \"y\": " << p.y
+            << ", \"radius\": " << p.radius << ", \"width\": " << p.width
+            << ", \"from\": " << p.from << ", \"to\": " << p.to << ", \"ink\": \""
+            << (p.green ? "green" : "blue") << "\"}";
+      }
+      out << "]";
+    }
+    out << "\n  }";
+  }
   out << "\n}\n";
   return out.str();
 }
@@ -476,8 +566,17 @@ void write_sample_slide(const fs::path& path, SampleSlide& slide, int64_t size, 
       colour = blend(colour, lesion_colour, lesion);
       tissue = (lesion > tissue).ifthenelse(lesion, tissue);
     }
-    const VImage texture =
+    VImage texture =
         (colour.linear({1, 1, 1}, minus({0, 0, 0}, kGlass)) * tissue).linear({1, 1, 1}, kGlass);
+    if (task == SampleTask::kCells) {
+      // The pen, over tissue and glass, from a random stream of its own: the rest of the slide
+      // is as generator 2 drew it.
+      Random marker(seed ^ 0x70656e2d696e6b00ULL);
+      slide.pen = place_pen(slide, size, mpp, marker);
+      for (const PenStroke& stroke : slide.pen) {
+        texture = blend(texture, stroke.green ? kGreenInk : kBlueInk, pen_mask({stroke}, c) * 0.85);
+      }
+    }
 
     // Level 0: the texture upsampled, with a fine grain so the glass is not flat.
     // The grain is a 512² noise tile repeated: full-size noise would cost more than the rest of

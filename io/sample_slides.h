@@ -44,6 +44,15 @@ struct Lesion {
   bool operator==(const Lesion&) const = default;
 };
 
+// A pen stroke (kCells): an arc of the circle of `radius` about (x, y), from `from` to `to`
+// degrees, `width` thick, in level-0 pixels, in blue (or `green`) marker ink.
+struct PenStroke {
+  int64_t x = 0, y = 0, radius = 0, width = 0;
+  double from = 0, to = 0;
+  bool green = false;
+  bool operator==(const PenStroke&) const = default;
+};
+
 struct SampleSlide {
   std::string file;              // relative to the output folder, e.g. "slide_001.tif"
   std::string label;             // "tumour" or "normal"
@@ -51,6 +60,7 @@ struct SampleSlide {
   std::string patient;           // e.g. "patient_001"
   std::vector<Lesion> lesions;   // empty on normal slides
   std::vector<Lesion> clusters;  // kCells: benign clusters of small nuclei, on either class
+  std::vector<PenStroke> pen;    // kCells: a ring drawn round a cluster, on either class
   double tissue_fraction = 0;    // of the slide's area, as designed
 };
 

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "io/slide.h"
+#include "io/tissue.h"
 
 namespace {
 
@@ -235,7 +236,8 @@ TEST_F(SampleSlides, AreTheSameBytesForTheSameSeedAndDifferForAnother) {
 }
 
 // Brightness of `image` averaged over boxes of `box` × `box` pixels whose pixels `keep(x, y)`
-// (level-0 coordinates, the image placed at x0, y0) all are: their mean and variance.
+// (level-0 coordinates, the image placed at x0, y0) all are, none glass or pen ink: their mean
+// and variance.
 struct BoxStats {
   double mean = 0, variance = 0;
   int64_t boxes = 0;
@@ -251,7 +253,8 @@ BoxStats box_stats(const RgbImage& image, int64_t x0, int64_t y0, int64_t box, K
       for (int64_t y = by; y < by + box && all; ++y) {
         for (int64_t x = bx; x < bx + box; ++x) {
           const uint8_t* p = &image.pixels[static_cast<size_t>(3 * (y * image.width + x))];
-          if (!keep(x0 + x, y0 + y) || is_glass(p[0], p[1], p[2])) {
+          if (!keep(x0 + x, y0 + y) || is_glass(p[0], p[1], p[2]) ||
+              tessel::io::is_ink(p[0], p[1], p[2], 20)) {
             all = false;
             break;
           }
@@ -286,7 +289,7 @@ TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
   const std::vector<SampleSlide> slides = tessel::io::write_sample_data(folder, options);
   const std::string json = read_text(folder / "lesions.json");
   EXPECT_NE(json.find("\"task\": \"cells\""), std::string::npos) << json;
-  EXPECT_NE(json.find("\"generator\": 2"), std::string::npos) << json;  // as the Makefile reads it
+  EXPECT_NE(json.find("\"generator\": 3"), std::string::npos) << json;  // as the Makefile reads it
   for (const SampleSlide& sample : slides) {
     EXPECT_GE(sample.clusters.size(), 1u) << sample.file;
     EXPECT_EQ(sample.lesions.empty(), sample.label == "normal") << sample.file;
@@ -315,7 +318,7 @@ TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
       ASSERT_GT(focus8.boxes, 20) << lesion;
       ASSERT_GT(ring8.boxes, 20) << lesion;
       EXPECT_NEAR(focus8.mean, ring8.mean, 10.0) << lesion;
-      // Nuclei (level-0 pixels darker than 130): the focus's have coarse chromatin.
+      // Nuclei (level-0 pixels darker than 130, not ink): the focus's have coarse chromatin.
       const auto nuclei_spread = [&](const auto& keep) {
         double sum = 0, squares = 0;
         int64_t n = 0;
@@ -323,7 +326,9 @@ TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
           for (int64_t x = 0; x < around.width; ++x) {
             const uint8_t* p = &around.pixels[static_cast<size_t>(3 * (y * around.width + x))];
             const double b = (p[0] + p[1] + p[2]) / 3.0;
-            if (b >= 130 || !keep(x0 + x, y0 + y)) continue;
+            if (b >= 130 || !keep(x0 + x, y0 + y) || tessel::io::is_ink(p[0], p[1], p[2], 20)) {
+              continue;
+            }
             sum += b;
             squares += b * b;
             ++n;
@@ -338,6 +343,54 @@ TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
                                                  << focus_spread << " against " << ring_spread;
     }
   }
+  fs::remove_all(folder);
+}
+
+// --task cells: about half the slides, of either class, carry a pen ring round a benign cluster
+// (blue or green marker, over tissue and glass). The tissue mask takes the ink out (io/tissue.h),
+// so training with tissue_fill reads it as glass; a slide without a ring has no ink.
+TEST(SampleSlidesCells, PenRingsAreInkThatTheTissueMaskTakesOut) {
+  const fs::path folder = temporary_folder("pen");
+  SampleDataOptions options;
+  options.slides = 6;
+  options.size = 2048;
+  options.seed = kSeed;
+  options.workers = 2;
+  options.task = tessel::io::SampleTask::kCells;
+  const std::vector<SampleSlide> slides = tessel::io::write_sample_data(folder, options);
+  EXPECT_NE(read_text(folder / "lesions.json").find("\"pen\": {"), std::string::npos);
+  std::map<std::string, int> rings;  // by label
+  for (const SampleSlide& sample : slides) {
+    SCOPED_TRACE(sample.file);
+    const Slide slide(folder / sample.file);
+    const tessel::io::TissueMask mask = tessel::io::tissue_mask(slide);
+    if (sample.pen.empty()) {
+      EXPECT_EQ(mask.ink_fraction, 0.0);
+      continue;
+    }
+    rings[sample.label] += static_cast<int>(sample.pen.size());
+    EXPECT_GT(mask.ink_fraction, 0.0);
+    const double scale_y =
+        static_cast<double>(mask.slide_height) / static_cast<double>(mask.height);
+    for (const tessel::io::PenStroke& stroke : sample.pen) {
+      for (double degrees = stroke.from + 5; degrees < stroke.to - 5; degrees += 10) {
+        const double angle = degrees * M_PI / 180.0;
+        const auto x = static_cast<int64_t>(static_cast<double>(stroke.x) +
+                                            static_cast<double>(stroke.radius) * std::cos(angle));
+        const auto y = static_cast<int64_t>(static_cast<double>(stroke.y) +
+                                            static_cast<double>(stroke.radius) * std::sin(angle));
+        const RgbImage pixel = slide.read_region(0, x, y, 1, 1);
+        EXPECT_TRUE(tessel::io::is_ink(pixel.pixels[0], pixel.pixels[1], pixel.pixels[2], 20))
+            << x << "," << y << ": " << int(pixel.pixels[0]) << " " << int(pixel.pixels[1]) << " "
+            << int(pixel.pixels[2]);
+        EXPECT_FALSE(mask.at(static_cast<int64_t>(static_cast<double>(x) / mask.downsample),
+                             static_cast<int64_t>(static_cast<double>(y) / scale_y)))
+            << x << "," << y;
+      }
+    }
+  }
+  EXPECT_GE(rings["tumour"], 1);
+  EXPECT_GE(rings["normal"], 1);
   fs::remove_all(folder);
 }
 
