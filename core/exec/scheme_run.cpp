@@ -77,6 +77,11 @@ at::Tensor KeptTiles::keep(int64_t t, bool grad, const std::function<TileTensor(
   k.input = input.tensor.detach();
   if (grad) k.input.requires_grad_(true);
   k.output = run({k.input, input.region});
+  // Without its gradient wanted, the input tile is the graph's alone to keep (what its first op
+  // saved): held here too, it stayed to the tile's backward beside the padded copy a border
+  // tile's first op saves (tiny, slide_003, shared rows: the last row's backward 30.3 MiB, a
+  // recomputed row's 27.6; bench/NOTES.md session 72).
+  if (!grad) k.input = at::Tensor();
   return k.output.detach();
 }
 

@@ -37,7 +37,8 @@ class Step;
 class KeptTiles {
  public:
   struct Tile {
-    at::Tensor input, output;
+    at::Tensor input;  // the leaf its gradient reaches; undefined when that is not wanted
+    at::Tensor output;
   };
   void reset(int64_t tiles) { tiles_.assign(static_cast<size_t>(tiles), {}); }
   bool has(int64_t t) const {
@@ -47,7 +48,7 @@ class KeptTiles {
   Tile& at(int64_t t) { return tiles_.at(static_cast<size_t>(t)); }
   // Tile `t` with autograd, its graph kept: its input tile read by `read` (with autograd on, as
   // the backward's recompute reads it), made a leaf (requiring a gradient when `grad`), and
-  // `run` on it. Returns the output, detached.
+  // `run` on it. Returns the output, detached. Without `grad` only the graph keeps the input.
   at::Tensor keep(int64_t t, bool grad, const std::function<TileTensor()>& read,
                   const std::function<at::Tensor(const TileTensor&)>& run);
   // Tile `t`'s input and output, let go here (undefined where the tile kept no graph).

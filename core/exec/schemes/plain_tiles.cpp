@@ -107,7 +107,7 @@ at::Tensor TilesRun::backward_tile(int64_t t, const std::vector<Region>& need,
   // Without its gradient wanted, the input tile is autograd's alone to keep: held here too, it
   // stayed beside the padded copy a border tile's first op saves in its place (tiny 910×872,
   // rows: a border tile 25.2 MiB, an inner one 22.9; bench/NOTES.md session 71).
-  const at::Tensor input_for_grad = x.requires_grad() ? x : at::Tensor();
+  const at::Tensor input_for_grad = x.defined() && x.requires_grad() ? x : at::Tensor();
   at::AutoGradMode grad_mode(true);
   std::map<NodeId, TileTensor> acts;
   if (!y.defined()) {

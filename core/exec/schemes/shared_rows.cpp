@@ -216,7 +216,7 @@ at::Tensor SharedRowsRun::backward_row(int64_t t, const at::Tensor& grad_out,
   auto [x, y] = backward_input(kept_, t, in_region);
   // Without its gradient wanted, the input row is autograd's alone to keep (as TilesRun's
   // backward_tile: a border row's first op saves a padded copy in its place).
-  const at::Tensor input_for_grad = x.requires_grad() ? x : at::Tensor();
+  const at::Tensor input_for_grad = x.defined() && x.requires_grad() ? x : at::Tensor();
   at::AutoGradMode grad_mode(true);
   std::vector<at::Tensor> inherited, kept_views;
   if (y.defined()) {
