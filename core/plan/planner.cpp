@@ -216,6 +216,19 @@ Choice choose(Analysis& a, const PlanOptions& options, Search& search, int64_t p
   return c;
 }
 
+// Split over ranks, what each forward tile of each segment that keeps its graphs keeps in them
+// (kept_graph_tiles): a rank keeps its own tiles' only (hold_split).
+std::vector<std::vector<int64_t>> split_graphs(const Analysis& a, const Plan& plan) {
+  std::vector<std::vector<int64_t>> graphs;
+  if (a.options.ranks < 2) return graphs;
+  std::vector<SegmentGlass> glass;
+  if (a.options.background) glass = plan_segments_glass(a, plan);
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    graphs.push_back(kept_graph_tiles(a, plan, i, glass.empty() ? nullptr : &glass[i]));
+  }
+  return graphs;
+}
+
 // The chosen candidate as the plan make_plan returns: DELTA's decisions, the write-behind, the
 // request's facts; every segment's scheme checked.
 Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int64_t plain_flops) {
@@ -241,7 +254,7 @@ Plan finish(const Analysis& a, Choice c, const Shape& input, int64_t budget, int
     counted.push_back(
         a.held_bytes(plan.segments[i].output, last ? NodeId{-1} : plan.segments[i + 1].output));
   }
-  hold_split(a.graph, plan, a.options.ranks, counted);
+  hold_split(a.graph, plan, a.options.ranks, counted, split_graphs(a, plan));
   for (const Segment& segment : plan.segments) check_scheme(a.graph, segment);
   return plan;
 }

@@ -527,12 +527,7 @@ void boxed_working(const Analysis& a, const Plan& plan, const std::vector<Segmen
 PlanCost glass_savings(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>& passes) {
   const CellMask& image = *a.options.background;
   plan.shapes = a.shapes;  // as the finished plan's (make_plan)
-  // plan_glass's, each segment's from the memo (most were priced while the candidate was built).
-  std::vector<SegmentGlass> glass;
-  glass.reserve(plan.segments.size());
-  for (const Segment& s : plan.segments) {
-    glass.push_back(memo_glass(a, s, glass.empty() ? image : glass.back().output));
-  }
+  const std::vector<SegmentGlass> glass = plan_segments_glass(a, plan);
   plan.glass = summarize(plan, image, glass);
   // A split step's shares of each pass by its tiles' work over the background: by count, the
   // rank whose band held the tissue made the others wait (vgg-mini 4096² at 10% tissue on 2
@@ -653,6 +648,16 @@ Candidate build(const Analysis& a, Strategy strategy, const std::vector<NodeId>&
   c.needed = finest_peak;
   finish_candidate(a, c, cost, off, at_peak, unfit || (budget > 0 && peak > budget));
   return c;
+}
+
+std::vector<SegmentGlass> plan_segments_glass(const Analysis& a, const Plan& plan) {
+  // plan_glass's, each segment's from the memo (most were priced while the candidate was built).
+  std::vector<SegmentGlass> glass;
+  glass.reserve(plan.segments.size());
+  for (const Segment& s : plan.segments) {
+    glass.push_back(memo_glass(a, s, glass.empty() ? *a.options.background : glass.back().output));
+  }
+  return glass;
 }
 
 }  // namespace tessel::core::planning

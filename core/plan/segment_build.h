@@ -145,4 +145,15 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
 void sparse_graphs(const Analysis& a, const Plan& plan, const std::vector<SegmentGlass>& glass,
                    std::vector<MemoryBreakdown>& passes);
 
+// What each forward tile of segment i keeps in its graph where the segment keeps its graphs
+// (KeptGraph), as keep_graphs and sparse_graphs price them (over `glass`, its SegmentGlass, when
+// given); empty for other schemes. A step split over ranks keeps only its own tiles' graphs on
+// each rank (hold_split).
+std::vector<int64_t> kept_graph_tiles(const Analysis& a, const Plan& plan, size_t i,
+                                      const SegmentGlass* glass);
+
+// Every segment's SegmentGlass over the request's background (PlanOptions::background, which
+// must be set), the first over the image's and each next over the one before's output.
+std::vector<SegmentGlass> plan_segments_glass(const Analysis& a, const Plan& plan);
+
 }  // namespace tessel::core::planning

@@ -248,7 +248,21 @@ std::pair<int64_t, int64_t> inner_unheld(const Graph& graph, const Plan& plan, i
 
 }  // namespace
 
-void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted) {
+// The graph bytes of segment `index`'s forward tiles that `who` does not run (`graph`: each
+// tile's; none where it is empty).
+int64_t unkept_graphs(const Plan& plan, int index, const std::vector<int64_t>& graph, RankOf who) {
+  const Segment& s = plan.segments.at(static_cast<size_t>(index));
+  if (static_cast<int64_t>(graph.size()) != s.forward.tiles()) return 0;
+  const TileRange own = rank_range(s, Pass::kForward, index, who.rank, who.ranks);
+  int64_t bytes = 0;
+  for (int64_t t = 0; t < s.forward.tiles(); ++t) {
+    if (!own.has(t)) bytes += graph[static_cast<size_t>(t)];
+  }
+  return bytes;
+}
+
+void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted,
+                const std::vector<std::vector<int64_t>>& graphs) {
   const size_t n = plan.segments.size();
   if (ranks < 2 || plan.passes.size() != 2 * n || counted.size() != n) return;
   std::vector<int64_t> least(plan.passes.size(), std::numeric_limits<int64_t>::max());
@@ -261,13 +275,16 @@ void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int
       unheld[j] = counted[j] - held.area() * shape_of(plan, s.output).channels * plan.element_bytes;
     }
     int64_t before = 0;
+    int64_t unkept = 0;  // kept graphs' bytes counted from their forward on, of others' tiles
     for (size_t i = 0; i < n; ++i) {
       const int64_t input = i > 0 ? unheld[i - 1] : 0;
       const auto [inner_forward, inner_backward] =
           inner_unheld(graph, plan, static_cast<int>(i), {r, ranks});
-      least[2 * i] = std::min(least[2 * i], before + unheld[i] + inner_forward);
+      if (i < graphs.size())
+        unkept += unkept_graphs(plan, static_cast<int>(i), graphs[i], {r, ranks});
+      least[2 * i] = std::min(least[2 * i], before + unheld[i] + inner_forward + unkept);
       least[2 * i + 1] =
-          std::min(least[2 * i + 1], before + 2 * unheld[i] + input + inner_backward);
+          std::min(least[2 * i + 1], before + 2 * unheld[i] + input + inner_backward + unkept);
       before += unheld[i];
       // Inner checkpoints kept from the forward to the backward: counted in the passes between.
       if (plan.segments[i].keeps_inner()) before += inner_forward;

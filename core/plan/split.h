@@ -78,8 +78,11 @@ Region held_inner(const Graph& graph, const Plan& plan, int index, NodeId v, Ran
 // forward holds the earlier checkpoints and its output, a backward those before it, its output
 // with its gradient, and its input's gradient); and a sub-segments segment's resident inner
 // checkpoints over held_inner's rather than whole (its forward holds them all, its backward
-// inner_backward_bytes).
-void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted);
+// inner_backward_bytes); and of a segment that keeps its tiles' graphs (KeptGraph), only the
+// graphs of the forward tiles the rank runs (`graphs`, by segment: each forward tile's graph
+// bytes as the passes counted them, empty where the segment keeps none).
+void hold_split(const Graph& graph, Plan& plan, int ranks, const std::vector<int64_t>& counted,
+                const std::vector<std::vector<int64_t>>& graphs = {});
 
 // What the busiest of `ranks` ranks gives to the exchanges between them in one training step
 // (the executor's StepResult::summed_bytes), by what it exchanges.

@@ -31,9 +31,11 @@ bool keep_inner(const Analysis& a, Segment& s, size_t i, std::vector<MemoryBreak
   return true;
 }
 
-// What segment i's tiles' graphs keep in all, and the working set on top of them in its passes.
+// What segment i's tiles' graphs keep in all (and each forward tile's), and the working set on
+// top of them in its passes.
 struct GraphBytes {
   int64_t kept = 0, working = 0;
+  std::vector<int64_t> tiles;
 };
 
 // Adds one tile's graph (`tc`) to `g`: what it keeps beyond the input it views in a resident
@@ -72,9 +74,13 @@ GraphBytes graph_bytes(const Analysis& a, const Segment& s, size_t i) {
   for (int64_t t : counted) {
     const auto tc = s.is<SharedRows>() ? a.shared_cost(s.input, s.output, s.forward.tile(t).y)
                                        : a.tile_cost(s.input, s.output, s.forward.tile(t));
-    most = std::max(most, add_tile(g, tc, input_view(i), output_is_checkpoint(s)));
+    g.tiles.push_back(add_tile(g, tc, input_view(i), output_is_checkpoint(s)));
+    most = std::max(most, g.tiles.back());
   }
-  if (!every) g.kept = most * s.forward.tiles();
+  if (!every) {
+    g.kept = most * s.forward.tiles();
+    g.tiles.assign(static_cast<size_t>(s.forward.tiles()), most);
+  }
   return g;
 }
 
@@ -84,6 +90,7 @@ GraphBytes graph_bytes(const Analysis& a, const Segment& s, size_t i) {
 GraphBytes glass_graph_bytes(const Analysis& a, const Segment& s, size_t i,
                              const SegmentGlass& glass) {
   GraphBytes g;
+  g.tiles.assign(static_cast<size_t>(s.forward.tiles()), 0);
   for (int64_t t = 0; t < s.forward.tiles(); ++t) {
     if (glass.forward[static_cast<size_t>(t)] != 0) continue;
     const Region tile = s.forward.tile(t);
@@ -96,8 +103,9 @@ GraphBytes glass_graph_bytes(const Analysis& a, const Segment& s, size_t i,
     const std::vector<BoxCopies> copies =
         boxed_copies(a.graph, a.shapes, {s.input, s.output}, held_boxes(box, held), held, a.eb);
     held[static_cast<size_t>(s.input)] = need[static_cast<size_t>(s.input)];
-    add_tile(g, a.compute_cost(s.input, s.output, tile, held, nullptr, &copies), input_view(i),
-             output_is_checkpoint(s));
+    g.tiles[static_cast<size_t>(t)] =
+        add_tile(g, a.compute_cost(s.input, s.output, tile, held, nullptr, &copies), input_view(i),
+                 output_is_checkpoint(s));
   }
   return g;
 }
@@ -190,6 +198,14 @@ void sparse_graphs(const Analysis& a, const Plan& plan, const std::vector<Segmen
       passes[p].checkpoints -= dense.kept - sparse.kept;
     passes[2 * i].working_set = passes[2 * i + 1].working_set = sparse.working;
   }
+}
+
+std::vector<int64_t> kept_graph_tiles(const Analysis& a, const Plan& plan, size_t i,
+                                      const SegmentGlass* glass) {
+  const Segment& s = plan.segments.at(i);
+  if (!s.is<KeptGraph>()) return {};
+  if (glass != nullptr && !glass->input.none()) return glass_graph_bytes(a, s, i, *glass).tiles;
+  return graph_bytes(a, s, i).tiles;
 }
 
 }  // namespace tessel::core::planning
