@@ -195,18 +195,28 @@ std::vector<Lesion> place_lesions(const VImage& field, int threshold, int64_t si
   return lesions;
 }
 
-// 0..1 discs at c × c (c = size / kDetail) with a soft rim, drawn at a quarter of that.
-VImage lesion_mask(const std::vector<Lesion>& lesions, int64_t c) {
+// 0..1 discs (x, y and radius in level-0 pixels) at c × c (c = size / kDetail) with a soft rim,
+// drawn at a quarter of that.
+VImage disc_mask(const std::vector<std::array<double, 3>>& discs, int64_t c) {
   const int64_t n = std::max<int64_t>(16, c / 4);
   const double scale = static_cast<double>(n) / static_cast<double>(c * kDetail);
   VImage mask = VImage::black(static_cast<int>(n), static_cast<int>(n)).copy_memory();
-  for (const Lesion& lesion : lesions) {
-    mask.draw_circle({255.0}, static_cast<int>(std::lround(static_cast<double>(lesion.x) * scale)),
-                     static_cast<int>(std::lround(static_cast<double>(lesion.y) * scale)),
-                     static_cast<int>(std::lround(static_cast<double>(lesion.radius) * scale)),
+  for (const auto& [x, y, radius] : discs) {
+    mask.draw_circle({255.0}, static_cast<int>(std::lround(x * scale)),
+                     static_cast<int>(std::lround(y * scale)),
+                     std::max(1, static_cast<int>(std::lround(radius * scale))),
                      VImage::option()->set("fill", true));
   }
   return upsample(mask.gaussblur(0.6), c, c).cast(VIPS_FORMAT_FLOAT) / 255.0;
+}
+
+VImage lesion_mask(const std::vector<Lesion>& lesions, int64_t c) {
+  std::vector<std::array<double, 3>> discs;
+  for (const Lesion& l : lesions) {
+    discs.push_back(
+        {static_cast<double>(l.x), static_cast<double>(l.y), static_cast<double>(l.radius)});
+  }
+  return disc_mask(discs, c);
 }
 
 // A pen stroke's centre line: points at most a quarter of its width apart, in level-0 pixels.
@@ -261,21 +271,15 @@ std::vector<PenStroke> place_pen(const SampleSlide& slide, int64_t size, double 
   return pen;
 }
 
-// 0..1 at c × c: the strokes (a disc of their width at each point), drawn at a quarter of that.
+// 0..1 at c × c: the strokes, a disc of their width at each point.
 VImage pen_mask(const std::vector<PenStroke>& pen, int64_t c) {
-  const int64_t n = std::max<int64_t>(16, c / 4);
-  const double scale = static_cast<double>(n) / static_cast<double>(c * kDetail);
-  VImage mask = VImage::black(static_cast<int>(n), static_cast<int>(n)).copy_memory();
+  std::vector<std::array<double, 3>> discs;
   for (const PenStroke& stroke : pen) {
-    const int radius =
-        std::max(1, static_cast<int>(std::lround(0.5 * static_cast<double>(stroke.width) * scale)));
     for (const auto& [x, y] : stroke_points(stroke)) {
-      mask.draw_circle({255.0}, static_cast<int>(std::lround(x * scale)),
-                       static_cast<int>(std::lround(y * scale)), radius,
-                       VImage::option()->set("fill", true));
+      discs.push_back({x, y, 0.5 * static_cast<double>(stroke.width)});
     }
   }
-  return upsample(mask.gaussblur(0.6), c, c).cast(VIPS_FORMAT_FLOAT) / 255.0;
+  return disc_mask(discs, c);
 }
 
 // RGB colours of H&E: eosin-pink stroma, paler purple cellular areas, darker fibres,

@@ -273,6 +273,17 @@ BoxStats box_stats(const RgbImage& image, int64_t x0, int64_t y0, int64_t box, K
   return s;
 }
 
+// `slides` slides of the cells task, `size`² pixels, made two at a time.
+SampleDataOptions cells_options(int slides, int64_t size) {
+  SampleDataOptions options;
+  options.slides = slides;
+  options.size = size;
+  options.seed = kSeed;
+  options.workers = 2;
+  options.task = tessel::io::SampleTask::kCells;
+  return options;
+}
+
 // --task cells: a focus has the tissue's brightness once a pixel is 8 µm (16 level-0 pixels at
 // 0.5 mpp), where the dense task's lesions are 40 darker, and differs in its nuclei: enlarged,
 // vesicular, with coarse chromatin and nucleoli (their brightness spreads more than the tissue's
@@ -280,12 +291,7 @@ BoxStats box_stats(const RgbImage& image, int64_t x0, int64_t y0, int64_t box, K
 // carries benign clusters; lesions.json lists them and says the task.
 TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
   const fs::path folder = temporary_folder("cells");
-  SampleDataOptions options;
-  options.slides = 2;
-  options.size = 4096;
-  options.seed = kSeed;
-  options.workers = 2;
-  options.task = tessel::io::SampleTask::kCells;
+  const SampleDataOptions options = cells_options(2, 4096);
   const std::vector<SampleSlide> slides = tessel::io::write_sample_data(folder, options);
   const std::string json = read_text(folder / "lesions.json");
   EXPECT_NE(json.find("\"task\": \"cells\""), std::string::npos) << json;
@@ -351,12 +357,7 @@ TEST(SampleSlidesCells, FociHaveTheTissuesColourAtEightMicronsAndLargerNuclei) {
 // so training with tissue_fill reads it as glass; a slide without a ring has no ink.
 TEST(SampleSlidesCells, PenRingsAreInkThatTheTissueMaskTakesOut) {
   const fs::path folder = temporary_folder("pen");
-  SampleDataOptions options;
-  options.slides = 6;
-  options.size = 2048;
-  options.seed = kSeed;
-  options.workers = 2;
-  options.task = tessel::io::SampleTask::kCells;
+  const SampleDataOptions options = cells_options(6, 2048);
   const std::vector<SampleSlide> slides = tessel::io::write_sample_data(folder, options);
   EXPECT_NE(read_text(folder / "lesions.json").find("\"pen\": {"), std::string::npos);
   std::map<std::string, int> rings;  // by label
