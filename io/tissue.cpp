@@ -246,7 +246,8 @@ TissueMask tissue_mask(const RgbImage& thumbnail, int64_t slide_width, int64_t s
         VImage strokes =
             VImage::new_from_memory(ink.data(), ink.size(), w, h, 1, VIPS_FORMAT_UCHAR);
         strokes = morph(morph(strokes, 1, VIPS_OPERATION_MORPHOLOGY_ERODE), 3,
-                        VIPS_OPERATION_MORPHOLOGY_DILATE);
+                        VIPS_OPERATION_MORPHOLOGY_DILATE)
+                      .copy_memory();  // read twice below
         image = (strokes > 0).ifthenelse(0, image).cast(VIPS_FORMAT_UCHAR).copy_memory();
         const std::vector<uint8_t> taken = to_bytes(strokes);
         mask.ink_fraction = static_cast<double>(std::count(taken.begin(), taken.end(), 255)) /

@@ -478,18 +478,11 @@ struct BoxedTiles {
 BoxedTiles boxed_tiles(const Analysis& a, const Segment& s, const SegmentGlass& g,
                        const Partition& part, const std::vector<uint8_t>& glass) {
   BoxedTiles most;
-  const bool whole = s.is<WholeBarriers>();
   for (int64_t t = 0; t < part.tiles(); ++t) {
     if (glass[static_cast<size_t>(t)] != 0) continue;
     const Region tile = part.tile(t);
-    const std::vector<Region> need = segment_needs(a.graph, a.shapes, s.input, s.output, tile);
-    const std::vector<Boxes> box = computed_boxes(a.graph, a.shapes, s.input, s.output, need,
-                                                  TileUniform{g.input, nullptr, whole});
-    const std::vector<Region> held =
-        held_regions(a.graph, a.shapes, {s.input, s.output}, need, box, whole);
-    const std::vector<BoxCopies> copies =
-        boxed_copies(a.graph, a.shapes, {s.input, s.output}, held_boxes(box, held), held, a.eb);
-    const auto tc = a.compute_cost(s.input, s.output, tile, need, nullptr, &copies);
+    const BoxedTile b = boxed_tile(a, s, g.input, tile);
+    const auto tc = a.compute_cost(s.input, s.output, tile, b.need, nullptr, &b.copies);
     most.forward = std::max(most.forward, tc.forward_bytes);
     most.backward = std::max(most.backward, tc.backward_bytes);
   }
@@ -658,6 +651,19 @@ std::vector<SegmentGlass> plan_segments_glass(const Analysis& a, const Plan& pla
     glass.push_back(memo_glass(a, s, glass.empty() ? *a.options.background : glass.back().output));
   }
   return glass;
+}
+
+BoxedTile boxed_tile(const Analysis& a, const Segment& s, const CellMask& uniform,
+                     const Region& tile) {
+  const bool whole = s.is<WholeBarriers>();
+  BoxedTile b;
+  b.need = segment_needs(a.graph, a.shapes, s.input, s.output, tile);
+  const std::vector<Boxes> box = computed_boxes(a.graph, a.shapes, s.input, s.output, b.need,
+                                                TileUniform{uniform, nullptr, whole});
+  b.held = held_regions(a.graph, a.shapes, {s.input, s.output}, b.need, box, whole);
+  b.copies =
+      boxed_copies(a.graph, a.shapes, {s.input, s.output}, held_boxes(box, b.held), b.held, a.eb);
+  return b;
 }
 
 }  // namespace tessel::core::planning

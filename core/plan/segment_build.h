@@ -145,6 +145,16 @@ PlanCost keep_graphs(const Analysis& a, Plan& plan, std::vector<MemoryBreakdown>
 void sparse_graphs(const Analysis& a, const Plan& plan, const std::vector<SegmentGlass>& glass,
                    std::vector<MemoryBreakdown>& passes);
 
+// Tile `tile` of segment `s` over the uniform positions of its input (`uniform`: its
+// SegmentGlass's input), as the executor runs a tile that fills its glass: what each node needs
+// (segment_needs), holds (held_regions), and what its boxes hold beside that (boxed_copies).
+struct BoxedTile {
+  std::vector<Region> need, held;
+  std::vector<BoxCopies> copies;
+};
+BoxedTile boxed_tile(const Analysis& a, const Segment& s, const CellMask& uniform,
+                     const Region& tile);
+
 // What each forward tile of segment i keeps in its graph where the segment keeps its graphs
 // (KeptGraph), as keep_graphs and sparse_graphs price them (over `glass`, its SegmentGlass, when
 // given); empty for other schemes. A step split over ranks keeps only its own tiles' graphs on

@@ -94,18 +94,11 @@ GraphBytes glass_graph_bytes(const Analysis& a, const Segment& s, size_t i,
   for (int64_t t = 0; t < s.forward.tiles(); ++t) {
     if (glass.forward[static_cast<size_t>(t)] != 0) continue;
     const Region tile = s.forward.tile(t);
-    const std::vector<Region> need = segment_needs(a.graph, a.shapes, s.input, s.output, tile);
-    const bool whole = s.is<WholeBarriers>();
-    const std::vector<Boxes> box = computed_boxes(a.graph, a.shapes, s.input, s.output, need,
-                                                  TileUniform{glass.input, nullptr, whole});
-    std::vector<Region> held =
-        held_regions(a.graph, a.shapes, {s.input, s.output}, need, box, whole);
-    const std::vector<BoxCopies> copies =
-        boxed_copies(a.graph, a.shapes, {s.input, s.output}, held_boxes(box, held), held, a.eb);
-    held[static_cast<size_t>(s.input)] = need[static_cast<size_t>(s.input)];
+    BoxedTile b = boxed_tile(a, s, glass.input, tile);
+    b.held[static_cast<size_t>(s.input)] = b.need[static_cast<size_t>(s.input)];
     g.tiles[static_cast<size_t>(t)] =
-        add_tile(g, a.compute_cost(s.input, s.output, tile, held, nullptr, &copies), input_view(i),
-                 output_is_checkpoint(s));
+        add_tile(g, a.compute_cost(s.input, s.output, tile, b.held, nullptr, &b.copies),
+                 input_view(i), output_is_checkpoint(s));
   }
   return g;
 }
